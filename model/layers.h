@@ -36,7 +36,8 @@
  * gemm_bf16.h): bf16 inputs, fp32 sums and fp32 results. Everything else the
  * kernels do (layernorm, softmax, GELU, the loss, attention's row sums) stays
  * fp32, and so do the parameters (the fp32 masters: the weights are rounded
- * at each product, no bf16 copy is kept; docs/model.md "bf16 training").
+ * at each product, or once a step with msr_products_keep_weights below;
+ * docs/model.md "bf16 training").
  *
  * The kernels return nothing, so a product that fails (out of memory for
  * the scratch or the bf16 path's buffers, a oneDNN failure) records its
@@ -73,9 +74,30 @@ msr_precision_t msr_products_precision(const msr_products_t *p);
 msr_status_t msr_products_status(const msr_products_t *p);
 
 /* The bytes of bf16 operand scratch the context holds now: the largest
- * op(A) and op(B) storage it has rounded, 2 bytes an element (0 for fp32
- * and NULL). The bf16 path's own buffers (model/gemm_bf16.h) come on top. */
+ * op(A) and op(B) storage it has rounded, and the weights' copies of
+ * msr_products_keep_weights, 2 bytes an element (0 for fp32 and NULL). The
+ * bf16 path's own buffers (model/gemm_bf16.h) come on top. */
 size_t msr_products_scratch_bytes(const msr_products_t *p);
+
+/* ---- the weights rounded once a step ----
+ *
+ * A weight's bf16 rounding can be kept for a step, as autocast caches its
+ * cast weights: keep_weights gives the context a bf16 copy of params (n
+ * elements, 2n bytes, counted in msr_products_scratch_bytes). Between
+ * weights_begin and weights_end (a training step: every micro-batch's
+ * forward, recompute and backward) msr_products_linear and
+ * msr_products_linear_backward round a weight (OC,IC) lying inside params
+ * once, into the copy, and take it from there afterwards; outside params,
+ * and outside a step, they round it at each product as before. The bits are
+ * the same either way, so nothing may write params between begin and end
+ * (the optimizer runs after end; ZeRO-3 and the parameters' offload, whose
+ * weights live in buffers reused for other weights, keep none: they pass no
+ * params). Both calls drop every kept rounding. keep_weights does nothing
+ * for NULL or fp32; params NULL or n 0 frees the copy. Errors (logged):
+ * MSR_ERR_NO_MEMORY, the context unchanged. */
+msr_status_t msr_products_keep_weights(msr_products_t *p, const float *params, size_t n);
+void msr_products_weights_begin(msr_products_t *p);
+void msr_products_weights_end(msr_products_t *p);
 
 /* The product every float kernel calls: cblas_sgemm's row-major form,
  * C (M,N) = alpha op(A) op(B) + beta C, in p's precision (above). */

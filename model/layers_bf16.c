@@ -22,6 +22,15 @@ struct msr_products {
     const float *ready;    /* the fp32 operand whose rounding a holds for the next product, */
     size_t ready_n;        /* its elements (msr_products_operand); NULL: none */
     msr_status_t status;   /* the first failure (MSR_OK: none) */
+    /* the weights' roundings kept for a step (msr_products_keep_weights) */
+    const float *w_base; /* the parameters whose weights may be kept; NULL: none */
+    size_t w_n;          /* their elements */
+    uint16_t *w16;       /* (w_n) the kept roundings, where w_kept says */
+    bool w_on;           /* between msr_products_weights_begin and _end */
+    struct kept {
+        size_t off, n; /* w16[off, off + n) holds w_base[off, off + n) rounded */
+    } * w_kept;
+    size_t w_kept_n, w_kept_cap;
 };
 
 const char *msr_precision_name(msr_precision_t precision)
@@ -92,6 +101,8 @@ void msr_products_destroy(msr_products_t *p)
     msr_gemm_bf16_destroy(p->gemm);
     msr_free(p->a);
     msr_free(p->b);
+    msr_free(p->w16);
+    msr_free(p->w_kept);
     msr_free(p);
 }
 
@@ -107,7 +118,7 @@ msr_status_t msr_products_status(const msr_products_t *p)
 
 size_t msr_products_scratch_bytes(const msr_products_t *p)
 {
-    return p != NULL ? (p->a_cap + p->b_cap) * sizeof(uint16_t) : 0;
+    return p != NULL ? (p->a_cap + p->b_cap + p->w_n) * sizeof(uint16_t) : 0;
 }
 
 /* The first failure sticks; later ones are the same story. */
@@ -140,21 +151,100 @@ static void round_rows(uint16_t *dst, const float *src, int ld, int rows, int co
         msr_bf16_from_f32_n(dst + (size_t)r * cols, src + (size_t)r * ld, (size_t)cols);
 }
 
+/* a and b hold at least na and nb elements; false (recorded) when they
+ * cannot grow */
+static bool reserve_both(msr_products_t *p, size_t na, size_t nb)
+{
+    msr_status_t st = reserve(&p->a, &p->a_cap, na);
+    if (st == MSR_OK)
+        st = reserve(&p->b, &p->b_cap, nb);
+    if (st != MSR_OK)
+        fail(p, st);
+    return st == MSR_OK;
+}
+
 /* Rounds op(A)'s (ar, ac) and op(B)'s (br, bc) storage into the scratch;
  * false (recorded) when it cannot grow */
 static bool round_operands(msr_products_t *p, const float *A, int lda, int ar, int ac,
                            const float *B, int ldb, int br, int bc)
 {
-    msr_status_t st = reserve(&p->a, &p->a_cap, (size_t)ar * (size_t)ac);
-    if (st == MSR_OK)
-        st = reserve(&p->b, &p->b_cap, (size_t)br * (size_t)bc);
-    if (st != MSR_OK) {
-        fail(p, st);
+    if (!reserve_both(p, (size_t)ar * (size_t)ac, (size_t)br * (size_t)bc))
         return false;
-    }
     round_rows(p->a, A, lda, ar, ac);
     round_rows(p->b, B, ldb, br, bc);
     return true;
+}
+
+msr_status_t msr_products_keep_weights(msr_products_t *p, const float *params, size_t n)
+{
+    if (p == NULL || p->precision != MSR_PRECISION_BF16)
+        return MSR_OK;
+    uint16_t *w16 = NULL;
+    if (params != NULL && n > 0 && (w16 = msr_malloc(n * sizeof *w16)) == NULL) {
+        MSR_ERROR("products: cannot allocate %zu bytes for the weights' bf16 copies",
+                  n * sizeof *w16);
+        return MSR_ERR_NO_MEMORY;
+    }
+    msr_free(p->w16);
+    p->w16 = w16;
+    p->w_base = w16 != NULL ? params : NULL;
+    p->w_n = w16 != NULL ? n : 0;
+    p->w_on = false;
+    p->w_kept_n = 0;
+    return MSR_OK;
+}
+
+void msr_products_weights_begin(msr_products_t *p)
+{
+    if (p == NULL)
+        return;
+    p->w_kept_n = 0;
+    p->w_on = p->w16 != NULL;
+}
+
+void msr_products_weights_end(msr_products_t *p)
+{
+    if (p == NULL)
+        return;
+    p->w_kept_n = 0;
+    p->w_on = false;
+}
+
+/* Notes w16[off, off + n) as kept; false when the list cannot grow */
+static bool add_kept(msr_products_t *p, size_t off, size_t n)
+{
+    if (p->w_kept_n == p->w_kept_cap) {
+        size_t cap = p->w_kept_cap > 0 ? 2 * p->w_kept_cap : 64;
+        struct kept *k = msr_realloc(p->w_kept, cap * sizeof *k);
+        if (k == NULL)
+            return false;
+        p->w_kept = k;
+        p->w_kept_cap = cap;
+    }
+    p->w_kept[p->w_kept_n++] = (struct kept){off, n};
+    return true;
+}
+
+/* The bf16 operand of the weight w (rows, cols) packed: during a step, for
+ * a weight among the kept parameters, its kept rounding (made the first
+ * time); otherwise w rounded into b, which holds rows * cols elements */
+static const uint16_t *weight_operand(msr_products_t *p, const float *w, int rows, int cols)
+{
+    size_t n = (size_t)rows * (size_t)cols;
+    uintptr_t at = (uintptr_t)w, base = (uintptr_t)p->w_base;
+    if (p->w_on && at >= base && (at - base) % sizeof *w == 0 && n <= p->w_n &&
+        (at - base) / sizeof *w <= p->w_n - n) {
+        size_t off = (at - base) / sizeof *w;
+        for (size_t i = 0; i < p->w_kept_n; i++)
+            if (p->w_kept[i].off == off && p->w_kept[i].n == n)
+                return p->w16 + off;
+        if (add_kept(p, off, n)) {
+            msr_bf16_from_f32_n(p->w16 + off, w, n);
+            return p->w16 + off;
+        }
+    }
+    round_rows(p->b, w, cols, rows, cols);
+    return p->b;
 }
 
 uint16_t *msr_products_operand(msr_products_t *p, const float *src, size_t n)
@@ -216,18 +306,16 @@ void msr_products_linear(msr_products_t *p, float *out, const float *inp, const 
         msr_products_sgemm(p, 0, 1, N, OC, IC, 1.0f, inp, IC, weight, IC, 1.0f, out, OC);
         return;
     }
-    /* inp's rounding may already be in a (msr_products_operand) */
-    msr_status_t st = MSR_OK;
-    if (take_ready(p, inp, (size_t)N * (size_t)IC)) {
-        if ((st = reserve(&p->b, &p->b_cap, (size_t)OC * (size_t)IC)) != MSR_OK) {
-            fail(p, st);
-            return;
-        }
-        round_rows(p->b, weight, IC, OC, IC);
-    } else if (!round_operands(p, inp, IC, N, IC, weight, IC, OC, IC)) {
+    /* inp's rounding may already be in a (msr_products_operand), the
+     * weight's kept for the step */
+    bool ready = take_ready(p, inp, (size_t)N * (size_t)IC);
+    if (!reserve_both(p, (size_t)N * (size_t)IC, (size_t)OC * (size_t)IC))
         return;
-    }
-    st = msr_gemm_bf16_bias(p->gemm, false, true, N, OC, IC, p->a, IC, p->b, IC, bias, out, OC);
+    if (!ready)
+        round_rows(p->a, inp, IC, N, IC);
+    const uint16_t *w = weight_operand(p, weight, OC, IC);
+    msr_status_t st =
+        msr_gemm_bf16_bias(p->gemm, false, true, N, OC, IC, p->a, IC, w, IC, bias, out, OC);
     if (st != MSR_OK)
         fail(p, st);
 }
@@ -243,18 +331,14 @@ void msr_products_linear_backward(msr_products_t *p, float *dinp, float *dweight
         return;
     }
     /* dout (N,OC) rounded once into a, for both products; b holds the
-     * weight (OC,IC), then inp (N,IC) */
+     * weight (OC,IC) unless it is kept, then inp (N,IC) */
     size_t nb = (size_t)(N > OC ? N : OC) * (size_t)IC;
-    msr_status_t st = reserve(&p->a, &p->a_cap, (size_t)N * (size_t)OC);
-    if (st == MSR_OK)
-        st = reserve(&p->b, &p->b_cap, nb);
-    if (st != MSR_OK) {
-        fail(p, st);
+    if (!reserve_both(p, (size_t)N * (size_t)OC, nb))
         return;
-    }
     round_rows(p->a, dout, OC, N, OC);
-    round_rows(p->b, weight, IC, OC, IC);
-    st = msr_gemm_bf16(p->gemm, false, false, N, IC, OC, 1.0f, p->a, OC, p->b, IC, 1.0f, dinp, IC);
+    const uint16_t *w = weight_operand(p, weight, OC, IC);
+    msr_status_t st =
+        msr_gemm_bf16(p->gemm, false, false, N, IC, OC, 1.0f, p->a, OC, w, IC, 1.0f, dinp, IC);
     if (st == MSR_OK) {
         round_rows(p->b, inp, IC, N, IC);
         st = msr_gemm_bf16(p->gemm, true, false, OC, IC, N, 1.0f, p->a, OC, p->b, IC, 1.0f, dweight,

@@ -248,12 +248,16 @@ static msr_status_t experts_reduce(msr_trainer_t *tr)
 }
 
 /* The model's (and its experts') products in the configured precision,
- * once the MoE state is in place. */
+ * once the MoE state is in place; they keep the weights' roundings for a
+ * step where the weights stay in the flat parameter buffer (not under
+ * ZeRO-3, nor with the parameters' offload: model/layers.h). */
 static msr_status_t set_precision(msr_trainer_t *tr)
 {
     if (tr->cfg.precision == MSR_PRECISION_FP32)
         return MSR_OK;
     msr_status_t st = msr_gpt_set_precision(tr->model, tr->cfg.precision);
+    if (st == MSR_OK && tr->model->params != NULL && msr_dp_params_store(tr->dp) == NULL)
+        st = msr_products_keep_weights(tr->model->prod, tr->model->params, tr->model->num_params);
     if (st != MSR_OK)
         return msr_err(st, "train: cannot run the matrix products in %s",
                        msr_precision_name(tr->cfg.precision));
@@ -413,7 +417,7 @@ float msr_trainer_lr(const msr_trainer_t *tr, uint64_t step)
     return tr->cfg.lr;
 }
 
-msr_status_t msr_trainer_step(msr_trainer_t *tr, double *loss_p)
+static msr_status_t step(msr_trainer_t *tr, double *loss_p)
 {
     const msr_train_config_t *c = &tr->cfg;
     int B = c->micro_batch, T = c->model.max_seq;
@@ -479,6 +483,16 @@ msr_status_t msr_trainer_step(msr_trainer_t *tr, double *loss_p)
     tr->last_grad_norm = norm;
     *loss_p = total / (double)(c->grad_accum * c->dp);
     return MSR_OK;
+}
+
+/* The products keep each weight's rounding from its first product of the
+ * step to the optimizer's update (model/layers.h), which writes them. */
+msr_status_t msr_trainer_step(msr_trainer_t *tr, double *loss_p)
+{
+    msr_products_weights_begin(tr->model->prod);
+    msr_status_t st = step(tr, loss_p);
+    msr_products_weights_end(tr->model->prod);
+    return st;
 }
 
 msr_status_t msr_trainer_moe_stats(msr_trainer_t *tr, int64_t *out)

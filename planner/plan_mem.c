@@ -304,8 +304,14 @@ void msr_plan_rank(const msr_plan_model_t *m, const msr_plan_layout_t *lay,
     int runtime = msr_plan_is_runtime(m, prec);
     msr_plan_part_t p;
     msr_plan_part_of(m, &l, o->pp_rank, &p);
-    if (prec == MSR_PLAN_BF16_RUNTIME && runtime)
+    if (prec == MSR_PLAN_BF16_RUNTIME && runtime) {
         o->bf16_scratch = msr_plan_bf16_scratch_bytes(m, &l, p.blocks, p.moe_blocks, p.has_head);
+        /* and the bf16 copy of the part's flat parameters, whose weights
+         * are rounded once a step (parallel/train.c set_precision): none
+         * under ZeRO-3 or the parameters' offload */
+        if (l.zero < 3 && !(l.offload & MSR_PLAN_OFFLOAD_PARAMS))
+            o->bf16_scratch += 2 * p.total;
+    }
     msr_plan_dp_layout_t d;
     msr_plan_dp_layout(&p, &l, o->dp_rank * cp + o->cp_rank, &d); /* its rank among the replicas */
     o->part_params = p.total;

@@ -8,7 +8,9 @@
  * a failed product's status sticks, every allocation failing in turn
  * included; the precision names parse; the layernorm and GELU that round
  * their output for the next product give the separate passes' bits, and
- * that product takes the operand only when it is its own. */
+ * that product takes the operand only when it is its own; a weight kept
+ * for a step is rounded once, between weights_begin and _end only and
+ * only inside the parameters given, and counted in the scratch bytes. */
 #include <cblas.h>
 #include <math.h>
 #include <stdio.h>
@@ -23,11 +25,16 @@
 #include "tests/runner.h"
 
 /* n values in [-1, 1) from stream s, not bf16 numbers (almost surely) */
+static void random_floats_into(float *x, size_t n, uint64_t s)
+{
+    for (size_t i = 0; i < n; i++)
+        x[i] = (float)(2.0 * msr_rng_open01(msr_rng_u64(42, s, i)) - 1.0);
+}
+
 static float *random_floats(size_t n, uint64_t s)
 {
     float *x = malloc(n * sizeof *x);
-    for (size_t i = 0; i < n; i++)
-        x[i] = (float)(2.0 * msr_rng_open01(msr_rng_u64(42, s, i)) - 1.0);
+    random_floats_into(x, n, s);
     return x;
 }
 
@@ -476,6 +483,110 @@ static void test_handover_blas(void)
     check_handover();
 }
 
+/* out (N,OC) of the linear layer through prod with the weight w, then
+ * its backward's dinp (N,IC) and dweight (OC,IC), from zero, one array */
+static float *linear_want(msr_products_t *prod, const float *inp, const float *w, const float *dout)
+{
+    size_t no = (size_t)N * OC, ni = (size_t)N * IC, nw = (size_t)OC * IC;
+    float *want = calloc(no + ni + nw, sizeof *want);
+    msr_matmul_forward(prod, want, inp, w, NULL, N, IC, OC);
+    msr_matmul_backward(prod, want + no, want + no + ni, NULL, dout, inp, w, N, IC, OC);
+    return want;
+}
+
+/* whether linear_want gives want's bits */
+static int linear_same(msr_products_t *prod, const float *inp, const float *w, const float *dout,
+                       const float *want)
+{
+    float *got = linear_want(prod, inp, w, dout);
+    size_t n = (size_t)N * OC + (size_t)N * IC + (size_t)OC * IC;
+    int same = memcmp(got, want, n * sizeof *got) == 0;
+    free(got);
+    return same;
+}
+
+/* The weights kept for a step: params holds a weight at offset 3 and one
+ * ending exactly at its end (kept), with room past it for one that starts
+ * inside and ends one element past (not kept); a weight is rewritten
+ * between products, which a kept one must not notice until weights_end
+ * (and only then: outside a step, and after the next begin, the products
+ * see the new values); the copy's bytes are in the scratch count. */
+static void check_kept_weights(void)
+{
+    size_t ni = (size_t)N * IC, nw = (size_t)OC * IC, total = 3 + 2 * nw + 5;
+    float *inp = random_floats(ni, 40), *dout = random_floats((size_t)N * OC, 41);
+    float *params = random_floats(total + 1, 42), *fresh = random_floats(total + 1, 43);
+    float *first = params + 3, *last = params + total - nw, *past = last + 1;
+    msr_products_t *p = NULL, *q = NULL, *p32 = NULL;
+    MSR_CHECK_OK(msr_products_create(MSR_PRECISION_BF16, &p));
+    MSR_CHECK_OK(msr_products_create(MSR_PRECISION_BF16, &q));
+    MSR_CHECK_OK(msr_products_create(MSR_PRECISION_FP32, &p32));
+    MSR_CHECK_OK(msr_products_keep_weights(p32, params, total)); /* nothing for fp32 */
+    MSR_CHECK_EQ(msr_products_scratch_bytes(p32), 0);
+    MSR_CHECK_OK(msr_products_keep_weights(NULL, params, total));
+    MSR_CHECK_OK(msr_products_keep_weights(p, params, total));
+    float *old[3], *neu[3], *w[3] = {first, last, past};
+    for (int k = 0; k < 3; k++)
+        old[k] = linear_want(q, inp, w[k], dout);
+    memcpy(params, fresh, (total + 1) * sizeof *params);
+    for (int k = 0; k < 3; k++)
+        neu[k] = linear_want(q, inp, w[k], dout);
+    memcpy(fresh, params, (total + 1) * sizeof *params); /* fresh: the new values */
+    random_floats_into(params, total + 1, 42);           /* params: the old ones again */
+    /* outside a step every product rounds its weight */
+    MSR_CHECK(linear_same(p, inp, first, dout, old[0]));
+    memcpy(params, fresh, (total + 1) * sizeof *params);
+    MSR_CHECK(linear_same(p, inp, first, dout, neu[0]));
+    random_floats_into(params, total + 1, 42);
+    /* in a step, the kept ones hold their first rounding */
+    msr_products_weights_begin(p);
+    for (int k = 0; k < 3; k++)
+        MSR_CHECK_MSG(linear_same(p, inp, w[k], dout, old[k]), "weight %d, first", k);
+    memcpy(params, fresh, (total + 1) * sizeof *params);
+    MSR_CHECK_MSG(linear_same(p, inp, first, dout, old[0]), "at offset 3: kept");
+    MSR_CHECK_MSG(linear_same(p, inp, last, dout, old[1]), "ending at the end: kept");
+    MSR_CHECK_MSG(linear_same(p, inp, past, dout, neu[2]), "one past the end: not kept");
+    msr_products_weights_end(p);
+    for (int k = 0; k < 3; k++)
+        MSR_CHECK_MSG(linear_same(p, inp, w[k], dout, neu[k]), "weight %d after the step", k);
+    /* nor kept after it */
+    random_floats_into(params, total + 1, 42);
+    MSR_CHECK_MSG(linear_same(p, inp, first, dout, old[0]), "after the step: not kept");
+    /* a begin drops what the step before kept, even with no end */
+    msr_products_weights_begin(p);
+    MSR_CHECK(linear_same(p, inp, first, dout, old[0]));
+    memcpy(params, fresh, (total + 1) * sizeof *params);
+    msr_products_weights_begin(p);
+    for (int k = 0; k < 3; k++)
+        MSR_CHECK_MSG(linear_same(p, inp, w[k], dout, neu[k]), "weight %d, next step", k);
+    msr_products_weights_end(p);
+    /* the copy's bytes, then none once freed */
+    MSR_CHECK_EQ(msr_products_scratch_bytes(p), msr_products_scratch_bytes(q) + 2 * total);
+    MSR_CHECK_OK(msr_products_keep_weights(p, NULL, 0));
+    MSR_CHECK_EQ(msr_products_scratch_bytes(p), msr_products_scratch_bytes(q));
+    msr_products_weights_begin(p); /* nothing kept: rounds every time */
+    MSR_CHECK(linear_same(p, inp, first, dout, neu[0]));
+    random_floats_into(params, total + 1, 42);
+    MSR_CHECK(linear_same(p, inp, first, dout, old[0]));
+    msr_products_weights_end(p);
+    MSR_CHECK_OK(msr_products_status(p));
+    msr_products_destroy(p), msr_products_destroy(q), msr_products_destroy(p32);
+    for (int k = 0; k < 3; k++)
+        free(old[k]), free(neu[k]);
+    free(inp), free(dout), free(params), free(fresh);
+}
+
+static void test_kept_weights(void)
+{
+    check_kept_weights();
+}
+
+static void test_kept_weights_blas(void)
+{
+    setenv("MSRUN_CPU_DISABLE", "avx512_bf16,avx512f", 1);
+    check_kept_weights();
+}
+
 static const msr_test_t tests[] = {
     {"names", test_names, 10},
     {"fp32_is_sgemm", test_fp32_is_sgemm, 10},
@@ -490,6 +601,8 @@ static const msr_test_t tests[] = {
     {"fused_kernels_scalar", test_fused_kernels_scalar, 10},
     {"handover", test_handover, 10},
     {"handover_blas", test_handover_blas, 10},
+    {"kept_weights", test_kept_weights, 10},
+    {"kept_weights_blas", test_kept_weights_blas, 10},
 };
 
 int main(int argc, char **argv)
