@@ -21,9 +21,9 @@ before and after; a run that fails (or passes --timeout) is said on stderr
 with the tail of its output, left out of the table and counted (exit 1).
 Times of the replacement are its own clock's, the same
 machine's: the stages are comparable to a few microseconds.
-UCX_TLS, when set, reaches every rank and is printed with the figures:
-with the engine's own choice on one machine (shared-memory FIFOs) a
-victim killed inside a send can hang its run (docs/ps.md, "The hang").
+UCX_TLS, when set, reaches every rank and is printed with the figures
+(docs/ps.md, "The hang": the transports decided whether a victim killed
+inside a send hung its run before every link was a pair of its own).
 
 Usage: bench/ps/join_bench.py [--runs N] [--workers W] [--servers S]
                               [--staleness K] [--build DIR]
