@@ -101,6 +101,34 @@ static msr_status_t rejoin(msr_ctx_t *ctx, int servers, int staleness, int inc, 
     return MSR_OK;
 }
 
+/* Asynchronous: each link made again as a pair of its own (join 0's
+ * names), so that every worker-server pair has its own engine and
+ * receive queue. On one machine UCX's shared-memory transports give a
+ * process one receive FIFO that all its senders write into: a worker
+ * killed inside a send leaves a slot never marked written, and the
+ * server would then never receive another message on that engine from
+ * anyone (docs/ps.md, The hang). Workers pair with the servers in
+ * order, servers with the workers in order: a pair waited on is always
+ * the least of what its two sides still wait for, so none waits for
+ * ever. */
+static msr_status_t pair_links(msr_ps_t *ps)
+{
+    int worker = ps->role == MSR_PS_WORKER, me = ps->role_rank;
+    char name[MSR_COMM_PAIR_NAME_MAX + 1];
+    for (int o = 0; o < ps->nlinks; o++) {
+        int w = worker ? me : o, s = worker ? o : me;
+        pair_name(ps->ctx, w, 0, s, name, sizeof name);
+        int peer = msr_comm_world_rank(ps->comm, worker ? ps->workers + s : w);
+        msr_comm_t *c = NULL;
+        msr_status_t st = msr_comm_pair(ps->ctx, name, peer, &c);
+        if (st != MSR_OK)
+            return msr_err_prefix(st, "msr_ps_join: worker %d's link with server %d", w, s);
+        msr_comm_destroy(ps->links[o]);
+        ps->links[o] = c;
+    }
+    return MSR_OK;
+}
+
 msr_status_t msr_ps_join(msr_ctx_t *ctx, int servers, int staleness, msr_ps_t **ps_p)
 {
     if (ctx == NULL || ps_p == NULL)
@@ -120,6 +148,12 @@ msr_status_t msr_ps_join(msr_ctx_t *ctx, int servers, int staleness, msr_ps_t **
         return st;
     msr_ps_t *ps = *ps_p;
     ps->ctx = ctx;
+    if (ps->links && (st = pair_links(ps)) != MSR_OK) {
+        ps->broken = st; /* no goodbye */
+        msr_ps_destroy(ps);
+        *ps_p = NULL;
+        return st;
+    }
     if (ps->role == MSR_PS_SERVER && ps->links &&
         (ps->join_seen = msr_calloc((size_t)ps->workers, sizeof *ps->join_seen)) == NULL) {
         msr_ps_destroy(ps);

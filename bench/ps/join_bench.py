@@ -21,6 +21,9 @@ before and after; a run that fails (or passes --timeout) is said on stderr
 with the tail of its output, left out of the table and counted (exit 1).
 Times of the replacement are its own clock's, the same
 machine's: the stages are comparable to a few microseconds.
+UCX_TLS, when set, reaches every rank and is printed with the figures
+(docs/ps.md, "The hang": the transports decided whether a victim killed
+inside a send hung its run before every link was a pair of its own).
 
 Usage: bench/ps/join_bench.py [--runs N] [--workers W] [--servers S]
                               [--staleness K] [--build DIR]
@@ -148,8 +151,9 @@ def main():
         if not os.access(os.path.join(build, "bin", b), os.X_OK):
             p.error("%s/bin/%s is missing: build first" % (build, b))
     print("# %d CPUs; load average before: %s; %d runs of %d workers + %d servers, "
-          "staleness %d" % (os.cpu_count(), load(), args.runs, args.workers, args.servers,
-                            args.staleness))
+          "staleness %d; UCX_TLS=%s" % (os.cpu_count(), load(), args.runs, args.workers,
+                                        args.servers, args.staleness,
+                                        os.environ.get("UCX_TLS") or "(the engine's choice)"))
     runs, failed = [], 0
     for i in range(args.runs):
         r, why = one(args, build)
