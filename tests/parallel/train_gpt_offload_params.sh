@@ -138,10 +138,9 @@ for how in on-on on-off off-on both-both both-off full-on-on full-on-off z2-on-o
     [[ -z "$(ls -A "$work/off")" ]] || fail "ck-$how left files: $(ls "$work/off")"
 done
 
-why="params=disk covers data parallel with --zero 0-2 on CPU ranks: not"
+why="params=disk covers data, tensor and context parallel with --zero 0-2 on CPU ranks: not"
 refuse 1 "$why --zero 3" "${small[@]}" --offload "$params" --zero 3
-refuse 2 "$why --pp, --cp or --trace" "${small[@]}" --offload "$params" --pp 2
-refuse 2 "$why --pp, --cp or --trace" "${small[@]}" --offload "$params" --cp 2
+refuse 2 "$why --pp or --trace" "${small[@]}" --offload "$params" --pp 2
 refuse 1 "$why --experts" "${small[@]}" --offload "$params" --experts 2
 refuse 1 "params=host: a CPU rank's parameters" "${small[@]}" --offload params=host
 refuse 1 "is not a comma-separated list" "${small[@]}" --offload params=disk:
