@@ -122,11 +122,10 @@ static int params_combination(const options_t *o, const msr_offload_config_t cfg
     if (cfg[T_PARAMS].mode != MSR_OFFLOAD_DISK)
         return 0;
     const char *why = strcmp(o->device, "cpu") != 0 ? "--device cuda"
-                      : o->pp > 1 || o->trace != NULL
-                          ? "--pp or --trace (the model-parallel runtime's stages)"
-                      : o->experts > 0 ? "--experts"
-                      : o->zero > 2    ? "--zero 3 (it takes --zero 0, 1 or 2)"
-                                       : NULL;
+                      : o->pp > 1                   ? "--pp (the model-parallel runtime's stages)"
+                      : o->experts > 0              ? "--experts"
+                      : o->zero > 2                 ? "--zero 3 (it takes --zero 0, 1 or 2)"
+                                                    : NULL;
     if (why != NULL) {
         fprintf(stderr,
                 "train_gpt: --offload params=disk covers data, tensor and context parallel "

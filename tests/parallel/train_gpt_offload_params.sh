@@ -140,7 +140,7 @@ done
 
 why="params=disk covers data, tensor and context parallel with --zero 0-2 on CPU ranks: not"
 refuse 1 "$why --zero 3" "${small[@]}" --offload "$params" --zero 3
-refuse 2 "$why --pp or --trace" "${small[@]}" --offload "$params" --pp 2
+refuse 2 "$why --pp" "${small[@]}" --offload "$params" --pp 2
 refuse 1 "$why --experts" "${small[@]}" --offload "$params" --experts 2
 refuse 1 "params=host: a CPU rank's parameters" "${small[@]}" --offload params=host
 refuse 1 "is not a comma-separated list" "${small[@]}" --offload params=disk:
