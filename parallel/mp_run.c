@@ -222,12 +222,26 @@ static msr_status_t send_to(msr_mp_t *mp, const float *buf, int peer, int tag, m
     return st != MSR_OK ? msr_mp_failed("pipeline send", st) : MSR_OK;
 }
 
-static msr_status_t hook(msr_mp_t *mp, int s, int acquire)
+/* Segment s's hook for pass. Under the parameters' offload a traced step
+ * records each block's acquire (the wait for its read, the start of the
+ * next one's) as "params block K F" or "... B" on the communication row. */
+static msr_status_t call_hook(msr_mp_t *mp, int s, int acquire, msr_gpt_pass_t pass)
 {
     const msr_gpt_hooks_t *h = msr_dp_hooks(mp->dp);
-    if (acquire)
-        return h->acquire(h->arg, mp->model, s, MSR_GPT_BACKWARD);
-    return h->release(h->arg, mp->model, s, MSR_GPT_BACKWARD);
+    if (!acquire)
+        return h->release(h->arg, mp->model, s, pass);
+    uint64_t a = mp->tracing ? msr_now_ns() : 0;
+    msr_status_t st = h->acquire(h->arg, mp->model, s, pass);
+    if (mp->tracing && msr_dp_params_store(mp->dp) != NULL && s != mp->model->seg_embed &&
+        s != mp->model->seg_lnf)
+        msr_mp_span_add(mp, 1, a, msr_now_ns(), "params block %d %s", s - 1,
+                        pass == MSR_GPT_FORWARD ? "F" : "B");
+    return st;
+}
+
+static msr_status_t hook(msr_mp_t *mp, int s, int acquire)
+{
+    return call_hook(mp, s, acquire, MSR_GPT_BACKWARD);
 }
 
 /* A forward's hook: under ZeRO-3 segment s's parameters are gathered over
@@ -238,10 +252,7 @@ static msr_status_t fwd_hook(msr_mp_t *mp, int s, int acquire)
 {
     if (mp->cfg.zero < 3 && msr_dp_params_store(mp->dp) == NULL)
         return MSR_OK;
-    const msr_gpt_hooks_t *h = msr_dp_hooks(mp->dp);
-    if (acquire)
-        return h->acquire(h->arg, mp->model, s, MSR_GPT_FORWARD);
-    return h->release(h->arg, mp->model, s, MSR_GPT_FORWARD);
+    return call_hook(mp, s, acquire, MSR_GPT_FORWARD);
 }
 
 /* The head reads the final norm's segment and, for a GPT on one stage,

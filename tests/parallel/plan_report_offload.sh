@@ -4,9 +4,10 @@
 # optimizer's moments, full recompute's block inputs, both; the blocks'
 # parameters, alone, with the moments and under recompute, on one
 # process and dp 2 under ZeRO 0, 1 and 2, with the moments under ZeRO 0,
-# 1 and 2 too, tp 2 with and without sp, dp 2 x tp 2 with both) on one
-# process, dp 2 under ZeRO 1, 2 and 3, tp 2 with sp and pp 2 under 1F1B,
-# GPipe and interleaved, train_gpt --report runs under msrun and every
+# 1 and 2 too, tp 2 with and without sp, dp 2 x tp 2 with both, cp 2
+# alone, with dp 2 under ZeRO 1 and with tp 2 and sp) on one process,
+# dp 2 under ZeRO 1, 2 and 3, tp 2 with sp and pp 2 under 1F1B, GPipe and
+# interleaved, train_gpt --report runs under msrun and every
 # rank's parameter, gradient and optimizer bytes, shard, buckets, work
 # space, activation peak and frame sizes must equal plan_gpt --offload
 # ... --ranks's to the byte; --offload-chunk at its bound 4096 and at a
@@ -91,6 +92,14 @@ params
 check 4 dp=1,tp=2,pp=1,sp=0,zero=0,recompute=none,micro_batch=2 "${P[@]}" --tp 2
 check 4 dp=1,tp=2,pp=1,sp=1,zero=0,recompute=full,micro_batch=2 "${P[@]}" --tp 2 --sp \
     --recompute full
+# cp 2: each rank's whole blocks in its file, with ZeRO 1 and with tp 2
+params
+check 4 dp=1,tp=1,pp=1,cp=2,sp=0,zero=0,recompute=none,micro_batch=2 "${P[@]}" --cp 2
+world=4
+check 4 dp=2,tp=1,pp=1,cp=2,sp=0,zero=1,recompute=full,micro_batch=2 "${P[@]}" --cp 2 \
+    --zero 1 --recompute full --bucket-mb 0.02 --zero-min-bytes 0
+check 4 dp=1,tp=2,pp=1,cp=2,sp=1,zero=0,recompute=selective,micro_batch=2 "${P[@]}" --cp 2 \
+    --tp 2 --sp --recompute selective
 # four ranks: tp 2 with sp (a block input of B T / 2 positions), and the
 # interleaved schedule's two chunks per rank
 world=4

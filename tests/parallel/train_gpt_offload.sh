@@ -6,19 +6,14 @@
 # options' bounds (the chunk at each bound and one past) and refusals exit
 # 2 with the reason; a file size limit reached is a clear error.
 set -euo pipefail
-bin="$MSRUN_BUILD/bin"
-source "$(dirname "$0")/job_env.sh"
-job_test_setup
+source "$(dirname "$0")/offload_env.sh"
 small=(--layers 2 --channels 32 --heads 4 --seq 16 --micro-batch 2 --global-batch 4 --steps 10)
-mkdir -p "$work/off"
-# run NAME N ARGS...: an N-rank job writing its losses to $work/NAME.log
+# run NAME N ARGS...: an N-rank job (under msrun, one rank too) writing
+# its 10 steps' losses to $work/NAME.log
 run() {
-    local name=$1 n=$2 job=offload-$$-$RANDOM
+    local name=$1 n=$2
     shift 2
-    jobs_started+=("$job")
-    timeout -k 5 60 "${msrun_cmd[@]}" --worker_num="$n" --local_worker_num="$n" --job_id="$job" \
-        "${worker_env[@]}" "$bin/train_gpt" "${small[@]}" --loss-log "$work/$name.log" "$@" \
-        >"$work/$name.out" 2>&1 || fail "$name: exited $?: $(tail -5 "$work/$name.out")"
+    offload_run "$name" "m$n" "$@"
     [[ $(wc -l <"$work/$name.log") -eq 10 ]] || fail "$name: $(wc -l <"$work/$name.log") steps"
 }
 # the engines this build has (io_uring only where built with liburing)

@@ -12,54 +12,29 @@
 # by name; a missing directory and a block changed underneath are clear
 # errors naming the file.
 set -euo pipefail
-bin="$MSRUN_BUILD/bin"
-source "$(dirname "$0")/job_env.sh"
-job_test_setup
+source "$(dirname "$0")/offload_env.sh"
+job_prefix=offparams
 small=(--layers 4 --channels 32 --heads 4 --seq 16 --micro-batch 2 --global-batch 8 --steps 4)
-mkdir -p "$work/off"
 params="params=disk:$work/off"
-# run NAME N ARGS...: an N-rank job writing its losses to $work/NAME.log
-# (N 1: train_gpt alone; N m1: one rank under msrun)
-run() {
-    local name=$1 raw=$2 n=${2#m} job=offparams-$$-$RANDOM launch=()
-    shift 2
-    if [[ $n -gt 1 || $raw == m* ]]; then
-        jobs_started+=("$job")
-        launch=("${msrun_cmd[@]}" --worker_num="$n" --local_worker_num="$n" --job_id="$job"
-            "${worker_env[@]}")
-    fi
-    timeout -k 5 60 "${launch[@]}" "$bin/train_gpt" "${small[@]}" --loss-log "$work/$name.log" \
-        "$@" >"$work/$name.out" 2>&1 || fail "$name: exited $?: $(tail -5 "$work/$name.out")"
-}
 engines=(threads uring)
 if timeout 30 "$bin/train_gpt" "${small[@]}" --steps 1 --offload "$params" --offload-io uring \
     2>&1 >/dev/null | grep -q "io_uring is not in this build"; then
     echo "skip: --offload-io uring (built without liburing)"
     engines=(threads)
 fi
-# every rank read each block back once per forward, backward and update of
-# every micro-batch (4 blocks, 4 steps, M micro-batches), wrote it once at
-# the start and once per update, and read none that was not read ahead
-read_ahead() {
-    local name=$1 n=$2 m=$3 lines
-    lines=$(grep -c "parameter offload: 20 written, $((4 * 4 * (2 * m + 1))) read back, 0 not read ahead" \
-        "$work/$name.out" || true)
-    [[ $lines -eq $n ]] || fail "$name: $n ranks should read every block back ahead: \
-$(grep "parameter offload" "$work/$name.out")"
-}
 # same NAME N M ENGINES ARGS...: with and without the offload, with each of
 # ENGINES ("all": this build's), bitwise; M micro-batches a step
 same() {
     local name=$1 n=$2 m=$3 ios=("$4")
     shift 4
     [[ "${ios[0]}" != all ]] || ios=("${engines[@]}")
-    run "$name" "$n" "$@" --report
+    offload_run "$name" "$n" "$@" --report
     for io in "${ios[@]}"; do
-        run "$name-$io" "$n" "$@" --offload "$params" --offload-io "$io" --report
+        offload_run "$name-$io" "$n" "$@" --offload "$params" --offload-io "$io" --report
         [[ $(wc -l <"$work/$name-$io.log") -eq 4 ]] || fail "$name-$io: not 4 steps"
         cmp -s "$work/$name.log" "$work/$name-$io.log" ||
             fail "$name with --offload-io $io differs: $(diff "$work/$name.log" "$work/$name-$io.log" | head -4)"
-        read_ahead "$name-$io" "$n" "$m"
+        offload_read_ahead "$name-$io" "$n" "$m"
         [[ -z "$(ls -A "$work/off")" ]] || fail "$name-$io left files: $(ls "$work/off")"
     done
 }
@@ -84,10 +59,10 @@ shard=$(sed -n 's/.*rank 0 zero 1: .*(shard \([0-9]*\) of \([0-9]*\) elements, \
 read -r own all rep <<<"${shard:-0 0 0}"
 [[ $own -lt $all && $rep -lt $((all / 2)) ]] || fail "ZeRO 1 sharded little: '$shard'"
 # every offload at once: the block inputs, the parameters, the moments
-run all 1 --recompute full --report \
+offload_run all 1 --recompute full --report \
     --offload "$params,activations=disk:$work/off,optimizer=disk:$work/off"
 cmp -s "$work/full.log" "$work/all.log" || fail "all: $(diff "$work/full.log" "$work/all.log" | head -4)"
-read_ahead all 1 4
+offload_read_ahead all 1 4
 grep -q "activation offload: 64 written, 64 read back, 0 not read ahead" "$work/all.out" ||
     fail "all: $(grep "activation offload" "$work/all.out")"
 
@@ -95,14 +70,14 @@ grep -q "activation offload: 64 written, 64 read back, 0 not read ahead" "$work/
 # many; by default: one spans two blocks) reach the blocks in order, each
 # block read ahead and written back behind as the chunks move past it
 both="$params,optimizer=disk:$work/off"
-run both 1 --offload "$both" --offload-chunk 4096 --report
-run both-dp 2 --dp 2 --offload "$both" --report
+offload_run both 1 --offload "$both" --offload-chunk 4096 --report
+offload_run both-dp 2 --dp 2 --offload "$both" --report
 for name in both:one both-dp:dp; do
     cmp -s "$work/${name#*:}.log" "$work/${name%:*}.log" ||
         fail "${name%:*}: $(diff "$work/${name#*:}.log" "$work/${name%:*}.log" | head -4)"
 done
-read_ahead both 1 4
-read_ahead both-dp 2 2
+offload_read_ahead both 1 4
+offload_read_ahead both-dp 2 2
 [[ -z "$(ls -A "$work/off")" ]] || fail "both left files: $(ls "$work/off")"
 
 # the parameters resident: without the 4 blocks (3 blocks' buffers instead)
@@ -111,7 +86,7 @@ pbytes() { sed -n 's/.*rank 0 zero 0: params \([0-9]*\) .*/\1/p' "$work/$1.out";
     fail "params $(pbytes one-threads) bytes with offload, $(pbytes one) without"
 
 # kept on request: one per rank, 0600 whatever the umask
-(umask 000 && run keep 2 --dp 2 --offload "$params" --offload-keep)
+(umask 000 && offload_run keep 2 --dp 2 --offload "$params" --offload-keep)
 cmp -s "$work/dp.log" "$work/keep.log" || fail "--offload-keep changed the losses"
 kept "$work/off" params 2
 
@@ -130,18 +105,17 @@ for how in on-on on-off off-on both-both both-off full-on-on full-on-off z2-on-o
     [[ $mode != both-* ]] || before+=(--offload "$both")
     [[ $mode != *-both ]] || after+=(--offload "$both")
     rm -rf "$work/ck"
-    run "ck-$how" $np --steps 2 --ckpt-every 2 --ckpt-dir "$work/ck" "${before[@]}"
-    run "ck-$how" $np --ckpt-every 2 --ckpt-dir "$work/ck" "${after[@]}" --resume
+    offload_run "ck-$how" $np --steps 2 --ckpt-every 2 --ckpt-dir "$work/ck" "${before[@]}"
+    offload_run "ck-$how" $np --ckpt-every 2 --ckpt-dir "$work/ck" "${after[@]}" --resume
     grep -q "resumed from step 2" "$work/ck-$how.out" || fail "$how: no resume: $(cat "$work/ck-$how.out")"
     cmp -s "$work/$base.log" "$work/ck-$how.log" ||
         fail "resumed $how ($base): $(diff "$work/$base.log" "$work/ck-$how.log")"
     [[ -z "$(ls -A "$work/off")" ]] || fail "ck-$how left files: $(ls "$work/off")"
 done
 
-why="params=disk covers data parallel with --zero 0-2 on CPU ranks: not"
+why="params=disk covers data, tensor and context parallel with --zero 0-2 on CPU ranks: not"
 refuse 1 "$why --zero 3" "${small[@]}" --offload "$params" --zero 3
-refuse 2 "$why --pp, --cp or --trace" "${small[@]}" --offload "$params" --pp 2
-refuse 2 "$why --pp, --cp or --trace" "${small[@]}" --offload "$params" --cp 2
+refuse 2 "$why --pp" "${small[@]}" --offload "$params" --pp 2
 refuse 1 "$why --experts" "${small[@]}" --offload "$params" --experts 2
 refuse 1 "params=host: a CPU rank's parameters" "${small[@]}" --offload params=host
 refuse 1 "is not a comma-separated list" "${small[@]}" --offload params=disk:

@@ -8,28 +8,23 @@
 # a tp 2 run stopped and resumed with the offload on then off, and off
 # then on, ends as the run never stopped; no file is left.
 set -euo pipefail
-bin="$MSRUN_BUILD/bin"
-source "$(dirname "$0")/job_env.sh"
-job_test_setup
+source "$(dirname "$0")/offload_env.sh"
+job_prefix=offtp
+offload_limit=90
 small=(--layers 4 --channels 32 --heads 4 --seq 16 --micro-batch 2 --global-batch 8 --steps 4)
-mkdir -p "$work/off"
 params=(--offload "params=disk:$work/off")
-# run NAME N ARGS...: an N-rank job writing its losses to $work/NAME.log
+# run NAME N ARGS...: an N-rank job writing its losses to $work/NAME.log,
+# no file left
 run() {
-    local name=$1 n=$2 job=offtp-$$-$RANDOM
-    shift 2
-    jobs_started+=("$job")
-    timeout -k 5 90 "${msrun_cmd[@]}" --worker_num="$n" --local_worker_num="$n" --job_id="$job" \
-        "${worker_env[@]}" "$bin/train_gpt" "${small[@]}" --loss-log "$work/$name.log" "$@" \
-        >"$work/$name.out" 2>&1 || fail "$name: exited $?: $(tail -5 "$work/$name.out")"
-    [[ -z "$(ls -A "$work/off")" ]] || fail "$name left files: $(ls "$work/off")"
+    offload_run "$@"
+    offload_none_left "$1"
 }
 # same NAME N M ARGS...: with and without the offload (ARGS after the
 # layout's), bitwise, each of the N ranks reading each of the 4 blocks
 # back ahead once per forward and backward of its M micro-batches and
 # once per update, 4 steps
 same() {
-    local name=$1 n=$2 m=$3 lines
+    local name=$1 n=$2 m=$3
     shift 3
     local -a layout=()
     while [[ $# -gt 0 && $1 != -- ]]; do layout+=("$1") && shift; done
@@ -39,10 +34,7 @@ same() {
     [[ $(wc -l <"$work/$name-off.log") -eq 4 ]] || fail "$name-off: not 4 steps"
     cmp -s "$work/$name.log" "$work/$name-off.log" ||
         fail "$name with the offload differs: $(diff "$work/$name.log" "$work/$name-off.log" | head -4)"
-    lines=$(grep -c "parameter offload: 20 written, $((4 * 4 * (2 * m + 1))) read back, 0 not read ahead" \
-        "$work/$name-off.out" || true)
-    [[ $lines -eq $n ]] || fail "$name-off: $n ranks should read every block back ahead: \
-$(grep "parameter offload" "$work/$name-off.out")"
+    offload_read_ahead "$name-off" "$n" "$m"
 }
 same tp 2 4 --tp 2 -- "${params[@]}" --offload-io threads
 same sp 2 4 --tp 2 --sp --recompute full -- "${params[@]}"

@@ -1,0 +1,42 @@
+# Shared by the train_gpt --offload tests: job_env.sh's set-up ($work,
+# removed at exit with the jobs started), $bin, an empty $work/off for
+# the stores, and the runs and checks those tests share. A script sets
+# small (the options every run takes first) and may set offload_limit
+# (a run's seconds, 60 unless set) before offload_run.
+#
+#   offload_run NAME N ARGS...: train_gpt "${small[@]}" ARGS writing its
+#   losses to $work/NAME.log and its output to $work/NAME.out: alone for
+#   N 1, on N ranks under msrun for N 2 or more or mN (mN: N ranks, one
+#   too); a failure or an exit status but 0 fails naming NAME
+#   offload_read_ahead NAME N M: each of the N ranks of run NAME (--report,
+#   4 blocks, 4 steps, M micro-batches a step) wrote every block once at
+#   the start and once per update, read it back once per forward, backward
+#   and update, and read none that was not read ahead
+#   offload_none_left NAME: $work/off is empty after run NAME
+source "$(dirname "${BASH_SOURCE[0]}")/job_env.sh"
+bin="$MSRUN_BUILD/bin"
+job_test_setup
+mkdir -p "$work/off"
+
+offload_run() {
+    local name=$1 raw=$2 n=${2#m} job=${job_prefix:-offload}-$$-$RANDOM launch=()
+    shift 2
+    if [[ $n -gt 1 || $raw == m* ]]; then
+        jobs_started+=("$job")
+        launch=("${msrun_cmd[@]}" --worker_num="$n" --local_worker_num="$n" --job_id="$job"
+            "${worker_env[@]}")
+    fi
+    timeout -k 5 "${offload_limit:-60}" "${launch[@]}" "$bin/train_gpt" "${small[@]}" \
+        --loss-log "$work/$name.log" "$@" >"$work/$name.out" 2>&1 ||
+        fail "$name: exited $?: $(tail -5 "$work/$name.out")"
+}
+offload_read_ahead() {
+    local name=$1 n=$2 m=$3 lines
+    lines=$(grep -c "parameter offload: 20 written, $((4 * 4 * (2 * m + 1))) read back, 0 not read ahead" \
+        "$work/$name.out" || true)
+    [[ $lines -eq $n ]] || fail "$name: $n ranks should read every block back ahead: \
+$(grep "parameter offload" "$work/$name.out")"
+}
+offload_none_left() {
+    [[ -z "$(ls -A "$work/off")" ]] || fail "$1 left files: $(ls "$work/off")"
+}
