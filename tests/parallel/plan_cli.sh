@@ -27,7 +27,7 @@ refuse "--ranks needs --fix to leave one layout" "${m[@]}" --ranks
 refuse "too large to count" --layers 65536 --channels 1048576 --heads 16 --seq 4096 \
     --global-batch 8 --world 1
 refuse "no valid layout" "${m[@]}" --fix tp=3
-refuse "ZeRO-3 runs with tensor and sequence parallel on one stage, not with pipeline" \
+refuse "ZeRO-3 with pipeline parallel: the planner's replay of its temporaries models one stage" \
     "${m[@]}" --fix zero=3,pp=2
 refuse "not with a MoE model" "${m[@]}" --experts 4 --fix zero=3,tp=2
 refuse "top-k 5 is not in \[1, 4 experts\]" "${m[@]}" --experts 4 --top-k 5
