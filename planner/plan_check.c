@@ -45,8 +45,7 @@ int msr_plan_check_model(const msr_plan_model_t *m, char *why, size_t why_len)
 
 /* ZeRO 0..3; the model-parallel runtime gathers ZeRO-3's segments over dp
  * (dp x cp under context parallel) with tp, sp, cp and pp, not on a MoE
- * model (parallel/mp_pipe.c check_zero3); the planner's replay of its
- * temporaries (plan_replay.c) models one stage, so it refuses pp too. */
+ * model (parallel/mp_pipe.c check_zero3). */
 static int check_zero(const msr_plan_model_t *m, const msr_plan_layout_t *l, char *why,
                       size_t why_len)
 {
@@ -55,9 +54,6 @@ static int check_zero(const msr_plan_model_t *m, const msr_plan_layout_t *l, cha
     if (l->zero == 3 && m->experts > 0 && !msr_plan_whole_path(l))
         BAD("ZeRO-3 runs with tensor, sequence, context and pipeline parallel, not with a MoE "
             "model");
-    if (l->zero == 3 && l->pp > 1)
-        BAD("ZeRO-3 with pipeline parallel: the planner's replay of its temporaries models one "
-            "stage (train_gpt runs it; plan with --zero 0, 1 or 2)");
     return 0;
 }
 

@@ -11,9 +11,9 @@
 # split and under the interleaved schedule (the first stage gathers the
 # tied wte for the last stage's head copy after every update); dp 2 x tp
 # 2, dp 2 x cp 2 and dp 2 x pp 2 ZeRO-3 checkpoints resume bitwise in
-# their layout and reshard into one process; the cp layouts' --report
-# equals plan_gpt --ranks to the byte on every rank (shards over dp x
-# cp); what is not done yet (a MoE model) is refused before training with
+# their layout and reshard into one process; the cp and pp layouts'
+# --report equals plan_gpt --ranks to the byte on every rank (shards over
+# dp x cp; a pipeline stage's part); what is not done yet (a MoE model) is refused before training with
 # its reason.
 # (plan_report_lib.sh: set -euo pipefail, $bin, job_env.sh, $work, check)
 source "$(dirname "$0")/plan_report_lib.sh"
@@ -127,4 +127,14 @@ check 4 dp=2,tp=1,pp=1,cp=2,sp=0,zero=3,recompute=none,micro_batch=2 --cp 2 --ze
 check 4 dp=1,tp=2,pp=1,cp=2,sp=1,zero=3,recompute=full,micro_batch=1,schedule=gpipe --cp 2 \
     --tp 2 --sp --zero 3 --grad-accum 2 --schedule gpipe --recompute full --bucket-mb 0.02 \
     --zero-min-bytes 20000
+# and under pp (planner/plan_replay.c: a stage's segments, the schedule's
+# visits): dp 2 x pp 2 interleaved (every gradient kept through the step,
+# the tied wte gathered again for the head's gradient, then packed), and
+# tp 2 x pp 2 with sp and selective recompute under 1F1B (dp 1: the
+# first stage runs no forward after its first backward, the last does)
+check 4 dp=2,tp=1,pp=2,sp=0,zero=3,recompute=none,micro_batch=1,schedule=interleaved,virtual_stages=2 \
+    --pp 2 --zero 3 --grad-accum 2 --schedule interleaved --virtual-stages 2 --bucket-mb 0.01 \
+    --zero-min-bytes 0
+check 4 dp=1,tp=2,pp=2,sp=1,zero=3,recompute=selective,micro_batch=2,schedule=1f1b --pp 2 \
+    --tp 2 --sp --recompute selective --zero 3 --grad-accum 2 --bucket-mb 0.01 --zero-min-bytes 0
 echo "train_gpt_zero3_mp: ok"
