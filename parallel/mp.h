@@ -216,9 +216,15 @@ void msr_mp_destroy(msr_mp_t *mp);
 msr_status_t msr_mp_run(msr_mp_t *mp, msr_dp_t *dp, const int *inputs, const int *targets,
                         float dloss, double *loss_p);
 
+/* The data-parallel state whose hooks msr_mp_sync_tied gathers ZeRO-3's
+ * embedding segment with (msr_mp_run sets it too); dp must outlive mp. */
+void msr_mp_set_dp(msr_mp_t *mp, msr_dp_t *dp);
+
 /* Pipeline with pp > 1: the first stage sends its wte to the last stage's
- * head copy (after initialisation, an optimizer step or a restore).
- * Collective over the pipeline group; does nothing otherwise. */
+ * head copy (after initialisation, an optimizer step or a restore); under
+ * ZeRO-3 the first stage gathers it over dp first (msr_mp_set_dp before).
+ * Collective over the pipeline group (and under ZeRO-3 the first stage's
+ * dp group); does nothing otherwise. */
 msr_status_t msr_mp_sync_tied(msr_mp_t *mp);
 
 /* Tracing: while on, msr_mp_run records its spans (each run starts a new

@@ -486,17 +486,42 @@ static msr_status_t run_backward(msr_mp_t *mp, int m, int c)
 
 /* ---- the step ---- */
 
+void msr_mp_set_dp(msr_mp_t *mp, msr_dp_t *dp)
+{
+    mp->dp = dp;
+}
+
+/* The first stage's send of its wte; under ZeRO-3 the embedding segment is
+ * gathered over dp around it (each dp rank sends its own last-stage peer
+ * the whole wte), as a forward's use gathers it. */
+static msr_status_t send_tied(msr_mp_t *mp, size_t n)
+{
+    msr_gpt_t *m = mp->model;
+    int z3 = mp->cfg.zero >= 3;
+    if (z3 && mp->dp == NULL)
+        return msr_err(MSR_ERR_STATE, "mp: ZeRO-3's tied embedding synced before dp was set");
+    msr_status_t st = z3 ? fwd_hook(mp, m->seg_embed, 1) : MSR_OK;
+    if (st != MSR_OK)
+        return st;
+    st = msr_comm_send(mp->mesh->pp_comm, m->segments[m->seg_embed].params, n, MSR_DTYPE_F32,
+                       mp->pp - 1, MSR_COMM_TAG_MAX);
+    if (st != MSR_OK)
+        st = msr_mp_failed("sending the tied embedding to the last stage", st);
+    msr_status_t rst = z3 ? fwd_hook(mp, m->seg_embed, 0) : MSR_OK;
+    return st != MSR_OK ? st : rst;
+}
+
 msr_status_t msr_mp_sync_tied(msr_mp_t *mp)
 {
     if (!tied(mp))
         return MSR_OK;
     size_t n = (size_t)mp->d.Vl * (size_t)mp->d.C;
-    msr_status_t st = MSR_OK;
     if (mp->pr == 0)
-        st = msr_comm_send(mp->mesh->pp_comm, mp->model->segments[mp->model->seg_embed].params, n,
-                           MSR_DTYPE_F32, mp->pp - 1, MSR_COMM_TAG_MAX);
-    else if (mp->pr == mp->pp - 1)
-        st = msr_comm_recv(mp->mesh->pp_comm, mp->head_wte, n, MSR_DTYPE_F32, 0, MSR_COMM_TAG_MAX);
+        return send_tied(mp, n);
+    if (mp->pr != mp->pp - 1)
+        return MSR_OK;
+    msr_status_t st =
+        msr_comm_recv(mp->mesh->pp_comm, mp->head_wte, n, MSR_DTYPE_F32, 0, MSR_COMM_TAG_MAX);
     return st != MSR_OK ? msr_mp_failed("sending the tied embedding to the last stage", st)
                         : MSR_OK;
 }

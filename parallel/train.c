@@ -376,6 +376,7 @@ msr_status_t msr_trainer_create_mesh(const msr_train_config_t *cfg, const msr_da
         goto err_free;
     if ((st = msr_mp_create(&tr->cfg.mp, mesh, tr->model, &tr->mp)) != MSR_OK)
         goto err_free;
+    msr_mp_set_dp(tr->mp, tr->dp);
     if ((st = msr_mp_sync_tied(tr->mp)) != MSR_OK)
         goto err_free;
     *tr_p = tr;

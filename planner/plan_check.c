@@ -43,17 +43,17 @@ int msr_plan_check_model(const msr_plan_model_t *m, char *why, size_t why_len)
     return 0;
 }
 
-/* ZeRO 0..3; the model-parallel runtime gathers ZeRO-3's segments on one
- * stage, over dp x cp under context parallel (parallel/mp_pipe.c
- * check_zero3): not with pp or experts. */
+/* ZeRO 0..3; the model-parallel runtime gathers ZeRO-3's segments over dp
+ * (dp x cp under context parallel) with tp, sp, cp and pp, not on a MoE
+ * model (parallel/mp_pipe.c check_zero3). */
 static int check_zero(const msr_plan_model_t *m, const msr_plan_layout_t *l, char *why,
                       size_t why_len)
 {
     if (l->zero < 0 || l->zero > 3)
         BAD("ZeRO stage %d is not in 0..3", l->zero);
-    if (l->zero == 3 && (l->pp > 1 || (m->experts > 0 && !msr_plan_whole_path(l))))
-        BAD("ZeRO-3 runs with tensor and sequence parallel on one stage, not with %s",
-            l->pp > 1 ? "pipeline parallel" : "a MoE model");
+    if (l->zero == 3 && m->experts > 0 && !msr_plan_whole_path(l))
+        BAD("ZeRO-3 runs with tensor, sequence, context and pipeline parallel, not with a MoE "
+            "model");
     return 0;
 }
 

@@ -168,54 +168,117 @@ static void r_use(msr_plan_replay_t *r, int s, int bwd)
         r_grads(r, s);
 }
 
-/* A micro-batch's forward: the embedding, the blocks, then the head with
- * the final norm's segment (a GPT's inside the tied embedding's). */
-static void r_mp_forward(msr_plan_replay_t *r, int tied)
+/* A stage's segments (msr_plan_part_t): the embedding's (e, -1 when not
+ * held), the head's (h, the final norm's; -1 when not held), whether the
+ * head's forward reads the tied embedding (a GPT on one stage) and whether
+ * its backward acquires the embedding's segment (one stage: mp_run.c). */
+typedef struct r_stage {
+    int e, h, tied_fwd, head_embed;
+} r_stage_t;
+
+static r_stage_t r_stage(const msr_plan_replay_t *r, const msr_plan_part_t *p)
 {
-    int L = r->nseg - 2;
-    for (int s = 0; s <= L; s++) {
+    r_stage_t t = {p->has_embed ? 0 : -1, p->has_head ? r->nseg - 1 : -1, 0, 0};
+    t.head_embed = t.e >= 0 && t.h >= 0;
+    t.tied_fwd = t.head_embed && p->m->arch != MSR_PLAN_LLAMA;
+    return t;
+}
+
+/* A micro-batch's forward: the embedding, the blocks, then the head with
+ * the final norm's segment (a GPT's on one stage inside the tied
+ * embedding's). */
+static void r_mp_forward(msr_plan_replay_t *r, const r_stage_t *t)
+{
+    for (int s = 0; s < r->nseg; s++) {
+        if (s == t->h)
+            continue;
         r_use(r, s, 0);
         r_seg_drop(r, s);
     }
-    if (tied)
+    if (t->h < 0)
+        return;
+    if (t->tied_fwd)
         r_use(r, 0, 0);
-    r_use(r, L + 1, 0);
-    r_seg_drop(r, L + 1);
-    if (tied)
+    r_use(r, t->h, 0);
+    r_seg_drop(r, t->h);
+    if (t->tied_fwd)
         r_seg_drop(r, 0);
 }
 
-/* Its backward: the head inside the embedding's acquire, the blocks in
- * reverse, the embedding's gradient handed over before its release. */
-static void r_mp_backward(msr_plan_replay_t *r)
+/* Its backward: the head (on one stage inside the embedding's acquire),
+ * the blocks in reverse, the embedding's gradient handed over before its
+ * release; reduce 0 (the interleaved schedule) only keeps the gradients. */
+static void r_mp_backward(msr_plan_replay_t *r, const r_stage_t *t, int reduce)
 {
-    int L = r->nseg - 2;
-    r_use(r, 0, 1);
-    r_use(r, L + 1, 1);
-    r_seg_drop(r, L + 1);
-    r_seg_drop(r, 0);
-    r_grads_ready(r, L + 1);
-    for (int s = L; s >= 1; s--) {
+    if (t->h >= 0) {
+        if (t->head_embed)
+            r_use(r, 0, 1);
+        r_use(r, t->h, 1);
+        r_seg_drop(r, t->h);
+        if (t->head_embed)
+            r_seg_drop(r, 0);
+        if (reduce)
+            r_grads_ready(r, t->h);
+    }
+    for (int s = t->h >= 0 ? t->h - 1 : r->nseg - 1; s > t->e; s--) {
         r_use(r, s, 1);
         r_seg_drop(r, s);
-        r_grads_ready(r, s);
+        if (reduce)
+            r_grads_ready(r, s);
     }
+    if (t->e < 0)
+        return;
     r_use(r, 0, 1);
-    r_grads_ready(r, 0);
+    if (reduce)
+        r_grads_ready(r, 0);
     r_seg_drop(r, 0);
 }
 
-/* One stage's step under ZeRO-3: a micro-batch's forward and backward;
- * under 1F1B with more micro-batches the next forward runs while this
- * backward's buckets may still be held (msr_dp_micro_end comes with the
- * next backward). */
-static void r_mp_zero3(msr_plan_replay_t *r, const msr_plan_part_t *p, const msr_plan_layout_t *l)
+/* Whether this rank's op after its first backward is a forward (its
+ * schedule's order, layout/pipe_order.h: 1F1B's steady state, more than
+ * one micro-batch past the warm-up). */
+static int r_forward_after_backward(const msr_plan_part_t *p, const msr_plan_layout_t *l)
 {
-    int tied = p->m->arch != MSR_PLAN_LLAMA;
-    r_mp_forward(r, tied);
-    r_mp_backward(r);
-    if (l->micros > 1 && l->schedule == MSR_PLAN_1F1B)
-        r_mp_forward(r, tied);
+    int n = 2 * l->micros * l->chunks;
+    for (int k = 0; k + 1 < n; k++)
+        if (msr_pipe_op_at((int)l->schedule, l->micros, l->pp, p->pr, l->chunks, k).backward)
+            return !msr_pipe_op_at((int)l->schedule, l->micros, l->pp, p->pr, l->chunks, k + 1)
+                        .backward;
+    return 0;
+}
+
+/* One stage's step under ZeRO-3: a micro-batch's forward and backward;
+ * where the schedule runs a forward next (1F1B's steady state) it runs
+ * while this backward's buckets may still be held (msr_dp_micro_end comes
+ * with the next backward). The interleaved schedule keeps every segment's gradient
+ * through the step (a second micro-batch's visits find them all held),
+ * the first stage of a pipelined GPT gathers the embedding again to add
+ * the head's wte gradient, and msr_dp_reduce_all packs the segments in
+ * reverse; *during_p: the peak while the frames are held. */
+static void r_mp_zero3(msr_plan_replay_t *r, const msr_plan_part_t *p, const msr_plan_layout_t *l,
+                       uint64_t *during_p)
+{
+    r_stage_t t = r_stage(r, p);
+    int interleaved = l->schedule == MSR_PLAN_INTERLEAVED;
+    r_mp_forward(r, &t);
+    r_mp_backward(r, &t, !interleaved);
+    if (!interleaved && r_forward_after_backward(p, l))
+        r_mp_forward(r, &t);
+    if (interleaved) {
+        r_mp_forward(r, &t);
+        r_mp_backward(r, &t, 0);
+    }
+    *during_p = r->peak;
+    if (!interleaved)
+        return;
+    if (t.e >= 0 && l->pp > 1 && p->m->arch != MSR_PLAN_LLAMA) {
+        r_seg_ready(r, 0);
+        r_seg_drop(r, 0);
+    }
+    for (int s = r->nseg - 1; s >= 0; s--) {
+        r_grads(r, s);
+        r_grads_ready(r, s);
+    }
 }
 
 /* The model-parallel runtime's backward of one micro-batch (mp.c
@@ -223,11 +286,12 @@ static void r_mp_zero3(msr_plan_replay_t *r, const msr_plan_part_t *p, const msr
  * when pp = 1, then the head, the blocks and the embedding in reverse flat
  * order; with the interleaved schedule gradients are only kept, and
  * msr_dp_reduce_all packs every segment at the end. */
-static void r_mp_step(msr_plan_replay_t *r, const msr_plan_part_t *p, const msr_plan_layout_t *l)
+static void r_mp_step(msr_plan_replay_t *r, const msr_plan_part_t *p, const msr_plan_layout_t *l,
+                      uint64_t *during_p)
 {
     int overlap = l->schedule != MSR_PLAN_INTERLEAVED;
     if (r->zero >= 3) {
-        r_mp_zero3(r, p, l);
+        r_mp_zero3(r, p, l, during_p);
         return;
     }
     if (p->has_head && l->pp == 1)
@@ -257,10 +321,11 @@ uint64_t msr_plan_transient_peak(const msr_plan_layout_t *l, const msr_plan_part
     r->zero = l->zero;
     r->cur = r->peak = 0;
     r->alive_n = r->next_start = r->next_fin = 0;
+    uint64_t during3 = 0; /* ZeRO-3 in the model-parallel runtime: with the frames */
     if (whole)
         r_whole_micro(r, p->m->arch != MSR_PLAN_LLAMA);
     else
-        r_mp_step(r, p, l);
+        r_mp_step(r, p, l, &during3);
     uint64_t bwd = r->peak, gather = 0;
     /* the update's allgather: a bucket and the one before it */
     if ((l->zero == 1 || l->zero == 2) && msr_plan_replicas(l) > 1) {
@@ -277,8 +342,9 @@ uint64_t msr_plan_transient_peak(const msr_plan_layout_t *l, const msr_plan_part
         *during_p = bwd;
         *after_p = gather;
     } else {
-        /* backward only keeps the segments' gradients (ZeRO-2) */
-        *during_p = l->zero >= 2 ? p->total * MSR_PLAN_F32 : 0;
+        /* backward only keeps the segments' gradients (ZeRO-2; ZeRO-3
+         * gathers a segment at a time beside them) */
+        *during_p = l->zero >= 3 ? during3 : l->zero >= 2 ? p->total * MSR_PLAN_F32 : 0;
         *after_p = msr_plan_max_u64(bwd, gather);
     }
     return msr_plan_max_u64(bwd, gather);

@@ -1156,6 +1156,15 @@ test: ^test_parallel_train_gpt_moe$
 ===
     *loss_p = mp->pr == mp->pp - 1 ? mp->loss_sum + mp->aux_sum : 0.0;
 >>>
+
+@ mp.zero3_tied_wte_sent_ungathered
+file: parallel/mp_run.c
+test: ^test_parallel_train_gpt_zero3_mp$
+<<<
+    int z3 = mp->cfg.zero >= 3;
+===
+    int z3 = 0;
+>>>
 @ train.moe_router_grad_summed_twice_under_sp
 file: parallel/train.c
 test: ^test_parallel_train_gpt_moe$

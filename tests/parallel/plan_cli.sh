@@ -27,8 +27,10 @@ refuse "--ranks needs --fix to leave one layout" "${m[@]}" --ranks
 refuse "too large to count" --layers 65536 --channels 1048576 --heads 16 --seq 4096 \
     --global-batch 8 --world 1
 refuse "no valid layout" "${m[@]}" --fix tp=3
-refuse "ZeRO-3 runs with tensor and sequence parallel on one stage, not with pipeline" \
-    "${m[@]}" --fix zero=3,pp=2
+# ZeRO-3 with pipeline parallel is planned (plan_report.sh checks its counts)
+"$bin/plan_gpt" "${m[@]}" --fix zero=3,pp=2 --format kv >"$work/z3pp" 2>&1 ||
+    fail "--fix zero=3,pp=2: $(cat "$work/z3pp")"
+grep -q "^plan .* pp=2 .* zero=3 " "$work/z3pp" || fail "--fix zero=3,pp=2: $(cat "$work/z3pp")"
 refuse "not with a MoE model" "${m[@]}" --experts 4 --fix zero=3,tp=2
 refuse "top-k 5 is not in \[1, 4 experts\]" "${m[@]}" --experts 4 --top-k 5
 refuse "moe-every 9 is not in \[1, 4 layers\]" "${m[@]}" --experts 4 --moe-every 9

@@ -76,8 +76,6 @@ static void test_refusals(void)
         {4, 4, 32, 16, 2, 1, 0, 2, 3, 0, "interleaved", "a multiple of the stages: 3"},
         {4, 4, 32, 16, 1, 1, 0, 2, 2, 0, "interleaved", "needs pp > 1"},
         {4, 4, 32, 16, 2, 1, 0, 2, 2, 0, "gpipe", "2 virtual stages need the interleaved"},
-        {4, 4, 32, 16, 2, 1, 0, 1, 2, 3, "1f1b", "not with pipeline parallel (pp > 1)"},
-        {4, 4, 32, 16, 2, 2, 1, 1, 2, 3, "1f1b", "not with pipeline parallel (pp > 1)"},
         {2, 4, 32, 16, 1, 1, 0, 1, 1, 4, "1f1b", "ZeRO stage 4 is not in 0..3"},
         {2, 4, 32, 12, 1, 1, 0, 1, 1, 0, "1f1b", "sequence of 12 does not divide into 2 x cp 4", 4},
         {2, 4, 32, 20, 1, 4, 1, 1, 1, 0, "1f1b", "sequence of 10 does not divide among tp 4", 2},
@@ -99,15 +97,25 @@ static void test_refusals(void)
         MSR_CHECK_MSG(strstr(why, cases[i].why) != NULL, "case %zu: '%s' lacks '%s'", i, why,
                       cases[i].why);
     }
-    /* ZeRO-3 on one stage: tp, sp, cp, recompute; pp and a MoE model refused */
-    msr_gpt_config_t m = {MSR_GPT_VOCAB, 16, 2, 4, 32};
+    /* ZeRO-3: tp, sp, cp, recompute, pp with every schedule; a MoE model
+     * refused */
+    msr_gpt_config_t m = {MSR_GPT_VOCAB, 16, 4, 4, 32};
     msr_mp_config_t z3 = {.sp = 1, .chunks = 1, .micro_batch = 2, .micros = 2, .zero = 3};
     MSR_CHECK_STATUS(msr_mp_check(&m, &z3, 1, 2), MSR_OK);
     z3.recompute = MSR_MP_RECOMPUTE_FULL;
     MSR_CHECK_STATUS(msr_mp_check(&m, &z3, 1, 2), MSR_OK);
-    z3.cp = 2; /* (pp: the table above) */
+    z3.cp = 2;
     MSR_CHECK_STATUS(msr_mp_check(&m, &z3, 1, 2), MSR_OK);
     z3.cp = 1;
+    MSR_CHECK_STATUS(msr_mp_check(&m, &z3, 2, 2), MSR_OK); /* 1F1B */
+    z3.schedule = MSR_MP_GPIPE;
+    z3.sp = 0;
+    MSR_CHECK_STATUS(msr_mp_check(&m, &z3, 2, 1), MSR_OK);
+    z3.schedule = MSR_MP_INTERLEAVED;
+    z3.chunks = 2;
+    MSR_CHECK_STATUS(msr_mp_check(&m, &z3, 2, 1), MSR_OK);
+    z3.schedule = MSR_MP_1F1B;
+    z3.chunks = 1;
     m.moe.experts = 2;
     m.moe.top_k = 1;
     m.moe.every = 1;

@@ -25,9 +25,6 @@ refuse 2 "1F1B needs at least as many micro-batches as stages: 1 micro-batches" 
 refuse 2 "micro-batches a multiple of the stages: 3 micro-batches" "${small[@]}" --pp 2 \
     --schedule interleaved --virtual-stages 2 --grad-accum 3
 refuse 2 "need the interleaved schedule" "${small[@]}" --pp 2 --virtual-stages 2 --grad-accum 2
-# ZeRO-3 runs with tp and sp on one stage (train_gpt_zero3_mp.sh), not on a pipeline
-refuse 4 "ZeRO-3 runs with tensor and sequence parallel on one stage, not with pipeline" \
-    "${small[@]}" --tp 2 --pp 2 --grad-accum 2 --zero 3
 refuse 1 "--trace $work/no/such/dir/t.json: No such file" "${small[@]}" --trace "$work/no/such/dir/t.json"
 timeout 30 "$bin/train_gpt" --help >"$work/help" || fail "--help exited $?"
 grep -q -- "--virtual-stages" "$work/help" || fail "--help"

@@ -7,20 +7,21 @@
 # full recompute), dp 2 x cp 2 and, for the Llama, cp 2 x tp 2 with sp
 # print the losses and gradient norms of one process over 10 steps (1e-5
 # relative), for the GPT and --arch llama, and ZeRO-2's bitwise in the
-# same layout; dp 2 x tp 2 and dp 2 x cp 2 ZeRO-3 checkpoints resume
-# bitwise in their layout and reshard into one process; the cp layouts'
+# same layout; so do dp 2 x pp 2 under 1F1B, under GPipe with an uneven
+# split and under the interleaved schedule (the first stage gathers the
+# tied wte for the last stage's head copy after every update); dp 2 x tp
+# 2, dp 2 x cp 2 and dp 2 x pp 2 ZeRO-3 checkpoints resume bitwise in
+# their layout and reshard into one process; the cp and pp layouts'
 # --report equals plan_gpt --ranks to the byte on every rank (shards over
-# dp x cp); what is not done yet (pp, MoE) is refused before training
-# with its reason.
+# dp x cp; a pipeline stage's part); what is not done yet (a MoE model) is refused before training with
+# its reason.
 # (plan_report_lib.sh: set -euo pipefail, $bin, job_env.sh, $work, check)
 source "$(dirname "$0")/plan_report_lib.sh"
 job_prefix=zero3mp
 W=$work
 small=(--layers 2 --channels 32 --heads 4 --seq 8 --micro-batch 2 --steps 1 --zero 3)
-why="ZeRO-3 runs with tensor and sequence parallel on one stage, not with"
-refuse 2 "$why pipeline parallel" "${small[@]}" --pp 2 --grad-accum 2
-refuse 4 "$why pipeline parallel" "${small[@]}" --pp 2 --tp 2 --grad-accum 2
-refuse 2 "$why a MoE model" "${small[@]}" --tp 2 --experts 2
+refuse 2 "ZeRO-3 runs with tensor, sequence, context and pipeline parallel, not with a MoE model" \
+    "${small[@]}" --tp 2 --experts 2
 
 # G = 8 sequences a step in every layout
 gpt=(--layers 3 --channels 32 --heads 4 --seq 16 --global-batch 8 --steps 10 --lr 3e-3)
@@ -67,6 +68,32 @@ msrun_n 4 "${llama[@]}" "${z3[@]}" --zero 2 --cp 2 --tp 2 --sp --micro-batch 4 \
     fail "ZeRO-2 cp x tp: $(cat "$W/err")"
 diff "$W/llama-cp" "$W/llama-cp-z2" || fail "ZeRO-3 and ZeRO-2 differ in cp 2 x tp 2 + sp"
 
+# pipeline parallel: dp 2 x pp 2 under 1F1B and, with 4 layers, the
+# interleaved schedule (2 virtual stages a rank: each stage's segments
+# gathered at every visit); GPipe with the uneven split 2,1; ZeRO-2's bits
+# in 1F1B and interleaved
+pp=(--dp 2 --pp 2 --micro-batch 2 --grad-accum 2)
+gpt4=("${gpt[@]}" --layers 4)
+timeout 60 "$bin/train_gpt" "${gpt4[@]}" --micro-batch 4 --loss-log "$W/gpt4" >/dev/null \
+    2>"$W/err" || fail "GPT of 4 layers, one process: $(cat "$W/err")"
+layout gpt-pp gpt1 4 "${gpt[@]}" "${z3[@]}" "${pp[@]}"
+grep -q "mesh dp 2 x pp 2 x cp 1 x tp 1; schedule 1f1b" "$W/err" ||
+    fail "gpt-pp: not pp 2 under 1F1B: $(cat "$W/err")"
+layout gpt-pp-gpipe gpt1 4 "${gpt[@]}" "${z3[@]}" "${pp[@]}" --schedule gpipe --pp-layers 2,1
+grep -q "layers per virtual stage 2,1 (uneven split)" "$W/err" ||
+    fail "gpt-pp-gpipe: not split 2,1: $(cat "$W/err")"
+layout gpt-pp-int gpt4 4 "${gpt4[@]}" "${z3[@]}" "${pp[@]}" --schedule interleaved \
+    --virtual-stages 2
+grep -q "schedule interleaved, 2 virtual stages" "$W/err" ||
+    fail "gpt-pp-int: not interleaved: $(cat "$W/err")"
+msrun_n 4 "${gpt[@]}" "${z3[@]}" --zero 2 "${pp[@]}" --loss-log "$W/gpt-pp-z2" >/dev/null \
+    2>"$W/err" || fail "ZeRO-2 pp: $(cat "$W/err")"
+diff "$W/gpt-pp" "$W/gpt-pp-z2" || fail "ZeRO-3 and ZeRO-2 differ in dp 2 x pp 2"
+msrun_n 4 "${gpt4[@]}" "${z3[@]}" --zero 2 "${pp[@]}" --schedule interleaved --virtual-stages 2 \
+    --loss-log "$W/gpt-pp-int-z2" >/dev/null 2>"$W/err" || fail "ZeRO-2 interleaved: $(cat "$W/err")"
+diff "$W/gpt-pp-int" "$W/gpt-pp-int-z2" ||
+    fail "ZeRO-3 and ZeRO-2 differ in dp 2 x pp 2, interleaved"
+
 # checkpoints: dp 2 x tp 2 and dp 2 x cp 2 ZeRO-3 stopped at step 4 and
 # resumed in their layout give steps 5..10 bitwise; resumed by one process
 # (ZeRO-0, the layout-free format), those of the run that never stopped
@@ -91,6 +118,7 @@ ckpt() {
 }
 ckpt gpt-sp "${gpt[@]}" "${z3[@]}" --dp 2 --tp 2 --sp --micro-batch 2 --grad-accum 2
 ckpt gpt-cp "${gpt[@]}" "${z3[@]}" --dp 2 --cp 2 --micro-batch 2 --grad-accum 2
+ckpt gpt-pp "${gpt[@]}" "${z3[@]}" "${pp[@]}"
 # the planner's count of ZeRO-3 under cp (docs/plan.md): dp 2 x cp 2,
 # every segment sharded over the 4 ranks; cp 2 x tp 2 with sp, full
 # recompute and GPipe, the shards over cp alone
@@ -99,4 +127,14 @@ check 4 dp=2,tp=1,pp=1,cp=2,sp=0,zero=3,recompute=none,micro_batch=2 --cp 2 --ze
 check 4 dp=1,tp=2,pp=1,cp=2,sp=1,zero=3,recompute=full,micro_batch=1,schedule=gpipe --cp 2 \
     --tp 2 --sp --zero 3 --grad-accum 2 --schedule gpipe --recompute full --bucket-mb 0.02 \
     --zero-min-bytes 20000
+# and under pp (planner/plan_replay.c: a stage's segments, the schedule's
+# visits): dp 2 x pp 2 interleaved (every gradient kept through the step,
+# the tied wte gathered again for the head's gradient, then packed), and
+# tp 2 x pp 2 with sp and selective recompute under 1F1B (dp 1: the
+# first stage runs no forward after its first backward, the last does)
+check 4 dp=2,tp=1,pp=2,sp=0,zero=3,recompute=none,micro_batch=1,schedule=interleaved,virtual_stages=2 \
+    --pp 2 --zero 3 --grad-accum 2 --schedule interleaved --virtual-stages 2 --bucket-mb 0.01 \
+    --zero-min-bytes 0
+check 4 dp=1,tp=2,pp=2,sp=1,zero=3,recompute=selective,micro_batch=2,schedule=1f1b --pp 2 \
+    --tp 2 --sp --recompute selective --zero 3 --grad-accum 2 --bucket-mb 0.01 --zero-min-bytes 0
 echo "train_gpt_zero3_mp: ok"
