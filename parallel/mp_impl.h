@@ -137,6 +137,14 @@ void msr_mp_span_add(msr_mp_t *mp, int comm, uint64_t a, uint64_t b, const char 
 /* Gives a live frame's memory back to the pool (mp_run.c; a closed frame
  * is left as it is). */
 void msr_mp_frame_close(msr_mp_t *mp, frame_t *f);
+/* A forward's hook on segment s (mp_run.c): ZeRO-3's gather (acquire) and
+ * free, the parameters' offload's read and drop; nothing otherwise. */
+msr_status_t msr_mp_fwd_hook(msr_mp_t *mp, int s, int acquire);
+/* Whether the last stage keeps a copy of the tied wte (mp_tied.c). */
+int msr_mp_tied(const msr_mp_t *mp);
+/* The first stage adds the head's wte gradient, sent by the last stage, to
+ * its own; the embedding segment must be acquired (mp_tied.c). */
+msr_status_t msr_mp_tied_add(msr_mp_t *mp);
 /* Waits for the pipeline's sends in flight (mp.c); the first failure,
  * prefixed as msr_mp_failed does. */
 msr_status_t msr_mp_sends_wait(msr_mp_t *mp);

@@ -1,7 +1,7 @@
 /* Model parallel's step (see mp.h): a block's forward, backward and
  * recompute on this rank's part, the pipeline's frames, sends and
  * receives, the forwards and backwards in the schedule's order, and the
- * step around them (tied embeddings, sequence parallel's sums, the
+ * step around them (the tied embedding's gradient, sequence parallel's sums, the
  * gradients' hand-over to data parallel, the loss). */
 #include <math.h>
 #include <string.h>
@@ -17,13 +17,6 @@
 #include "parallel/mp_impl.h"
 
 /* ---- a block ---- */
-
-/* The pipeline keeps a copy of the tied wte on its last stage: pp > 1 and
- * a GPT (a Llama's lm_head is its own, on the last stage). */
-static int tied(const msr_mp_t *mp)
-{
-    return mp->pp > 1 && mp->model->cfg.arch != MSR_GPT_ARCH_LLAMA;
-}
 
 static int seg_of_layer(const msr_gpt_t *m, int c, int l)
 {
@@ -248,7 +241,7 @@ static msr_status_t hook(msr_mp_t *mp, int s, int acquire)
  * dp just before its use (acquire) and freed after (release); under the
  * parameters' offload (dp_params.c) each block is read ahead of its forward
  * and dropped after. Otherwise forward calls no hook. */
-static msr_status_t fwd_hook(msr_mp_t *mp, int s, int acquire)
+msr_status_t msr_mp_fwd_hook(msr_mp_t *mp, int s, int acquire)
 {
     if (mp->cfg.zero < 3 && msr_dp_params_store(mp->dp) == NULL)
         return MSR_OK;
@@ -269,14 +262,14 @@ static msr_status_t head_forward(msr_mp_t *mp, frame_t *f, const float *x, const
     if (mp->cfg.zero < 3) /* the offload keeps the final norm and wte resident */
         return msr_mp_head_forward(mp, f, x, targets);
     if (head_uses_embed(mp))
-        st = fwd_hook(mp, model->seg_embed, 1);
-    if (st == MSR_OK && (st = fwd_hook(mp, model->seg_lnf, 1)) == MSR_OK) {
+        st = msr_mp_fwd_hook(mp, model->seg_embed, 1);
+    if (st == MSR_OK && (st = msr_mp_fwd_hook(mp, model->seg_lnf, 1)) == MSR_OK) {
         st = msr_mp_head_forward(mp, f, x, targets);
-        msr_status_t rst = fwd_hook(mp, model->seg_lnf, 0);
+        msr_status_t rst = msr_mp_fwd_hook(mp, model->seg_lnf, 0);
         st = st != MSR_OK ? st : rst;
     }
     if (head_uses_embed(mp)) {
-        msr_status_t rst = fwd_hook(mp, model->seg_embed, 0);
+        msr_status_t rst = msr_mp_fwd_hook(mp, model->seg_embed, 0);
         st = st != MSR_OK ? st : rst;
     }
     return st;
@@ -363,9 +356,9 @@ static msr_status_t run_forward(msr_mp_t *mp, int m, int c)
         st = msr_acts_get(mp->acts, &f->in);
     if (st != MSR_OK)
         return st;
-    if (j == 0 && (st = fwd_hook(mp, model->seg_embed, 1)) == MSR_OK) {
+    if (j == 0 && (st = msr_mp_fwd_hook(mp, model->seg_embed, 1)) == MSR_OK) {
         st = msr_mp_embed_forward(mp, mp->inputs + (size_t)m * N, f->in);
-        msr_status_t rst = fwd_hook(mp, model->seg_embed, 0);
+        msr_status_t rst = msr_mp_fwd_hook(mp, model->seg_embed, 0);
         st = st != MSR_OK ? st : rst;
     } else if (j != 0) {
         st = recv_from(mp, f->in, (j - 1) % mp->pp, tag_of(mp, 0, m, j));
@@ -378,12 +371,13 @@ static msr_status_t run_forward(msr_mp_t *mp, int m, int c)
         msr_gpt_block_acts_t *la = &f->layers[i];
         msr_gpt_block_params_t p;
         int s = seg_of_layer(model, c, l);
-        if ((st = fwd_hook(mp, s, 1)) != MSR_OK)
+        if ((st = msr_mp_fwd_hook(mp, s, 1)) != MSR_OK)
             return st;
         point_params(mp, s, l, 0, &p);
         if ((st = acts_out(mp, f, i, model->chunk_hi[c] - model->chunk_lo[c])) != MSR_OK ||
             (st = block_forward(mp, m, l, &p, la, x, 1)) != MSR_OK ||
-            (st = acts_spill(mp, m, c, i, x)) != MSR_OK || (st = fwd_hook(mp, s, 0)) != MSR_OK)
+            (st = acts_spill(mp, m, c, i, x)) != MSR_OK ||
+            (st = msr_mp_fwd_hook(mp, s, 0)) != MSR_OK)
             return st;
         x = la->res3;
     }
@@ -432,7 +426,7 @@ static msr_status_t run_backward(msr_mp_t *mp, int m, int c)
         if (st == MSR_OK)
             st = seg_done(mp, model->seg_lnf);
         /* the head's wte gradient is complete after the last backward */
-        if (st == MSR_OK && mp->overlap && tied(mp) && mp->last_backward) {
+        if (st == MSR_OK && mp->overlap && msr_mp_tied(mp) && mp->last_backward) {
             st =
                 msr_comm_isend(mp->mesh->pp_comm, mp->head_dwte, (size_t)mp->d.Vl * (size_t)mp->d.C,
                                MSR_DTYPE_F32, 0, MSR_COMM_TAG_MAX - 1, &mp->tied_req);
@@ -485,70 +479,6 @@ static msr_status_t run_backward(msr_mp_t *mp, int m, int c)
 }
 
 /* ---- the step ---- */
-
-void msr_mp_set_dp(msr_mp_t *mp, msr_dp_t *dp)
-{
-    mp->dp = dp;
-}
-
-/* The first stage's send of its wte; under ZeRO-3 the embedding segment is
- * gathered over dp around it (each dp rank sends its own last-stage peer
- * the whole wte), as a forward's use gathers it. */
-static msr_status_t send_tied(msr_mp_t *mp, size_t n)
-{
-    msr_gpt_t *m = mp->model;
-    int z3 = mp->cfg.zero >= 3;
-    if (z3 && mp->dp == NULL)
-        return msr_err(MSR_ERR_STATE, "mp: ZeRO-3's tied embedding synced before dp was set");
-    msr_status_t st = z3 ? fwd_hook(mp, m->seg_embed, 1) : MSR_OK;
-    if (st != MSR_OK)
-        return st;
-    st = msr_comm_send(mp->mesh->pp_comm, m->segments[m->seg_embed].params, n, MSR_DTYPE_F32,
-                       mp->pp - 1, MSR_COMM_TAG_MAX);
-    if (st != MSR_OK)
-        st = msr_mp_failed("sending the tied embedding to the last stage", st);
-    msr_status_t rst = z3 ? fwd_hook(mp, m->seg_embed, 0) : MSR_OK;
-    return st != MSR_OK ? st : rst;
-}
-
-msr_status_t msr_mp_sync_tied(msr_mp_t *mp)
-{
-    if (!tied(mp))
-        return MSR_OK;
-    size_t n = (size_t)mp->d.Vl * (size_t)mp->d.C;
-    if (mp->pr == 0)
-        return send_tied(mp, n);
-    if (mp->pr != mp->pp - 1)
-        return MSR_OK;
-    msr_status_t st =
-        msr_comm_recv(mp->mesh->pp_comm, mp->head_wte, n, MSR_DTYPE_F32, 0, MSR_COMM_TAG_MAX);
-    return st != MSR_OK ? msr_mp_failed("sending the tied embedding to the last stage", st)
-                        : MSR_OK;
-}
-
-/* The first stage adds the head's wte gradient (sent by the last stage)
- * to its own; the segment must be acquired. */
-static msr_status_t tied_add(msr_mp_t *mp)
-{
-    msr_gpt_t *m = mp->model;
-    size_t n = (size_t)mp->d.Vl * (size_t)mp->d.C;
-    float *tmp = mp->w.dln; /* (N, C) is free here; used if it is large enough */
-    float *buf = n <= mp->d.N * (size_t)mp->d.C ? tmp : msr_malloc(n * sizeof(float));
-    if (buf == NULL)
-        return MSR_ERR_NO_MEMORY;
-    uint64_t a = msr_now_ns();
-    msr_status_t st =
-        msr_comm_recv(mp->mesh->pp_comm, buf, n, MSR_DTYPE_F32, mp->pp - 1, MSR_COMM_TAG_MAX - 1);
-    if (st == MSR_OK) {
-        float *g = m->segments[m->seg_embed].grads;
-        for (size_t i = 0; i < n; i++)
-            g[i] += buf[i];
-    }
-    msr_mp_span_add(mp, 1, a, msr_now_ns(), "tied wte grad");
-    if (buf != tmp)
-        msr_free(buf);
-    return st != MSR_OK ? msr_mp_failed("receiving the tied embedding's gradient", st) : MSR_OK;
-}
 
 /* Whether tensor t's gradient is summed over tp ranks: a tp-replicated
  * tensor's under sp (each rank's is partial: its positions'), a Llama's
@@ -606,13 +536,13 @@ static msr_status_t finish_grads(msr_mp_t *mp)
 {
     msr_gpt_t *m = mp->model;
     msr_status_t st = MSR_OK;
-    if (tied(mp) && mp->pr == mp->pp - 1) {
+    if (msr_mp_tied(mp) && mp->pr == mp->pp - 1) {
         st = msr_comm_send(mp->mesh->pp_comm, mp->head_dwte, (size_t)mp->d.Vl * (size_t)mp->d.C,
                            MSR_DTYPE_F32, 0, MSR_COMM_TAG_MAX - 1);
         if (st != MSR_OK)
             return msr_mp_failed("sending the tied embedding's gradient", st);
-    } else if (tied(mp) && mp->pr == 0) {
-        if ((st = hook(mp, m->seg_embed, 1)) == MSR_OK && (st = tied_add(mp)) == MSR_OK)
+    } else if (msr_mp_tied(mp) && mp->pr == 0) {
+        if ((st = hook(mp, m->seg_embed, 1)) == MSR_OK && (st = msr_mp_tied_add(mp)) == MSR_OK)
             st = hook(mp, m->seg_embed, 0);
         if (st != MSR_OK)
             return st;
@@ -631,7 +561,8 @@ static msr_status_t seg_done(msr_mp_t *mp, int s)
     msr_status_t st;
     if ((st = tp_sum(mp, s)) != MSR_OK)
         return st;
-    if (s == mp->model->seg_embed && tied(mp) && mp->last_backward && (st = tied_add(mp)) != MSR_OK)
+    if (s == mp->model->seg_embed && msr_mp_tied(mp) && mp->last_backward &&
+        (st = msr_mp_tied_add(mp)) != MSR_OK)
         return st;
     const msr_gpt_hooks_t *h = msr_dp_hooks(mp->dp);
     return h->grads_ready(h->arg, mp->model, s);
