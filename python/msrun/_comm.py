@@ -20,7 +20,7 @@ COMM_NO_COLOR = -1
 
 class Comm:
     """A group of ranks (msr_comm_t): collectives and point-to-point on
-    buffers (see the module's docs for what a buffer may be).
+    buffers (docs/python.md and _buffers.py say what a buffer may be).
 
     A collective with one buffer runs in place (MSR_IN_PLACE); with two, the
     first is the input and the second the output. The dtype comes from the
