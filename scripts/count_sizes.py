@@ -1,5 +1,5 @@
 #!/usr/bin/python3
-"""Counts the sizes issue 37 tracks in a tree's product code.
+"""Counts the sizes issues 37 and 44 track in a tree's product code.
 
   scripts/count_sizes.py [--list] [ROOT]
 
@@ -11,9 +11,13 @@ tests, benchmarks, examples and scripts are not counted. Prints the files
 over 700 lines and the functions over 80 and over 100 lines (a function's
 lines run from the first line of its definition to its closing brace, as
 libclang's extent says; libclang is Debian's python3-clang, as
-scripts/mutagen.py uses). --list names each file and function counted.
+scripts/mutagen.py uses). Then the same for the Python package (the .py
+files under python/, issue 44), on lines of its own that begin with
+"python": a function's (or method's) lines run from its def to its last
+line, as Python's ast says. --list names each file and function counted.
 Exits 0, or 2 when libclang is missing or a file cannot be parsed at all."""
 import argparse
+import ast
 import os
 import sys
 import tempfile
@@ -23,6 +27,7 @@ MODULES = ("base", "rendezvous", "cluster", "msrun", "comm", "layout", "model", 
 EXTS = (".c", ".h", ".cu", ".cuh")
 FILE_MAX = 700
 FUNC_LIMITS = (80, 100)
+PY_DIR = "python"
 CUDA_INCLUDE = "/usr/local/cuda/include"
 
 
@@ -69,6 +74,72 @@ def functions(ci, index, root, shim, path):
     return out
 
 
+def py_sources(root):
+    """The Python package's sources under root (python/), relative, sorted."""
+    out = []
+    for d, dirs, files in os.walk(os.path.join(root, PY_DIR)):
+        dirs[:] = [x for x in dirs if x != "__pycache__"]
+        out += [os.path.relpath(os.path.join(d, f), root) for f in files if f.endswith(".py")]
+    return sorted(out)
+
+
+def py_functions(text, path):
+    """(name, lines) of every function and method defined in a Python
+    source; methods and nested functions named Outer.name."""
+    out = []
+
+    def walk(node, prefix):
+        for child in ast.iter_child_nodes(node):
+            if isinstance(child, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+                name = prefix + child.name
+                if not isinstance(child, ast.ClassDef):
+                    out.append((name, child.end_lineno - child.lineno + 1))
+                walk(child, name + ".")
+            else:
+                walk(child, prefix)
+
+    walk(ast.parse(text, filename=path), "")
+    return out
+
+
+def report(prefix, nfiles, nfuncs, big, long_fn, listing):
+    """The counts' lines (prefix "" for C, "python " for Python)."""
+    print("%s%d files, %d functions defined in them" % (prefix, nfiles, nfuncs))
+    print("%sfiles over %d lines: %d" % (prefix, FILE_MAX, len(big)))
+    if listing:
+        for n, path in sorted(big, reverse=True):
+            print("  %5d %s" % (n, path))
+    for lim in FUNC_LIMITS:
+        print("%sfunctions over %d lines: %d" % (prefix, lim, len(long_fn[lim])))
+        if listing:
+            for n, what in sorted(long_fn[lim], reverse=True):
+                print("  %5d %s" % (n, what))
+
+
+def count_python(root, listing):
+    """The Python package's counts; False when a file is not Python."""
+    big, long_fn = [], {n: [] for n in FUNC_LIMITS}
+    paths = py_sources(root)
+    nfuncs = 0
+    for path in paths:
+        with open(os.path.join(root, path), "rb") as f:
+            text = f.read()
+        if text.count(b"\n") > FILE_MAX:
+            big.append((text.count(b"\n"), path))
+        try:
+            fns = py_functions(text, path)
+        except (SyntaxError, ValueError) as e:
+            print("count_sizes: %s: %s" % (path, e), file=sys.stderr)
+            return False
+        nfuncs += len(fns)
+        for name, n in fns:
+            for lim in FUNC_LIMITS:
+                if n > lim:
+                    long_fn[lim].append((n, "%s:%s" % (path, name)))
+    report("python ", len(paths), nfuncs, big, long_fn, listing)
+    return True
+
+
 def main():
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("root", nargs="?", default=os.path.dirname(os.path.dirname(
@@ -102,16 +173,9 @@ def main():
                 for lim in FUNC_LIMITS:
                     if n > lim:
                         long_fn[lim].append((n, "%s:%s" % (path, name)))
-    print("%d files, %d functions defined in them" % (nfiles, nfuncs))
-    print("files over %d lines: %d" % (FILE_MAX, len(big)))
-    if a.list:
-        for n, path in sorted(big, reverse=True):
-            print("  %5d %s" % (n, path))
-    for lim in FUNC_LIMITS:
-        print("functions over %d lines: %d" % (lim, len(long_fn[lim])))
-        if a.list:
-            for n, what in sorted(long_fn[lim], reverse=True):
-                print("  %5d %s" % (n, what))
+    report("", nfiles, nfuncs, big, long_fn, a.list)
+    if not count_python(root, a.list):
+        return 2
     return 0
 
 

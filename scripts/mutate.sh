@@ -1439,7 +1439,7 @@ test: ^test_parallel_plan$
 >>>
 
 @ python.free_forgotten
-file: python/msrun/__init__.py
+file: python/msrun/_args.py
 test: ^python_unit$
 <<<
         _lib.free(ptr)
@@ -3044,7 +3044,7 @@ test: ^comm_p2p_np3$
 >>>
 
 @ python.wait_change_delete_raises
-file: python/msrun/__init__.py
+file: python/msrun/_context.py
 test: ^python_api_np2$
 <<<
         if st == _NOT_FOUND and old is not None:

@@ -4,7 +4,8 @@ from 8 B to 64 MiB, then the step time of DDP training an MLP of about 21M
 parameters with each backend. Both groups share msrun's store (the default
 group is Gloo with init_method="msrun://"). Each figure is the slowest rank's
 mean per call (per step), timed alternately (msrun, Gloo, msrun, ...) for
-ROUNDS rounds, the median round. Rank 0 prints markdown tables."""
+ROUNDS rounds, the median round (DDP's Gloo / msrun: the median of the
+rounds' ratios, and their range). Rank 0 prints markdown tables."""
 
 import os
 import statistics
@@ -117,29 +118,43 @@ def mlp():
     return torch.nn.Sequential(*layers, torch.nn.Linear(2048, 10))
 
 
+def ddp_step(group):
+    """One training step of DDP over group (None: the default, Gloo)."""
+    ddp = DDP(mlp(), process_group=group if group is not None else dist.group.WORLD)
+    opt = torch.optim.SGD(ddp.parameters(), lr=1e-3)
+    x, y = torch.randn(32, 2048), torch.randint(0, 10, (32,))
+
+    def step():
+        opt.zero_grad()
+        torch.nn.functional.cross_entropy(ddp(x), y).backward()
+        opt.step()
+
+    return step
+
+
 def bench_ddp(pg_msrun, n, rank):
+    """Both models built and warmed first, then each round times msrun's
+    DDP_STEPS steps and then Gloo's, so that a change of load hits both."""
     params = sum(p.numel() for p in mlp().parameters())
-    res = {}
-    for label, group in (("msrun", pg_msrun), ("gloo", None)):
-        ddp = DDP(mlp(), process_group=group if group is not None else dist.group.WORLD)
-        opt = torch.optim.SGD(ddp.parameters(), lr=1e-3)
-        x, y = torch.randn(32, 2048), torch.randint(0, 10, (32,))
-
-        def step():
-            opt.zero_grad()
-            torch.nn.functional.cross_entropy(ddp(x), y).backward()
-            opt.step()
-
+    steps = {"msrun": ddp_step(pg_msrun), "gloo": ddp_step(None)}
+    for step in steps.values():
         step()
         step()
-        res[label] = [timed(step, pg_msrun, DDP_STEPS) for _ in range(ROUNDS)]
+    res = {k: [] for k in steps}
+    for _ in range(ROUNDS):
+        for label, step in steps.items():
+            res[label].append(timed(step, pg_msrun, DDP_STEPS))
     if rank == 0:
         m, g = statistics.median(res["msrun"]), statistics.median(res["gloo"])
+        ratios = [gt / mt for mt, gt in zip(res["msrun"], res["gloo"])]
         print("\n### np=%d: DDP step, MLP of %.1fM parameters, batch 32 per rank\n" % (n, params / 1e6))
-        print("| backend | ms per step | Gloo / msrun |")
-        print("|---|---:|---:|")
-        print("| msrun | %.1f | %.2fx |" % (m * 1e3, g / m))
-        print("| Gloo | %.1f | 1.00x |" % (g * 1e3), flush=True)
+        print("| backend | ms per step (median) | rounds' range | Gloo / msrun |")
+        print("|---|---:|---:|---:|")
+        print("| msrun | %.1f | %.1f-%.1f | %.2fx (rounds %.2f-%.2f) |" % (
+            m * 1e3, min(res["msrun"]) * 1e3, max(res["msrun"]) * 1e3, statistics.median(ratios),
+            min(ratios), max(ratios)))
+        print("| Gloo | %.1f | %.1f-%.1f | 1.00x |" % (
+            g * 1e3, min(res["gloo"]) * 1e3, max(res["gloo"]) * 1e3), flush=True)
 
 
 def main():

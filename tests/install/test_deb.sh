@@ -80,8 +80,9 @@ list "$dev" >"$TMP/devfiles"
 L=usr/$LIB
 PY=usr/lib/python3/dist-packages/msrun
 printf '%s\n' usr/bin/msrun "$L/libmsrun.so.$major" "$L/libmsrun.so.$version" \
-    "$L/libmsrun-grpc.so" $PY/__init__.py \
-    $PY/_buffers.py $PY/_errors.py $PY/_install.py $PY/_lib.py $PY/ps.py | sort >"$TMP/want"
+    "$L/libmsrun-grpc.so" $PY/__init__.py $PY/_args.py $PY/_buffers.py $PY/_comm.py \
+    $PY/_context.py $PY/_errors.py $PY/_install.py $PY/_lib.py $PY/_request.py $PY/ps.py |
+    sort >"$TMP/want"
 diff "$TMP/want" "$TMP/files" >"$TMP/d" || fail "msrun's files (want < > got): $(cat "$TMP/d")"
 for f in "$L/libmsrun.so" "$L/libmsrun.a" usr/include/msrun/msrun.h usr/include/msrun/base.h \
     "$L/pkgconfig/msrun.pc" "$L/cmake/msrun/msrunConfig.cmake" \

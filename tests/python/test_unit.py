@@ -4,7 +4,8 @@ a clear ImportError), msr_init's failure as an exception, a job of one
 rank (the store with threads waiting on each other, checkpoints, a world
 communicator of one), memory handed back by libmsrun freed (run many
 times: a wrong free or a leak shows under the sanitizers and in the
-process's size) and errors as exceptions. Prints "unit ok" when every
+process's size) and errors as exceptions; every name the package had
+before it was split into private modules. Prints "unit ok" when every
 check passed."""
 
 import os
@@ -38,6 +39,40 @@ def python(code, **env):
         else:
             e[k] = v
     return subprocess.run([PY, "-c", code], env=e, capture_output=True, text=True, timeout=30)
+
+
+# The package's names when python/msrun/__init__.py held it all (issue 44):
+# dir(msrun) but the modules it imported, then __all__ as it was. A name lost
+# or moved in a split of the package fails check_names.
+NAMES = ("Buffer COMM_NO_COLOR COMM_OWN_WORKER Comm Context CorruptError DTYPES Error IN_PLACE "
+         "InvalidArgumentError NotFoundError OPS PeerLostError Request StaleError TimeoutError "
+         "counts_array init library_path log_set_level parse_op status_name status_str version "
+         "wait_all").split()
+ALL = ["init", "Context", "Comm", "Request", "wait_all", "Error", "TimeoutError", "NotFoundError",
+       "InvalidArgumentError", "StaleError", "PeerLostError", "CorruptError", "version",
+       "library_path", "log_set_level", "status_name", "status_str", "DTYPES", "OPS", "IN_PLACE"]
+PS_ALL = ["ParameterServer", "join", "role", "init_value", "SYNC", "STALENESS_ENV", "OPTIMIZERS"]
+# the classes and functions repr, help and pickle name as msrun's own
+OWN = ("Comm Context CorruptError Error InvalidArgumentError NotFoundError PeerLostError Request "
+       "StaleError TimeoutError init wait_all").split()
+
+
+def check_names():
+    public = sorted(n for n in dir(msrun) if not n.startswith("_")
+                    and not isinstance(getattr(msrun, n), type(os)))
+    expect(public == sorted(NAMES), "msrun's names: lost %s, new %s" % (
+        sorted(set(NAMES) - set(public)), sorted(set(public) - set(NAMES))))
+    expect(msrun.__all__ == ALL, "msrun.__all__ %s" % msrun.__all__)
+    for n in OWN:
+        expect(getattr(msrun, n).__module__ == "msrun", "msrun.%s's module is %s" % (
+            n, getattr(msrun, n).__module__))
+    expect((msrun.IN_PLACE, msrun.COMM_OWN_WORKER, msrun.COMM_NO_COLOR) == ("in place", 1, -1),
+           "msrun's constants")
+    # each name as a user imports it, in a fresh interpreter; msrun.ps's too
+    p = python("from msrun import %s\nfrom msrun import *\nfrom msrun.ps import *\n"
+               "import msrun.ps\nprint(sorted(msrun.ps.__all__))" % ", ".join(NAMES))
+    expect(p.returncode == 0, "from msrun import ...: %s" % p.stderr)
+    expect(p.stdout.strip() == str(sorted(PS_ALL)), "msrun.ps.__all__ %s" % p.stdout)
 
 
 def check_loading(tmp):
@@ -164,6 +199,7 @@ def check_singleton(tmp):
 def main():
     tmp = tempfile.mkdtemp()
     try:
+        check_names()
         check_loading(tmp)
         check_init_error()
         check_singleton(tmp)
