@@ -5,7 +5,10 @@
  * call of the op at that size (warm-up and check included: what a traffic
  * counter read around the run divides by) and busbw follows
  * nccl-tests (allreduce: bytes/time * 2(n-1)/n; reduce_scatter, allgather,
- * alltoall: * (n-1)/n; broadcast, reduce: * 1). bytes is the whole vector
+ * alltoall: * (n-1)/n; broadcast, reduce: * 1). broadcast_once times
+ * single broadcasts, as a user makes one after a barrier: each call
+ * follows a barrier, and only the broadcast is timed (no call overlaps
+ * the next). bytes is the whole vector
  * (allgather: the gathered output; reduce_scatter: the input). Each size is
  * warmed up for 0.2 s, then timed over 2000, 200, 50 or 10 calls (below
  * 64 KiB, 1 MiB, 16 MiB, above), as the Open MPI reference does.
@@ -22,8 +25,8 @@
 
 #include "msrun/msrun.h"
 
-static const char *const ops[] = {"allreduce", "reduce_scatter", "allgather", "broadcast",
-                                  "reduce",    "alltoall",       "barrier"};
+static const char *const ops[] = {"allreduce",      "reduce_scatter", "allgather", "broadcast",
+                                  "broadcast_once", "reduce",         "alltoall",  "barrier"};
 #define N_OPS (sizeof ops / sizeof ops[0])
 
 /* Whether op is in list: "all", or names separated by commas. */
@@ -54,7 +57,7 @@ static msr_status_t run_op(msr_comm_t *c, const char *op, void *a, void *b, size
         return msr_comm_reduce_scatter(c, a, b, count, dt, MSR_OP_SUM);
     if (strcmp(op, "allgather") == 0)
         return msr_comm_allgather(c, a, b, count, dt);
-    if (strcmp(op, "broadcast") == 0)
+    if (strcmp(op, "broadcast") == 0 || strcmp(op, "broadcast_once") == 0)
         return msr_comm_broadcast(c, a, count, dt, 0);
     if (strcmp(op, "reduce") == 0)
         return msr_comm_reduce(c, a, b, count, dt, MSR_OP_SUM, 0);
@@ -104,10 +107,11 @@ static long check_op(msr_comm_t *c, const char *op, float *a, float *b, size_t c
 
 static int usage(void)
 {
-    fprintf(stderr, "usage: comm_bench [--op allreduce|reduce_scatter|allgather|broadcast|"
-                    "reduce|alltoall|barrier[,...]|all] [--sizes 8,1024,...] [--iters N] "
-                    "[--dtype f32|f64|f16|bf16|i32|i64|u8] [--check]\n"
-                    "  --check: allreduce, reduce_scatter or allgather in f32 only\n");
+    fprintf(stderr,
+            "usage: comm_bench [--op allreduce|reduce_scatter|allgather|broadcast|"
+            "broadcast_once|reduce|alltoall|barrier[,...]|all] [--sizes 8,1024,...] [--iters N] "
+            "[--dtype f32|f64|f16|bf16|i32|i64|u8] [--check]\n"
+            "  --check: allreduce, reduce_scatter or allgather in f32 only\n");
     return 2;
 }
 
@@ -164,28 +168,46 @@ static int parse_args(int argc, char **argv, args_t *o)
 }
 
 /* Warm-up, then iters timed calls of op on a and b. *calls_p counts each
- * warm-up call too; *worst_p: the slowest rank's mean time per call. */
+ * warm-up call too; *worst_p: the slowest rank's mean time per call.
+ * broadcast_once: a barrier before each call, outside the timed part. */
 static msr_status_t time_op(msr_comm_t *comm, const char *op, char *a, char *b, size_t count,
                             msr_dtype_t dt, long iters, long *calls_p, double *worst_p)
 {
     msr_status_t st = MSR_OK;
+    int once = strcmp(op, "broadcast_once") == 0;
     /* Warm-up: rounds of 4 calls until 0.2 s have passed on the
      * slowest rank (agreed by an allreduce, so that every rank makes
      * the same calls); startup noise stays out of the figures. */
     double w0 = now_s();
     for (int32_t done = 0; !done && st == MSR_OK;) {
-        for (int w = 0; w < 4 && st == MSR_OK; w++, (*calls_p)++)
-            st = run_op(comm, op, a, b, count, dt);
+        for (int w = 0; w < 4 && st == MSR_OK; w++, (*calls_p)++) {
+            if (once)
+                st = msr_comm_barrier(comm);
+            if (st == MSR_OK)
+                st = run_op(comm, op, a, b, count, dt);
+        }
         int32_t mine = now_s() - w0 >= 0.2;
         if (st == MSR_OK)
             st = msr_comm_allreduce(comm, &mine, &done, 1, MSR_DTYPE_I32, MSR_OP_MIN);
     }
     if (st == MSR_OK)
         st = msr_comm_barrier(comm);
-    double t = now_s();
-    for (long i = 0; i < iters && st == MSR_OK; i++)
-        st = run_op(comm, op, a, b, count, dt);
-    t = (now_s() - t) / (double)iters;
+    double t = 0;
+    if (once) {
+        for (long i = 0; i < iters && st == MSR_OK; i++) {
+            st = msr_comm_barrier(comm);
+            double t0 = now_s();
+            if (st == MSR_OK)
+                st = run_op(comm, op, a, b, count, dt);
+            t += now_s() - t0;
+        }
+    } else {
+        t = now_s();
+        for (long i = 0; i < iters && st == MSR_OK; i++)
+            st = run_op(comm, op, a, b, count, dt);
+        t = now_s() - t;
+    }
+    t /= (double)iters;
     if (st == MSR_OK)
         st = msr_comm_allreduce(comm, &t, worst_p, 1, MSR_DTYPE_F64, MSR_OP_MAX);
     return st;

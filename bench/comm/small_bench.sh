@@ -11,8 +11,14 @@
 # (pingpong --bytes: B/64 lines rounded up, each written whole by one side
 # and read by the other): one overlapped exchange (allreduce, allgather,
 # reduce-scatter, barrier: each rank needs the other's lines) or one way
-# (broadcast: the root's lines to the other), so a 4 KiB call is held to 64
-# lines moved, not to one. The ping-pong runs before every round too, for
+# (broadcast, broadcast_once: the root's lines to the other), so a 4 KiB
+# call is held to 64 lines moved, not to one. Every ping-pong run bounces
+# as many times at every size (PINGPONG_ITERS, by default ITERS: as many
+# bounces as calls timed), so that the bounds of all sizes are bests over
+# runs of the same length. broadcast_once is comm_bench's single
+# broadcast after a barrier (only the broadcast timed: no call overlaps the
+# next, as one broadcast of a stream does), the row to hold against the
+# one-way bound. The ping-pong runs before every round too, for
 # every size, and the bound is its best over all of them: on a virtual
 # machine the two CPUs' distance (one core's threads, one cache complex,
 # two) can change while the script runs, and a bound taken once can sit
@@ -20,22 +26,21 @@
 #
 # Usage: bench/comm/small_bench.sh [NP ...]    (default: 2 4 8)
 # Environment: ROUNDS (5), SIZES (8,64,1024,4096), OPS
-# (allreduce,broadcast,allgather,reduce_scatter,barrier), ITERS (20000
-# calls timed per size), MSRUN_BUILD (build), CPUS (the two for the
-# ping-pong and the count of cores: 0,1), PINGPONG_ITERS (200000 bounces
-# per ping-pong run of one line, divided by the lines of larger sizes,
-# at least 1000; fewer on a loaded machine), MPI=0 leaves Open MPI out,
-# RAW=1 also prints every raw line.
+# (allreduce,broadcast,broadcast_once,allgather,reduce_scatter,barrier),
+# ITERS (20000 calls timed per size), MSRUN_BUILD (build), CPUS (the two
+# for the ping-pong and the count of cores: 0,1), PINGPONG_ITERS (bounces
+# per ping-pong run, the same at every size: ITERS), MPI=0 leaves Open MPI
+# out, RAW=1 also prints every raw line.
 set -euo pipefail
 here=$(cd "$(dirname "$0")/../.." && pwd)
 build=${MSRUN_BUILD:-$here/build}
 case $build in /*) ;; *) build=$here/$build ;; esac
 rounds=${ROUNDS:-5}
 sizes=${SIZES:-8,64,1024,4096}
-ops=${OPS:-allreduce,broadcast,allgather,reduce_scatter,barrier}
+ops=${OPS:-allreduce,broadcast,broadcast_once,allgather,reduce_scatter,barrier}
 iters=${ITERS:-20000}
 cpus=${CPUS:-0,1}
-pp_iters=${PINGPONG_ITERS:-200000}
+pp_iters=${PINGPONG_ITERS:-$iters}
 nps=("$@")
 [ ${#nps[@]} -eq 0 ] && nps=(2 4 8)
 for b in msrun comm_bench pingpong; do
@@ -55,20 +60,18 @@ trap 'rm -rf "$tmp"' EXIT
 
 # pingpong RUNS PREFIX: the bound at every size, appended to $tmp/pingpong
 pingpong() {
-    local b lines n
+    local b
     for b in ${sizes//,/ }; do
         if [ "$b" -lt 1 ] || [ "$b" -gt 65536 ]; then
             continue # outside pingpong's range: no bound for that size
         fi
-        lines=$(((b + 63) / 64))
-        n=$((pp_iters / lines))
-        [ "$n" -lt 1000 ] && n=1000
-        "$build/bin/pingpong" --cpus "$cpus" --iters "$n" --runs "$1" --bytes "$b" |
+        "$build/bin/pingpong" --cpus "$cpus" --iters "$pp_iters" --runs "$1" --bytes "$b" |
             sed "s/^/$2/" | tee -a "$tmp/pingpong"
     done
 }
 
-echo "# pinned to CPUs $cpus ($ncores cores); $rounds rounds, $iters calls per size"
+echo "# pinned to CPUs $cpus ($ncores cores); $rounds rounds, $iters calls per size," \
+    "$pp_iters bounces per ping-pong run at every size; load average $(cut -d' ' -f1-3 /proc/loadavg)"
 pingpong "$rounds" ""
 
 for np in "${nps[@]}"; do
@@ -87,6 +90,7 @@ for np in "${nps[@]}"; do
             echo "small_bench.sh: mpirun np=$np failed" >&2
     done
 done
+echo "# load average at the end: $(cut -d' ' -f1-3 /proc/loadavg)"
 [ "${RAW:-0}" = 1 ] && cat "$tmp/lines"
 
 python3 - "$tmp/lines" "$tmp/pingpong" "$ncores" <<'EOF'
@@ -123,7 +127,7 @@ for key in order:
     mb, mm = (min(m), statistics.median(m)) if m else (None, None)
     ob, om = (min(o), statistics.median(o)) if o else (None, None)
     ratio = f"{mb / ob:.2f}" if mb and ob else "—"
-    table = ow if op == "broadcast" else ex
+    table = ow if op.startswith("broadcast") else ex
     n = max(1, (b + 63) // 64)
     bound = min(table[n]) if np_ == 2 and n in table else None
     vs = f"{mb / bound:.2f}" if bound and mb else "—"

@@ -3,7 +3,7 @@
  * cache line and two data slots for small collectives and barriers
  * (shm_slots.c runs them), two lined areas where vectors of 17 to
  * 128 bytes travel with the operation's number in every line (shm_impl.h),
- * and an area for the tiled path of larger
+ * a ring of such lines for broadcasts of up to 56 bytes, and an area for the tiled path of larger
  * collectives (shm_tiles.c runs it). This file makes and maps the segment.
  * An allreduce
  * copies its input into its slot, publishes the operation's number, waits
@@ -31,13 +31,14 @@
 #include "comm/ucx/shm_impl.h"
 #include "comm/ucx/ucx_impl.h"
 
-#define SHM_MAGIC 0x6d73736cu /* "mssl": with the lined and tiled areas */
+#define SHM_MAGIC 0x6d73626cu /* "msbl": with the lined, broadcast and tiled areas */
 
 typedef struct shm_hdr {
     uint32_t magic;
     int32_t n;
     uint64_t slot;
     uint64_t lined;
+    uint64_t bcast; /* lines of the lined broadcasts' ring (0: none) */
     uint64_t tile;
     uint64_t depth;
 } shm_hdr_t;
@@ -98,7 +99,8 @@ static msr_status_t shm_across_nodes(ucx_comm_t *uc, int *usable_p)
 /* The segment's shape: slots of shm_max bytes, smaller in large groups
  * (the slots take at most MSR_COMM_SHM_SEGMENT bytes); lined areas for
  * vectors up to a slot or SHM_LINED_MAX, whichever is less (at most
- * 2 x 3 lines a member beside the slots); the tiled path's n
+ * 2 x 3 lines a member beside the slots); the lined broadcasts' ring
+ * where there are slots; the tiled path's n
  * stages and a result of depth tiles each, smaller tiles in large groups
  * (the same limit), none when a tile would leave a member less than a
  * line. */
@@ -118,9 +120,11 @@ static shm_hdr_t shm_shape(const ucx_comm_t *uc, size_t *len_p)
         tile = tile / 2 / LINE * LINE;
     if (tile < (size_t)n * LINE)
         tile = 0;
+    uint64_t bcast = slot ? SHM_BCAST_LINES : 0;
     *len_p = LINE + (size_t)n * sizeof(shm_ctl_t) + (size_t)n * 2 * slot +
-             (size_t)n * 2 * shm_lines(lined) * LINE + (tile ? (size_t)(n + 1) * depth * tile : 0);
-    return (shm_hdr_t){SHM_MAGIC, n, slot, lined, tile, depth};
+             (size_t)n * 2 * shm_lines(lined) * LINE + (size_t)bcast * LINE +
+             (tile ? (size_t)(n + 1) * depth * tile : 0);
+    return (shm_hdr_t){SHM_MAGIC, n, slot, lined, bcast, tile, depth};
 }
 
 /* The first member makes the segment, its pages reserved now (a full
@@ -163,7 +167,8 @@ static void *shm_map(const ucx_comm_t *uc, const char *name, size_t len, const s
         shm_hdr_t h;
         memcpy(&h, base, sizeof h);
         *ok_p = h.magic == want->magic && h.n == want->n && h.slot == want->slot &&
-                h.lined == want->lined && h.tile == want->tile && h.depth == want->depth;
+                h.lined == want->lined && h.bcast == want->bcast && h.tile == want->tile &&
+                h.depth == want->depth;
     }
     if (fd >= 0)
         close(fd);
@@ -248,7 +253,8 @@ msr_status_t ucx_shm_setup(ucx_comm_t *uc)
     s->lined = s->slots + (size_t)n * 2 * slot;
     s->lined_max = shape.lined;
     s->lined_area = shm_lines(shape.lined) * LINE;
-    s->stage = s->lined + (size_t)n * 2 * s->lined_area;
+    s->bcast = shape.bcast ? s->lined + (size_t)n * 2 * s->lined_area : NULL;
+    s->stage = s->lined + (size_t)n * 2 * s->lined_area + (size_t)shape.bcast * LINE;
     s->result = s->stage + (size_t)n * depth * tile;
     s->tile = tile;
     s->depth = depth;

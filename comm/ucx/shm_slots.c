@@ -57,6 +57,14 @@ static int lined(const struct ucx_shm *s, const ucx_req_t *r, size_t in)
     return in > SHM_INLINE && in <= s->lined_max && r->pub.args.coll != MSR_COLL_BROADCAST;
 }
 
+/* Whether this operation is a broadcast through the lined broadcasts'
+ * ring (shm_impl.h): a vector of 1 to SHM_LINE_DATA bytes, one line. */
+static int bcast_lined(const struct ucx_shm *s, const ucx_req_t *r)
+{
+    return r->pub.args.coll == MSR_COLL_BROADCAST && r->bytes > 0 && r->bytes <= SHM_LINE_DATA &&
+           s->bcast != NULL;
+}
+
 /* The part of each member's lined vector this member reads: a
  * reduce-scatter's block of it, the whole of it otherwise. */
 static void lined_range(const ucx_req_t *r, size_t in, size_t *off_p, size_t *len_p)
@@ -124,11 +132,14 @@ static int lines_seen(const struct ucx_shm *s, ucx_req_t *r, uint64_t k, size_t 
 }
 
 /* Whether every member whose slot this operation reads published k: a
- * broadcast reads the root's only; a lined vector's lines carry k
- * themselves. */
+ * broadcast reads the root's only (a lined one its line, whose word is k
+ * once the root wrote it); a lined vector's lines carry k themselves. */
 static int slots_seen(const struct ucx_shm *s, ucx_req_t *r, uint64_t k)
 {
     const msr_coll_args_t *a = &r->pub.args;
+    if (a->coll == MSR_COLL_BROADCAST && bcast_lined(s, r))
+        return r->me == a->root ||
+               atomic_load_explicit(line_word(bcast_line(s, k), 0), memory_order_acquire) == k;
     if (a->coll == MSR_COLL_BROADCAST)
         return r->me == a->root ||
                atomic_load_explicit(&s->ctl[a->root].c[C_SEQ], memory_order_acquire) >= k;
@@ -195,10 +206,10 @@ static uint64_t ring_place(struct ucx_shm *s, uint64_t k, size_t bytes)
  * no member still reads what k overwrites. Members write their slot k & 1,
  * last written by k - 2 at the latest (or by a broadcast of that parity
  * before it): every member must have finished k - 2, i.e. published k - 1.
- * A broadcast's root writes its ring entry (ring_place): only the
- * operation that wrote it last must be finished, so the root runs up to
- * the ring's length ahead of its slowest reader; readers write nothing and
- * go at once. */
+ * A broadcast's root writes its ring entry (ring_place), or its line of
+ * the lined broadcasts' ring: only the operation that wrote it last must
+ * be finished, so the root runs up to the ring's length ahead of its
+ * slowest reader; readers write nothing and go at once. */
 static int slots_turn(struct ucx_shm *s, ucx_req_t *r, uint64_t k)
 {
     const msr_coll_args_t *a = &r->pub.args;
@@ -206,7 +217,11 @@ static int slots_turn(struct ucx_shm *s, ucx_req_t *r, uint64_t k)
         return 0;
     if (a->coll != MSR_COLL_BROADCAST)
         return all_reached(s, r, k - 1);
-    uint64_t last = ring_place(s, k, r->bytes);
+    uint64_t last;
+    if (bcast_lined(s, r)) /* its line's last writer: SHM_BCAST_LINES before, or earlier */
+        last = k > SHM_BCAST_LINES ? k - SHM_BCAST_LINES : 0;
+    else
+        last = ring_place(s, k, r->bytes); /* where the readers read, too */
     return r->me != a->root || last == 0 || last < s->ring_seen || ring_readers_past(s, r, last);
 }
 
@@ -293,7 +308,7 @@ static void slots_finish(const struct ucx_shm *s, const ucx_req_t *r, uint64_t k
         return;
     case MSR_COLL_BROADCAST:
         if (r->me != a->root)
-            memcpy(a->recvbuf, s->ring_cur, r->bytes);
+            memcpy(a->recvbuf, bcast_lined(s, r) ? bcast_line(s, k) : s->ring_cur, r->bytes);
         return;
     default:
         return;
@@ -313,7 +328,9 @@ msr_status_t ucx_shm_step(ucx_req_t *r)
         if (!slots_turn(s, r, k))
             return MSR_IN_PROGRESS;
         size_t in = slot_bytes(r);
-        if (in && a->coll == MSR_COLL_BROADCAST) {
+        if (in && bcast_lined(s, r)) {
+            lined_put(bcast_line(s, k), a->sendbuf, in, k);
+        } else if (in && a->coll == MSR_COLL_BROADCAST) {
             memcpy(s->ring_cur, a->sendbuf, in);
         } else if (lined(s, r, in)) {
             lined_put(lined_of(s, r->me, k), a->sendbuf, in, k);

@@ -1,15 +1,18 @@
 /* The worker of the small-broadcast tests (the shared-memory slots' ring),
  * started by the real msrun (tests/comm/run_bcast.sh). `bcast_worker MODE`:
  *   ahead   (broadcasts forced through the slots) on a fresh
- *           communicator the root runs exactly the ring's depth (2n x
- *           the cache-line strides of the vector a slot holds) while the
+ *           communicator the root runs exactly the ring's depth (up to
+ *           56 bytes the lined broadcasts' 128 lines; above, 2n x the
+ *           cache-line strides of the vector a slot holds) while the
  *           others have not started any: all
  *           complete; one past it must wait for the readers (it is still in
  *           progress however often it is driven); then the readers read
  *           every one in order, none overwritten. At the inline size, one
- *           past it, and a slot's size.
+ *           past it, a line's data (56 bytes) and one past it, and a
+ *           slot's size.
  *   stress  many broadcasts from one root and from rotating ones, of sizes
- *           around the inline bound and up to a slot, between allreduces
+ *           around the inline bound and a line's data and up to a slot
+ *           (lined broadcasts, then the slots' ring), between allreduces
  *           (at the inline bound and past it), allgathers, reduce-scatters,
  *           barriers, and blocking calls beside a non-blocking allreduce
  *           followed by a reduce of UCX messages, with readers that stall
@@ -29,8 +32,9 @@
 
 WORKER_FAIL("bcast_worker", exit)
 
-/* The slots' size (MSR_COMM_SHM_MAX, docs/comm.md), inline bytes. */
-enum { SLOT_BYTES = 16384, INLINE_BYTES = 16 };
+/* The slots' size (MSR_COMM_SHM_MAX, docs/comm.md), inline bytes, the
+ * most a lined broadcast carries and its ring's lines (comm/ucx/shm_impl.h). */
+enum { SLOT_BYTES = 16384, INLINE_BYTES = 16, LINE_DATA = 56, BCAST_LINES = 128 };
 
 /* Byte i of broadcast k from root: differs between broadcasts, positions
  * and roots, never 0. */
@@ -62,9 +66,10 @@ static void ahead_round(msr_comm_t *world, size_t bytes)
     OK(msr_comm_dup(world, 0, &c));
     msr_comm_set_timeout(c, 20000);
     int n = msr_comm_size(c), me = msr_comm_rank(c);
-    /* the ring: per parity, every member's slot in entries of whole lines */
+    /* the ring: a line each up to LINE_DATA bytes; above, per parity,
+     * every member's slot in entries of whole lines */
     size_t stride = bytes <= 64 ? 64 : (bytes + 63) / 64 * 64;
-    int depth = 2 * n * (int)(SLOT_BYTES / stride);
+    int depth = bytes <= LINE_DATA ? BCAST_LINES : 2 * n * (int)(SLOT_BYTES / stride);
     unsigned char *buf = malloc((size_t)(depth + 1) * bytes);
     if (buf == NULL)
         fail("out of memory");
@@ -100,7 +105,8 @@ static void ahead_round(msr_comm_t *world, size_t bytes)
 
 static void mode_ahead(msr_comm_t *world)
 {
-    static const size_t sizes[] = {INLINE_BYTES, INLINE_BYTES + 1, 1024, SLOT_BYTES};
+    static const size_t sizes[] = {INLINE_BYTES, INLINE_BYTES + 1, LINE_DATA, LINE_DATA + 1,
+                                   1024,         SLOT_BYTES};
     for (size_t i = 0; i < sizeof sizes / sizeof sizes[0]; i++) {
         snprintf(g_case, sizeof g_case, "ahead %zu bytes", sizes[i]);
         ahead_round(world, sizes[i]);
@@ -175,7 +181,8 @@ static void stress_rs(msr_comm_t *c, uint64_t k)
  * blocking calls (stress_mixed), every 50th a barrier. */
 static void stress_op(msr_comm_t *c, uint64_t k, unsigned char *buf, float *f)
 {
-    static const size_t sizes[] = {1, 8, INLINE_BYTES, INLINE_BYTES + 1, 64, 1000, SLOT_BYTES};
+    static const size_t sizes[] = {
+        1, 8, INLINE_BYTES, INLINE_BYTES + 1, LINE_DATA, LINE_DATA + 1, 64, 1000, SLOT_BYTES};
     int n = msr_comm_size(c), me = msr_comm_rank(c);
     if (k % 50 == 49) {
         OK(msr_comm_barrier(c));
