@@ -7,13 +7,15 @@
 
 #include "msrun/ps.h"
 
-/* Messages on the parameter server's own communicator (synchronous: a dup
- * of the caller's; asynchronous: the worker's and the server's pair). A request is a ps_req_t on
- * PS_TAG_REQ, then, when nkeys > 0, the keys (i64) on PS_TAG_KEYS and for a push the gradients
- * (f32, nkeys * width) on PS_TAG_VALS. The answer is a ps_rep_t on PS_TAG_REP, then for a pull with
- * nkeys > 0 the rows (f32, nkeys * width) on PS_TAG_ROWS, sent also when the request was refused
- * (zeros) so that the worker can post every receive before it sends. Messages of one peer and tag
- * keep their order, and a worker has one request per server in flight at a time. */
+/* Messages on the parameter server's communicators (synchronous: a dup of
+ * the caller's; asynchronous: the worker's and the server's pair). A
+ * request is a ps_req_t on PS_TAG_REQ, then, when nkeys > 0, the keys
+ * (i64) on PS_TAG_KEYS and for a push the gradients (f32, nkeys * width)
+ * on PS_TAG_VALS. The answer is a ps_rep_t on PS_TAG_REP, then for a pull
+ * with nkeys > 0 the rows (f32, nkeys * width) on PS_TAG_ROWS, sent also
+ * when the request was refused (zeros) so that the worker can post every
+ * receive before it sends. Messages of one peer and tag keep their order,
+ * and a worker has one request per server in flight at a time. */
 enum {
     PS_TAG_REQ = 1,
     PS_TAG_KEYS = 2,
