@@ -66,31 +66,55 @@ static void free_links(msr_ps_t *ps)
 /* Asynchronous mode: a communicator of two for each worker and server, so
  * that a lost worker breaks only its own and the servers go on with the
  * others (docs/ps.md, Failures). max(workers, servers) collective splits
- * of ps->comm: in split r, worker w pairs with server (w + r) mod M where
+ * of comm: in split r, worker w pairs with server (w + r) mod M where
  * that is below the servers (every pair once, at r = (s - w) mod M); the
- * pair's color is the server's index, the worker its rank 0. */
-static msr_status_t make_links(msr_ps_t *ps)
+ * pair's color is the server's index, the worker its rank 0. Each pair is
+ * then duplicated onto an engine of its own (MSR_COMM_OWN_WORKER) and the
+ * split dropped: on one machine UCX gives an engine one receive queue that
+ * all its senders write into, and a worker killed inside a send would
+ * stall every other worker's messages to that server behind its slot
+ * (docs/ps.md, The hang). Without a context (comm gives none) a pair
+ * cannot be made with msr_comm_pair, as msr_ps_join does. */
+static msr_status_t make_links(msr_ps_t *ps, msr_comm_t *comm)
 {
     int W = ps->workers, S = ps->servers, M = W > S ? W : S;
     int worker = ps->role == MSR_PS_WORKER, me = ps->role_rank;
-    ps->nlinks = worker ? S : W;
-    ps->links = msr_calloc((size_t)ps->nlinks, sizeof *ps->links);
-    if (ps->links == NULL) {
-        ps->nlinks = 0;
-        return msr_err(MSR_ERR_NO_MEMORY, "msr_ps_create: out of memory");
-    }
     for (int r = 0; r < M; r++) {
         int other = worker ? (me + r) % M : ((me - r) % M + M) % M;
         int paired = other < (worker ? S : W);
         int color = !paired ? MSR_COMM_NO_COLOR : worker ? other : me;
         msr_comm_t *c = NULL;
-        msr_status_t st = msr_comm_split(ps->comm, color, worker ? 0 : 1, &c);
+        msr_status_t st = msr_comm_split(comm, color, worker ? 0 : 1, &c);
+        if (st == MSR_OK && paired)
+            st = msr_comm_dup(c, MSR_COMM_OWN_WORKER, &ps->links[other]);
+        msr_comm_destroy(c);
         if (st != MSR_OK)
             return msr_err_prefix(st, "msr_ps_create: the pairwise communicators");
-        if (paired)
-            ps->links[other] = c;
     }
     return MSR_OK;
+}
+
+msr_ps_t *ps_new(int rank, int size, int servers, int staleness)
+{
+    msr_ps_t *ps = msr_calloc(1, sizeof *ps);
+    if (ps == NULL)
+        return NULL;
+    ps->rank = rank;
+    ps->size = size;
+    ps->servers = servers;
+    ps->workers = size - servers;
+    ps->staleness = staleness;
+    ps->role = rank >= ps->workers ? MSR_PS_SERVER : MSR_PS_WORKER;
+    ps->role_rank = ps->role == MSR_PS_SERVER ? rank - ps->workers : rank;
+    if (staleness == MSR_PS_SYNC)
+        return ps;
+    ps->nlinks = ps->role == MSR_PS_WORKER ? servers : ps->workers;
+    ps->links = msr_calloc((size_t)ps->nlinks, sizeof *ps->links);
+    if (ps->links == NULL) {
+        msr_free(ps);
+        return NULL;
+    }
+    return ps;
 }
 
 msr_status_t ps_resolve_mode(const char *what, int size, int *servers_p, int *staleness_p)
@@ -127,29 +151,20 @@ msr_status_t msr_ps_create(msr_comm_t *comm, int servers, int staleness, msr_ps_
     msr_status_t st = ps_resolve_mode("msr_ps_create", size, &servers, &staleness);
     if (st != MSR_OK)
         return st;
-    msr_ps_t *ps = msr_calloc(1, sizeof *ps);
+    msr_ps_t *ps = ps_new(msr_comm_rank(comm), size, servers, staleness);
     if (ps == NULL)
         return msr_err(MSR_ERR_NO_MEMORY, "msr_ps_create: out of memory");
-    st = msr_comm_dup(comm, 0, &ps->comm);
-    if (st != MSR_OK)
-        goto err_free;
-    ps->rank = msr_comm_rank(comm);
-    ps->size = size;
-    ps->servers = servers;
-    ps->workers = size - servers;
-    ps->staleness = staleness;
-    ps->role = ps->rank >= ps->workers ? MSR_PS_SERVER : MSR_PS_WORKER;
-    ps->role_rank = ps->role == MSR_PS_SERVER ? ps->rank - ps->workers : ps->rank;
-    if (staleness != MSR_PS_SYNC && (st = make_links(ps)) != MSR_OK) {
+    /* synchronous: everything on a duplicate (a lost worker fails every
+     * step, and the duplicate's break ends every server at once);
+     * asynchronous: only the pairs, split from comm itself */
+    st = ps->links ? make_links(ps, comm) : msr_comm_dup(comm, 0, &ps->comm);
+    if (st != MSR_OK) {
         free_links(ps);
-        msr_comm_destroy(ps->comm);
-        goto err_free;
+        msr_free(ps);
+        return st;
     }
     *ps_p = ps;
     return MSR_OK;
-err_free:
-    msr_free(ps);
-    return st;
 }
 
 msr_ps_role_t msr_ps_my_role(const msr_ps_t *ps)

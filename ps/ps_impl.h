@@ -7,14 +7,15 @@
 
 #include "msrun/ps.h"
 
-/* Messages on the parameter server's own communicator (a dup of the
- * caller's). A request is a ps_req_t on PS_TAG_REQ, then, when nkeys > 0,
- * the keys (i64) on PS_TAG_KEYS and for a push the gradients (f32, nkeys *
- * width) on PS_TAG_VALS. The answer is a ps_rep_t on PS_TAG_REP, then for a
- * pull with nkeys > 0 the rows (f32, nkeys * width) on PS_TAG_ROWS, sent
- * also when the request was refused (zeros) so that the worker can post
- * every receive before it sends. Messages of one peer and tag keep their
- * order, and a worker has one request per server in flight at a time. */
+/* Messages on the parameter server's communicators (synchronous: a dup of
+ * the caller's; asynchronous: the worker's and the server's pair). A
+ * request is a ps_req_t on PS_TAG_REQ, then, when nkeys > 0, the keys
+ * (i64) on PS_TAG_KEYS and for a push the gradients (f32, nkeys * width)
+ * on PS_TAG_VALS. The answer is a ps_rep_t on PS_TAG_REP, then for a pull
+ * with nkeys > 0 the rows (f32, nkeys * width) on PS_TAG_ROWS, sent also
+ * when the request was refused (zeros) so that the worker can post every
+ * receive before it sends. Messages of one peer and tag keep their order,
+ * and a worker has one request per server in flight at a time. */
 enum {
     PS_TAG_REQ = 1,
     PS_TAG_KEYS = 2,
@@ -89,11 +90,13 @@ typedef struct ps_loop {
 } ps_loop_t;
 
 struct msr_ps {
+    /* synchronous: a duplicate of the caller's, every message on it;
+     * asynchronous: NULL (the links carry everything) */
     msr_comm_t *comm;
-    /* asynchronous: a communicator of two with each peer of the other role
-     * (on a worker, (servers) with its server at rank 1; on a server,
-     * (workers) with its worker at rank 0), so that a lost worker breaks
-     * only its own; synchronous: NULL, everything on comm */
+    /* asynchronous: a communicator of two, on an engine of its own, with
+     * each peer of the other role (on a worker, (servers) with its server
+     * at rank 1; on a server, (workers) with its worker at rank 0), so that
+     * a lost worker breaks only its own; synchronous: NULL */
     msr_comm_t **links;
     int nlinks;
     int rank, size;
@@ -162,6 +165,10 @@ msr_status_t ps_on_lost(msr_ps_t *ps, ps_loop_t *l, int worker);
  * MSR_PS_STALENESS) resolved and checked for a job of size ranks; what
  * is the caller's name in messages. MSR_ERR_INVALID_ARG. */
 msr_status_t ps_resolve_mode(const char *what, int size, int *servers_p, int *staleness_p);
+/* ps.c: a member's state of a parameter server over size ranks (the last
+ * servers of them the servers), asynchronous with its links array made
+ * (empty); NULL: no memory. */
+msr_ps_t *ps_new(int rank, int size, int servers, int staleness);
 /* ps_join.c: a server's look at the replaced workers waiting to join
  * (every PS_JOIN_POLL_MS); pairs with each whose old one it took as lost. */
 msr_status_t ps_take_joins(msr_ps_t *ps, ps_loop_t *l);

@@ -1,9 +1,9 @@
 /* A replaced worker joining running asynchronous servers (docs/ps.md,
  * Failures): msr_ps_join on both sides, and the servers' look at the
- * replacements waiting (ps_take_joins). A replacement (msrun started it
- * again alone, MSR_INCARNATION > 0) cannot take part in the collective
- * splits the others made its links with, so it makes each link as a pair
- * of its own (msr_comm_pair) named by the join: it counts its join under
+ * replacements waiting (ps_take_joins). Asynchronous, every link is a
+ * pair of its own (msr_comm_pair) named by the worker's join, 0 for the
+ * first processes. A replacement (msrun started it again alone,
+ * MSR_INCARNATION > 0) makes its links so too: it counts its join under
  * its rank in the store, then the job's joins; a server that sees the
  * job's count move reads each worker's, and pairs with a worker whose
  * count passed the joins it took once it took the old one as lost. */
@@ -62,19 +62,10 @@ static msr_status_t rejoin(msr_ctx_t *ctx, int servers, int staleness, int inc, 
                        "msr_ps_join: MSR_INCARNATION=%d: only a worker of an asynchronous "
                        "parameter server is replaced alone, not %s (msrun restarts the job)",
                        inc, me >= world - servers ? "a server" : "a synchronous one's");
-    msr_ps_t *ps = msr_calloc(1, sizeof *ps);
-    if (ps == NULL || (ps->links = msr_calloc((size_t)servers, sizeof *ps->links)) == NULL) {
-        msr_free(ps);
+    msr_ps_t *ps = ps_new(me, world, servers, staleness);
+    if (ps == NULL)
         return msr_err(MSR_ERR_NO_MEMORY, "msr_ps_join: out of memory");
-    }
-    ps->nlinks = servers;
     ps->ctx = ctx;
-    ps->rank = ps->role_rank = me;
-    ps->size = world;
-    ps->servers = servers;
-    ps->workers = world - servers;
-    ps->staleness = staleness;
-    ps->role = MSR_PS_WORKER;
     char key[96], name[MSR_COMM_PAIR_NAME_MAX + 1];
     int64_t j = 0;
     join_key(ctx, me, key, sizeof key);
@@ -101,16 +92,16 @@ static msr_status_t rejoin(msr_ctx_t *ctx, int servers, int staleness, int inc, 
     return MSR_OK;
 }
 
-/* Asynchronous: each link made again as a pair of its own (join 0's
- * names), so that every worker-server pair has its own engine and
- * receive queue. On one machine UCX's shared-memory transports give a
- * process one receive FIFO that all its senders write into: a worker
- * killed inside a send leaves a slot never marked written, and the
- * server would then never receive another message on that engine from
- * anyone (docs/ps.md, The hang). Workers pair with the servers in
- * order, servers with the workers in order: a pair waited on is always
- * the least of what its two sides still wait for, so none waits for
- * ever. */
+/* Asynchronous: each link a pair of its own (join 0's names), made
+ * directly, without a world communicator or collective splits: every
+ * worker-server pair has its own engine and receive queue, and no
+ * shared-memory segment. On one machine UCX's shared-memory transports give
+ * an engine one receive FIFO that all its senders write into: a worker
+ * killed inside a send leaves a slot never marked written, and the server
+ * would then never receive another message on that engine from anyone
+ * (docs/ps.md, The hang). Workers pair with the servers in order, servers
+ * with the workers in order: a pair waited on is always the least of what
+ * its two sides still wait for, so none waits for ever. */
 static msr_status_t pair_links(msr_ps_t *ps)
 {
     int worker = ps->role == MSR_PS_WORKER, me = ps->role_rank;
@@ -118,14 +109,45 @@ static msr_status_t pair_links(msr_ps_t *ps)
     for (int o = 0; o < ps->nlinks; o++) {
         int w = worker ? me : o, s = worker ? o : me;
         pair_name(ps->ctx, w, 0, s, name, sizeof name);
-        int peer = msr_comm_world_rank(ps->comm, worker ? ps->workers + s : w);
-        msr_comm_t *c = NULL;
-        msr_status_t st = msr_comm_pair(ps->ctx, name, peer, &c);
+        msr_status_t st = msr_comm_pair(ps->ctx, name, worker ? ps->workers + s : w, &ps->links[o]);
         if (st != MSR_OK)
             return msr_err_prefix(st, "msr_ps_join: worker %d's link with server %d", w, s);
-        msr_comm_destroy(ps->links[o]);
-        ps->links[o] = c;
     }
+    return MSR_OK;
+}
+
+/* A first process's parameter server: synchronous, msr_ps_create on the
+ * world; asynchronous, the pairs alone. */
+static msr_status_t join_first(msr_ctx_t *ctx, int servers, int staleness, msr_ps_t **ps_p)
+{
+    int world_size = msr_world_size(ctx);
+    msr_status_t st = ps_resolve_mode("msr_ps_join", world_size, &servers, &staleness);
+    if (st != MSR_OK)
+        return st;
+    if (staleness == MSR_PS_SYNC) {
+        msr_comm_t *world = NULL;
+        if ((st = msr_comm_world(ctx, &world)) == MSR_OK)
+            st = msr_ps_create(world, servers, staleness, ps_p);
+        msr_comm_destroy(world); /* the parameter server holds its own */
+        if (st == MSR_OK)
+            (*ps_p)->ctx = ctx;
+        return st;
+    }
+    msr_ps_t *ps = ps_new(msr_rank(ctx), world_size, servers, staleness);
+    if (ps == NULL)
+        return msr_err(MSR_ERR_NO_MEMORY, "msr_ps_join: out of memory");
+    ps->ctx = ctx;
+    if ((st = pair_links(ps)) != MSR_OK) {
+        ps->broken = st; /* no goodbye */
+        msr_ps_destroy(ps);
+        return st;
+    }
+    if (ps->role == MSR_PS_SERVER &&
+        (ps->join_seen = msr_calloc((size_t)ps->workers, sizeof *ps->join_seen)) == NULL) {
+        msr_ps_destroy(ps);
+        return msr_err(MSR_ERR_NO_MEMORY, "msr_ps_join: out of memory");
+    }
+    *ps_p = ps;
     return MSR_OK;
 }
 
@@ -137,30 +159,8 @@ msr_status_t msr_ps_join(msr_ctx_t *ctx, int servers, int staleness, msr_ps_t **
     if (inc < 0)
         return msr_err(MSR_ERR_INVALID_ARG, "MSR_INCARNATION=%s: not a count",
                        getenv("MSR_INCARNATION"));
-    if (inc > 0)
-        return rejoin(ctx, servers, staleness, inc, ps_p);
-    msr_comm_t *world = NULL;
-    msr_status_t st = msr_comm_world(ctx, &world);
-    if (st == MSR_OK)
-        st = msr_ps_create(world, servers, staleness, ps_p);
-    msr_comm_destroy(world); /* the parameter server holds its own */
-    if (st != MSR_OK)
-        return st;
-    msr_ps_t *ps = *ps_p;
-    ps->ctx = ctx;
-    if (ps->links && (st = pair_links(ps)) != MSR_OK) {
-        ps->broken = st; /* no goodbye */
-        msr_ps_destroy(ps);
-        *ps_p = NULL;
-        return st;
-    }
-    if (ps->role == MSR_PS_SERVER && ps->links &&
-        (ps->join_seen = msr_calloc((size_t)ps->workers, sizeof *ps->join_seen)) == NULL) {
-        msr_ps_destroy(ps);
-        *ps_p = NULL;
-        return msr_err(MSR_ERR_NO_MEMORY, "msr_ps_join: out of memory");
-    }
-    return MSR_OK;
+    return inc > 0 ? rejoin(ctx, servers, staleness, inc, ps_p)
+                   : join_first(ctx, servers, staleness, ps_p);
 }
 
 /* Pairs with worker's join j, its old one taken as lost: it counts again,
@@ -171,7 +171,7 @@ static msr_status_t take_join(msr_ps_t *ps, ps_loop_t *l, int worker, int64_t j)
     char name[MSR_COMM_PAIR_NAME_MAX + 1];
     pair_name(ps->ctx, worker, j, ps->role_rank, name, sizeof name);
     msr_comm_t *c = NULL;
-    msr_status_t st = msr_comm_pair(ps->ctx, name, msr_comm_world_rank(ps->comm, worker), &c);
+    msr_status_t st = msr_comm_pair(ps->ctx, name, worker, &c); /* its job rank */
     if (st != MSR_OK) {
         MSR_WARN("parameter server %d: worker %d's replacement (join %lld) did not pair: %s; "
                  "going on without it",

@@ -25,8 +25,14 @@ UCX_TLS, when set, reaches every rank and is printed with the figures
 (docs/ps.md, "The hang": the transports decided whether a victim killed
 inside a send hung its run before every link was a pair of its own).
 
+With --startup join|create nothing is killed: each run times every
+rank's making of the parameter server (msr_ps_join, or msr_ps_create on a
+world made before it), and the table gives the median (min - max) over
+the runs of the slowest worker's and the slowest server's.
+
 Usage: bench/ps/join_bench.py [--runs N] [--workers W] [--servers S]
                               [--staleness K] [--build DIR]
+                              [--startup join|create]
 """
 import argparse
 import os
@@ -43,6 +49,7 @@ SEEN = re.compile(r"was killed by SIGKILL: asynchronous parameter server worker,
 READY = re.compile(r"jb ready pid=(\d+)")
 REPLACED = re.compile(r"jb replaced inc=1 start=([\d.]+) init=([\d.]+) joined=([\d.]+) "
                       r"pushed=([\d.]+)")
+MADE = re.compile(r"jb made rank=(\d+) role=(worker|server) secs=([\d.]+)")
 
 
 def load():
@@ -96,13 +103,33 @@ class Run:
         return code
 
 
-def one(args, build):
+def command(args, build):
     np = args.workers + args.servers
     cmd = [os.path.join(build, "bin", "msrun"), "--worker_num=%d" % np,
            "--local_worker_num=%d" % np, "--ps_servers=%d" % args.servers,
            "--ps_staleness=%d" % args.staleness, "--max_restarts=1",
            os.path.join(build, "bin", "ps_join_bench")]
-    run = Run(cmd, args.timeout)
+    if args.startup:
+        cmd += ["--make", args.startup, "--warmup", "8"]
+    return cmd
+
+
+def startup(args, build):
+    """One run's slowest worker's and server's start-up, seconds."""
+    run = Run(command(args, build), args.timeout)
+    code = run.finish()
+    made = [MADE.search(line) for _, line in run.lines]
+    made = [m for m in made if m]
+    if code != 0 or len(made) != args.workers + args.servers:
+        tail = "\n".join(line for _, line in run.lines[-8:])
+        return None, "msrun exited %s, %d ranks said they made it:\n%s" % (code, len(made), tail)
+    return [max(float(m[3]) for m in made if m[2] == role) for role in ("worker", "server")], None
+
+
+def one(args, build):
+    if args.startup:
+        return startup(args, build)
+    run = Run(command(args, build), args.timeout)
     ready = run.wait_for(READY)
     if ready is None:
         run.finish()
@@ -134,6 +161,16 @@ def table(runs):
                                                    ms(max(step)), ms(statistics.median(total))))
 
 
+def startup_table(args, runs):
+    print("| making (%s) | slowest worker, ms: median (min - max) | slowest server |" %
+          ("msr_ps_join" if args.startup == "join" else "msr_ps_create"))
+    print("|---|---|---|")
+    cols = ["%s (%s - %s)" % (ms(statistics.median(v)), ms(min(v)), ms(max(v)))
+            for v in ([r[0] for r in runs], [r[1] for r in runs])]
+    print("| %d workers + %d servers, staleness %d | %s | %s |" %
+          (args.workers, args.servers, args.staleness, cols[0], cols[1]))
+
+
 def main():
     here = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
@@ -143,9 +180,13 @@ def main():
     p.add_argument("--staleness", type=int, default=2)
     p.add_argument("--timeout", type=float, default=60, help="seconds for one run")
     p.add_argument("--build", default=os.environ.get("MSRUN_BUILD", os.path.join(here, "build")))
+    p.add_argument("--startup", choices=("join", "create"),
+                   help="time the making at the start instead of a replacement")
     args = p.parse_args()
-    if args.runs < 1 or args.workers < 2 or args.servers < 1 or args.staleness < 0:
-        p.error("--runs >= 1, --workers >= 2, --servers >= 1, --staleness >= 0")
+    if args.runs < 1 or args.workers < 2 or args.servers < 1 or args.staleness < -1 or (
+            args.staleness < 0 and not args.startup):
+        p.error("--runs >= 1, --workers >= 2, --servers >= 1, --staleness >= 0 "
+                "(-1, synchronous, with --startup)")
     build = os.path.abspath(args.build)
     for b in ("msrun", "ps_join_bench"):
         if not os.access(os.path.join(build, "bin", b), os.X_OK):
@@ -164,7 +205,9 @@ def main():
             runs.append(r)
     print("# load average after: %s; %d of %d runs failed (stderr says how)"
           % (load(), failed, args.runs))
-    if runs:
+    if runs and args.startup:
+        startup_table(args, runs)
+    elif runs:
         table(runs)
     return 1 if failed else 0
 

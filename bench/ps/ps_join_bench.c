@@ -12,46 +12,32 @@
  * every server), T3 its first push acknowledged; then it sets the store's
  * jb/stop and the others stop at their next look (every 8 steps). Times
  * are CLOCK_REALTIME seconds, the clock the driver stamps its kill with.
- * Usage: ps_join_bench [--rows N] [--width W] [--keys N] [--warmup N] */
+ * Every rank's first process also prints its start-up,
+ *   jb made rank=R role=worker|server secs=S
+ * S the seconds of msr_ps_join or, with --make create, of msr_ps_create on
+ * the world (made before). With --make (join_bench.py --startup) nobody is
+ * a victim: the workers train --warmup steps (to the next multiple of 8)
+ * and end.
+ * Usage: ps_join_bench [--rows N] [--width W] [--keys N] [--warmup N]
+ *                      [--make join|create] */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
 #include <unistd.h>
 
-#include "msrun/msrun.h"
+#define BENCH_PROG  "ps_join_bench"
+#define BENCH_USAGE "[--rows N] [--width W] [--keys N] [--warmup N] [--make join|create]"
+#include "ps_bench.h"
 
 typedef struct opts {
     long rows, width, keys, warmup;
+    int make; /* --make: 0 none (the replacement's bench); 1 join, 2 create: start-up only */
 } opts_t;
 
 static double now_s(void)
 {
-    struct timespec ts;
-    clock_gettime(CLOCK_REALTIME, &ts);
-    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
-}
-
-static void die(const char *what, msr_status_t st)
-{
-    fprintf(stderr, "ps_join_bench: %s: %s (%s)\n", what, msr_status_str(st), msr_last_error());
-    exit(1);
-}
-
-#define CHECK(call)                \
-    do {                           \
-        msr_status_t st_ = (call); \
-        if (st_ != MSR_OK)         \
-            die(#call, st_);       \
-    } while (0)
-
-static void usage(const char *why)
-{
-    fprintf(stderr,
-            "ps_join_bench: %s\nusage: ps_join_bench [--rows N] [--width W] [--keys N] "
-            "[--warmup N]\n",
-            why);
-    exit(2);
+    return bench_now_s(CLOCK_REALTIME);
 }
 
 static long parse_num(const char *s, long lo, long hi, const char *what)
@@ -72,6 +58,12 @@ static void parse(int argc, char **argv, opts_t *o)
     for (int i = 1; i < argc; i += 2) {
         if (i + 1 >= argc)
             usage("an option without its value");
+        if (strcmp(argv[i], "--make") == 0) {
+            if (strcmp(argv[i + 1], "join") != 0 && strcmp(argv[i + 1], "create") != 0)
+                usage("--make: join or create");
+            o->make = strcmp(argv[i + 1], "create") == 0 ? 2 : 1;
+            continue;
+        }
         long *field = strcmp(argv[i], "--rows") == 0     ? &o->rows
                       : strcmp(argv[i], "--width") == 0  ? &o->width
                       : strcmp(argv[i], "--keys") == 0   ? &o->keys
@@ -111,7 +103,7 @@ static int stopped(msr_ctx_t *ctx)
 
 static void work(msr_ctx_t *ctx, msr_ps_t *ps, int t, const opts_t *o, int inc, double *tm)
 {
-    int me = msr_ps_role_rank(ps), victim = me == msr_ps_workers(ps) - 1;
+    int me = msr_ps_role_rank(ps), victim = me == msr_ps_workers(ps) - 1 && !o->make;
     int64_t *keys = malloc((size_t)o->keys * sizeof *keys);
     float *rows = malloc((size_t)(o->keys * o->width) * sizeof *rows);
     if (keys == NULL || rows == NULL)
@@ -127,7 +119,7 @@ static void work(msr_ctx_t *ctx, msr_ps_t *ps, int t, const opts_t *o, int inc, 
         for (long i = 0;; i++) {
             if (victim && i == o->warmup)
                 printf("jb ready pid=%d t=%.6f\n", (int)getpid(), now_s());
-            if (!victim && i % 8 == 0 && stopped(ctx))
+            if (!victim && i % 8 == 0 && (o->make ? i >= o->warmup : stopped(ctx)))
                 break;
             step(ps, t, o, keys, rows, &seed);
         }
@@ -148,8 +140,19 @@ int main(int argc, char **argv)
     CHECK(msr_init(&ctx));
     tm[1] = now_s();
     msr_ps_t *ps;
-    CHECK(msr_ps_join(ctx, 0, MSR_PS_STALENESS_ENV, &ps));
+    if (o.make == 2) {
+        msr_comm_t *world;
+        CHECK(msr_comm_world(ctx, &world));
+        tm[1] = now_s(); /* the parameter server's own start-up only */
+        CHECK(msr_ps_create(world, 0, MSR_PS_STALENESS_ENV, &ps));
+        msr_comm_destroy(world);
+    } else {
+        CHECK(msr_ps_join(ctx, 0, MSR_PS_STALENESS_ENV, &ps));
+    }
     tm[2] = now_s();
+    if (inc == 0)
+        printf("jb made rank=%d role=%s secs=%.6f\n", msr_rank(ctx),
+               msr_ps_my_role(ps) == MSR_PS_SERVER ? "server" : "worker", tm[2] - tm[1]);
     msr_ps_table_config_t c = {
         .rows = (uint64_t)o.rows, .width = (uint32_t)o.width, .optim = MSR_PS_SGD, .lr = 0.01f};
     int t;

@@ -28,7 +28,9 @@
 #include <string.h>
 #include <time.h>
 
-#include "msrun/msrun.h"
+#define BENCH_PROG  "ps_raw_bench"
+#define BENCH_USAGE "[--sizes LIST] [--rounds N] [--optim sgd|adagrad|adam] [--bytes_per_run B]"
+#include "ps_bench.h"
 
 enum { MAX_SIZES = 32, TABLE_ROWS = 1 << 16, RAW_TAG_REQ = 11, RAW_TAG_REP = 12 };
 
@@ -47,31 +49,7 @@ typedef struct shape {
 
 static double now_s(void)
 {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
-}
-
-static void die(const char *what, msr_status_t st)
-{
-    fprintf(stderr, "ps_raw_bench: %s: %s (%s)\n", what, msr_status_str(st), msr_last_error());
-    exit(1);
-}
-
-#define CHECK(call)                \
-    do {                           \
-        msr_status_t st_ = (call); \
-        if (st_ != MSR_OK)         \
-            die(#call, st_);       \
-    } while (0)
-
-static void usage(const char *why)
-{
-    fprintf(stderr,
-            "ps_raw_bench: %s\nusage: ps_raw_bench [--sizes LIST] [--rounds N] "
-            "[--optim sgd|adagrad|adam] [--bytes_per_run B]\n",
-            why);
-    exit(2);
+    return bench_now_s(CLOCK_MONOTONIC);
 }
 
 /* A whole number in [lo, hi] or usage(). */

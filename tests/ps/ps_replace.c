@@ -13,6 +13,9 @@
  *   die      worker 2 kills itself in every incarnation once it joined
  *            (before any step: the others do none): msrun replaces it up
  *            to --max_restarts, then reports the failure
+ * Every process checks after msr_ps_join that it maps no shared-memory
+ * segment of msrun's communicators (/dev/shm/msr-*): the asynchronous
+ * parameter server is its pairs alone, no world and no splits.
  * Every check that fails prints "FAIL" and exits 1; worker 0 prints
  * "ok replace" at the end. The store keys say the states waited for. */
 #include <signal.h>
@@ -158,6 +161,21 @@ static void refusals(int inc)
         fail("msr_comm_world did not refuse incarnation %d", inc);
 }
 
+/* The shared-memory segments of msrun's communicators this process maps
+ * (unlinked once every member mapped them: "(deleted)" in the maps). */
+static int msr_segments(void)
+{
+    FILE *f = fopen("/proc/self/maps", "r");
+    if (f == NULL)
+        fail("cannot read /proc/self/maps");
+    char line[4096];
+    int n = 0;
+    while (fgets(line, sizeof line, f))
+        n += strstr(line, "/dev/shm/msr-") != NULL;
+    fclose(f);
+    return n;
+}
+
 int main(int argc, char **argv)
 {
     if (argc != 2 || (strcmp(argv[1], "replace") != 0 && strcmp(argv[1], "die") != 0)) {
@@ -179,6 +197,10 @@ int main(int argc, char **argv)
         wait_key("rep/advanced_all"); /* the others went on while it was dead */
     msr_ps_t *ps;
     OK(msr_ps_join(ctx, 0, MSR_PS_STALENESS_ENV, &ps));
+    int segments = msr_segments();
+    if (segments != 0)
+        fail("rank %d (incarnation %d) maps %d communicator segments after msr_ps_join, want 0",
+             g_rank, inc, segments);
     if (msr_ps_workers(ps) != 3 || msr_ps_servers(ps) != 2)
         fail("needs 3 workers and 2 servers");
     msr_ps_table_config_t c = {.rows = 4, .width = 1, .optim = MSR_PS_SGD, .lr = 3.0f};

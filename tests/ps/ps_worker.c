@@ -655,6 +655,22 @@ static void pull_check(msr_ps_t *ps, int t, const int64_t *keys, uint64_t n, con
                      got[i * DIM + c], want[keys[i] * DIM + c]);
 }
 
+/* This process's /dev/shm mappings that are not msrun's communicator
+ * segments (/dev/shm/msr-*): UCX's shared-memory receive queues, which
+ * each engine (UCX worker) maps for itself where UCX uses shared memory. */
+static int ucx_queues(void)
+{
+    FILE *f = fopen("/proc/self/maps", "r");
+    if (f == NULL)
+        fail("cannot read /proc/self/maps");
+    char line[4096];
+    int n = 0;
+    while (fgets(line, sizeof line, f))
+        n += strstr(line, "/dev/shm/") != NULL && strstr(line, "/dev/shm/msr-") == NULL;
+    fclose(f);
+    return n;
+}
+
 /* One worker, synchronous (each push applied before it returns), the keys
  * of a call in server order (sent from the caller's arrays) or not (sent
  * grouped from a copy), repeated, and empty: pulls must return every row
@@ -663,8 +679,23 @@ static void mode_order(msr_ctx_t *ctx)
 {
     msr_comm_t *world;
     OK(msr_comm_world(ctx, &world));
+    int q0 = ucx_queues();
     msr_ps_t *ps;
     OK(msr_ps_create(world, 0, MSR_PS_STALENESS_ENV, &ps));
+    /* asynchronous: every link on an engine of its own (as many queues as
+     * the world's engine again per link); synchronous: none added */
+    const char *stal = getenv("MSR_PS_STALENESS");
+    int links = stal && atoi(stal) >= 0 ? (msr_ps_my_role(ps) == MSR_PS_WORKER ? msr_ps_servers(ps)
+                                                                               : msr_ps_workers(ps))
+                                        : 0;
+    int q1 = ucx_queues();
+    if (q0 == 0 && msr_rank(ctx) == 0)
+        printf("order: UCX maps no shared-memory queue here: engines not counted\n");
+    else if (q0 > 0 && q1 != q0 * (1 + links))
+        fail("%d UCX queues after msr_ps_create with %d links, the world's engine %d: want %d", q1,
+             links, q0, q0 * (1 + links));
+    else if (msr_rank(ctx) == 0)
+        printf("order: %d links on engines of their own (UCX queues %d -> %d)\n", links, q0, q1);
     enum { R = 12 };
     msr_ps_table_config_t c = {
         .rows = R, .width = DIM, .optim = MSR_PS_SGD, .lr = 0.5f, .init_scale = 1, .seed = 7};

@@ -88,7 +88,7 @@ ok "train_rec's options: bounds taken, one past refused"
 # no servers: a clear error, not a hang
 run_msrun --worker_num=2 --local_worker_num=2 "$REC" --steps 2
 [ "$CODE" != 0 ] || fail "train_rec without --ps_servers: exit 0"
-expect_in "msr_ps_create: 0 servers" "$TMP/err" "train_rec without --ps_servers"
+expect_in "msr_ps_join: 0 servers" "$TMP/err" "train_rec without --ps_servers"
 ok "train_rec without --ps_servers says why"
 no_leftovers "train_rec"
 exit "$FAILED"
