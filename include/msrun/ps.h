@@ -27,8 +27,9 @@ extern "C" {
  * (msr_comm_set_timeout); a lost peer or a passed deadline breaks the
  * communicator and with it the parameter server (msr_ps_destroy is then the
  * only useful call). In asynchronous mode each worker talks to each server
- * on a communicator of two, split at msr_ps_create: a server takes a
- * worker lost without its goodbye as done and serves the others. A request a server refuses
+ * on a communicator of two with an engine of its own (so a worker killed
+ * inside a send stalls no other's messages): a server takes a worker lost
+ * without its goodbye as done and serves the others. A request a server refuses
  * (unknown table, a key out of range, a row of the wrong width) fails with MSR_ERR_INVALID_ARG and
  * msr_last_error() names the server and the reason; the parameter server
  * stays usable. */
@@ -82,8 +83,9 @@ MSR_API msr_status_t msr_ps_role(const msr_ctx_t *ctx, msr_ps_role_t *role_p, in
  * worker's pull waits until every worker has pushed the table at least
  * (its own pushes of it - K) times, or MSR_PS_STALENESS_ENV. The members
  * must agree (the launcher's is the same on every rank). Collective over comm (every member, the
- * same arguments): duplicates comm (comm may be destroyed afterwards), and
- * in asynchronous mode splits it into a communicator per worker and server.
+ * same arguments). Synchronous mode duplicates comm; asynchronous mode
+ * splits it into a communicator per worker and server, each copied onto an
+ * engine of its own (comm may be destroyed afterwards in both).
  * Fails with MSR_ERR_INVALID_ARG (servers < 0 or not below comm's size,
  * staleness < -2, MSR_PS_STALENESS not a number >= -1), MSR_ERR_NO_MEMORY, or comm's errors. On
  * success *ps_p is the caller's until msr_ps_destroy. */
@@ -91,8 +93,10 @@ MSR_API msr_status_t msr_ps_create(msr_comm_t *comm, int servers, int staleness,
 
 /* The job's parameter server over every rank of ctx, for a job of
  * msrun --ps_servers (arguments as msr_ps_create's). In a first process
- * of its rank it makes the world communicator and msr_ps_create on it
- * (collective: every rank calls it). A worker of an asynchronous parameter
+ * of its rank (collective: every rank calls it) synchronous mode makes the
+ * world communicator and msr_ps_create on it; asynchronous mode pairs each
+ * worker with each server (msr_comm_pair), with no collective
+ * communicator. A worker of an asynchronous parameter
  * server that msrun started again alone after its process died
  * (MSR_INCARNATION > 0) joins the running servers instead: it makes a
  * communicator of two with each (msr_comm_pair), named by its join, which
