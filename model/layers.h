@@ -230,10 +230,10 @@ void msr_attention_ring_backward(msr_products_t *pr, float *dq, int ldq, float *
 
 /* GELU, tanh approximation (torch's approximate="tanh"). out, inp (n).
  * The float forms (model/gelu.c) compute exp themselves (within an ulp of
- * the true value), and use AVX2 where msr_cpu_features_get() reports it: the same
- * bits on every path and at every position, so neither the CPU nor where a
- * tensor is cut changes a result. The _scalar forms are the plain loops,
- * for tests that compare the paths. */
+ * the true value), and use AVX-512F or AVX2 where msr_cpu_features_get()
+ * reports them: the same bits on every path and at every position, so
+ * neither the CPU nor where a tensor is cut changes a result. The _scalar forms are the plain
+ * loops, for tests that compare the paths. */
 void msr_gelu_forward(float *out, const float *inp, size_t n);
 /* dinp (n) += gelu'(inp) * dout. */
 void msr_gelu_backward(float *dinp, const float *inp, const float *dout, size_t n);
