@@ -1,15 +1,15 @@
 /* LayerNorm and RMSNorm in float (layers.h), their row sums in 16 fp32
  * lanes. One body per kernel (norm_impl.h), written with GCC's generic
  * vectors, is compiled three times: for any CPU (four vectors of 4 floats:
- * SSE2 on x86-64), with AVX2 (two of 8) and with AVX-512F (one of 16). Lane l of a row sum adds elements l, l + 16, ... in
- * order; the lanes fold in a fixed order (l with l + 8, then + 4, + 2, + 1)
- * and the elements past the last whole 16 are added after, in order. The
+ * SSE2 on x86-64), with AVX2 (two of 8) and with AVX-512F (one of 16).
+ * Lane l of a row sum adds elements l, l + 16, ... in order; the lanes
+ * fold in a fixed order (l with l + 8, then + 4, + 2, + 1) and the
+ * elements past the last whole 16 are added after, in order. The
  * per-element operations are the same IEEE operations on every path, and
  * this file is compiled without contracting a multiply and an add into a
  * fused one (model/CMakeLists.txt), so every path gives the same bits, and
  * a row's results depend neither on the CPU nor on the rows around it. */
 #include <math.h>
-#include <stdbool.h>
 #include <string.h>
 
 #include "base/cpu_features.h"
