@@ -17,8 +17,10 @@
 #define LINEAR          msr_products_linear
 #define LINEAR_BACKWARD msr_products_linear_backward
 #define LAYERS_OWN_GELU 1 /* model/gelu.c */
+#define LAYERS_OWN_NORM 1 /* model/norm.c */
 #include "model/layers_impl.h"
 #undef LAYERS_OWN_GELU
+#undef LAYERS_OWN_NORM
 #undef LINEAR
 #undef LINEAR_BACKWARD
 #undef real

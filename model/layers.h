@@ -230,10 +230,10 @@ void msr_attention_ring_backward(msr_products_t *pr, float *dq, int ldq, float *
 
 /* GELU, tanh approximation (torch's approximate="tanh"). out, inp (n).
  * The float forms (model/gelu.c) compute exp themselves (within an ulp of
- * the true value), and use AVX2 where msr_cpu_features_get() reports it: the same
- * bits on every path and at every position, so neither the CPU nor where a
- * tensor is cut changes a result. The _scalar forms are the plain loops,
- * for tests that compare the paths. */
+ * the true value), and use AVX-512F or AVX2 where msr_cpu_features_get()
+ * reports them: the same bits on every path and at every position, so
+ * neither the CPU nor where a tensor is cut changes a result. The _scalar forms are the plain
+ * loops, for tests that compare the paths. */
 void msr_gelu_forward(float *out, const float *inp, size_t n);
 /* dinp (n) += gelu'(inp) * dout. */
 void msr_gelu_backward(float *dinp, const float *inp, const float *dout, size_t n);
@@ -263,6 +263,31 @@ void msr_rmsnorm_forward(float *out, float *rstd, const float *inp, const float 
 /* dinp (N,C) +=, dweight (C) +=. */
 void msr_rmsnorm_backward(float *dinp, float *dweight, const float *dout, const float *inp,
                           const float *weight, const float *rstd, int N, int C);
+
+/* The float LayerNorm and RMSNorm (model/norm.c) sum each row in 16 fp32
+ * lanes, folded in a fixed order, the elements past the last whole 16
+ * added after in order; the kernels above run the widest path that
+ * msr_cpu_features_get() allows. Every path gives the same bits, and a
+ * row's results do not depend on the other rows. msr_norm_kernels gives
+ * one path's kernels, NULL where the CPU (or MSRUN_CPU_DISABLE) rules it
+ * out, for tests that compare the paths. */
+typedef enum msr_norm_path {
+    MSR_NORM_BASE,   /* any CPU: the compiler's plain vectors (SSE2 on x86-64) */
+    MSR_NORM_AVX2,   /* avx2 */
+    MSR_NORM_AVX512, /* avx512f */
+} msr_norm_path_t;
+typedef struct msr_norm_kernels {
+    void (*layernorm_forward)(float *out, float *mean, float *rstd, const float *inp,
+                              const float *weight, const float *bias, int N, int C);
+    void (*layernorm_backward)(float *dinp, float *dweight, float *dbias, const float *dout,
+                               const float *inp, const float *weight, const float *mean,
+                               const float *rstd, int N, int C);
+    void (*rmsnorm_forward)(float *out, float *rstd, const float *inp, const float *weight, int N,
+                            int C);
+    void (*rmsnorm_backward)(float *dinp, float *dweight, const float *dout, const float *inp,
+                             const float *weight, const float *rstd, int N, int C);
+} msr_norm_kernels_t;
+const msr_norm_kernels_t *msr_norm_kernels(msr_norm_path_t path);
 /* out (N,F) = silu(gate) * up from inp (N,2F), rows [gate (F) | up (F)]. */
 void msr_swiglu_forward(float *out, const float *inp, int N, int F);
 /* dinp (N,2F) += from dout (N,F). */

@@ -42,6 +42,7 @@ void LAYER(encoder_backward)(real *dwte, real *dwpe, const real *dout, const int
     }
 }
 
+#ifndef LAYERS_OWN_NORM /* float has its own (model/norm.c) */
 void LAYER(layernorm_forward)(real *out, real *mean, real *rstd, const real *inp,
                               const real *weight, const real *bias, int N, int C)
 {
@@ -95,6 +96,7 @@ void LAYER(layernorm_backward)(real *dinp, real *dweight, real *dbias, const rea
         }
     }
 }
+#endif
 
 void LAYER(matmul_forward)(PRODUCTS real *out, const real *inp, const real *weight,
                            const real *bias, int N, int IC, int OC)
@@ -253,6 +255,7 @@ void LAYER(embedding_backward)(real *dwte, const real *dout, const int *inp, int
     }
 }
 
+#ifndef LAYERS_OWN_NORM
 /* out = inp * rstd * weight, rstd = 1 / sqrt(mean(inp^2) + eps), per row */
 void LAYER(rmsnorm_forward)(real *out, real *rstd, const real *inp, const real *weight, int N,
                             int C)
@@ -290,6 +293,7 @@ void LAYER(rmsnorm_backward)(real *dinp, real *dweight, const real *dout, const 
         }
     }
 }
+#endif
 
 /* SwiGLU: out (N,F) = silu(gate) * up, from inp (N,2F) whose rows are
  * [gate (F) | up (F)]; silu(a) = a * sigmoid(a). */

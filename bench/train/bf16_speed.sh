@@ -12,35 +12,42 @@
 # minus that of a run of WARMUP steps (start-up, data and the first steps
 # cancel); PyTorch's is the thread's CPU time over STEPS steps after
 # WARMUP. The median over the rounds is printed, with the load average.
+# With BASE, another build (say, the commit before a change), each round
+# also runs BASE's train_gpt --precision bf16 right after BUILD's, so that
+# the two builds alternate under the same load; its row is added.
 #
-#   bench/train/bf16_speed.sh [BUILD] [CORE] [STEPS] [ROUNDS]
-# (BUILD defaults to build, CORE to 0, STEPS to 4, ROUNDS to 1; WARMUP is 2)
+#   bench/train/bf16_speed.sh [BUILD] [CORE] [STEPS] [ROUNDS] [BASE]
+# (BUILD defaults to build, CORE to 0, STEPS to 4, ROUNDS to 1, BASE to
+# none; WARMUP is 2)
 set -euo pipefail
 build=${1:-build}
 core=${2:-0}
 steps=${3:-4}
 rounds=${4:-1}
+base=${5:-}
 warmup=2
 here=$(cd "$(dirname "$0")" && pwd)
 bin="$build/bin/train_gpt"
 [[ -x "$bin" ]] || { echo "no $bin: build first" >&2; exit 1; }
+[[ -z "$base" || -x "$base/bin/train_gpt" ]] || { echo "no $base/bin/train_gpt" >&2; exit 1; }
 export OPENBLAS_NUM_THREADS=1 OMP_NUM_THREADS=1 MKL_NUM_THREADS=1
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
 model=(--layers 6 --channels 384 --heads 6 --seq 256 --micro-batch 4 --threads 1)
 tokens=$((steps * 4 * 256))
 
-# cpu_seconds PRECISION STEPS: user + system seconds of one train_gpt run
+# cpu_seconds PRECISION STEPS [BIN]: user + system seconds of one train_gpt run
 cpu_seconds() {
-    timeout 900 /usr/bin/time -f "%U %S" -o "$work/time" taskset -c "$core" "$bin" "${model[@]}" \
-        --precision "$1" --steps "$2" >/dev/null 2>"$work/err" ||
+    timeout 900 /usr/bin/time -f "%U %S" -o "$work/time" taskset -c "$core" "${3:-$bin}" \
+        "${model[@]}" --precision "$1" --steps "$2" >/dev/null 2>"$work/err" ||
         { echo "train_gpt --precision $1 failed: $(cat "$work/err")" >&2; exit 1; }
     awk '{ print $1 + $2 }' "$work/time"
 }
+# train_gpt_rate PRECISION [BIN]
 train_gpt_rate() {
     local long short
-    long=$(cpu_seconds "$1" $((warmup + steps)))
-    short=$(cpu_seconds "$1" "$warmup")
+    long=$(cpu_seconds "$1" $((warmup + steps)) "${2:-$bin}")
+    short=$(cpu_seconds "$1" "$warmup" "${2:-$bin}")
     awk -v t="$tokens" -v l="$long" -v s="$short" 'BEGIN { printf "%.1f", t / (l - s) }'
 }
 median() { sort -n | awk '{ v[NR] = $1 } END { print v[int((NR + 1) / 2)] }'; }
@@ -50,6 +57,10 @@ for ((r = 0; r < rounds; r++)); do
         x=$(train_gpt_rate "$p")
         echo "train_gpt_$p $x" >>"$work/rates"
     done
+    if [[ -n "$base" ]]; then
+        x=$(train_gpt_rate bf16 "$base/bin/train_gpt")
+        echo "base_bf16 $x" >>"$work/rates"
+    fi
     timeout 900 taskset -c "$core" /usr/bin/python3 "$here/bf16_speed_torch.py" 6 384 6 256 4 \
         "$steps" "$warmup" fp32 bf16 >>"$work/rates"
 done
@@ -69,6 +80,7 @@ row() { awk -v n="$1" -v r="$2" -v a="$f32" -v b="$tb16" \
     'BEGIN { printf "| %s | %.0f | %.2fx | %.2fx |\n", n, r, r / a, r / b }'; }
 row "train_gpt fp32" "$f32"
 row "train_gpt bf16" "$b16"
+[[ -z "$base" ]] || row "train_gpt bf16, BASE build" "$(rate base_bf16)"
 row "PyTorch fp32" "$tf32"
 row "PyTorch autocast bf16" "$tb16"
 awk -v a="$f32" -v b="$b16" -v t="$tb16" 'BEGIN {

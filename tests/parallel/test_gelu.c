@@ -1,5 +1,6 @@
 /* The float GELU: its exp against libm's in double, its values against the
- * double GELU, and the AVX2 path against the scalar one bit for bit. */
+ * double GELU, and the vector path (AVX-512F or AVX2, whichever the CPU
+ * has) against the scalar one bit for bit. */
 #include <float.h>
 #include <math.h>
 #include <stdint.h>
@@ -88,7 +89,8 @@ static int same_float(float a, float b)
 /* Edge inputs (zeros, subnormals, where exp overflows or underflows, x^3
  * overflowing, Inf, NaN) and a sweep, at lengths around the vector width
  * and offsets that move each value between vector body and scalar tail.
- * Where the CPU has no AVX2 both calls run the scalar loop. */
+ * Where the CPU has no AVX2 both calls run the scalar loop; under
+ * MSRUN_CPU_DISABLE=avx512f the vector call runs AVX2. */
 static void test_vector_matches_scalar(void)
 {
     enum { N = 96 };
