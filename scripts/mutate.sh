@@ -1158,7 +1158,7 @@ test: ^test_parallel_train_gpt_moe$
 >>>
 
 @ mp.zero3_tied_wte_sent_ungathered
-file: parallel/mp_run.c
+file: parallel/mp_tied.c
 test: ^test_parallel_train_gpt_zero3_mp$
 <<<
     int z3 = mp->cfg.zero >= 3;
