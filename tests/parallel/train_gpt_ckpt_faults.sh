@@ -217,25 +217,25 @@ init)
     # with nothing to resume they are set after all, the run the same as
     # one without --resume; resumed, the same as never stopped (ZeRO 0's
     # replicas each read both shards, ZeRO 1's gather the parameters)
-    for zero in 3 0 1; do
+    for zero in 3 0 1; do # (--loss-log appends: a file per stage)
         args=(--layers 2 --channels 32 --heads 4 --seq 16 --micro-batch 2 --bucket-mb 0.02
             --seed 1 --dp 2 --zero "$zero" --zero-min-bytes 0)
-        train "$work/plain$zero" 3 --loss-log "$work/plain.loss"
+        train "$work/plain$zero" 3 --loss-log "$work/plain$zero.loss"
         [[ $rc -eq 0 ]] || fail "ZeRO-$zero: the run without --resume failed ($rc)"
-        train "$work/none$zero" 3 --resume --loss-log "$work/none.loss"
+        train "$work/none$zero" 3 --resume --loss-log "$work/none$zero.loss"
         [[ $rc -eq 0 ]] && grep -q "no complete checkpoint under $work/none$zero" "$work/log" ||
             fail "ZeRO-$zero: the resume with nothing to resume failed ($rc) or did not say so"
-        cmp -s "$work/plain.loss" "$work/none.loss" || fail "ZeRO-$zero: nothing to resume:" \
+        cmp -s "$work/plain$zero.loss" "$work/none$zero.loss" || fail "ZeRO-$zero: nothing to resume:" \
             "the losses differ from a run without --resume:" \
-            "$(diff "$work/plain.loss" "$work/none.loss" | head -4)"
+            "$(diff "$work/plain$zero.loss" "$work/none$zero.loss" | head -4)"
         echo "ok   ZeRO-$zero, nothing to resume: initialised, bitwise as without --resume"
-        train "$work/s$zero" 10 --ckpt-every 5 --loss-log "$work/straight.loss"
+        train "$work/s$zero" 10 --ckpt-every 5 --loss-log "$work/straight$zero.loss"
         [[ $rc -eq 0 ]] || fail "ZeRO-$zero: the straight run failed ($rc)"
         rm -rf "$work/s$zero/step-10"
-        train "$work/s$zero" 10 --ckpt-every 5 --resume --loss-log "$work/resumed.loss"
+        train "$work/s$zero" 10 --ckpt-every 5 --resume --loss-log "$work/resumed$zero.loss"
         [[ $rc -eq 0 ]] && grep -q "resumed from step 5 under $work/s$zero" "$work/log" ||
             fail "ZeRO-$zero: the resume from step 5 failed ($rc)"
-        tail -n 5 "$work/straight.loss" | cmp -s - "$work/resumed.loss" ||
+        tail -n 5 "$work/straight$zero.loss" | cmp -s - "$work/resumed$zero.loss" ||
             fail "ZeRO-$zero resumed: steps 6..10 differ from the run never stopped"
         echo "ok   ZeRO-$zero resumed without initialising first: bitwise as never stopped"
     done
