@@ -270,7 +270,7 @@ msr_status_t msr_dp_create(const msr_dp_config_t *cfg, msr_comm_t *comm, msr_gpt
         goto err_free;
     if (cfg->zero >= 3 && (dp->pshard = msr_calloc(dp->shard_count + 1, sizeof(float))) == NULL)
         goto err_free;
-    if (!(cfg->init_later && cfg->zero >= 3))
+    if (!msr_dp_init_left(cfg))
         msr_dp_init_params(dp, seed);
     dp->hooks = (msr_gpt_hooks_t){dp, msr_dp_hook_acquire, msr_dp_hook_release,
                                   msr_dp_hook_grads_ready, msr_dp_hook_poll};
@@ -286,6 +286,11 @@ err_free:
 err_no_memory:
     return msr_err(MSR_ERR_NO_MEMORY, "dp: out of memory laying out %zu parameters",
                    model->num_params);
+}
+
+int msr_dp_init_left(const msr_dp_config_t *cfg)
+{
+    return cfg->init_later && cfg->params_offload.mode == MSR_OFFLOAD_NONE;
 }
 
 void msr_dp_init_params(msr_dp_t *dp, uint64_t seed)

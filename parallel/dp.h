@@ -101,9 +101,11 @@ typedef struct msr_dp_config {
      * block at a time (dp_params.c); ZeRO 0, a whole dense model, the
      * moments in memory (msr_dp_create refuses the rest: MSR_ERR_CONFIG) */
     msr_offload_config_t params_offload;
-    /* ZeRO-3: msr_dp_create leaves the owned parameters zero, for a resume
-     * whose load overwrites them; msr_dp_init_params sets them when there
-     * is nothing to resume (other stages initialise at create) */
+    /* msr_dp_create leaves the parameters it holds zero (the flat buffer,
+     * under ZeRO-3 the owned elements), for a resume whose load overwrites
+     * them; msr_dp_init_params sets them when there is nothing to resume.
+     * Not with params_offload, whose store is filled from them at create
+     * (msr_dp_init_left) */
     int init_later;
 } msr_dp_config_t;
 
@@ -244,8 +246,11 @@ msr_status_t msr_dp_create(const msr_dp_config_t *cfg, msr_comm_t *comm, msr_gpt
 
 /* Initialises the parameters dp holds from seed (the flat buffer, or
  * under ZeRO-3 the owned elements): what msr_dp_create does unless
- * cfg.init_later. */
+ * msr_dp_init_left. */
 void msr_dp_init_params(msr_dp_t *dp, uint64_t seed);
+/* Whether msr_dp_create leaves the parameters unset for cfg: init_later
+ * without the parameters' offload. */
+int msr_dp_init_left(const msr_dp_config_t *cfg);
 
 /* Frees dp, first waiting for any request still in flight (after a failed
  * step, destroy the communicator first: its requests then fail at once). */

@@ -389,7 +389,7 @@ err_free:
 
 msr_status_t msr_trainer_init_params(msr_trainer_t *tr)
 {
-    if (!tr->cfg.par.init_later || tr->cfg.par.zero < 3)
+    if (!msr_dp_init_left(&tr->cfg.par))
         return MSR_OK;
     msr_dp_init_params(tr->dp, tr->cfg.seed);
     return tr->mp != NULL ? msr_mp_sync_tied(tr->mp) : MSR_OK;

@@ -129,11 +129,11 @@ msr_status_t msr_trainer_create(const msr_train_config_t *cfg, const msr_dataset
 msr_status_t msr_trainer_create_mesh(const msr_train_config_t *cfg, const msr_dataset_t *data,
                                      const msr_mesh_t *mesh, msr_trainer_t **tr_p);
 
-/* With cfg->par.init_later (a run about to resume), the create left
- * ZeRO-3's parameters unset, for the restore to write; when there is
- * nothing to resume this sets them as the create would have (the same
- * numbers). Collective with model parallel (the tied embedding); nothing
- * to do without init_later or below ZeRO-3. */
+/* With cfg->par.init_later (a run about to resume), the create left the
+ * parameters unset (msr_dp_init_left), for the restore to write; when
+ * there is nothing to resume this sets them as the create would have (the
+ * same numbers). Collective with model parallel (the tied embedding);
+ * nothing to do without init_later. */
 msr_status_t msr_trainer_init_params(msr_trainer_t *tr);
 
 /* Frees tr. After a failed step, destroy the communicator first (see

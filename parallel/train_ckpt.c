@@ -612,12 +612,16 @@ static msr_status_t restore_other_ranks(msr_trainer_t *tr, const msr_ckpt_map_t 
 }
 
 /* Loads the checkpoint whose first shard is p0 (the shard of rank first):
- * with own_layout, from p0 alone, else from every shard that may hold a
- * piece of this rank's. Whatever fails, every rank reaches
+ * with own_layout, from p0 alone, the replicated state then gathered by
+ * msr_dp_load_end; else, or when all is replicated (ZeRO 0 over dp > 1:
+ * that gather would move the whole state, costlier than each rank reading
+ * the other replicas' shards itself, docs/checkpoint.md), from every shard
+ * that may hold a piece of this rank's. Whatever fails, every rank reaches
  * msr_dp_load_end, which agrees on the outcome. */
 static msr_status_t restore_read(msr_trainer_t *tr, const msr_ckpt_map_t *map, int world, int first,
                                  const source_t *src, const payload_t *p0, int own_layout)
 {
+    int gather = own_layout && !(tr->cfg.par.zero == 0 && tr->dp->size > 1);
     msr_status_t read_st = msr_dp_load_begin(tr->dp);
     size_t ecount = tr->model->moe != NULL ? tr->eshard_hi - tr->eshard_lo : 0;
     uint8_t *cover = ecount > 0 ? msr_calloc(ecount, 1) : NULL;
@@ -625,7 +629,7 @@ static msr_status_t restore_read(msr_trainer_t *tr, const msr_ckpt_map_t *map, i
         read_st = msr_err(MSR_ERR_NO_MEMORY, "train: out of memory for %zu expert flags", ecount);
     if (read_st == MSR_OK)
         read_st = payload_load(tr, map, p0, src, first, cover);
-    if (read_st == MSR_OK && !own_layout)
+    if (read_st == MSR_OK && !gather)
         read_st = restore_other_ranks(tr, map, world, first, src, p0, cover);
     for (size_t i = 0; i < ecount && read_st == MSR_OK; i++) {
         if (!cover[i])
@@ -633,29 +637,12 @@ static msr_status_t restore_read(msr_trainer_t *tr, const msr_ckpt_map_t *map, i
                               "train: the checkpoint lacks expert element %zu of this rank's", i);
     }
     msr_free(cover);
-    msr_status_t st = msr_dp_load_end(tr->dp, own_layout, read_st != MSR_OK);
+    msr_status_t st = msr_dp_load_end(tr->dp, gather, read_st != MSR_OK);
     if (st != MSR_OK)
         return read_st != MSR_OK ? read_st : st;
     if (tr->model->moe != NULL)
         return msr_train_experts_gather(tr);
     return MSR_OK;
-}
-
-static msr_status_t restore_parts(msr_trainer_t *tr, const char *meta, int world,
-                                  msr_trainer_fetch_t fetch, msr_trainer_read_t read, void *arg);
-
-/* With the moments offloaded, the restore fills them in memory and they go
- * back to their file after it. */
-msr_status_t msr_trainer_restore_parts(msr_trainer_t *tr, const char *meta, int world,
-                                       msr_trainer_fetch_t fetch, msr_trainer_read_t read,
-                                       void *arg)
-{
-    msr_status_t st = msr_dp_offload_hold(tr->dp, 0);
-    if (st != MSR_OK)
-        return st;
-    st = restore_parts(tr, meta, world, fetch, read, arg);
-    msr_status_t wst = msr_dp_offload_drop(tr->dp, st == MSR_OK);
-    return st != MSR_OK ? st : wst;
 }
 
 static msr_status_t restore_parts(msr_trainer_t *tr, const char *meta, int world,
@@ -689,6 +676,20 @@ static msr_status_t restore_parts(msr_trainer_t *tr, const char *meta, int world
     payload_free(&p0);
     msr_ckpt_map_free(&map);
     return restore_agree(tr, st);
+}
+
+/* With the moments offloaded, the restore fills them in memory and they go
+ * back to their file after it. */
+msr_status_t msr_trainer_restore_parts(msr_trainer_t *tr, const char *meta, int world,
+                                       msr_trainer_fetch_t fetch, msr_trainer_read_t read,
+                                       void *arg)
+{
+    msr_status_t st = msr_dp_offload_hold(tr->dp, 0);
+    if (st != MSR_OK)
+        return st;
+    st = restore_parts(tr, meta, world, fetch, read, arg);
+    msr_status_t wst = msr_dp_offload_drop(tr->dp, st == MSR_OK);
+    return st != MSR_OK ? st : wst;
 }
 
 msr_status_t msr_trainer_restore(msr_trainer_t *tr, const char *meta, int world,

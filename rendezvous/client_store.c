@@ -292,7 +292,7 @@ msr_status_t msr_store_barrier(msr_ctx_t *ctx, const char *name, uint32_t count,
 
 void msr_gather_result_free(msr_gather_result_t *r)
 {
-    free(r);
+    msr_free(r);
 }
 
 /* A gather result of count entries from an answer's lengths and bytes (an
@@ -314,7 +314,7 @@ static msr_status_t gather_result_make(const char *what, uint32_t count, const u
     }
     /* One allocation: the header, the lengths, the offsets and the data. */
     size_t head = sizeof(msr_gather_result_t) + 2 * (size_t)count * sizeof(size_t);
-    msr_gather_result_t *out = malloc(head + total + 1);
+    msr_gather_result_t *out = msr_malloc(head + total + 1);
     if (out == NULL) {
         msr_err_set("%s: out of memory for %zu bytes", what, total);
         return MSR_ERR_NO_MEMORY;

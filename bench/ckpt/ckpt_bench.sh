@@ -41,24 +41,8 @@ b=${MSRUN_BUILD:-build}/bin
 [ -x "$b/msrun" ] && [ -x "$b/ckpt_bench" ] ||
     { echo "build first: cmake -B build && cmake --build build" >&2; exit 2; }
 [ "$np" != "$np2" ] || { echo "NP2 must differ from NP (a resharded load)" >&2; exit 2; }
-pin=()
-[ -n "$cpus" ] && pin=(taskset -c "$cpus")
-if [ -n "${6:-}" ]; then
-    mkdir -p "$6"
-    tmp=$(mktemp -d "$6/ckpt_bench.XXXXXX")
-else
-    tmp=$(mktemp -d)
-fi
-trap 'rm -rf "$tmp"' EXIT
-
-cold=1
-drop() { # empties the page cache, or says it cannot
-    sync
-    if [ $cold = 1 ] && ! (echo 3 >/proc/sys/vm/drop_caches) 2>/dev/null; then
-        cold=0
-        echo "(cannot drop the page cache: reads are from it, on both sides)" >&2
-    fi
-}
+. bench/ckpt/bench_common.sh
+bench_setup ckpt_bench "$cpus" "${6:-}"
 msrun_() { # NP ARGS...: rank 0's line of ckpt_bench under msrun
     local n=$1
     shift

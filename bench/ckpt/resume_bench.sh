@@ -1,12 +1,15 @@
 #!/bin/bash
 # train_gpt --resume on each of its load paths against dd reading the same
 # files past the page cache (iflag=direct bs=4M), in the same run:
-#   1 process        one process saved, one process loads
-#   dp 2             2 data-parallel ranks (ZeRO 0) saved, the same 2 load
-#   dp 2 -> tp 2     the dp 2 checkpoint loaded into tensor parallel 2
-#                    (a resharding load into another layout)
-#   dp 2 -> 1 proc   the dp 2 checkpoint loaded by one process (another
-#                    world size)
+#   1 process          one process saved, one process loads
+#   dp 2               2 data-parallel ranks (ZeRO 0) saved, the same 2 load
+#   tp 2               2 tensor-parallel ranks saved, the same 2 load
+#   dp 2 -> tp 2       the dp 2 checkpoint loaded into tensor parallel 2
+#                      (a resharding load into another layout)
+#   dp 2 -> 1 process  the dp 2 checkpoint loaded by one process (another
+#                      world size)
+#   tp 2 -> 1 process  the tp 2 checkpoint loaded by one process
+#   1 process -> tp 2  the one process's checkpoint loaded by tp 2
 # The model is the GPT of 29.1 M parameters ckpt_bench.sh uses (12 layers,
 # 448 channels): 349 MB of state (parameters and AdamW's m and v). Each
 # checkpoint is saved once; then, RUNS times, each load and dd's reads of
@@ -14,8 +17,13 @@
 # alternate, the page cache dropped before each when this user can (root:
 # echo 3 > /proc/sys/vm/drop_caches), else the table says "warm". The load's
 # seconds are train_gpt's own: rank 0's "resumed from step S under DIR in
-# X s" (finding the newest complete step, then loading and checking it).
-# Each row is the median of RUNS; "% of dd" is dd's seconds over the load's.
+# X s" (finding the newest complete step, then loading and checking it) and
+# its "in Y s of CPU" (rank 0's CPU time over the same span, all its
+# threads); dd's CPU is its user and system time. On a loaded machine the
+# wall time holds the waits for a core; the CPU time does not. Each figure
+# is the median of RUNS; "% of dd" is dd's wall seconds over the load's
+# wall seconds, "CPU % of dd" dd's wall seconds over the load's CPU seconds
+# (how fast the load would be if only its own work counted).
 #   bench/ckpt/resume_bench.sh [RUNS] [CPUS] [DIR]
 #   (defaults 3, all, a new folder under $TMPDIR)
 # CPUS: a taskset list every process runs on; DIR: a folder on the disk
@@ -23,28 +31,12 @@
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 runs=${1:-3}
-cpus=${2:-}
 b=${MSRUN_BUILD:-build}/bin
 [ -x "$b/msrun" ] && [ -x "$b/train_gpt" ] ||
     { echo "build first: cmake -B build && cmake --build build" >&2; exit 2; }
-pin=()
-[ -n "$cpus" ] && pin=(taskset -c "$cpus")
-if [ -n "${3:-}" ]; then
-    mkdir -p "$3"
-    tmp=$(mktemp -d "$3/resume_bench.XXXXXX")
-else
-    tmp=$(mktemp -d)
-fi
-trap 'rm -rf "$tmp"' EXIT
+. bench/ckpt/bench_common.sh
+bench_setup resume_bench "${2:-}" "${3:-}"
 
-cold=1
-drop() { # empties the page cache, or says it cannot
-    sync
-    if [ $cold = 1 ] && ! (echo 3 >/proc/sys/vm/drop_caches) 2>/dev/null; then
-        cold=0
-        echo "(cannot drop the page cache: reads are warm, on both sides)" >&2
-    fi
-}
 tg() { # NP DIR ARGS...: train_gpt on NP ranks with its checkpoints under DIR
     local n=$1 dir=$2
     shift 2
@@ -57,62 +49,84 @@ save() { # NP DIR ARGS...: one step, saved at its end
     shift 2
     tg "$n" "$dir" --steps 1 "$@" >"$tmp/log" || { cat "$tmp/log" >&2; exit 1; }
 }
-resume() { # NP DIR ARGS...: train_gpt's seconds to resume from step 1 under DIR
-    local n=$1 dir=$2 s
+resume() { # NP DIR ARGS...: train_gpt's wall and CPU seconds to resume from step 1 under DIR
+    local n=$1 dir=$2 s c
     shift 2
-    s=$(tg "$n" "$dir" --steps 1 --resume "$@" | tee "$tmp/log" |
-        sed -n 's/.*train_gpt: resumed from step 1 under .* in \([0-9.]*\) s .*/\1/p')
-    [ -n "$s" ] || { cat "$tmp/log" >&2; echo "train_gpt --resume failed" >&2; exit 1; }
-    echo "$s"
+    tg "$n" "$dir" --steps 1 --resume "$@" >"$tmp/log" || true
+    s=$(sed -n 's/.*train_gpt: resumed from step 1 under .* in \([0-9.]*\) s .*/\1/p' "$tmp/log")
+    c=$(sed -n 's/.*train_gpt: rank 0 read .* in \([0-9.]*\) s of CPU$/\1/p' "$tmp/log")
+    [ -n "$s" ] && [ -n "$c" ] ||
+        { cat "$tmp/log" >&2; echo "train_gpt --resume failed" >&2; exit 1; }
+    echo "$s $c"
 }
-ddsecs() { # DIR: dd's seconds reading DIR's step's rank files, one after the other
-    local f t=0 s
+ddsecs() { # DIR: dd's wall and CPU seconds reading DIR's step's rank files, one after the other
+    local f t=0 c=0 out s u
     for f in "$1"/step-1/rank-*.bin; do
-        s=$("${pin[@]}" dd if="$f" of=/dev/null iflag=direct bs=4M 2>&1 |
-            sed -n 's/.* copied, \([0-9.e-]*\) s.*/\1/p')
+        out=$({ TIMEFORMAT='cpu %U %S' && time "${pin[@]}" dd if="$f" of=/dev/null iflag=direct \
+            bs=4M; } 2>&1)
+        s=$(echo "$out" | sed -n 's/.* copied, \([0-9.e-]*\) s.*/\1/p')
+        u=$(echo "$out" | sed -n 's/^cpu \([0-9.]*\) \([0-9.]*\)$/\1 + \2/p')
         t=$(echo "$t + $s" | bc -l)
+        c=$(echo "$c + $u" | bc -l)
     done
-    echo "$t"
+    echo "$t $c"
 }
 bytes() { cat "$1"/step-1/rank-*.bin | wc -c; }
 
 save 1 "$tmp/one"
 save 2 "$tmp/dp2"
+save 2 "$tmp/tp2" --tp 2
+# NAME NP DIR ARGS...: one run of a row: the load, then dd
+measure() {
+    local name=$1 n=$2 dir=$3
+    shift 3
+    drop
+    resume "$n" "$tmp/$dir" "$@" >>"$tmp/$name.load"
+    drop
+    ddsecs "$tmp/$dir" >>"$tmp/$name.dd"
+}
 for ((i = 0; i < runs; i++)); do
-    drop
-    resume 1 "$tmp/one" >>"$tmp/one.load"
-    drop
-    ddsecs "$tmp/one" >>"$tmp/one.dd"
-    drop
-    resume 2 "$tmp/dp2" >>"$tmp/dp2.load"
-    drop
-    ddsecs "$tmp/dp2" >>"$tmp/dp2.dd"
-    drop
-    resume 2 "$tmp/dp2" --tp 2 >>"$tmp/tp2.load"
-    drop
-    ddsecs "$tmp/dp2" >>"$tmp/tp2.dd"
-    drop
-    resume 1 "$tmp/dp2" >>"$tmp/dp2to1.load"
-    drop
-    ddsecs "$tmp/dp2" >>"$tmp/dp2to1.dd"
+    measure one 1 one
+    measure dp2 2 dp2
+    measure tp2 2 tp2 --tp 2
+    measure dp2tp2 2 dp2 --tp 2
+    measure dp2to1 1 dp2
+    measure tp2to1 1 tp2
+    measure onetp2 2 one --tp 2
 done
-med() { sort -g "$tmp/$1" | awk '{a[NR]=$1} END {print a[int((NR+1)/2)]}'; }
-row() { # NAME PATH DIR: a row of the table
-    local s d n
-    s=$(med "$2.load")
-    d=$(med "$2.dd")
+med() { # FILE COLUMN: the median of a column
+    awk -v k="$2" '{print $k}' "$tmp/$1" | sort -g | awk '{a[NR]=$1} END {print a[int((NR+1)/2)]}'
+}
+row() { # NAME FILE DIR: a row of the table
+    local s c d dc n
+    s=$(med "$2.load" 1)
+    c=$(med "$2.load" 2)
+    d=$(med "$2.dd" 1)
+    dc=$(med "$2.dd" 2)
     n=$(bytes "$3")
-    printf "| %-28s | %10d | %8.3f | %8.0f | %8.3f | %8.0f | %6.0f%% |\n" "$1" "$n" "$s" \
-        "$(echo "$n / $s / 1000000" | bc -l)" "$d" "$(echo "$n / $d / 1000000" | bc -l)" \
-        "$(echo "100 * $d / $s" | bc -l)"
+    printf "| %-24s | %10d | %7.3f | %7.3f | %7.0f | %7.3f | %7.3f | %7.0f | %5.0f%% | %5.0f%% |\n" \
+        "$1" "$n" "$s" "$c" "$(echo "$n / $s / 1000000" | bc -l)" "$d" "$dc" \
+        "$(echo "$n / $d / 1000000" | bc -l)" "$(echo "100 * $d / $s" | bc -l)" \
+        "$(echo "100 * $d / $c" | bc -l)"
 }
 printf "train_gpt --resume, a GPT of 29.1 M parameters; median of %d runs; cpus %s; reads %s\n\n" \
-    "$runs" "${cpus:-all}" "$([ $cold = 1 ] && echo "cold (page cache dropped)" || echo "warm")"
-printf "| %-28s | %10s | %8s | %8s | %8s | %8s | %7s |\n" "load path" "bytes" "load s" "MB/s" \
-    "dd s" "MB/s" "% of dd"
-printf "|%s|%s|%s|%s|%s|%s|%s|\n" "------------------------------" "-----------:" "---------:" \
-    "---------:" "---------:" "---------:" "--------:"
+    "$runs" "${2:-all}" "$([ $cold = 1 ] && echo "cold (page cache dropped)" || echo "warm")"
+printf "| %-24s | %10s | %7s | %7s | %7s | %7s | %7s | %7s | %6s | %6s |\n" "load path" "bytes" \
+    "load s" "CPU s" "MB/s" "dd s" "CPU s" "MB/s" "% dd" "CPU %"
+printf "|%s|%s|%s|%s|%s|%s|%s|%s|%s|%s|\n" "--------------------------" "-----------:" \
+    "--------:" "--------:" "--------:" "--------:" "--------:" "--------:" "-------:" "-------:"
 row "1 process" one "$tmp/one"
 row "dp 2" dp2 "$tmp/dp2"
-row "dp 2 -> tp 2 (resharded)" tp2 "$tmp/dp2"
+row "tp 2" tp2 "$tmp/tp2"
+row "dp 2 -> tp 2 (resharded)" dp2tp2 "$tmp/dp2"
 row "dp 2 -> 1 process" dp2to1 "$tmp/dp2"
+row "tp 2 -> 1 process" tp2to1 "$tmp/tp2"
+row "1 process -> tp 2" onetp2 "$tmp/one"
+printf "\nresharded / same-layout load, wall (CPU): tp 2 from dp 2 %.2f (%.2f), from 1 process " \
+    "$(echo "$(med dp2tp2.load 1) / $(med tp2.load 1)" | bc -l)" \
+    "$(echo "$(med dp2tp2.load 2) / $(med tp2.load 2)" | bc -l)"
+printf "%.2f (%.2f); 1 process from tp 2 %.2f (%.2f)\n" \
+    "$(echo "$(med onetp2.load 1) / $(med tp2.load 1)" | bc -l)" \
+    "$(echo "$(med onetp2.load 2) / $(med tp2.load 2)" | bc -l)" \
+    "$(echo "$(med tp2to1.load 1) / $(med one.load 1)" | bc -l)" \
+    "$(echo "$(med tp2to1.load 2) / $(med one.load 2)" | bc -l)"

@@ -510,7 +510,7 @@ static int train_config(const options_t *o, const job_t *job, int schedule, int 
     cfg->par.zero_min_bytes = (size_t)o->zero_min_bytes;
     cfg->par.overlap = (int)o->overlap;
     cfg->par.measure = o->report;
-    /* a resume writes ZeRO-3's parameters: no random ones first (set after
+    /* a resume writes the parameters: no random ones first (set after
      * it when there is none, start_from_checkpoint; the CPU trainer's) */
     cfg->par.init_later = o->resume && o->init_from == NULL && strcmp(o->device, "cpu") == 0;
     cfg->tp = (int)o->tp;

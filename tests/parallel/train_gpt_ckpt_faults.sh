@@ -13,8 +13,8 @@
 # state to train on (partial): the only step damaged ends the resume (exit
 # 2), and with an older intact step the run resumes from it bitwise as if
 # the damaged step had never been written (dp 2 ZeRO-3, tp 2).
-# ZeRO-3 resuming initialises no parameters before the load, and does
-# when there is nothing to resume (init).
+# A resume initialises no parameters before the load, and does when there
+# is nothing to resume (init: ZeRO 3, 0 and 1 over dp 2).
 #   train_gpt_ckpt_faults.sh fallback|edit|leftovers|link|nan|partial|any|init
 set -euo pipefail
 case_name=${1:?which case: fallback, edit, leftovers, link, nan, partial, any or init}
@@ -213,28 +213,32 @@ PY
     echo "ok   the only step of another world size damaged: exit 2, nothing trained"
     ;;
 init)
-    # ZeRO-3 resuming leaves its parameters to the load (no random ones
-    # first): with nothing to resume they are set after all, the run the
-    # same as one without --resume; resumed, the same as never stopped
-    args=(--layers 2 --channels 32 --heads 4 --seq 16 --micro-batch 2 --bucket-mb 0.02
-        --seed 1 --dp 2 --zero 3 --zero-min-bytes 0)
-    train "$work/plain" 3 --loss-log "$work/plain.loss"
-    [[ $rc -eq 0 ]] || fail "the run without --resume failed ($rc)"
-    train "$work/none" 3 --resume --loss-log "$work/none.loss"
-    [[ $rc -eq 0 ]] && grep -q "no complete checkpoint under $work/none" "$work/log" ||
-        fail "the resume with nothing to resume failed ($rc) or did not say so"
-    cmp -s "$work/plain.loss" "$work/none.loss" || fail "nothing to resume: the losses differ" \
-        "from a run without --resume: $(diff "$work/plain.loss" "$work/none.loss" | head -4)"
-    echo "ok   ZeRO-3, nothing to resume: initialised, bitwise as without --resume"
-    train "$work/s" 10 --ckpt-every 5 --loss-log "$work/straight.loss"
-    [[ $rc -eq 0 ]] || fail "the straight run failed ($rc)"
-    rm -rf "$work/s/step-10"
-    train "$work/s" 10 --ckpt-every 5 --resume --loss-log "$work/resumed.loss"
-    [[ $rc -eq 0 ]] && grep -q "resumed from step 5 under $work/s" "$work/log" ||
-        fail "the resume from step 5 failed ($rc)"
-    tail -n 5 "$work/straight.loss" | cmp -s - "$work/resumed.loss" ||
-        fail "ZeRO-3 resumed: steps 6..10 differ from the run never stopped"
-    echo "ok   ZeRO-3 resumed without initialising first: bitwise as never stopped"
+    # a resume leaves its parameters to the load (no random ones first):
+    # with nothing to resume they are set after all, the run the same as
+    # one without --resume; resumed, the same as never stopped (ZeRO 0's
+    # replicas each read both shards, ZeRO 1's gather the parameters)
+    for zero in 3 0 1; do # (--loss-log appends: a file per stage)
+        args=(--layers 2 --channels 32 --heads 4 --seq 16 --micro-batch 2 --bucket-mb 0.02
+            --seed 1 --dp 2 --zero "$zero" --zero-min-bytes 0)
+        train "$work/plain$zero" 3 --loss-log "$work/plain$zero.loss"
+        [[ $rc -eq 0 ]] || fail "ZeRO-$zero: the run without --resume failed ($rc)"
+        train "$work/none$zero" 3 --resume --loss-log "$work/none$zero.loss"
+        [[ $rc -eq 0 ]] && grep -q "no complete checkpoint under $work/none$zero" "$work/log" ||
+            fail "ZeRO-$zero: the resume with nothing to resume failed ($rc) or did not say so"
+        cmp -s "$work/plain$zero.loss" "$work/none$zero.loss" || fail "ZeRO-$zero: nothing to resume:" \
+            "the losses differ from a run without --resume:" \
+            "$(diff "$work/plain$zero.loss" "$work/none$zero.loss" | head -4)"
+        echo "ok   ZeRO-$zero, nothing to resume: initialised, bitwise as without --resume"
+        train "$work/s$zero" 10 --ckpt-every 5 --loss-log "$work/straight$zero.loss"
+        [[ $rc -eq 0 ]] || fail "ZeRO-$zero: the straight run failed ($rc)"
+        rm -rf "$work/s$zero/step-10"
+        train "$work/s$zero" 10 --ckpt-every 5 --resume --loss-log "$work/resumed$zero.loss"
+        [[ $rc -eq 0 ]] && grep -q "resumed from step 5 under $work/s$zero" "$work/log" ||
+            fail "ZeRO-$zero: the resume from step 5 failed ($rc)"
+        tail -n 5 "$work/straight$zero.loss" | cmp -s - "$work/resumed$zero.loss" ||
+            fail "ZeRO-$zero resumed: steps 6..10 differ from the run never stopped"
+        echo "ok   ZeRO-$zero resumed without initialising first: bitwise as never stopped"
+    done
     ;;
 fallback)
     # the newest step corrupt on rank 1: fall back to step 5, and say so
