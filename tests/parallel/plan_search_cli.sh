@@ -60,6 +60,13 @@ max=$(grep '^plan ' "$work/all" | field peak_bytes | sort -n | tail -1)
 diff <(grep '^plan ' "$work/top") <(grep '^plan ' "$work/all" | head -3) >/dev/null ||
     fail "--top 3 is not the first 3 of --all"
 
+# the search tries ZeRO-3 beside tp, pp and cp too, as the runtime runs it
+for fix in tp=2 pp=2,tp=1; do
+    "$bin/plan_gpt" "${m[@]}" --format kv --all --fix "$fix" >"$work/z3"
+    n=$(grep -c '^plan .* zero=3 ' "$work/z3" || true)
+    ((n > 0)) || fail "--fix $fix: no ZeRO-3 plan: $(grep '^plan ' "$work/z3" | field zero | sort -u)"
+done
+
 # --explain: the plan's breakdown after the table
 "$bin/plan_gpt" "${m[@]}" --explain 2 >"$work/explain"
 for want in "^plan 2: dp=" "memory of rank" "activations" "time of a step" "bubble" \
