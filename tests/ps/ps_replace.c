@@ -11,8 +11,9 @@
  *            others M; every row counts exactly the acknowledged pushes
  *            (each push moves each row it names by -1)
  *   die      worker 2 kills itself in every incarnation once it joined
- *            (before any step: the others do none): msrun replaces it up
- *            to --max_restarts, then reports the failure
+ *            and both servers answered a pull (before any push: the
+ *            others do none): msrun replaces it up to --max_restarts,
+ *            then reports the failure
  * Every process checks after msr_ps_join that it maps no shared-memory
  * segment of msrun's communicators (/dev/shm/msr-*): the asynchronous
  * parameter server is its pairs alone, no world and no splits.
@@ -212,6 +213,12 @@ int main(int argc, char **argv)
             _exit(0);
         OK(st);
     } else if (victim && die) {
+        /* A pull both servers answer: each took this incarnation before it
+         * dies (a join returns once its pairs are made, which a server's
+         * log of the join can trail past the generation's end). */
+        int64_t keys[2] = {VICTIM, SHARED}; /* row r on server r % 2 */
+        float rows[2];
+        OK(msr_ps_pull(ps, t, keys, 2, rows, 1));
         printf("worker %d: incarnation %d joined, killing itself\n", VICTIM, inc);
         raise(SIGKILL);
     } else if (victim && inc == 0) {
