@@ -14,7 +14,11 @@ libclang's extent says; libclang is Debian's python3-clang, as
 scripts/mutagen.py uses). Then the same for the Python package (the .py
 files under python/, issue 44), on lines of its own that begin with
 "python": a function's (or method's) lines run from its def to its last
-line, as Python's ast says. --list names each file and function counted.
+line, as Python's ast says. And for the torch.distributed backend's thin
+C++ layer (the .cpp and .hpp files under python/c10d, issue 44), on lines
+that begin with "c++", counted as the C sources are (constructors,
+destructors, methods and templates included). --list names each file and
+function counted.
 Exits 0, or 2 when libclang is missing or a file cannot be parsed at all."""
 import argparse
 import ast
@@ -28,6 +32,8 @@ EXTS = (".c", ".h", ".cu", ".cuh")
 FILE_MAX = 700
 FUNC_LIMITS = (80, 100)
 PY_DIR = "python"
+CXX_DIRS = ("python/c10d",)
+CXX_EXTS = (".cpp", ".hpp", ".cc", ".hh")
 CUDA_INCLUDE = "/usr/local/cuda/include"
 
 
@@ -52,26 +58,48 @@ def parse_args(root, shim, path):
     if path.endswith((".cu", ".cuh")):
         return ["-x", "cuda", "--cuda-host-only", "-nocudainc", "-nocudalib",
                 "-I" + CUDA_INCLUDE] + args
+    if path.endswith(CXX_EXTS):
+        return ["-x", "c++", "-std=c++17"] + args
     if path.endswith(".h"):
         return ["-x", "c", "-std=c11"] + args
     return ["-std=c11"] + args
 
 
 def functions(ci, index, root, shim, path):
-    """(name, lines) of every function defined in path itself."""
-    full = os.path.join(root, path)
+    """(name, lines) of every function defined in path itself (for C++
+    also methods, constructors, destructors and templates, inside any
+    namespace or class of path's own)."""
+    full = os.path.realpath(os.path.join(root, path))
     tu = index.parse(full, args=parse_args(root, shim, path),
                      options=ci.TranslationUnit.PARSE_INCOMPLETE)
+    kinds = (ci.CursorKind.FUNCTION_DECL, ci.CursorKind.CXX_METHOD,
+             ci.CursorKind.CONSTRUCTOR, ci.CursorKind.DESTRUCTOR,
+             ci.CursorKind.FUNCTION_TEMPLATE, ci.CursorKind.CONVERSION_FUNCTION)
     out = []
-    for c in tu.cursor.walk_preorder():
-        if c.kind not in (ci.CursorKind.FUNCTION_DECL, ci.CursorKind.CXX_METHOD):
-            continue
-        if not c.is_definition() or c.location.file is None:
-            continue
-        if os.path.realpath(c.location.file.name) != os.path.realpath(full):
-            continue
-        out.append((c.spelling, c.extent.end.line - c.extent.start.line + 1))
+
+    def walk(cursor):
+        # only what path itself holds: the included headers' trees (all of
+        # libtorch's for the C++ layer) are not walked
+        for c in cursor.get_children():
+            if c.location.file is None or os.path.realpath(c.location.file.name) != full:
+                continue
+            if c.kind in kinds and c.is_definition():
+                out.append((c.spelling, c.extent.end.line - c.extent.start.line + 1))
+            else:
+                walk(c)
+
+    walk(tu.cursor)
     return out
+
+
+def cxx_sources(root):
+    """The C++ layer's sources under root, relative, sorted."""
+    out = []
+    for top in CXX_DIRS:
+        for d, _, files in os.walk(os.path.join(root, top)):
+            out += [os.path.relpath(os.path.join(d, f), root) for f in files
+                    if f.endswith(CXX_EXTS)]
+    return sorted(out)
 
 
 def py_sources(root):
@@ -103,7 +131,8 @@ def py_functions(text, path):
 
 
 def report(prefix, nfiles, nfuncs, big, long_fn, listing):
-    """The counts' lines (prefix "" for C, "python " for Python)."""
+    """The counts' lines (prefix "" for C, "c++ " for the C++ layer,
+    "python " for Python)."""
     print("%s%d files, %d functions defined in them" % (prefix, nfiles, nfuncs))
     print("%sfiles over %d lines: %d" % (prefix, FILE_MAX, len(big)))
     if listing:
@@ -140,6 +169,29 @@ def count_python(root, listing):
     return True
 
 
+def count_c(ci, index, root, shim, paths, prefix, listing):
+    """The counts of C (or C++) sources; False when one cannot be parsed."""
+    big, long_fn = [], {n: [] for n in FUNC_LIMITS}
+    nfuncs = 0
+    for path in paths:
+        with open(os.path.join(root, path), "rb") as f:
+            lines = f.read().count(b"\n")
+        if lines > FILE_MAX:
+            big.append((lines, path))
+        try:
+            fns = functions(ci, index, root, shim, path)
+        except ci.TranslationUnitLoadError as e:
+            print("count_sizes: %s: %s" % (path, e), file=sys.stderr)
+            return False
+        nfuncs += len(fns)
+        for name, n in fns:
+            for lim in FUNC_LIMITS:
+                if n > lim:
+                    long_fn[lim].append((n, "%s:%s" % (path, name)))
+    report(prefix, len(paths), nfuncs, big, long_fn, listing)
+    return True
+
+
 def main():
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("root", nargs="?", default=os.path.dirname(os.path.dirname(
@@ -153,27 +205,11 @@ def main():
         return 2
     root = os.path.abspath(a.root)
     index = ci.Index.create()
-    big, long_fn = [], {n: [] for n in FUNC_LIMITS}
-    nfiles = nfuncs = 0
     with tempfile.TemporaryDirectory() as shim:
         os.symlink(os.path.join(root, "msrun"), os.path.join(shim, "launcher"))
-        for path in sources(root):
-            nfiles += 1
-            with open(os.path.join(root, path), "rb") as f:
-                lines = f.read().count(b"\n")
-            if lines > FILE_MAX:
-                big.append((lines, path))
-            try:
-                fns = functions(ci, index, root, shim, path)
-            except ci.TranslationUnitLoadError as e:
-                print("count_sizes: %s: %s" % (path, e), file=sys.stderr)
+        for prefix, paths in (("", sources(root)), ("c++ ", cxx_sources(root))):
+            if not count_c(ci, index, root, shim, paths, prefix, a.list):
                 return 2
-            nfuncs += len(fns)
-            for name, n in fns:
-                for lim in FUNC_LIMITS:
-                    if n > lim:
-                        long_fn[lim].append((n, "%s:%s" % (path, name)))
-    report("", nfiles, nfuncs, big, long_fn, a.list)
     if not count_python(root, a.list):
         return 2
     return 0
