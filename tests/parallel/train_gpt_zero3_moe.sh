@@ -1,20 +1,21 @@
 #!/usr/bin/env bash
 # ZeRO-3 with a MoE model in the model-parallel runtime (docs/model.md
-# "Mixture-of-Experts in the 3-D runtime"): the dense parts sharded over
+# "Mixture-of-Experts and expert parallel"): the dense parts sharded over
 # the replica group and gathered around each use, the experts kept as on
 # the data-parallel path (their store whole in the ranks holding them,
 # gradients reduce-scattered over those ranks, moments sharded). dp 2 x tp
 # 2 with ep 2, dp 2 x pp 2 with ep 2 under 1F1B, under the interleaved
 # schedule (4 layers, 2 virtual stages) and under GPipe with full
-# recompute, dp 2 x cp 2 with ep 2, and tp 2 with sp and selective
-# recompute print the losses and gradient norms of one process over 10
-# steps (1e-5 relative) with the same routing; ZeRO-2 gives the same bits
-# in the tp and pp layouts; in bf16, dp 2 x tp 2 with ep 2 stays within
-# loss / 128 of one process in bf16 (train_gpt_bf16.sh's derived bound);
-# the tp and pp layouts' checkpoints resume bitwise in their layout and
-# reshard into one process;
-# --report's counts of every rank, experts included, equal plan_gpt
-# --ranks's to the byte for dp 2 x tp 2 x ep 2 and dp 2 x pp 2 x ep 2.
+# recompute, dp 2 x cp 2 with ep 2, tp 2 with sp and selective recompute,
+# and a Llama's SwiGLU experts in dp 2 x tp 2 with sp and ep 2 print the
+# losses and gradient norms of one process over 10 steps (1e-5 relative)
+# with the same routing; ZeRO-2 gives the same bits in the tp and pp
+# layouts; in bf16, dp 2 x tp 2 with ep 2 stays within loss / 128 of one
+# process in bf16 (train_gpt_bf16.sh's derived bound); the tp and pp
+# layouts' checkpoints resume bitwise in their layout and reshard into one
+# process; --auto with ZeRO-3 and pp 2 fixed trains; --report's counts of
+# every rank, experts included, equal plan_gpt --ranks's to the byte for
+# dp 2 x tp 2 x ep 2 and dp 2 x pp 2 x ep 2.
 # (plan_report_lib.sh: set -euo pipefail, $bin, job_env.sh, $work, check)
 source "$(dirname "$0")/plan_report_lib.sh"
 job_prefix=zero3moe
@@ -72,6 +73,10 @@ layout cp2-ep2 one 4 --dp 2 --ep 2 --cp 2 --micro-batch 2 --grad-accum 2
 grep -q "mesh dp 2 x pp 1 x cp 2 x tp 1" "$W/cp2-ep2.err" || fail "cp2-ep2: not cp 2"
 layout tp2-sp-selective one 2 --tp 2 --sp --micro-batch 2 --grad-accum 4 \
     --recompute selective
+# a Llama with Mixtral's SwiGLU experts: dp 2 (ep 2) x tp 2 with sp
+one llama1 --arch llama --kv-heads 1 --ffn 24
+layout llama-tp2-sp llama1 4 --arch llama --kv-heads 1 --ffn 24 --dp 2 --ep 2 --tp 2 --sp \
+    --micro-batch 2 --grad-accum 2
 
 # bf16: within loss / 128 of one process in bf16 at every step
 one one-bf16 --precision bf16
@@ -109,6 +114,15 @@ ckpt() {
 }
 ckpt tp2-ep2 --dp 2 --ep 2 --tp 2 --micro-batch 2 --grad-accum 2
 ckpt pp2-1f1b --dp 2 --ep 2 --pp 2 --micro-batch 2 --grad-accum 2
+
+# --auto with ZeRO-3 and pp 2 fixed: the search plans a MoE model's
+# ZeRO-3 beside pp (and ep) and the runtime trains the plan it takes
+msrun_n 4 "${model[@]}" --steps 2 --auto --zero 3 --pp 2 \
+    --cluster "$(dirname "$0")/plan_cluster.txt" >"$W/out" 2>"$W/err" ||
+    fail "--auto ZeRO-3 pp 2: $(cat "$W/err")"
+grep -q "train_gpt: --auto: plan 1 of [0-9]*: dp 2 tp 1 pp 2 cp 1 ep [12] .*zero 3 " "$W/err" ||
+    fail "--auto did not take a ZeRO-3 pp 2 plan: $(cat "$W/err")"
+grep -q "step 2 loss" "$W/out" || fail "--auto ZeRO-3 pp 2 did not train: $(cat "$W/err")"
 
 # the planner's count of every rank, the experts' bytes included
 shape=(--channels 16 --heads 2 --seq 16)
