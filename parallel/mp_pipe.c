@@ -65,23 +65,6 @@ static msr_status_t check_tp_overlap(const msr_mp_config_t *cfg, int tp)
     return MSR_OK;
 }
 
-/* ZeRO-3 runs here with tp, sp, cp, pp (every schedule) and recompute:
- * the runtime gathers each segment around each use, in whatever order the
- * schedule visits them (mp_run.c), over dp's group, which under cp is
- * dp x cp (the mesh's dcp_comm: the parameters are replicated over cp, so
- * ZeRO shards them over it too, as ZeRO-1/2 do); the last stage's copy of
- * the tied wte is whole, sent by the first stage from its gathered
- * segment (msr_mp_sync_tied). Not yet: MoE blocks (the experts have their
- * own store). */
-static msr_status_t check_zero3(const msr_gpt_config_t *model, const msr_mp_config_t *cfg)
-{
-    if (cfg->zero < 3 || model->moe.experts <= 0)
-        return MSR_OK;
-    return msr_err(MSR_ERR_CONFIG,
-                   "ZeRO-3 runs with tensor, sequence, context and pipeline parallel, not with "
-                   "a MoE model (use --zero 0, 1 or 2)");
-}
-
 msr_status_t msr_mp_check(const msr_gpt_config_t *model, const msr_mp_config_t *cfg, int pp, int tp)
 {
     msr_gpt_part_t part = {tp, 0, pp, 0, cfg->chunks, cfg->stage_layers};
@@ -129,8 +112,6 @@ msr_status_t msr_mp_check(const msr_gpt_config_t *model, const msr_mp_config_t *
     if (cfg->zero < 0 || cfg->zero > 3) {
         return msr_err(MSR_ERR_CONFIG, "ZeRO stage %d is not in 0..3", cfg->zero);
     }
-    if (check_zero3(model, cfg) != MSR_OK)
-        return MSR_ERR_CONFIG;
     if (cfg->acts.mode == MSR_OFFLOAD_HOST) {
         return msr_err(MSR_ERR_CONFIG, "activation offload to host memory: a CPU rank's "
                                        "activations are in host memory already");

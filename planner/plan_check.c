@@ -43,17 +43,13 @@ int msr_plan_check_model(const msr_plan_model_t *m, char *why, size_t why_len)
     return 0;
 }
 
-/* ZeRO 0..3; the model-parallel runtime gathers ZeRO-3's segments over dp
- * (dp x cp under context parallel) with tp, sp, cp and pp, not on a MoE
- * model (parallel/mp_pipe.c check_zero3). */
-static int check_zero(const msr_plan_model_t *m, const msr_plan_layout_t *l, char *why,
-                      size_t why_len)
+/* ZeRO 0..3 (the model-parallel runtime gathers ZeRO-3's segments over dp,
+ * dp x cp under context parallel, with tp, sp, cp and pp, a MoE model's
+ * dense parts too). */
+static int check_zero(const msr_plan_layout_t *l, char *why, size_t why_len)
 {
     if (l->zero < 0 || l->zero > 3)
         BAD("ZeRO stage %d is not in 0..3", l->zero);
-    if (l->zero == 3 && m->experts > 0 && !msr_plan_whole_path(l))
-        BAD("ZeRO-3 runs with tensor, sequence, context and pipeline parallel, not with a MoE "
-            "model");
     return 0;
 }
 
@@ -110,7 +106,7 @@ int msr_plan_check(const msr_plan_model_t *m, const msr_plan_layout_t *l, char *
     if (l->schedule == MSR_PLAN_INTERLEAVED && (l->pp < 2 || l->micros % l->pp != 0))
         BAD("interleaved 1F1B needs pp > 1 and micro-batches a multiple of the stages: %d for %d",
             l->micros, l->pp);
-    if (check_zero(m, l, why, why_len) != 0)
+    if (check_zero(l, why, why_len) != 0)
         return -1;
     int ep = msr_plan_ep(l);
     if (l->ep < 0 || (ep > 1 && m->experts == 0))

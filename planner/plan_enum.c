@@ -133,9 +133,9 @@ static int group_ep(msr_plan_search_state_t *s, msr_plan_layout_t l)
     const int *fx = s->q->fix;
     int fast = s->q->search == MSR_PLAN_SEARCH_FAST;
     int ok = 0, over = 0;
-    /* ZeRO-3 with tp, sp, cp and pp as the runtime runs it; a MoE model's
-     * only on one stage without tp or cp (plan_check.c check_zero). */
-    int zmax = s->m->experts == 0 || (l.tp == 1 && l.pp == 1 && msr_plan_cp(&l) == 1) ? 3 : 2;
+    /* ZeRO-3 with tp, sp, cp and pp as the runtime runs it, a MoE model's
+     * too */
+    int zmax = 3;
     for (int rc = 0; rc < 3; rc++) {
         if (fx[MSR_PLAN_FIX_RECOMPUTE] >= 0 && fx[MSR_PLAN_FIX_RECOMPUTE] != rc)
             continue;

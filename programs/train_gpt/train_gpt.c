@@ -99,8 +99,7 @@ static const msr_opt_t specs[] = {
     OPT_TEXT("recompute", recompute,
              "activation recompute: none, selective (attention probabilities and GELU) or full "
              "(each block's forward) (none)"),
-    OPT_INT("zero", zero, 0, 3,
-            "ZeRO stage 0, 1, 2 or 3; 3 with tp, sp, cp, pp or recompute needs no experts (0)"),
+    OPT_INT("zero", zero, 0, 3, "ZeRO stage 0, 1, 2 or 3 (0)"),
     OPT_REAL("bucket-mb", bucket_mb, 1e-6, 1e6,
              "gradient bucket size in MiB; the first (last layers) is at most 1 MiB (25)"),
     OPT_INT("zero-min-bytes", zero_min_bytes, 0, (int64_t)1e15,

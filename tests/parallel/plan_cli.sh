@@ -31,7 +31,10 @@ refuse "no valid layout" "${m[@]}" --fix tp=3
 "$bin/plan_gpt" "${m[@]}" --fix zero=3,pp=2 --format kv >"$work/z3pp" 2>&1 ||
     fail "--fix zero=3,pp=2: $(cat "$work/z3pp")"
 grep -q "^plan .* pp=2 .* zero=3 " "$work/z3pp" || fail "--fix zero=3,pp=2: $(cat "$work/z3pp")"
-refuse "not with a MoE model" "${m[@]}" --experts 4 --fix zero=3,tp=2
+# and so is a MoE model's (train_gpt_zero3_moe.sh checks its counts)
+"$bin/plan_gpt" "${m[@]}" --experts 4 --fix zero=3,tp=2 --format kv >"$work/z3moe" 2>&1 ||
+    fail "--experts 4 --fix zero=3,tp=2: $(cat "$work/z3moe")"
+grep -q "^plan .* tp=2 .* zero=3 " "$work/z3moe" || fail "MoE ZeRO-3 tp 2: $(cat "$work/z3moe")"
 refuse "top-k 5 is not in \[1, 4 experts\]" "${m[@]}" --experts 4 --top-k 5
 refuse "moe-every 9 is not in \[1, 4 layers\]" "${m[@]}" --experts 4 --moe-every 9
 refuse "--capacity-factor 0" "${m[@]}" --experts 4 --capacity-factor 0

@@ -60,11 +60,16 @@ max=$(grep '^plan ' "$work/all" | field peak_bytes | sort -n | tail -1)
 diff <(grep '^plan ' "$work/top") <(grep '^plan ' "$work/all" | head -3) >/dev/null ||
     fail "--top 3 is not the first 3 of --all"
 
-# the search tries ZeRO-3 beside tp, pp and cp too, as the runtime runs it
-for fix in tp=2 pp=2,tp=1; do
-    "$bin/plan_gpt" "${m[@]}" --format kv --all --fix "$fix" >"$work/z3"
+# the search tries ZeRO-3 beside tp, pp and cp too, as the runtime runs it,
+# for a MoE model too (with ep)
+moe=(--experts 4 --top-k 2)
+for fix in tp=2 pp=2,tp=1 "tp=2 moe" "pp=2,tp=1,ep=2 moe" "cp=2,ep=2 moe"; do
+    extra=()
+    [[ $fix == *moe ]] && extra=("${moe[@]}")
+    fix=${fix% moe}
+    "$bin/plan_gpt" "${m[@]}" "${extra[@]}" --format kv --all --fix "$fix" >"$work/z3"
     n=$(grep -c '^plan .* zero=3 ' "$work/z3" || true)
-    ((n > 0)) || fail "--fix $fix: no ZeRO-3 plan: $(grep '^plan ' "$work/z3" | field zero | sort -u)"
+    ((n > 0)) || fail "--fix $fix ${extra[*]}: no ZeRO-3 plan: $(grep '^plan ' "$work/z3" | field zero | sort -u)"
 done
 
 # --explain: the plan's breakdown after the table

@@ -13,15 +13,12 @@
 # 2, dp 2 x cp 2 and dp 2 x pp 2 ZeRO-3 checkpoints resume bitwise in
 # their layout and reshard into one process; the cp and pp layouts'
 # --report equals plan_gpt --ranks to the byte on every rank (shards over
-# dp x cp; a pipeline stage's part); what is not done yet (a MoE model) is refused before training with
-# its reason.
+# dp x cp; a pipeline stage's part). A MoE model's layouts are
+# train_gpt_zero3_moe.sh's.
 # (plan_report_lib.sh: set -euo pipefail, $bin, job_env.sh, $work, check)
 source "$(dirname "$0")/plan_report_lib.sh"
 job_prefix=zero3mp
 W=$work
-small=(--layers 2 --channels 32 --heads 4 --seq 8 --micro-batch 2 --steps 1 --zero 3)
-refuse 2 "ZeRO-3 runs with tensor, sequence, context and pipeline parallel, not with a MoE model" \
-    "${small[@]}" --tp 2 --experts 2
 
 # G = 8 sequences a step in every layout
 gpt=(--layers 3 --channels 32 --heads 4 --seq 16 --global-batch 8 --steps 10 --lr 3e-3)

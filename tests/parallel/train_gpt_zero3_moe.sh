@@ -1,0 +1,134 @@
+#!/usr/bin/env bash
+# ZeRO-3 with a MoE model in the model-parallel runtime (docs/model.md
+# "Mixture-of-Experts and expert parallel"): the dense parts sharded over
+# the replica group and gathered around each use, the experts kept as on
+# the data-parallel path (their store whole in the ranks holding them,
+# gradients reduce-scattered over those ranks, moments sharded). dp 2 x tp
+# 2 with ep 2, dp 2 x pp 2 with ep 2 under 1F1B, under the interleaved
+# schedule (4 layers, 2 virtual stages) and under GPipe with full
+# recompute, dp 2 x cp 2 with ep 2, tp 2 with sp and selective recompute,
+# and a Llama's SwiGLU experts in dp 2 x tp 2 with sp and ep 2 print the
+# losses and gradient norms of one process over 10 steps (1e-5 relative)
+# with the same routing; ZeRO-2 gives the same bits in the tp and pp
+# layouts; in bf16, dp 2 x tp 2 with ep 2 stays within loss / 128 of one
+# process in bf16 (train_gpt_bf16.sh's derived bound); the tp and pp
+# layouts' checkpoints resume bitwise in their layout and reshard into one
+# process; --auto with ZeRO-3 and pp 2 fixed trains; --report's counts of
+# every rank, experts included, equal plan_gpt --ranks's to the byte for
+# dp 2 x tp 2 x ep 2 and dp 2 x pp 2 x ep 2.
+# (plan_report_lib.sh: set -euo pipefail, $bin, job_env.sh, $work, check)
+source "$(dirname "$0")/plan_report_lib.sh"
+job_prefix=zero3moe
+W=$work
+# every block MoE, capacity 1.0: choices drop every step; G = 8 in micro-batches
+# of 2 in every layout (an expert's capacity is counted per micro-batch)
+model=(--layers 2 --channels 16 --heads 2 --seq 16 --experts 4 --top-k 2 --moe-every 1
+    --capacity-factor 1.0 --aux-loss 0.01 --global-batch 8 --steps 10 --lr 3e-3 --report)
+z3=(--zero 3 --zero-min-bytes 0 --bucket-mb 0.002)
+routing() { grep -o "moe step .*" "$1"; }
+# layout NAME ONE N ARGS...: N processes train as ARGS say under ZeRO-3,
+# the losses and norms and the routing of the one-process log ONE
+layout() {
+    local name=$1 one=$2 n=$3
+    shift 3
+    msrun_n "$n" "${model[@]}" "${z3[@]}" "$@" --loss-log "$W/$name" >/dev/null \
+        2>"$W/$name.err" || fail "$name: $(cat "$W/$name.err")"
+    grep -q "zero 3" "$W/$name.err" || fail "$name: not ZeRO-3: $(cat "$W/$name.err")"
+    close "$W/$name" "$W/$one" 10 "$name"
+    diff <(routing "$W/$one.err") <(routing "$W/$name.err") >/dev/null ||
+        fail "$name routes otherwise: $(diff <(routing "$W/$one.err") <(routing "$W/$name.err"))"
+}
+# same_bits NAME N ARGS...: the layout NAME under ZeRO-2 gives its bits
+same_bits() {
+    local name=$1 n=$2
+    shift 2
+    msrun_n "$n" "${model[@]}" "${z3[@]}" --zero 2 "$@" --loss-log "$W/$name-z2" >/dev/null \
+        2>"$W/err" || fail "$name under ZeRO-2: $(cat "$W/err")"
+    diff "$W/$name" "$W/$name-z2" || fail "ZeRO-3 and ZeRO-2 differ in $name"
+}
+one() {
+    local name=$1
+    shift
+    timeout 60 "$bin/train_gpt" "${model[@]}" --micro-batch 2 "$@" --loss-log "$W/$name" \
+        >"$W/$name.out" 2>"$W/$name.err" || fail "$name, one process: $(cat "$W/$name.err")"
+    [[ $(routing "$W/$name.err" | wc -l) -gt 0 ]] || fail "$name: no routing report"
+}
+one one
+one one4 --layers 4
+
+layout tp2-ep2 one 4 --dp 2 --ep 2 --tp 2 --micro-batch 2 --grad-accum 2
+grep -q "mesh dp 2 x pp 1 x cp 1 x tp 2" "$W/tp2-ep2.err" || fail "tp2-ep2: not tp 2"
+same_bits tp2-ep2 4 --dp 2 --ep 2 --tp 2 --micro-batch 2 --grad-accum 2
+layout pp2-1f1b one 4 --dp 2 --ep 2 --pp 2 --micro-batch 2 --grad-accum 2
+grep -q "mesh dp 2 x pp 2 x cp 1 x tp 1; schedule 1f1b" "$W/pp2-1f1b.err" ||
+    fail "pp2-1f1b: not pp 2 under 1F1B: $(cat "$W/pp2-1f1b.err")"
+same_bits pp2-1f1b 4 --dp 2 --ep 2 --pp 2 --micro-batch 2 --grad-accum 2
+layout pp2-int one4 4 --layers 4 --dp 2 --ep 2 --pp 2 --micro-batch 2 --grad-accum 2 \
+    --schedule interleaved --virtual-stages 2
+grep -q "schedule interleaved, 2 virtual stages" "$W/pp2-int.err" ||
+    fail "pp2-int: not interleaved: $(cat "$W/pp2-int.err")"
+layout pp2-gpipe-full one 4 --dp 2 --ep 2 --pp 2 --micro-batch 2 --grad-accum 2 \
+    --schedule gpipe --recompute full
+layout cp2-ep2 one 4 --dp 2 --ep 2 --cp 2 --micro-batch 2 --grad-accum 2
+grep -q "mesh dp 2 x pp 1 x cp 2 x tp 1" "$W/cp2-ep2.err" || fail "cp2-ep2: not cp 2"
+layout tp2-sp-selective one 2 --tp 2 --sp --micro-batch 2 --grad-accum 4 \
+    --recompute selective
+# a Llama with Mixtral's SwiGLU experts: dp 2 (ep 2) x tp 2 with sp
+one llama1 --arch llama --kv-heads 1 --ffn 24
+layout llama-tp2-sp llama1 4 --arch llama --kv-heads 1 --ffn 24 --dp 2 --ep 2 --tp 2 --sp \
+    --micro-batch 2 --grad-accum 2
+
+# bf16: within loss / 128 of one process in bf16 at every step
+one one-bf16 --precision bf16
+msrun_n 4 "${model[@]}" "${z3[@]}" --precision bf16 --dp 2 --ep 2 --tp 2 --micro-batch 2 \
+    --grad-accum 2 >"$W/bf16.out" 2>"$W/err" || fail "bf16: $(cat "$W/err")"
+paste <(grep -o 'step [0-9]* loss [0-9.]*' "$W/one-bf16.out" | awk '{ print $2, $4 }') \
+    <(grep -o 'step [0-9]* loss [0-9.]*' "$W/bf16.out" | awk '{ print $2, $4 }') |
+    awk '{ d = $2 - $4; if (d < 0) d = -d; if ($1 != $3 || d > $2 / 128) bad = 1
+           if (d > m) m = d; n++ }
+         END { printf "bf16 tp2-ep2: max |loss difference| %.6f over %d steps\n", m, n
+               exit bad || n != 10 }' ||
+    fail "bf16 tp2-ep2 is not within loss / 128 of one process: $(paste "$W/one-bf16.out" "$W/bf16.out")"
+
+# checkpoints: dp 2 x tp 2 x ep 2 and dp 2 x pp 2 x ep 2 stopped at step 4
+# and resumed in their layout give steps 5..10 bitwise; resumed by one
+# process (ZeRO-0, every expert), those of the run that never stopped
+# (1e-5). ckpt NAME ARGS...: the layout of the uninterrupted run NAME.
+ckpt() {
+    local name=$1
+    shift
+    rm -rf "$W/ck" "$W/ck1" "$W/first" "$W/second" "$W/alone"
+    msrun_n 4 "${model[@]}" "${z3[@]}" "$@" --steps 4 --ckpt-every 4 --ckpt-dir "$W/ck" \
+        --loss-log "$W/first" >/dev/null 2>"$W/err" || fail "$name, first part: $(cat "$W/err")"
+    cp -r "$W/ck" "$W/ck1"
+    msrun_n 4 "${model[@]}" "${z3[@]}" "$@" --ckpt-dir "$W/ck" --resume --loss-log "$W/second" \
+        >/dev/null 2>"$W/err" || fail "$name, resumed: $(cat "$W/err")"
+    grep -q "resumed from step 4" "$W/err" || fail "$name: no resume: $(cat "$W/err")"
+    diff "$W/$name" <(cat "$W/first" "$W/second") ||
+        fail "$name: the resumed run differs from the uninterrupted one"
+    msrun_n 1 "${model[@]}" --micro-batch 2 --ckpt-dir "$W/ck1" --resume --loss-log "$W/alone" \
+        >/dev/null 2>"$W/err" || fail "$name, resharded into one process: $(cat "$W/err")"
+    grep -q "resumed from step 4" "$W/err" ||
+        fail "$name: one process did not resume: $(cat "$W/err")"
+    resumed "$W/one" "$W/alone" 6
+}
+ckpt tp2-ep2 --dp 2 --ep 2 --tp 2 --micro-batch 2 --grad-accum 2
+ckpt pp2-1f1b --dp 2 --ep 2 --pp 2 --micro-batch 2 --grad-accum 2
+
+# --auto with ZeRO-3 and pp 2 fixed: the search plans a MoE model's
+# ZeRO-3 beside pp (and ep) and the runtime trains the plan it takes
+msrun_n 4 "${model[@]}" --steps 2 --auto --zero 3 --pp 2 \
+    --cluster "$(dirname "$0")/plan_cluster.txt" >"$W/out" 2>"$W/err" ||
+    fail "--auto ZeRO-3 pp 2: $(cat "$W/err")"
+grep -q "train_gpt: --auto: plan 1 of [0-9]*: dp 2 tp 1 pp 2 cp 1 ep [12] .*zero 3 " "$W/err" ||
+    fail "--auto did not take a ZeRO-3 pp 2 plan: $(cat "$W/err")"
+grep -q "step 2 loss" "$W/out" || fail "--auto ZeRO-3 pp 2 did not train: $(cat "$W/err")"
+
+# the planner's count of every rank, the experts' bytes included
+shape=(--channels 16 --heads 2 --seq 16)
+moe=(--experts 4 --top-k 2 --moe-every 1)
+check 2 dp=2,tp=2,pp=1,sp=0,zero=3,recompute=none,micro_batch=2,ep=2 --tp 2 --ep 2 --zero 3 \
+    --grad-accum 2 --bucket-mb 0.01 --zero-min-bytes 0
+check 2 dp=2,tp=1,pp=2,sp=0,zero=3,recompute=none,micro_batch=2,ep=2,schedule=1f1b --pp 2 \
+    --ep 2 --zero 3 --grad-accum 2 --bucket-mb 0.01 --zero-min-bytes 0
+echo "train_gpt_zero3_moe: ok"
