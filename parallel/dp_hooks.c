@@ -204,18 +204,24 @@ static msr_status_t gather_start(msr_dp_t *dp, int s)
     } else if ((G->gbuf = msr_dp_tmp_alloc(dp, size * G->blk, 0)) == NULL) {
         return MSR_ERR_NO_MEMORY;
     }
+    const float *src;
+    size_t soff;
+    msr_status_t st = msr_dp_params_shard_begin(dp, s, &src, &soff);
+    if (st != MSR_OK)
+        return st;
     for (int k = G->u0; k < G->u1; k++) {
         const msr_dp_unit_t *u = &dp->units[k];
         float *dst = G->gbuf + (size_t)dp->rank * G->blk + u->spack;
-        memcpy(dst, dp->pshard + u->shard_off, u->own_n * sizeof(float));
+        memcpy(dst, src + (u->shard_off - soff), u->own_n * sizeof(float));
         memset(dst + u->own_n, 0, (u->blk - u->own_n) * sizeof(float));
     }
+    if ((st = msr_dp_params_shard_end(dp, s)) != MSR_OK)
+        return st;
     G->gathering = 1;
     dp->stats.gathers++;
     if (dp->comm == NULL)
         return MSR_OK;
-    msr_status_t st =
-        msr_comm_iallgather(dp->comm, MSR_IN_PLACE, G->gbuf, G->blk, MSR_DTYPE_F32, &G->req);
+    st = msr_comm_iallgather(dp->comm, MSR_IN_PLACE, G->gbuf, G->blk, MSR_DTYPE_F32, &G->req);
     return st != MSR_OK ? msr_dp_comm_failed("start of the parameter gather of segment", s, st)
                         : MSR_OK;
 }
