@@ -231,11 +231,9 @@ msr_status_t msr_dp_seg_ready(msr_dp_t *dp, int s)
 {
     msr_dp_seg_t *G = &dp->segs[s];
     msr_gpt_segment_t *ms = &dp->model->segments[s];
-    if (G->replicated) {
-        ms->params = dp->pshard + dp->units[G->u0].shard_off;
-        return MSR_OK;
-    }
     msr_status_t st;
+    if (G->replicated)
+        return msr_dp_params_replicated(dp, s, &ms->params);
     if (G->full == NULL || G->gathering) {
         if ((st = gather_start(dp, s)) != MSR_OK)
             return st;
@@ -284,6 +282,9 @@ msr_status_t msr_dp_seg_drop(msr_dp_t *dp, int s)
         G->gbuf = NULL;
         msr_dp_tmp_free(dp, &G->full, msr_dp_seg_count(dp, s));
         dp->model->segments[s].params = NULL;
+    } else if (dp->cfg.zero >= 3) { /* an offloaded block's buffer given back */
+        msr_status_t pst = msr_dp_params_release(dp, s);
+        st = st != MSR_OK ? st : pst;
     }
     G->gathering = 0;
     return st;

@@ -83,9 +83,8 @@ static msr_status_t put_all(msr_dp_t *dp)
 }
 
 /* ZeRO-3: each block's owned elements, contiguous in the shard space
- * (the units are in flat order), and the store's block size, the
- * largest share; every block segment must be sharded (a replicated one
- * would be read in place from the shard buffer). */
+ * (the units are in flat order: all of a replicated block's), and the
+ * store's block size, the largest share. */
 static msr_status_t z3_layout(msr_dp_t *dp)
 {
     size_t L = (size_t)layers(dp);
@@ -94,11 +93,8 @@ static msr_status_t z3_layout(msr_dp_t *dp)
     dp->pblk_n = 1;
     for (size_t k = 0; k < L; k++) {
         const msr_dp_seg_t *G = &dp->segs[1 + k];
-        if (G->u0 < 0 || G->replicated)
-            return msr_err(MSR_ERR_CONFIG,
-                           "dp: the parameters' offload under ZeRO-3 needs every block sharded "
-                           "(block %zu is replicated: lower --zero-min-bytes)",
-                           k);
+        if (G->u0 < 0)
+            return msr_err(MSR_ERR_CONFIG, "dp: block %zu has no parameters", k);
         const msr_dp_unit_t *last = &dp->units[G->u1 - 1];
         dp->pz_off[k] = dp->units[G->u0].shard_off;
         dp->pz_off[k + 1] = last->shard_off + last->own_n;
@@ -165,6 +161,18 @@ size_t msr_dp_params_moved(const msr_dp_t *dp)
     return (size_t)layers(dp) * dp->pblk_n * sizeof(float);
 }
 
+/* ZeRO-3: block k given back; where a pass turns, the block the next
+ * pass reads first is read ahead now: forward's last block is
+ * backward's first; backward's last (block 0) is the next micro-batch's
+ * forward's first, or the update's. */
+static msr_status_t z3_turn(msr_dp_t *dp, size_t k)
+{
+    size_t L = (size_t)layers(dp);
+    if ((dp->pdir > 0 && k == L - 1) || (dp->pdir < 0 && k == 0))
+        return msr_params_prefetch(dp->params_off, k);
+    return MSR_OK;
+}
+
 msr_status_t msr_dp_params_shard_begin(msr_dp_t *dp, int s, const float **src_p, size_t *off_p)
 {
     *src_p = dp->pshard;
@@ -182,20 +190,29 @@ msr_status_t msr_dp_params_shard_begin(msr_dp_t *dp, int s, const float **src_p,
     return MSR_OK;
 }
 
-/* Where a pass turns, the block the next pass reads first is read ahead
- * now: forward's last block is backward's first; backward's last (block
- * 0) is the next micro-batch's forward's first, or the update's. */
 msr_status_t msr_dp_params_shard_end(msr_dp_t *dp, int s)
 {
     if (dp->pz_buf == NULL)
         return MSR_OK;
-    size_t k = (size_t)s - 1, L = (size_t)layers(dp);
     float *buf = dp->pz_buf;
     dp->pz_buf = NULL;
-    msr_status_t st = msr_params_release(dp->params_off, k, buf, 0);
-    if (st == MSR_OK && ((dp->pdir > 0 && k == L - 1) || (dp->pdir < 0 && k == 0)))
-        st = msr_params_prefetch(dp->params_off, k);
-    return st;
+    msr_status_t st = msr_params_release(dp->params_off, (size_t)s - 1, buf, 0);
+    return st == MSR_OK ? z3_turn(dp, (size_t)s - 1) : st;
+}
+
+msr_status_t msr_dp_params_replicated(msr_dp_t *dp, int s, float **params_p)
+{
+    *params_p = dp->pshard + dp->units[dp->segs[s].u0].shard_off;
+    if (dp->pz_off == NULL || dp->pflat || s < 1 || s > layers(dp))
+        return MSR_OK;
+    if (dp->pheld[s] == NULL) {
+        msr_status_t st =
+            msr_params_acquire(dp->params_off, (size_t)s - 1, dp->pdir, &dp->pheld[s]);
+        if (st != MSR_OK)
+            return st;
+    }
+    *params_p = dp->pheld[s];
+    return MSR_OK;
 }
 
 msr_status_t msr_dp_params_acquire(msr_dp_t *dp, int s, msr_gpt_pass_t pass)
@@ -237,7 +254,8 @@ msr_status_t msr_dp_params_release(msr_dp_t *dp, int s)
         return MSR_OK;
     float *buf = dp->pheld[s];
     dp->pheld[s] = dp->model->segments[s].params = NULL;
-    return msr_params_release(dp->params_off, (size_t)s - 1, buf, 0);
+    msr_status_t st = msr_params_release(dp->params_off, (size_t)s - 1, buf, 0);
+    return st == MSR_OK && dp->pz_off != NULL ? z3_turn(dp, (size_t)s - 1) : st;
 }
 
 /* AdamW over flat elements [lo, lo + n), resident. */
@@ -361,8 +379,7 @@ static msr_status_t update_shard3(msr_dp_t *dp)
             const msr_dp_unit_t *u = &dp->units[k];
             if (u->own_n > 0)
                 msr_adamw_update_range(dp->opt, u->shard_off, u->own_n,
-                                       buf + (u->shard_off - dp->pz_off[l]),
-                                       msr_dp_grad_at(dp, u));
+                                       buf + (u->shard_off - dp->pz_off[l]), msr_dp_grad_at(dp, u));
         }
         st = msr_params_release(dp->params_off, (size_t)l, buf, 1);
     }
