@@ -200,6 +200,7 @@ typedef struct msr_dp {
     int pfirst;             /* forward's first block read ahead already */
     int pflat;              /* a checkpoint holds them in the flat buffer */
     size_t pblk_lo, pblk_n; /* the blocks' first element, a block's elements */
+    int pfb, pnb;           /* the part's first block segment, its blocks */
     float *pcur_buf;        /* the block the moments' chunks update (both offloads) */
     size_t pcur;            /* its index, or SIZE_MAX for none */
     /* ZeRO-3: block k's owned elements are the shard space's

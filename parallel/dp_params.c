@@ -13,9 +13,17 @@
 #include "base/status.h"
 #include "parallel/dp_impl.h"
 
+/* The blocks of the part (a pipeline stage's), their segments
+ * pfb .. pfb + pnb - 1. */
 static int layers(const msr_dp_t *dp)
 {
-    return dp->model->cfg.layers;
+    return dp->pnb;
+}
+
+/* Segment s's block index in the store, or -1 when it is not a block. */
+static int block_of(const msr_dp_t *dp, int s)
+{
+    return s >= dp->pfb && s < dp->pfb + dp->pnb ? s - dp->pfb : -1;
 }
 
 /* The blocks' elements of the flat buffer go back to the system (the
@@ -36,7 +44,7 @@ static void flat_drop(msr_dp_t *dp)
     if (b > a && madvise((void *)a, b - a, MADV_DONTNEED) != 0)
         MSR_WARN("offload: the blocks' parameters stay resident (madvise failed)");
     for (int l = 0; l < layers(dp); l++)
-        m->segments[1 + l].params = NULL;
+        m->segments[dp->pfb + l].params = NULL;
     dp->pflat = 0;
 }
 
@@ -92,7 +100,7 @@ static msr_status_t z3_layout(msr_dp_t *dp)
         return msr_err(MSR_ERR_NO_MEMORY, "offload: out of memory");
     dp->pblk_n = 1;
     for (size_t k = 0; k < L; k++) {
-        const msr_dp_seg_t *G = &dp->segs[1 + k];
+        const msr_dp_seg_t *G = &dp->segs[dp->pfb + (int)k];
         if (G->u0 < 0)
             return msr_err(MSR_ERR_CONFIG, "dp: block %zu has no parameters", k);
         const msr_dp_unit_t *last = &dp->units[G->u1 - 1];
@@ -109,23 +117,27 @@ msr_status_t msr_dp_params_attach(msr_dp_t *dp)
     if (cfg->mode == MSR_OFFLOAD_NONE)
         return MSR_OK;
     msr_gpt_t *m = dp->model;
-    int L = m->cfg.layers, z3 = dp->cfg.zero >= 3;
-    int whole = m->num_segments == L + 2 && (z3 ? dp->pshard != NULL : m->params != NULL);
-    if (cfg->mode != MSR_OFFLOAD_DISK || !whole || m->cfg.moe.experts > 0 || L < 1)
+    int z3 = dp->cfg.zero >= 3, held = z3 ? dp->pshard != NULL : m->params != NULL;
+    /* a part's segments: [embeddings] blocks... [final norm] */
+    dp->pfb = m->seg_embed >= 0 ? m->seg_embed + 1 : 0;
+    dp->pnb = m->num_segments - dp->pfb - (m->seg_lnf >= 0);
+    int L = dp->pnb;
+    if (cfg->mode != MSR_OFFLOAD_DISK || !held || m->cfg.moe.experts > 0 || L < 1 ||
+        (m->seg_lnf >= 0 && m->seg_lnf != dp->pfb + L))
         return msr_err(MSR_ERR_CONFIG,
-                       "dp: the parameters' offload takes the disk and a whole dense model");
+                       "dp: the parameters' offload takes the disk and a dense model's blocks");
     dp->pcur = SIZE_MAX;
     dp->pdir = 1;
-    dp->pblk_lo = m->segments[1].offset;
-    dp->pblk_n = m->segments[1].count;
+    dp->pblk_lo = m->segments[dp->pfb].offset;
+    dp->pblk_n = m->segments[dp->pfb].count;
     for (int l = 0; l < L; l++)
-        if (m->segments[1 + l].offset != dp->pblk_lo + (size_t)l * dp->pblk_n ||
-            m->segments[1 + l].count != dp->pblk_n)
+        if (m->segments[dp->pfb + l].offset != dp->pblk_lo + (size_t)l * dp->pblk_n ||
+            m->segments[dp->pfb + l].count != dp->pblk_n)
             return msr_err(MSR_ERR_CONFIG, "dp: the parameters' offload needs blocks of one size");
     msr_status_t st = z3 ? z3_layout(dp) : MSR_OK;
     if (st != MSR_OK)
         return st;
-    if ((dp->pheld = msr_calloc((size_t)L + 2, sizeof *dp->pheld)) == NULL)
+    if ((dp->pheld = msr_calloc((size_t)m->num_segments, sizeof *dp->pheld)) == NULL)
         return msr_err(MSR_ERR_NO_MEMORY, "offload: out of memory");
     st = msr_params_create(cfg, dp->pblk_n, (size_t)L, &dp->params_off);
     if (st == MSR_OK)
@@ -177,9 +189,9 @@ msr_status_t msr_dp_params_shard_begin(msr_dp_t *dp, int s, const float **src_p,
 {
     *src_p = dp->pshard;
     *off_p = 0;
-    if (dp->pz_off == NULL || dp->pflat || s < 1 || s > layers(dp))
+    if (dp->pz_off == NULL || dp->pflat || block_of(dp, s) < 0)
         return MSR_OK;
-    size_t k = (size_t)s - 1;
+    size_t k = (size_t)block_of(dp, s);
     float *buf;
     msr_status_t st = msr_params_acquire(dp->params_off, k, dp->pdir, &buf);
     if (st != MSR_OK)
@@ -196,18 +208,19 @@ msr_status_t msr_dp_params_shard_end(msr_dp_t *dp, int s)
         return MSR_OK;
     float *buf = dp->pz_buf;
     dp->pz_buf = NULL;
-    msr_status_t st = msr_params_release(dp->params_off, (size_t)s - 1, buf, 0);
-    return st == MSR_OK ? z3_turn(dp, (size_t)s - 1) : st;
+    size_t k = (size_t)block_of(dp, s);
+    msr_status_t st = msr_params_release(dp->params_off, k, buf, 0);
+    return st == MSR_OK ? z3_turn(dp, k) : st;
 }
 
 msr_status_t msr_dp_params_replicated(msr_dp_t *dp, int s, float **params_p)
 {
     *params_p = dp->pshard + dp->units[dp->segs[s].u0].shard_off;
-    if (dp->pz_off == NULL || dp->pflat || s < 1 || s > layers(dp))
+    if (dp->pz_off == NULL || dp->pflat || block_of(dp, s) < 0)
         return MSR_OK;
     if (dp->pheld[s] == NULL) {
         msr_status_t st =
-            msr_params_acquire(dp->params_off, (size_t)s - 1, dp->pdir, &dp->pheld[s]);
+            msr_params_acquire(dp->params_off, (size_t)block_of(dp, s), dp->pdir, &dp->pheld[s]);
         if (st != MSR_OK)
             return st;
     }
@@ -222,26 +235,28 @@ msr_status_t msr_dp_params_acquire(msr_dp_t *dp, int s, msr_gpt_pass_t pass)
     dp->pdir = pass == MSR_GPT_FORWARD ? 1 : -1;
     if (dp->pz_off != NULL) /* ZeRO-3: the gathers read the blocks */
         return MSR_OK;
-    int L = layers(dp);
+    int L = layers(dp), k = block_of(dp, s);
+    const msr_gpt_t *m = dp->model;
     msr_status_t st = MSR_OK;
     /* the pass's first block read while the embeddings (forward) or the
-     * head (backward) compute; a forward's visit of 0 after its final
-     * norm's (the tied head) is not the embeddings', and the
-     * model-parallel runtime's forward visits neither */
-    if (pass == MSR_GPT_FORWARD && s == 0) {
+     * head (backward) compute; a forward's visit of the embeddings after
+     * its final norm's (the tied head) is not the embeddings', and the
+     * model-parallel runtime's forward visits neither; a stage without
+     * them reads a pass's first block when the pass asks for it */
+    if (pass == MSR_GPT_FORWARD && s == m->seg_embed) {
         if (!dp->pfirst)
             st = msr_params_prefetch(dp->params_off, 0);
         dp->pfirst = 0;
-    } else if (pass == MSR_GPT_FORWARD && s == L + 1) {
+    } else if (pass == MSR_GPT_FORWARD && s == m->seg_lnf) {
         dp->pfirst = 1;
-    } else if (pass == MSR_GPT_BACKWARD && s == L + 1) {
+    } else if (pass == MSR_GPT_BACKWARD && s == m->seg_lnf) {
         st = msr_params_prefetch(dp->params_off, (size_t)L - 1);
         dp->pfirst = 0;
     }
-    if (st != MSR_OK || s < 1 || s > L)
+    if (st != MSR_OK || k < 0)
         return st;
     float *buf;
-    st = msr_params_acquire(dp->params_off, (size_t)s - 1, pass == MSR_GPT_FORWARD ? 1 : -1, &buf);
+    st = msr_params_acquire(dp->params_off, (size_t)k, pass == MSR_GPT_FORWARD ? 1 : -1, &buf);
     if (st != MSR_OK)
         return st;
     dp->pheld[s] = dp->model->segments[s].params = buf;
@@ -250,12 +265,13 @@ msr_status_t msr_dp_params_acquire(msr_dp_t *dp, int s, msr_gpt_pass_t pass)
 
 msr_status_t msr_dp_params_release(msr_dp_t *dp, int s)
 {
-    if (dp->params_off == NULL || dp->pflat || s < 1 || s > layers(dp) || dp->pheld[s] == NULL)
+    if (dp->params_off == NULL || dp->pflat || block_of(dp, s) < 0 || dp->pheld[s] == NULL)
         return MSR_OK;
     float *buf = dp->pheld[s];
+    size_t k = (size_t)block_of(dp, s);
     dp->pheld[s] = dp->model->segments[s].params = NULL;
-    msr_status_t st = msr_params_release(dp->params_off, (size_t)s - 1, buf, 0);
-    return st == MSR_OK && dp->pz_off != NULL ? z3_turn(dp, (size_t)s - 1) : st;
+    msr_status_t st = msr_params_release(dp->params_off, k, buf, 0);
+    return st == MSR_OK && dp->pz_off != NULL ? z3_turn(dp, k) : st;
 }
 
 /* AdamW over flat elements [lo, lo + n), resident. */
@@ -365,13 +381,13 @@ static msr_status_t update_shard3(msr_dp_t *dp)
     int L = layers(dp);
     for (int k = 0; k < dp->num_units; k++) {
         const msr_dp_unit_t *u = &dp->units[k];
-        if (u->own_n > 0 && (u->seg < 1 || u->seg > L))
+        if (u->own_n > 0 && block_of(dp, u->seg) < 0)
             msr_adamw_update_range(dp->opt, u->shard_off, u->own_n, dp->pshard + u->shard_off,
                                    msr_dp_grad_at(dp, u));
     }
     msr_status_t st = msr_params_prefetch(dp->params_off, 0);
     for (int l = 0; l < L && st == MSR_OK; l++) {
-        const msr_dp_seg_t *G = &dp->segs[1 + l];
+        const msr_dp_seg_t *G = &dp->segs[dp->pfb + l];
         float *buf;
         if ((st = msr_params_acquire(dp->params_off, (size_t)l, 1, &buf)) != MSR_OK)
             break;
@@ -566,7 +582,7 @@ msr_status_t msr_dp_params_hold(msr_dp_t *dp, int read)
         if (read)
             st = msr_params_get(dp->params_off, (size_t)l,
                                 m->params + dp->pblk_lo + (size_t)l * dp->pblk_n);
-        msr_gpt_segment_reset(m, 1 + l);
+        msr_gpt_segment_reset(m, dp->pfb + l);
     }
     dp->pflat = 1;
     if (st != MSR_OK)

@@ -123,7 +123,6 @@ static int params_combination(const options_t *o, const msr_offload_config_t cfg
     if (cfg[T_PARAMS].mode != MSR_OFFLOAD_DISK)
         return 0;
     const char *why = strcmp(o->device, "cpu") != 0 ? "--device cuda"
-                      : o->pp > 1                   ? "--pp (the model-parallel runtime's stages)"
                       : o->experts > 0              ? "--experts"
                                                     : NULL;
     if (why != NULL) {
