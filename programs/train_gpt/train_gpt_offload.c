@@ -109,10 +109,10 @@ static int disk_options(const options_t *o, msr_offload_config_t cfg[T_COUNT])
 }
 
 /* What params=disk allows: dp (ZeRO 0-3: under ZeRO-3 each rank's shard
- * of the blocks), tp (with or without sp) and cp over one stage of a
- * dense model on CPU ranks, each tp rank its own slices, each cp rank its
- * whole blocks, through the hooks the model and the model-parallel
- * runtime call (parallel/dp.h). */
+ * of the blocks), tp (with or without sp), cp and pp (each stage the
+ * blocks of its part) of a dense model on CPU ranks, each tp rank its own
+ * slices, each cp rank its whole blocks, through the hooks the model and
+ * the model-parallel runtime call (parallel/dp.h). */
 static int params_combination(const options_t *o, const msr_offload_config_t cfg[T_COUNT])
 {
     if (cfg[T_PARAMS].mode == MSR_OFFLOAD_HOST) {
@@ -127,8 +127,8 @@ static int params_combination(const options_t *o, const msr_offload_config_t cfg
                                                     : NULL;
     if (why != NULL) {
         fprintf(stderr,
-                "train_gpt: --offload params=disk covers data, tensor and context parallel "
-                "on CPU ranks: not %s yet\n",
+                "train_gpt: --offload params=disk covers data, tensor, context and pipeline "
+                "parallel on CPU ranks: not %s yet\n",
                 why);
         return -1;
     }

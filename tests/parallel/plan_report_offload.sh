@@ -97,6 +97,17 @@ check 4 dp=1,tp=1,pp=2,sp=0,zero=0,recompute=full,micro_batch=1,$s=1f1b --pp 2 \
 both
 check 6 dp=1,tp=1,pp=2,sp=0,zero=0,recompute=full,micro_batch=2,$s=gpipe --pp 2 \
     --schedule gpipe --grad-accum 3 "${B[@]}" --pp-layers 4,2
+# pp 2: each stage's blocks in its file (an uneven split; with dp 2
+# under ZeRO 1 and 3)
+params
+check 6 dp=1,tp=1,pp=2,sp=0,zero=0,recompute=full,micro_batch=1,$s=1f1b --pp 2 \
+    --grad-accum 4 "${P[@]}" --recompute full --pp-layers 4,2
+world=4
+check 4 dp=2,tp=1,pp=2,sp=0,zero=1,recompute=full,micro_batch=1,$s=1f1b --pp 2 \
+    --grad-accum 2 "${P[@]}" --zero 1 --recompute full --bucket-mb 0.02 --zero-min-bytes 0
+check 4 dp=2,tp=1,pp=2,sp=0,zero=3,recompute=full,micro_batch=1,$s=gpipe --pp 2 \
+    --schedule gpipe --grad-accum 2 "${P[@]}" --zero 3 --recompute full --bucket-mb 0.02 \
+    --zero-min-bytes 0
 # tp 2: each rank's slices of the blocks in its file, with and without sp
 world=2
 params

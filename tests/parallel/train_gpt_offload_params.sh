@@ -111,8 +111,7 @@ for how in on-on on-off off-on both-both both-off full-on-on full-on-off z2-on-o
     [[ -z "$(ls -A "$work/off")" ]] || fail "ck-$how left files: $(ls "$work/off")"
 done
 
-why="params=disk covers data, tensor and context parallel on CPU ranks: not"
-refuse 2 "$why --pp" "${small[@]}" --offload "$pdisk" --pp 2
+why="params=disk covers data, tensor, context and pipeline parallel on CPU ranks: not"
 refuse 1 "$why --experts" "${small[@]}" --offload "$pdisk" --experts 2
 refuse 1 "params=host: a CPU rank's parameters" "${small[@]}" --offload params=host
 refuse 1 "is not a comma-separated list" "${small[@]}" --offload params=disk:
