@@ -98,8 +98,10 @@ typedef struct msr_dp_config {
     /* where the blocks' parameters live (parallel/offload_params.h):
      * MSR_OFFLOAD_DISK keeps them in a file of this rank's, each block read
      * ahead of its forward and its backward and dropped after, the update a
-     * block at a time (dp_params.c); ZeRO 0, a whole dense model, the
-     * moments in memory (msr_dp_create refuses the rest: MSR_ERR_CONFIG) */
+     * block at a time (dp_params.c); under ZeRO-3 the file holds this
+     * rank's shard of each block, read ahead of the gather that needs it;
+     * a whole dense model whose blocks ZeRO-3 shards (msr_dp_create
+     * refuses the rest: MSR_ERR_CONFIG) */
     msr_offload_config_t params_offload;
     /* msr_dp_create leaves the parameters it holds zero (the flat buffer,
      * under ZeRO-3 the owned elements), for a resume whose load overwrites
@@ -198,8 +200,15 @@ typedef struct msr_dp {
     int pfirst;             /* forward's first block read ahead already */
     int pflat;              /* a checkpoint holds them in the flat buffer */
     size_t pblk_lo, pblk_n; /* the blocks' first element, a block's elements */
+    int pfb, pnb;           /* the part's first block segment, its blocks */
     float *pcur_buf;        /* the block the moments' chunks update (both offloads) */
     size_t pcur;            /* its index, or SIZE_MAX for none */
+    /* ZeRO-3: block k's owned elements are the shard space's
+     * [pz_off[k], pz_off[k + 1]) (L + 1 entries), its store block holds
+     * them padded to the largest; pz_buf: the block a gather copies from */
+    size_t *pz_off;
+    float *pz_buf;
+    int pdir; /* the pass the hooks run: +1 forward, -1 backward */
 
     /* the current micro-batch */
     int reduce_now;  /* this backward reduces its buckets */

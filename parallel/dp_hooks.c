@@ -204,18 +204,24 @@ static msr_status_t gather_start(msr_dp_t *dp, int s)
     } else if ((G->gbuf = msr_dp_tmp_alloc(dp, size * G->blk, 0)) == NULL) {
         return MSR_ERR_NO_MEMORY;
     }
+    const float *src;
+    size_t soff;
+    msr_status_t st = msr_dp_params_shard_begin(dp, s, &src, &soff);
+    if (st != MSR_OK)
+        return st;
     for (int k = G->u0; k < G->u1; k++) {
         const msr_dp_unit_t *u = &dp->units[k];
         float *dst = G->gbuf + (size_t)dp->rank * G->blk + u->spack;
-        memcpy(dst, dp->pshard + u->shard_off, u->own_n * sizeof(float));
+        memcpy(dst, src + (u->shard_off - soff), u->own_n * sizeof(float));
         memset(dst + u->own_n, 0, (u->blk - u->own_n) * sizeof(float));
     }
+    if ((st = msr_dp_params_shard_end(dp, s)) != MSR_OK)
+        return st;
     G->gathering = 1;
     dp->stats.gathers++;
     if (dp->comm == NULL)
         return MSR_OK;
-    msr_status_t st =
-        msr_comm_iallgather(dp->comm, MSR_IN_PLACE, G->gbuf, G->blk, MSR_DTYPE_F32, &G->req);
+    st = msr_comm_iallgather(dp->comm, MSR_IN_PLACE, G->gbuf, G->blk, MSR_DTYPE_F32, &G->req);
     return st != MSR_OK ? msr_dp_comm_failed("start of the parameter gather of segment", s, st)
                         : MSR_OK;
 }
@@ -225,11 +231,9 @@ msr_status_t msr_dp_seg_ready(msr_dp_t *dp, int s)
 {
     msr_dp_seg_t *G = &dp->segs[s];
     msr_gpt_segment_t *ms = &dp->model->segments[s];
-    if (G->replicated) {
-        ms->params = dp->pshard + dp->units[G->u0].shard_off;
-        return MSR_OK;
-    }
     msr_status_t st;
+    if (G->replicated)
+        return msr_dp_params_replicated(dp, s, &ms->params);
     if (G->full == NULL || G->gathering) {
         if ((st = gather_start(dp, s)) != MSR_OK)
             return st;
@@ -278,6 +282,9 @@ msr_status_t msr_dp_seg_drop(msr_dp_t *dp, int s)
         G->gbuf = NULL;
         msr_dp_tmp_free(dp, &G->full, msr_dp_seg_count(dp, s));
         dp->model->segments[s].params = NULL;
+    } else if (dp->cfg.zero >= 3) { /* an offloaded block's buffer given back */
+        msr_status_t pst = msr_dp_params_release(dp, s);
+        st = st != MSR_OK ? st : pst;
     }
     G->gathering = 0;
     return st;

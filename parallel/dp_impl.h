@@ -103,6 +103,18 @@ msr_status_t msr_dp_params_update_moments(msr_dp_t *dp, size_t s, size_t off, si
 msr_status_t msr_dp_params_cursor_end(msr_dp_t *dp, int dirty);
 msr_status_t msr_dp_params_hold(msr_dp_t *dp, int read);
 msr_status_t msr_dp_params_drop(msr_dp_t *dp, int write);
+/* ZeRO-3: where a gather of segment s copies this rank's elements from:
+ * unit u's at (*src_p)[u->shard_off - *off_p] (the shard buffer, or the
+ * block's store buffer, read and checked, its next block read ahead);
+ * shard_end gives the block back. The bytes of the shard buffer the
+ * store holds instead (0 without it): for msr_dp_memory. */
+msr_status_t msr_dp_params_shard_begin(msr_dp_t *dp, int s, const float **src_p, size_t *off_p);
+msr_status_t msr_dp_params_shard_end(msr_dp_t *dp, int s);
+/* ZeRO-3: where a replicated segment s's parameters are: the shard
+ * buffer, or a block's store buffer, read and checked, held until the
+ * segment is dropped (msr_dp_params_release). */
+msr_status_t msr_dp_params_replicated(msr_dp_t *dp, int s, float **params_p);
+size_t msr_dp_params_moved(const msr_dp_t *dp);
 
 msr_status_t msr_dp_allgather_flat(msr_dp_t *dp, float *arr);
 

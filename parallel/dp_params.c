@@ -13,9 +13,17 @@
 #include "base/status.h"
 #include "parallel/dp_impl.h"
 
+/* The blocks of the part (a pipeline stage's), their segments
+ * pfb .. pfb + pnb - 1. */
 static int layers(const msr_dp_t *dp)
 {
-    return dp->model->cfg.layers;
+    return dp->pnb;
+}
+
+/* Segment s's block index in the store, or -1 when it is not a block. */
+static int block_of(const msr_dp_t *dp, int s)
+{
+    return s >= dp->pfb && s < dp->pfb + dp->pnb ? s - dp->pfb : -1;
 }
 
 /* The blocks' elements of the flat buffer go back to the system (the
@@ -27,23 +35,80 @@ static void flat_drop(msr_dp_t *dp)
     size_t page = (size_t)sysconf(_SC_PAGESIZE);
     uintptr_t a = (uintptr_t)(m->params + dp->pblk_lo);
     uintptr_t b = a + (size_t)layers(dp) * dp->pblk_n * sizeof(float);
+    if (dp->pz_off != NULL) { /* ZeRO-3: the blocks' part of the shard */
+        a = (uintptr_t)(dp->pshard + dp->pz_off[0]);
+        b = (uintptr_t)(dp->pshard + dp->pz_off[layers(dp)]);
+    }
     a = (a + page - 1) / page * page;
     b = b / page * page;
     if (b > a && madvise((void *)a, b - a, MADV_DONTNEED) != 0)
         MSR_WARN("offload: the blocks' parameters stay resident (madvise failed)");
     for (int l = 0; l < layers(dp); l++)
-        m->segments[1 + l].params = NULL;
+        m->segments[dp->pfb + l].params = NULL;
     dp->pflat = 0;
 }
 
-/* Every block from the flat buffer into the file. */
+/* ZeRO-3: the elements of block k this rank owns, and where they start
+ * in the shard space. */
+static size_t z3_count(const msr_dp_t *dp, size_t k)
+{
+    return dp->pz_off[k + 1] - dp->pz_off[k];
+}
+
+/* ZeRO-3: block k's owned elements between the shard buffer and the
+ * store (put 1: into the store; 0: back), through a scratch buffer of
+ * the store's block size (the blocks' shares differ by a few elements). */
+static msr_status_t z3_move(msr_dp_t *dp, int put)
+{
+    size_t L = (size_t)layers(dp);
+    float *tmp = msr_calloc(dp->pblk_n, sizeof(float));
+    if (tmp == NULL)
+        return msr_err(MSR_ERR_NO_MEMORY, "offload: out of memory moving a block's shard");
+    msr_status_t st = MSR_OK;
+    for (size_t k = 0; k < L && st == MSR_OK; k++) {
+        float *sh = dp->pshard + dp->pz_off[k];
+        if (put) {
+            memcpy(tmp, sh, z3_count(dp, k) * sizeof(float));
+            st = msr_params_put(dp->params_off, k, tmp);
+        } else if ((st = msr_params_get(dp->params_off, k, tmp)) == MSR_OK) {
+            memcpy(sh, tmp, z3_count(dp, k) * sizeof(float));
+        }
+    }
+    msr_free(tmp);
+    return st;
+}
+
+/* Every block from the flat buffer (ZeRO-3: the shard) into the file. */
 static msr_status_t put_all(msr_dp_t *dp)
 {
+    if (dp->pz_off != NULL)
+        return z3_move(dp, 1);
     msr_status_t st = MSR_OK;
     for (int l = 0; l < layers(dp) && st == MSR_OK; l++)
         st = msr_params_put(dp->params_off, (size_t)l,
                             dp->model->params + dp->pblk_lo + (size_t)l * dp->pblk_n);
     return st;
+}
+
+/* ZeRO-3: each block's owned elements, contiguous in the shard space
+ * (the units are in flat order: all of a replicated block's), and the
+ * store's block size, the largest share. */
+static msr_status_t z3_layout(msr_dp_t *dp)
+{
+    size_t L = (size_t)layers(dp);
+    if ((dp->pz_off = msr_calloc(L + 1, sizeof *dp->pz_off)) == NULL)
+        return msr_err(MSR_ERR_NO_MEMORY, "offload: out of memory");
+    dp->pblk_n = 1;
+    for (size_t k = 0; k < L; k++) {
+        const msr_dp_seg_t *G = &dp->segs[dp->pfb + (int)k];
+        if (G->u0 < 0)
+            return msr_err(MSR_ERR_CONFIG, "dp: block %zu has no parameters", k);
+        const msr_dp_unit_t *last = &dp->units[G->u1 - 1];
+        dp->pz_off[k] = dp->units[G->u0].shard_off;
+        dp->pz_off[k + 1] = last->shard_off + last->own_n;
+        dp->pblk_n = MSR_MAX(dp->pblk_n, z3_count(dp, k));
+    }
+    return MSR_OK;
 }
 
 msr_status_t msr_dp_params_attach(msr_dp_t *dp)
@@ -52,30 +117,40 @@ msr_status_t msr_dp_params_attach(msr_dp_t *dp)
     if (cfg->mode == MSR_OFFLOAD_NONE)
         return MSR_OK;
     msr_gpt_t *m = dp->model;
-    int L = m->cfg.layers, whole = m->num_segments == L + 2 && m->params != NULL;
-    if (cfg->mode != MSR_OFFLOAD_DISK || dp->cfg.zero > 2 || !whole || m->cfg.moe.experts > 0 ||
-        L < 1)
-        return msr_err(
-            MSR_ERR_CONFIG,
-            "dp: the parameters' offload takes the disk, ZeRO 0-2 and a whole dense model");
+    int z3 = dp->cfg.zero >= 3, held = z3 ? dp->pshard != NULL : m->params != NULL;
+    /* a part's segments: [embeddings] blocks... [final norm] */
+    dp->pfb = m->seg_embed >= 0 ? m->seg_embed + 1 : 0;
+    dp->pnb = m->num_segments - dp->pfb - (m->seg_lnf >= 0);
+    int L = dp->pnb;
+    if (cfg->mode != MSR_OFFLOAD_DISK || !held || m->cfg.moe.experts > 0 || L < 1 ||
+        (m->seg_lnf >= 0 && m->seg_lnf != dp->pfb + L))
+        return msr_err(MSR_ERR_CONFIG,
+                       "dp: the parameters' offload takes the disk and a dense model's blocks");
     dp->pcur = SIZE_MAX;
-    dp->pblk_lo = m->segments[1].offset;
-    dp->pblk_n = m->segments[1].count;
+    dp->pdir = 1;
+    dp->pblk_lo = m->segments[dp->pfb].offset;
+    dp->pblk_n = m->segments[dp->pfb].count;
     for (int l = 0; l < L; l++)
-        if (m->segments[1 + l].offset != dp->pblk_lo + (size_t)l * dp->pblk_n ||
-            m->segments[1 + l].count != dp->pblk_n)
+        if (m->segments[dp->pfb + l].offset != dp->pblk_lo + (size_t)l * dp->pblk_n ||
+            m->segments[dp->pfb + l].count != dp->pblk_n)
             return msr_err(MSR_ERR_CONFIG, "dp: the parameters' offload needs blocks of one size");
-    if ((dp->pheld = msr_calloc((size_t)L + 2, sizeof *dp->pheld)) == NULL)
+    msr_status_t st = z3 ? z3_layout(dp) : MSR_OK;
+    if (st != MSR_OK)
+        return st;
+    if ((dp->pheld = msr_calloc((size_t)m->num_segments, sizeof *dp->pheld)) == NULL)
         return msr_err(MSR_ERR_NO_MEMORY, "offload: out of memory");
-    msr_status_t st = msr_params_create(cfg, dp->pblk_n, (size_t)L, &dp->params_off);
+    st = msr_params_create(cfg, dp->pblk_n, (size_t)L, &dp->params_off);
     if (st == MSR_OK)
         st = put_all(dp);
+    if (st == MSR_OK && z3) /* the first forward's first gather reads it */
+        st = msr_params_prefetch(dp->params_off, 0);
     if (st != MSR_OK)
         return st;
     flat_drop(dp);
     dp->cfg.params_offload.dir = NULL; /* the store keeps its copy */
-    MSR_INFO("offload: the parameters of %d blocks of %zu elements in %s (%s)", L, dp->pblk_n,
-             msr_params_path(dp->params_off), msr_params_engine(dp->params_off));
+    MSR_INFO("offload: the parameters of %d blocks of %zu elements%s in %s (%s)", L, dp->pblk_n,
+             z3 ? " (this rank's shard)" : "", msr_params_path(dp->params_off),
+             msr_params_engine(dp->params_off));
     return MSR_OK;
 }
 
@@ -85,32 +160,103 @@ void msr_dp_params_detach(msr_dp_t *dp)
     dp->params_off = NULL;
     msr_free(dp->pheld);
     dp->pheld = NULL;
+    msr_free(dp->pz_off);
+    dp->pz_off = NULL;
+}
+
+size_t msr_dp_params_moved(const msr_dp_t *dp)
+{
+    if (dp->params_off == NULL)
+        return 0;
+    if (dp->pz_off != NULL)
+        return (dp->pz_off[layers(dp)] - dp->pz_off[0]) * sizeof(float);
+    return (size_t)layers(dp) * dp->pblk_n * sizeof(float);
+}
+
+/* ZeRO-3: block k given back; where a pass turns, the block the next
+ * pass reads first is read ahead now: forward's last block is
+ * backward's first; backward's last (block 0) is the next micro-batch's
+ * forward's first, or the update's. */
+static msr_status_t z3_turn(msr_dp_t *dp, size_t k)
+{
+    size_t L = (size_t)layers(dp);
+    if ((dp->pdir > 0 && k == L - 1) || (dp->pdir < 0 && k == 0))
+        return msr_params_prefetch(dp->params_off, k);
+    return MSR_OK;
+}
+
+msr_status_t msr_dp_params_shard_begin(msr_dp_t *dp, int s, const float **src_p, size_t *off_p)
+{
+    *src_p = dp->pshard;
+    *off_p = 0;
+    if (dp->pz_off == NULL || dp->pflat || block_of(dp, s) < 0)
+        return MSR_OK;
+    size_t k = (size_t)block_of(dp, s);
+    float *buf;
+    msr_status_t st = msr_params_acquire(dp->params_off, k, dp->pdir, &buf);
+    if (st != MSR_OK)
+        return st;
+    dp->pz_buf = buf;
+    *src_p = buf;
+    *off_p = dp->pz_off[k];
+    return MSR_OK;
+}
+
+msr_status_t msr_dp_params_shard_end(msr_dp_t *dp, int s)
+{
+    if (dp->pz_buf == NULL)
+        return MSR_OK;
+    float *buf = dp->pz_buf;
+    dp->pz_buf = NULL;
+    size_t k = (size_t)block_of(dp, s);
+    msr_status_t st = msr_params_release(dp->params_off, k, buf, 0);
+    return st == MSR_OK ? z3_turn(dp, k) : st;
+}
+
+msr_status_t msr_dp_params_replicated(msr_dp_t *dp, int s, float **params_p)
+{
+    *params_p = dp->pshard + dp->units[dp->segs[s].u0].shard_off;
+    if (dp->pz_off == NULL || dp->pflat || block_of(dp, s) < 0)
+        return MSR_OK;
+    if (dp->pheld[s] == NULL) {
+        msr_status_t st =
+            msr_params_acquire(dp->params_off, (size_t)block_of(dp, s), dp->pdir, &dp->pheld[s]);
+        if (st != MSR_OK)
+            return st;
+    }
+    *params_p = dp->pheld[s];
+    return MSR_OK;
 }
 
 msr_status_t msr_dp_params_acquire(msr_dp_t *dp, int s, msr_gpt_pass_t pass)
 {
     if (dp->params_off == NULL || dp->pflat)
         return MSR_OK;
-    int L = layers(dp);
+    dp->pdir = pass == MSR_GPT_FORWARD ? 1 : -1;
+    if (dp->pz_off != NULL) /* ZeRO-3: the gathers read the blocks */
+        return MSR_OK;
+    int L = layers(dp), k = block_of(dp, s);
+    const msr_gpt_t *m = dp->model;
     msr_status_t st = MSR_OK;
     /* the pass's first block read while the embeddings (forward) or the
-     * head (backward) compute; a forward's visit of 0 after its final
-     * norm's (the tied head) is not the embeddings', and the
-     * model-parallel runtime's forward visits neither */
-    if (pass == MSR_GPT_FORWARD && s == 0) {
+     * head (backward) compute; a forward's visit of the embeddings after
+     * its final norm's (the tied head) is not the embeddings', and the
+     * model-parallel runtime's forward visits neither; a stage without
+     * them reads a pass's first block when the pass asks for it */
+    if (pass == MSR_GPT_FORWARD && s == m->seg_embed) {
         if (!dp->pfirst)
             st = msr_params_prefetch(dp->params_off, 0);
         dp->pfirst = 0;
-    } else if (pass == MSR_GPT_FORWARD && s == L + 1) {
+    } else if (pass == MSR_GPT_FORWARD && s == m->seg_lnf) {
         dp->pfirst = 1;
-    } else if (pass == MSR_GPT_BACKWARD && s == L + 1) {
+    } else if (pass == MSR_GPT_BACKWARD && s == m->seg_lnf) {
         st = msr_params_prefetch(dp->params_off, (size_t)L - 1);
         dp->pfirst = 0;
     }
-    if (st != MSR_OK || s < 1 || s > L)
+    if (st != MSR_OK || k < 0)
         return st;
     float *buf;
-    st = msr_params_acquire(dp->params_off, (size_t)s - 1, pass == MSR_GPT_FORWARD ? 1 : -1, &buf);
+    st = msr_params_acquire(dp->params_off, (size_t)k, pass == MSR_GPT_FORWARD ? 1 : -1, &buf);
     if (st != MSR_OK)
         return st;
     dp->pheld[s] = dp->model->segments[s].params = buf;
@@ -119,11 +265,13 @@ msr_status_t msr_dp_params_acquire(msr_dp_t *dp, int s, msr_gpt_pass_t pass)
 
 msr_status_t msr_dp_params_release(msr_dp_t *dp, int s)
 {
-    if (dp->params_off == NULL || dp->pflat || s < 1 || s > layers(dp) || dp->pheld[s] == NULL)
+    if (dp->params_off == NULL || dp->pflat || block_of(dp, s) < 0 || dp->pheld[s] == NULL)
         return MSR_OK;
     float *buf = dp->pheld[s];
+    size_t k = (size_t)block_of(dp, s);
     dp->pheld[s] = dp->model->segments[s].params = NULL;
-    return msr_params_release(dp->params_off, (size_t)s - 1, buf, 0);
+    msr_status_t st = msr_params_release(dp->params_off, k, buf, 0);
+    return st == MSR_OK && dp->pz_off != NULL ? z3_turn(dp, k) : st;
 }
 
 /* AdamW over flat elements [lo, lo + n), resident. */
@@ -225,8 +373,39 @@ static msr_status_t update_sharded(msr_dp_t *dp)
     return gather_range(dp, hi, dp->model->num_params, params + hi);
 }
 
+/* ZeRO-3: AdamW over the owned elements outside the blocks, then over
+ * each block's share in turn (read ahead, written back behind); the
+ * next forward's first block read ahead. */
+static msr_status_t update_shard3(msr_dp_t *dp)
+{
+    int L = layers(dp);
+    for (int k = 0; k < dp->num_units; k++) {
+        const msr_dp_unit_t *u = &dp->units[k];
+        if (u->own_n > 0 && block_of(dp, u->seg) < 0)
+            msr_adamw_update_range(dp->opt, u->shard_off, u->own_n, dp->pshard + u->shard_off,
+                                   msr_dp_grad_at(dp, u));
+    }
+    msr_status_t st = msr_params_prefetch(dp->params_off, 0);
+    for (int l = 0; l < L && st == MSR_OK; l++) {
+        const msr_dp_seg_t *G = &dp->segs[dp->pfb + l];
+        float *buf;
+        if ((st = msr_params_acquire(dp->params_off, (size_t)l, 1, &buf)) != MSR_OK)
+            break;
+        for (int k = G->u0; k < G->u1; k++) {
+            const msr_dp_unit_t *u = &dp->units[k];
+            if (u->own_n > 0)
+                msr_adamw_update_range(dp->opt, u->shard_off, u->own_n,
+                                       buf + (u->shard_off - dp->pz_off[l]), msr_dp_grad_at(dp, u));
+        }
+        st = msr_params_release(dp->params_off, (size_t)l, buf, 1);
+    }
+    return st == MSR_OK ? msr_params_prefetch(dp->params_off, 0) : st;
+}
+
 msr_status_t msr_dp_params_update(msr_dp_t *dp)
 {
+    if (dp->pz_off != NULL)
+        return update_shard3(dp);
     if (dp->cfg.zero > 0)
         return update_sharded(dp);
     size_t lo = dp->pblk_lo, n = dp->pblk_n, L = (size_t)layers(dp);
@@ -252,6 +431,13 @@ msr_status_t msr_dp_params_update(msr_dp_t *dp)
  * ranks' elements (gather_range), and so is every block between it and
  * the next one reached, which this rank owns nothing of: every rank
  * gathers every block in order, whatever its shard covers. */
+/* ZeRO 1-2 complete each block from the other ranks after its update;
+ * ZeRO-3's blocks stay shards (each gather completes them). */
+static int gathers(const msr_dp_t *dp)
+{
+    return dp->cfg.zero == 1 || dp->cfg.zero == 2;
+}
+
 static msr_status_t cursor_to(msr_dp_t *dp, size_t k)
 {
     if (dp->pcur == k)
@@ -264,7 +450,7 @@ static msr_status_t cursor_to(msr_dp_t *dp, size_t k)
     for (; j < k && st == MSR_OK; j++, buf = NULL) {
         if (buf == NULL && (st = msr_params_acquire(dp->params_off, j, 1, &buf)) != MSR_OK)
             break;
-        if (dp->cfg.zero > 0)
+        if (gathers(dp))
             st = gather_range(dp, lo + j * bn, lo + (j + 1) * bn, buf);
         msr_status_t rst = msr_params_release(dp->params_off, j, buf, st == MSR_OK);
         st = st != MSR_OK ? st : rst;
@@ -282,7 +468,7 @@ static msr_status_t cursor_to(msr_dp_t *dp, size_t k)
  * resident elements, gathered from their owners. */
 msr_status_t msr_dp_params_cursor_end(msr_dp_t *dp, int dirty)
 {
-    if (dp->params_off == NULL || (dp->pcur == SIZE_MAX && (!dirty || dp->cfg.zero == 0)))
+    if (dp->params_off == NULL || (dp->pcur == SIZE_MAX && (!dirty || !gathers(dp))))
         return MSR_OK;
     if (!dirty) {
         float *buf = dp->pcur_buf;
@@ -293,16 +479,48 @@ msr_status_t msr_dp_params_cursor_end(msr_dp_t *dp, int dirty)
     }
     size_t hi = dp->pblk_lo + (size_t)layers(dp) * dp->pblk_n;
     msr_status_t st = cursor_to(dp, (size_t)layers(dp));
-    if (st == MSR_OK && dp->cfg.zero > 0)
+    if (st == MSR_OK && dp->pz_off != NULL) /* the next forward's first gather reads it */
+        return msr_params_prefetch(dp->params_off, 0);
+    if (st == MSR_OK && gathers(dp))
         st = gather_range(dp, 0, dp->pblk_lo, dp->model->params);
-    if (st == MSR_OK && dp->cfg.zero > 0)
+    if (st == MSR_OK && gathers(dp))
         st = gather_range(dp, hi, dp->model->num_params, dp->model->params + hi);
     return st;
+}
+
+/* ZeRO-3: as msr_dp_params_update_moments over shard elements [s, s + n):
+ * the blocks' shares in their store buffers, the rest in the shard. */
+static msr_status_t update_moments3(msr_dp_t *dp, size_t s, size_t n, const float *g, float *m,
+                                    float *v)
+{
+    size_t L = (size_t)layers(dp), lo = dp->pz_off[0], hi = dp->pz_off[L], e = s + n;
+    size_t k = dp->pcur == SIZE_MAX ? 0 : dp->pcur;
+    while (s < e) {
+        size_t end = s < lo ? MSR_MIN(e, lo) : e;
+        float *p = dp->pshard + s;
+        if (s >= lo && s < hi) { /* in block k (the chunks come in order) */
+            while (dp->pz_off[k + 1] <= s)
+                k++;
+            end = MSR_MIN(e, dp->pz_off[k + 1]);
+            msr_status_t st = cursor_to(dp, k);
+            if (st != MSR_OK)
+                return st;
+            p = dp->pcur_buf + (s - dp->pz_off[k]);
+        }
+        msr_adamw_update_moments(dp->opt, s, end - s, p, g, m, v);
+        g += end - s;
+        m += end - s;
+        v += end - s;
+        s = end;
+    }
+    return MSR_OK;
 }
 
 msr_status_t msr_dp_params_update_moments(msr_dp_t *dp, size_t s, size_t off, size_t n,
                                           const float *g, float *m, float *v)
 {
+    if (dp->pz_off != NULL)
+        return update_moments3(dp, s, n, g, m, v);
     size_t lo = dp->pblk_lo, bn = dp->pblk_n, hi = lo + (size_t)layers(dp) * bn, e = off + n;
     float *params = dp->model->params;
     while (off < e) {
@@ -351,11 +569,20 @@ msr_status_t msr_dp_params_hold(msr_dp_t *dp, int read)
         return MSR_OK;
     msr_gpt_t *m = dp->model;
     msr_status_t st = MSR_OK;
+    if (dp->pz_off != NULL) {
+        /* ZeRO-3 reads the shard back even for a restore: every read
+         * ahead in flight ends before a block is written again */
+        st = z3_move(dp, 0);
+        dp->pflat = 1;
+        if (st != MSR_OK)
+            flat_drop(dp);
+        return st;
+    }
     for (int l = 0; l < layers(dp) && st == MSR_OK; l++) {
         if (read)
             st = msr_params_get(dp->params_off, (size_t)l,
                                 m->params + dp->pblk_lo + (size_t)l * dp->pblk_n);
-        msr_gpt_segment_reset(m, 1 + l);
+        msr_gpt_segment_reset(m, dp->pfb + l);
     }
     dp->pflat = 1;
     if (st != MSR_OK)
@@ -369,6 +596,8 @@ msr_status_t msr_dp_params_drop(msr_dp_t *dp, int write)
         return MSR_OK;
     msr_status_t st = write ? put_all(dp) : MSR_OK;
     flat_drop(dp);
+    if (st == MSR_OK && dp->pz_off != NULL) /* the next forward's first gather reads it */
+        st = msr_params_prefetch(dp->params_off, 0);
     return st;
 }
 

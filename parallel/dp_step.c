@@ -249,8 +249,9 @@ msr_status_t msr_dp_update(msr_dp_t *dp, float lr, float max_norm, double loss_l
 
 msr_status_t msr_dp_gather_params(msr_dp_t *dp, float *out)
 {
-    if (dp->params_off != NULL)
+    if (dp->params_off != NULL && dp->cfg.zero <= 2)
         return msr_dp_params_gather(dp, out);
+    dp->pdir = 1; /* an offloaded shard's blocks read in forward's order */
     if (dp->cfg.zero <= 2) {
         memcpy(out, dp->model->params, dp->model->num_params * sizeof(float));
         return MSR_OK;
@@ -274,8 +275,7 @@ void msr_dp_memory(const msr_dp_t *dp, msr_dp_memory_t *mem)
     size_t P = dp->model->num_params, S = dp->shard_count, f = sizeof(float);
     mem->params = (dp->model->params != NULL ? P * f : 0) + (dp->pshard != NULL ? S * f : 0);
     if (dp->params_off != NULL) /* the blocks' are in the file */
-        mem->params +=
-            msr_params_resident(dp->params_off) - (size_t)dp->model->cfg.layers * dp->pblk_n * f;
+        mem->params += msr_params_resident(dp->params_off) - msr_dp_params_moved(dp);
     mem->grads = (dp->model->grads != NULL ? P * f : 0) + (dp->gshard != NULL ? S * f : 0);
     mem->optim = dp->offload != NULL ? msr_offload_resident(dp->offload) : 2 * dp->opt->count * f;
     mem->transient_peak = dp->transient_peak;

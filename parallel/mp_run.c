@@ -227,8 +227,8 @@ static msr_status_t call_hook(msr_mp_t *mp, int s, int acquire, msr_gpt_pass_t p
     msr_status_t st = h->acquire(h->arg, mp->model, s, pass);
     if (mp->tracing && msr_dp_params_store(mp->dp) != NULL && s != mp->model->seg_embed &&
         s != mp->model->seg_lnf)
-        msr_mp_span_add(mp, 1, a, msr_now_ns(), "params block %d %s", s - 1,
-                        pass == MSR_GPT_FORWARD ? "F" : "B");
+        msr_mp_span_add(mp, 1, a, msr_now_ns(), "params block %d %s",
+                        s - (mp->model->seg_embed >= 0), pass == MSR_GPT_FORWARD ? "F" : "B");
     return st;
 }
 

@@ -122,9 +122,8 @@ int msr_plan_check(const msr_plan_model_t *m, const msr_plan_layout_t *l, char *
     if (l->offload & ~(MSR_PLAN_OFFLOAD_OPTIM | MSR_PLAN_OFFLOAD_ACTS | MSR_PLAN_OFFLOAD_PARAMS))
         BAD("offload %d: only the optimizer, the activations and the parameters offload",
             l->offload);
-    if ((l->offload & MSR_PLAN_OFFLOAD_PARAMS) && (l->zero > 2 || l->pp > 1 || m->experts > 0))
-        BAD("the parameters' offload covers data, tensor and context parallel with ZeRO 0-2 on "
-            "one stage and a dense model");
+    if ((l->offload & MSR_PLAN_OFFLOAD_PARAMS) && m->experts > 0)
+        BAD("the parameters' offload covers a dense model's blocks");
     if ((l->offload & MSR_PLAN_OFFLOAD_ACTS) && l->recompute != MSR_PLAN_RC_FULL)
         BAD("the activations' offload spills full recompute's block inputs: recompute %s",
             msr_plan_recompute_names[l->recompute]);

@@ -319,6 +319,8 @@ void msr_plan_rank(const msr_plan_model_t *m, const msr_plan_layout_t *lay,
     o->replicated_elems = d.replicated;
     o->buckets = d.buckets;
     rank_state(&l, prec, runtime, &p, d.shard, o);
+    if (runtime && l.zero >= 3 && (l.offload & MSR_PLAN_OFFLOAD_PARAMS))
+        o->params = msr_plan_offload_params_z3(&p, &l, o->dp_rank * cp + o->cp_rank);
     rank_activations(m, &l, prec, runtime, o);
     if (m->experts > 0)
         rank_experts(m, &l, prec, runtime, &p, o);

@@ -72,6 +72,10 @@ void msr_plan_part_of(const msr_plan_model_t *m, const msr_plan_layout_t *l, int
 uint64_t msr_plan_seg_count(const msr_plan_part_t *p, int k);
 
 /* The walk over the part's units, cut as the runtime cuts them. */
+/* ZeRO-3 under the parameters' offload: the bytes of replica's shard
+ * left in memory and the store's buffers and table (plan_offload.c). */
+uint64_t msr_plan_offload_params_z3(const msr_plan_part_t *p, const msr_plan_layout_t *l,
+                                    int replica);
 void msr_plan_part_units(const msr_plan_part_t *p, const msr_plan_layout_t *l,
                          msr_layout_units_t *it);
 

@@ -168,6 +168,33 @@ void msr_plan_offload_cost(const msr_plan_model_t *m, msr_plan_precision_t prec,
     *io_p = 2 * (with.offload_optim_io + with.offload_acts_io);
 }
 
+uint64_t msr_plan_offload_params_z3(const msr_plan_part_t *p, const msr_plan_layout_t *l,
+                                    int replica)
+{
+    /* parallel/dp_params.c's z3_layout over the runtime's unit walk: each
+     * block's owned elements leave the shard for the store, whose blocks
+     * are the largest share (at least 1 element) */
+    msr_layout_units_t it;
+    msr_layout_unit_t u;
+    msr_plan_part_units(p, l, &it);
+    uint64_t shard = 0, moved = 0, share = 0, most = 1;
+    int lo = p->has_embed, hi = p->has_embed + p->blocks, seg = -1;
+    while (msr_layout_units_next(&it, 1, &u)) {
+        uint64_t a, e;
+        msr_layout_unit_own(&u, replica, &a, &e);
+        shard += u.repeat * (e - a);
+        if (u.seg < lo || u.seg >= hi)
+            continue;
+        if (u.seg != seg)
+            seg = u.seg, share = 0;
+        share += u.repeat * (e - a);
+        moved += u.repeat * (e - a);
+        most = msr_plan_max_u64(most, share);
+    }
+    return (shard - moved) * MSR_PLAN_F32 +
+           msr_plan_offload_params_bytes(most * MSR_PLAN_F32, (uint64_t)p->blocks);
+}
+
 double msr_plan_disk_ms(const msr_plan_cluster_t *c, double read_bytes, double write_bytes)
 {
     /* the parser refuses rates of 0: a cluster built in code must too */

@@ -108,8 +108,9 @@ static int disk_options(const options_t *o, msr_offload_config_t cfg[T_COUNT])
     return 0;
 }
 
-/* What params=disk allows: dp (ZeRO 0-2), tp (with or without sp) and cp
- * over one stage of a dense model on CPU ranks, each tp rank its own
+/* What params=disk allows: dp (ZeRO 0-3: under ZeRO-3 each rank's shard
+ * of the blocks), tp (with or without sp), cp and pp (each stage the
+ * blocks of its part) of a dense model on CPU ranks, each tp rank its own
  * slices, each cp rank its whole blocks, through the hooks the model and
  * the model-parallel runtime call (parallel/dp.h). */
 static int params_combination(const options_t *o, const msr_offload_config_t cfg[T_COUNT])
@@ -122,14 +123,12 @@ static int params_combination(const options_t *o, const msr_offload_config_t cfg
     if (cfg[T_PARAMS].mode != MSR_OFFLOAD_DISK)
         return 0;
     const char *why = strcmp(o->device, "cpu") != 0 ? "--device cuda"
-                      : o->pp > 1                   ? "--pp (the model-parallel runtime's stages)"
                       : o->experts > 0              ? "--experts"
-                      : o->zero > 2                 ? "--zero 3 (it takes --zero 0, 1 or 2)"
                                                     : NULL;
     if (why != NULL) {
         fprintf(stderr,
-                "train_gpt: --offload params=disk covers data, tensor and context parallel "
-                "with --zero 0-2 on CPU ranks: not %s yet\n",
+                "train_gpt: --offload params=disk covers data, tensor, context and pipeline "
+                "parallel on CPU ranks: not %s yet\n",
                 why);
         return -1;
     }

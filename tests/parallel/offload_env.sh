@@ -1,8 +1,11 @@
 # Shared by the train_gpt --offload tests: job_env.sh's set-up ($work,
 # removed at exit with the jobs started), $bin, an empty $work/off for
-# the stores, and the runs and checks those tests share. A script sets
-# small (the options every run takes first) and may set offload_limit
-# (a run's seconds, 60 unless set) before offload_run.
+# the stores, and the runs and checks those tests share: small, the
+# options every run takes first (4 blocks, 4 steps of 4 micro-batches
+# unless a script sets its own), params (the parameter offload's options
+# with its store in $work/off) and pdisk (its --offload item alone). A
+# script may set offload_limit (a run's seconds, 60 unless set) before
+# offload_run.
 #
 #   offload_run NAME N ARGS...: train_gpt "${small[@]}" ARGS writing its
 #   losses to $work/NAME.log and its output to $work/NAME.out: alone for
@@ -17,6 +20,9 @@ source "$(dirname "${BASH_SOURCE[0]}")/job_env.sh"
 bin="$MSRUN_BUILD/bin"
 job_test_setup
 mkdir -p "$work/off"
+small=(--layers 4 --channels 32 --heads 4 --seq 16 --micro-batch 2 --global-batch 8 --steps 4)
+pdisk="params=disk:$work/off"
+params=(--offload "$pdisk")
 
 offload_run() {
     local name=$1 raw=$2 n=${2#m} job=${job_prefix:-offload}-$$-$RANDOM launch=()

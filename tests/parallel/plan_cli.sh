@@ -58,10 +58,13 @@ refuse "--offload-chunk" "${m[@]}" --offload optimizer --offload-chunk $(((1 << 
 refuse "does not cover the experts' moments" "${m[@]}" --experts 4 --offload optimizer
 refuse "spills full recompute's block inputs: recompute selective" "${m[@]}" \
     --offload activations --fix recompute=selective
-# the parameters' offload: tp, sp and cp taken, pp and ZeRO 3 refused
-why="the parameters' offload covers data, tensor and context parallel with ZeRO 0-2 on one stage"
-refuse "$why" "${m[@]}" --offload params --fix dp=1,tp=1,pp=4,sp=0,zero=0,recompute=none
-refuse "$why" "${m[@]}" --offload params,optimizer --fix dp=4,tp=1,pp=1,sp=0,zero=3,recompute=none
+# the parameters' offload: tp, sp, cp, pp and ZeRO 3 taken
+"$bin/plan_gpt" "${m[@]}" --offload params --fix dp=1,tp=1,pp=4,sp=0,zero=0,recompute=none \
+    >/dev/null || fail "--offload params at pp 4 refused"
+refuse "the parameters' offload covers a dense model's blocks" "${m[@]}" --experts 4 \
+    --offload params --fix dp=1,tp=1,pp=1,sp=0,zero=0,recompute=none
+"$bin/plan_gpt" "${m[@]}" --offload params,optimizer --fix dp=4,tp=1,pp=1,sp=0,zero=3,recompute=none \
+    >/dev/null || fail "--offload params,optimizer at dp 4 under ZeRO 3 refused"
 "$bin/plan_gpt" "${m[@]}" --offload params,optimizer --fix dp=2,tp=2,pp=1,sp=1,zero=2 >/dev/null ||
     fail "--offload params,optimizer at tp 2 with sp and ZeRO 2 refused"
 "$bin/plan_gpt" "${m[@]}" --offload params --fix dp=2,tp=1,pp=1,cp=2,sp=0,zero=0,recompute=none \

@@ -3,9 +3,9 @@
 # the runtime's own (issue 45 point 5): for each offload mode (the
 # optimizer's moments, full recompute's block inputs, both; the blocks'
 # parameters, alone, with the moments and under recompute, on one
-# process and dp 2 under ZeRO 0, 1 and 2, with the moments under ZeRO 0,
-# 1 and 2 too, tp 2 with and without sp, dp 2 x tp 2 with both, cp 2
-# alone, with dp 2 under ZeRO 1 and with tp 2 and sp) on one process,
+# process and dp 2 under ZeRO 0, 1, 2 and 3, with the moments under
+# ZeRO 0, 1, 2 and 3 too, tp 2 with and without sp, dp 2 x tp 2 with
+# both, cp 2 alone, with dp 2 under ZeRO 1 and with tp 2 and sp) on one process,
 # dp 2 under ZeRO 1, 2 and 3, tp 2 with sp and pp 2 under 1F1B, GPipe and
 # interleaved, train_gpt --report runs under msrun and every
 # rank's parameter, gradient and optimizer bytes, shard, buckets, work
@@ -76,6 +76,17 @@ check 4 dp=2,tp=1,pp=1,sp=0,zero=2,recompute=full,micro_batch=2 "${PO[@]}" --zer
 opt --offload-chunk 8192
 check 4 dp=2,tp=1,pp=1,sp=0,zero=3,recompute=none,micro_batch=1 "${O[@]}" --zero 3 \
     --offload-chunk 8192 --bucket-mb 0.02 --zero-min-bytes 20000
+# ZeRO-3: each rank's share of each block in its file (the blocks sharded,
+# and replicated by the default threshold), alone, with the moments and
+# under full recompute
+params
+check 4 dp=2,tp=1,pp=1,sp=0,zero=3,recompute=none,micro_batch=1 "${P[@]}" --zero 3 \
+    --bucket-mb 0.02 --zero-min-bytes 4096
+check 4 dp=2,tp=1,pp=1,sp=0,zero=3,recompute=full,micro_batch=2 "${P[@]}" --zero 3 \
+    --recompute full
+pboth --offload-chunk 4096
+check 4 dp=2,tp=1,pp=1,sp=0,zero=3,recompute=none,micro_batch=2 "${PO[@]}" --zero 3 \
+    --bucket-mb 0.02 --zero-min-bytes 0 --offload-chunk 4096
 both
 check 4 dp=2,tp=1,pp=1,sp=0,zero=2,recompute=full,micro_batch=2 "${B[@]}" --zero 2 \
     --bucket-mb 0.01
@@ -86,6 +97,17 @@ check 4 dp=1,tp=1,pp=2,sp=0,zero=0,recompute=full,micro_batch=1,$s=1f1b --pp 2 \
 both
 check 6 dp=1,tp=1,pp=2,sp=0,zero=0,recompute=full,micro_batch=2,$s=gpipe --pp 2 \
     --schedule gpipe --grad-accum 3 "${B[@]}" --pp-layers 4,2
+# pp 2: each stage's blocks in its file (an uneven split; with dp 2
+# under ZeRO 1 and 3)
+params
+check 6 dp=1,tp=1,pp=2,sp=0,zero=0,recompute=full,micro_batch=1,$s=1f1b --pp 2 \
+    --grad-accum 4 "${P[@]}" --recompute full --pp-layers 4,2
+world=4
+check 4 dp=2,tp=1,pp=2,sp=0,zero=1,recompute=full,micro_batch=1,$s=1f1b --pp 2 \
+    --grad-accum 2 "${P[@]}" --zero 1 --recompute full --bucket-mb 0.02 --zero-min-bytes 0
+check 4 dp=2,tp=1,pp=2,sp=0,zero=3,recompute=full,micro_batch=1,$s=gpipe --pp 2 \
+    --schedule gpipe --grad-accum 2 "${P[@]}" --zero 3 --recompute full --bucket-mb 0.02 \
+    --zero-min-bytes 0
 # tp 2: each rank's slices of the blocks in its file, with and without sp
 world=2
 params

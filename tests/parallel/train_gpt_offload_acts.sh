@@ -11,26 +11,13 @@
 # the refusals exit 2 by name; a missing directory, the file size limit and
 # a block input changed underneath are clear errors naming the file.
 set -euo pipefail
-bin="$MSRUN_BUILD/bin"
-source "$(dirname "$0")/job_env.sh"
-job_test_setup
-small=(--layers 4 --channels 32 --heads 4 --seq 16 --micro-batch 2 --global-batch 8
-    --steps 4 --recompute full)
-mkdir -p "$work/off"
+source "$(dirname "$0")/offload_env.sh"
+job_prefix=offacts
+small+=(--recompute full)
 acts="activations=disk:$work/off"
 # run NAME N ARGS...: an N-rank job writing its losses to $work/NAME.log
 # (N 1: train_gpt alone; N m1: one rank under msrun)
-run() {
-    local name=$1 raw=$2 n=${2#m} job=offacts-$$-$RANDOM launch=()
-    shift 2
-    if [[ $n -gt 1 || $raw == m* ]]; then
-        jobs_started+=("$job")
-        launch=("${msrun_cmd[@]}" --worker_num="$n" --local_worker_num="$n" --job_id="$job"
-            "${worker_env[@]}")
-    fi
-    timeout -k 5 60 "${launch[@]}" "$bin/train_gpt" "${small[@]}" --loss-log "$work/$name.log" \
-        "$@" >"$work/$name.out" 2>&1 || fail "$name: exited $?: $(tail -5 "$work/$name.out")"
-}
+run() { offload_run "$@"; }
 engines=(threads uring)
 if timeout 30 "$bin/train_gpt" "${small[@]}" --steps 1 --offload "$acts" --offload-io uring \
     2>&1 >/dev/null | grep -q "io_uring is not in this build"; then

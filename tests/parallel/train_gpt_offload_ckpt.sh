@@ -5,44 +5,39 @@
 # through the checkpoint: an offloaded run's checkpoint resumed without
 # offload, and a plain checkpoint resumed with it, give the same losses too.
 set -euo pipefail
-bin="$MSRUN_BUILD/bin"
-source "$(dirname "$0")/job_env.sh"
-job_test_setup
+source "$(dirname "$0")/offload_env.sh"
+job_prefix=offck
 small=(--layers 2 --channels 32 --heads 4 --seq 16 --micro-batch 2 --global-batch 4
     --bucket-mb 0.02 --zero-min-bytes 0 --ckpt-every 5)
-mkdir -p "$work/off"
 off=(--offload "optimizer=disk:$work/off" --offload-chunk 8192)
-# run LOG STEPS CKPT ARGS...: a 2-rank job to STEPS appending to $work/LOG
+# run LOG STEPS CKPT ARGS...: a 2-rank job to STEPS appending its losses to
+# $work/LOG.log, its output in $work/LOG.out
 run() {
-    local log=$1 steps=$2 ck=$3 job=offck-$$-$RANDOM
+    local log=$1 steps=$2 ck=$3
     shift 3
-    jobs_started+=("$job")
-    timeout -k 5 60 "${msrun_cmd[@]}" --worker_num=2 --local_worker_num=2 --job_id="$job" \
-        "${worker_env[@]}" "$bin/train_gpt" "${small[@]}" --steps "$steps" --ckpt-dir "$work/$ck" \
-        --loss-log "$work/$log" "$@" >"$work/out" 2>&1 ||
-        fail "$log to step $steps: exited $?: $(tail -5 "$work/out")"
+    offload_run "$log" 2 --steps "$steps" --ckpt-dir "$work/$ck" "$@"
 }
 for zero in 0 1 2 3; do
     run "ref$zero" 10 "ck-ref$zero" --zero $zero
-    [[ $(wc -l <"$work/ref$zero") -eq 10 ]] || fail "ref$zero: $(wc -l <"$work/ref$zero") steps"
+    [[ $(wc -l <"$work/ref$zero.log") -eq 10 ]] || fail "ref$zero: $(wc -l <"$work/ref$zero.log") steps"
     # stopped at 5 and resumed, with offload throughout
     run "off$zero" 5 "ck-off$zero" --zero $zero "${off[@]}"
     run "off$zero" 10 "ck-off$zero" --zero $zero "${off[@]}" --resume
-    grep -q "resumed from step 5" "$work/out" || fail "zero $zero: no resume: $(cat "$work/out")"
-    cmp -s "$work/ref$zero" "$work/off$zero" ||
-        fail "zero $zero: the resumed offload run differs: $(diff "$work/ref$zero" "$work/off$zero" | head -4)"
+    grep -q "resumed from step 5" "$work/off$zero.out" || fail "zero $zero: no resume: $(cat "$work/off$zero.out")"
+    cmp -s "$work/ref$zero.log" "$work/off$zero.log" ||
+        fail "zero $zero: the resumed offload run differs: $(diff "$work/ref$zero.log" "$work/off$zero.log" | head -4)"
     [[ -z "$(ls -A "$work/off")" ]] || fail "zero $zero: files left: $(ls "$work/off")"
 done
 # across (ZeRO 1 and 2): the offloaded run's checkpoint without offload, a
 # plain one with it
 for z in 1 2; do
     mkdir "$work/ck-a$z" && cp -r "$work/ck-off$z/step-5" "$work/ck-a$z/"
-    head -5 "$work/ref$z" >"$work/a$z"
+    head -5 "$work/ref$z.log" >"$work/a$z.log"
     run "a$z" 10 "ck-a$z" --zero $z --resume
-    cmp -s "$work/ref$z" "$work/a$z" || fail "zero $z: an offloaded checkpoint resumed without offload differs"
+    cmp -s "$work/ref$z.log" "$work/a$z.log" || fail "zero $z: an offloaded checkpoint resumed without offload differs"
     mkdir "$work/ck-b$z" && cp -r "$work/ck-ref$z/step-5" "$work/ck-b$z/"
-    head -5 "$work/ref$z" >"$work/b$z"
+    head -5 "$work/ref$z.log" >"$work/b$z.log"
     run "b$z" 10 "ck-b$z" --zero $z --resume "${off[@]}"
-    cmp -s "$work/ref$z" "$work/b$z" || fail "zero $z: a plain checkpoint resumed with offload differs"
+    cmp -s "$work/ref$z.log" "$work/b$z.log" || fail "zero $z: a plain checkpoint resumed with offload differs"
 done
 echo "offload: checkpoints and resume equal to runs never stopped (ZeRO 0-3, and across)"

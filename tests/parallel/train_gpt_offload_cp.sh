@@ -10,8 +10,6 @@ set -euo pipefail
 source "$(dirname "$0")/offload_env.sh"
 job_prefix=offcp
 offload_limit=90
-small=(--layers 4 --channels 32 --heads 4 --seq 16 --micro-batch 2 --global-batch 8 --steps 4)
-params=(--offload "params=disk:$work/off")
 # compare NAME N M: run NAME-off (--report) against run NAME, bitwise, each
 # of the N ranks reading each block back ahead (M micro-batches a step)
 compare() {

@@ -14,10 +14,8 @@
 set -euo pipefail
 source "$(dirname "$0")/offload_env.sh"
 job_prefix=offparams
-small=(--layers 4 --channels 32 --heads 4 --seq 16 --micro-batch 2 --global-batch 8 --steps 4)
-params="params=disk:$work/off"
 engines=(threads uring)
-if timeout 30 "$bin/train_gpt" "${small[@]}" --steps 1 --offload "$params" --offload-io uring \
+if timeout 30 "$bin/train_gpt" "${small[@]}" --steps 1 --offload "$pdisk" --offload-io uring \
     2>&1 >/dev/null | grep -q "io_uring is not in this build"; then
     echo "skip: --offload-io uring (built without liburing)"
     engines=(threads)
@@ -30,7 +28,7 @@ same() {
     [[ "${ios[0]}" != all ]] || ios=("${engines[@]}")
     offload_run "$name" "$n" "$@" --report
     for io in "${ios[@]}"; do
-        offload_run "$name-$io" "$n" "$@" --offload "$params" --offload-io "$io" --report
+        offload_run "$name-$io" "$n" "$@" --offload "$pdisk" --offload-io "$io" --report
         [[ $(wc -l <"$work/$name-$io.log") -eq 4 ]] || fail "$name-$io: not 4 steps"
         cmp -s "$work/$name.log" "$work/$name-$io.log" ||
             fail "$name with --offload-io $io differs: $(diff "$work/$name.log" "$work/$name-$io.log" | head -4)"
@@ -60,7 +58,7 @@ read -r own all rep <<<"${shard:-0 0 0}"
 [[ $own -lt $all && $rep -lt $((all / 2)) ]] || fail "ZeRO 1 sharded little: '$shard'"
 # every offload at once: the block inputs, the parameters, the moments
 offload_run all 1 --recompute full --report \
-    --offload "$params,activations=disk:$work/off,optimizer=disk:$work/off"
+    --offload "$pdisk,activations=disk:$work/off,optimizer=disk:$work/off"
 cmp -s "$work/full.log" "$work/all.log" || fail "all: $(diff "$work/full.log" "$work/all.log" | head -4)"
 offload_read_ahead all 1 4
 grep -q "activation offload: 64 written, 64 read back, 0 not read ahead" "$work/all.out" ||
@@ -69,7 +67,7 @@ grep -q "activation offload: 64 written, 64 read back, 0 not read ahead" "$work/
 # both offloads in one run: the moments' chunks (4 KiB: a block spans
 # many; by default: one spans two blocks) reach the blocks in order, each
 # block read ahead and written back behind as the chunks move past it
-both="$params,optimizer=disk:$work/off"
+both="$pdisk,optimizer=disk:$work/off"
 offload_run both 1 --offload "$both" --offload-chunk 4096 --report
 offload_run both-dp 2 --dp 2 --offload "$both" --report
 for name in both:one both-dp:dp; do
@@ -86,7 +84,7 @@ pbytes() { sed -n 's/.*rank 0 zero 0: params \([0-9]*\) .*/\1/p' "$work/$1.out";
     fail "params $(pbytes one-threads) bytes with offload, $(pbytes one) without"
 
 # kept on request: one per rank, 0600 whatever the umask
-(umask 000 && offload_run keep 2 --dp 2 --offload "$params" --offload-keep)
+(umask 000 && offload_run keep 2 --dp 2 --offload "$pdisk" --offload-keep)
 cmp -s "$work/dp.log" "$work/keep.log" || fail "--offload-keep changed the losses"
 kept "$work/off" params 2
 
@@ -100,8 +98,8 @@ for how in on-on on-off off-on both-both both-off full-on-on full-on-off z2-on-o
         before=("${zsplit[@]}" --zero 2 --recompute selective) base=z2 np=2
         after=("${before[@]}")
     fi
-    [[ $mode != on-* ]] || before+=(--offload "$params")
-    [[ $mode != *-on ]] || after+=(--offload "$params")
+    [[ $mode != on-* ]] || before+=(--offload "$pdisk")
+    [[ $mode != *-on ]] || after+=(--offload "$pdisk")
     [[ $mode != both-* ]] || before+=(--offload "$both")
     [[ $mode != *-both ]] || after+=(--offload "$both")
     rm -rf "$work/ck"
@@ -113,13 +111,11 @@ for how in on-on on-off off-on both-both both-off full-on-on full-on-off z2-on-o
     [[ -z "$(ls -A "$work/off")" ]] || fail "ck-$how left files: $(ls "$work/off")"
 done
 
-why="params=disk covers data, tensor and context parallel with --zero 0-2 on CPU ranks: not"
-refuse 1 "$why --zero 3" "${small[@]}" --offload "$params" --zero 3
-refuse 2 "$why --pp" "${small[@]}" --offload "$params" --pp 2
-refuse 1 "$why --experts" "${small[@]}" --offload "$params" --experts 2
+why="params=disk covers data, tensor, context and pipeline parallel on CPU ranks: not"
+refuse 1 "$why --experts" "${small[@]}" --offload "$pdisk" --experts 2
 refuse 1 "params=host: a CPU rank's parameters" "${small[@]}" --offload params=host
 refuse 1 "is not a comma-separated list" "${small[@]}" --offload params=disk:
-refuse 1 "is not a comma-separated list" "${small[@]}" --offload "$params,$params"
+refuse 1 "is not a comma-separated list" "${small[@]}" --offload "$pdisk,$pdisk"
 timeout 30 "$bin/train_gpt" --help >"$work/help" || fail "--help exited $?"
 grep -q -- "params=disk:DIR" "$work/help" || fail "--help lacks params=disk:DIR"
 
@@ -134,7 +130,7 @@ grep -q "step" "$work/out" && fail "a missing directory trained: $(cat "$work/ou
 # stops the run naming the file and the block (blocks of 8 channels fit a
 # 4 KiB slot of the file)
 scribble "$work/off" params block 1 "${small[@]}" --channels 8 --heads 2 --steps 1000000 \
-    --offload "$params"
+    --offload "$pdisk"
 # with the moments offloaded too: a block changed underneath, or a chunk
 # of the moments, stops the run naming its file
 scribble "$work/off" params block 1 "${small[@]}" --channels 8 --heads 2 --steps 1000000 \

@@ -11,8 +11,6 @@ set -euo pipefail
 source "$(dirname "$0")/offload_env.sh"
 job_prefix=offtp
 offload_limit=90
-small=(--layers 4 --channels 32 --heads 4 --seq 16 --micro-batch 2 --global-batch 8 --steps 4)
-params=(--offload "params=disk:$work/off")
 # run NAME N ARGS...: an N-rank job writing its losses to $work/NAME.log,
 # no file left
 run() {

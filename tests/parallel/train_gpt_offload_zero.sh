@@ -8,22 +8,15 @@
 # ahead, no file left; stopped and resumed with both on, with both off
 # after, and with both on after a plain start, each the run never stopped.
 set -euo pipefail
-bin="$MSRUN_BUILD/bin"
-source "$(dirname "$0")/job_env.sh"
-job_test_setup
-small=(--layers 4 --channels 32 --heads 4 --seq 16 --micro-batch 2 --global-batch 8 --steps 4
-    --dp 2 --bucket-mb 0.02)
-mkdir -p "$work/off"
-both=(--offload "params=disk:$work/off,optimizer=disk:$work/off")
-# run NAME ARGS...: a 2-rank job writing its losses to $work/NAME.log
+source "$(dirname "$0")/offload_env.sh"
+job_prefix=offzero
+small+=(--dp 2 --bucket-mb 0.02)
+both=(--offload "$pdisk,optimizer=disk:$work/off")
+# run NAME ARGS...: a 2-rank job writing its losses to $work/NAME.log, no
+# file left
 run() {
-    local name=$1 job=offzero-$$-$RANDOM
-    shift
-    jobs_started+=("$job")
-    timeout -k 5 60 "${msrun_cmd[@]}" --worker_num=2 --local_worker_num=2 --job_id="$job" \
-        "${worker_env[@]}" "$bin/train_gpt" "${small[@]}" --loss-log "$work/$name.log" "$@" \
-        >"$work/$name.out" 2>&1 || fail "$name: exited $?: $(tail -5 "$work/$name.out")"
-    [[ -z "$(ls -A "$work/off")" ]] || fail "$name left files: $(ls "$work/off")"
+    offload_run "$1" 2 "${@:2}"
+    offload_none_left "$1"
 }
 # equal NAME REF: NAME's 4 losses are REF's, bitwise
 equal() {
@@ -33,12 +26,7 @@ equal() {
 }
 # both ranks read each of the 4 blocks back once per forward and backward
 # of each of 2 micro-batches and once per update, 4 steps, all read ahead
-read_ahead() {
-    local lines
-    lines=$(grep -c "parameter offload: 20 written, $((4 * 4 * 5)) read back, 0 not read ahead" \
-        "$work/$1.out" || true)
-    [[ $lines -eq 2 ]] || fail "$1: every block read back ahead: $(grep "parameter offload" "$work/$1.out")"
-}
+read_ahead() { offload_read_ahead "$1" 2 2; }
 
 # ZeRO 1 shards every unit, the norms' too (the final norm's after the
 # blocks, gathered at the end); ZeRO 2 the units of 4 KiB and more

@@ -1,0 +1,81 @@
+#!/usr/bin/env bash
+# train_gpt --offload params=disk:DIR under ZeRO-3 (docs/model.md
+# "Offload"): each rank's shard of each block in its file, read ahead of
+# the gather that needs it and written back in order by the update. One
+# process (the blocks replicated by the default --zero-min-bytes), dp 2
+# with the blocks sharded (both I/O engines), with the moments offloaded
+# too (4 KiB chunks), under full recompute, tp 2 x dp 2 with sp and
+# cp 2 x dp 2 give bitwise the losses of the same layout without offload,
+# every rank reading each block back ahead of its forward's and its
+# backward's gather and of its update; fewer parameter bytes resident; no
+# file left; runs stopped and resumed with the offload on then off and
+# off then on end as one never stopped; a block's shard changed
+# underneath is a clear error naming the file.
+set -euo pipefail
+source "$(dirname "$0")/offload_env.sh"
+job_prefix=offz3
+offload_limit=90
+small+=(--zero 3)
+zsplit=(--bucket-mb 0.02 --zero-min-bytes 4096)
+engines=(threads uring)
+if timeout 30 "$bin/train_gpt" "${small[@]}" --steps 1 "${params[@]}" --offload-io uring \
+    2>&1 >/dev/null | grep -q "io_uring is not in this build"; then
+    echo "skip: --offload-io uring (built without liburing)"
+    engines=(threads)
+fi
+# same NAME N M LAYOUT... -- ARGS...: the layout with and without the
+# offload (ARGS after the layout's), bitwise, each of the N ranks reading
+# each of the 4 blocks ahead (M micro-batches a step), no file left
+same() {
+    local name=$1 n=$2 m=$3
+    shift 3
+    local -a layout=()
+    while [[ $# -gt 0 && $1 != -- ]]; do layout+=("$1") && shift; done
+    shift
+    [[ -f "$work/$name.log" ]] || offload_run "$name" "$n" "${layout[@]}" --report
+    offload_run "$name-off" "$n" "${layout[@]}" "$@" --report
+    offload_none_left "$name-off"
+    [[ $(wc -l <"$work/$name-off.log") -eq 4 ]] || fail "$name-off: not 4 steps"
+    cmp -s "$work/$name.log" "$work/$name-off.log" ||
+        fail "$name with the offload differs: $(diff "$work/$name.log" "$work/$name-off.log" | head -4)"
+    offload_read_ahead "$name-off" "$n" "$m"
+}
+same one 1 4 -- "${params[@]}"
+for io in "${engines[@]}"; do
+    same dp 2 2 --dp 2 "${zsplit[@]}" -- "${params[@]}" --offload-io "$io"
+    mv "$work/dp-off.out" "$work/dp-$io.out" && rm "$work/dp-off.log" # --loss-log appends
+done
+same dp 2 2 --dp 2 "${zsplit[@]}" -- --offload "$pdisk,optimizer=disk:$work/off" \
+    --offload-chunk 4096
+same full 2 2 --dp 2 "${zsplit[@]}" --recompute full -- "${params[@]}"
+same tp 4 2 --tp 2 --sp --dp 2 "${zsplit[@]}" -- "${params[@]}"
+same cp 4 2 --cp 2 --dp 2 "${zsplit[@]}" -- "${params[@]}"
+grep -q "rank 1 parameter offload: .*msrun-params-rank1-.*threads" "$work/dp-threads.out" ||
+    fail "dp: rank 1 did not use the thread pool: $(grep "parameter offload" "$work/dp-threads.out")"
+
+# the parameters resident: the shard without its blocks' share (the
+# store's 3 buffers instead)
+pbytes() { sed -n 's/.*rank 0 zero 3: params \([0-9]*\) .*/\1/p' "$work/$1.out"; }
+[[ -n "$(pbytes dp-off)" && $(pbytes dp-off) -lt $(pbytes dp) ]] ||
+    fail "params $(pbytes dp-off) bytes with offload, $(pbytes dp) without"
+
+# stopped at step 2 and resumed with the offload on then off, off then on
+for how in on-off off-on; do
+    before=(--dp 2 "${zsplit[@]}") after=(--dp 2 "${zsplit[@]}")
+    [[ $how != on-* ]] || before+=("${params[@]}")
+    [[ $how != *-on ]] || after+=("${params[@]}")
+    rm -rf "$work/ck"
+    offload_run "ck-$how" 2 --steps 2 --ckpt-every 2 --ckpt-dir "$work/ck" "${before[@]}"
+    offload_run "ck-$how" 2 --ckpt-every 2 --ckpt-dir "$work/ck" --resume "${after[@]}"
+    offload_none_left "ck-$how"
+    grep -q "resumed from step 2" "$work/ck-$how.out" || fail "$how: no resume: $(tail -5 "$work/ck-$how.out")"
+    cmp -s "$work/dp.log" "$work/ck-$how.log" ||
+        fail "resumed $how: $(diff "$work/dp.log" "$work/ck-$how.log" | head -4)"
+done
+
+# a block's shard changed underneath while the run goes on: the gather
+# that reads it stops the run naming the file and the block (blocks of 8
+# channels fit a 4 KiB slot of the file)
+scribble "$work/off" params block 1 "${small[@]}" --channels 8 --heads 2 --steps 1000000 \
+    "${params[@]}"
+echo "offload: parameters under ZeRO-3 (one, dp 2, both offloads, recompute, tp, cp) bitwise equal"
