@@ -342,11 +342,12 @@ void msr_dp_owned(const msr_dp_t *dp, int k, msr_dp_piece_t *piece);
 
 msr_status_t msr_dp_load_begin(msr_dp_t *dp);
 void msr_dp_load_piece(msr_dp_t *dp, const msr_dp_piece_t *piece);
-/* Same layout, read in place: where flat [lo, lo + n), all of it this
- * rank's own elements, lies in this rank's buffers, n floats of each at
- * *params_p, *m_p and *v_p (the caller reads the piece's arrays there), or
- * 0 (outputs untouched) when it is not all own or not contiguous in any of
- * them: then load it through msr_dp_load_piece. Once filled and checked,
+/* Read in place: where flat [lo, lo + n), all of it elements this rank
+ * holds (at ZeRO 0 every element of its units, the replica; else its own
+ * shard's), lies in this rank's buffers, n floats of each at *params_p,
+ * *m_p and *v_p (the caller reads the piece's arrays there), or 0
+ * (outputs untouched) when it does not hold them all or they are not
+ * contiguous in any of them: then load it through msr_dp_load_piece. Once filled and checked,
  * msr_dp_load_mark marks the range found, as load_piece would have. */
 int msr_dp_load_dest(const msr_dp_t *dp, size_t lo, size_t n, float **params_p, float **m_p,
                      float **v_p);

@@ -134,16 +134,22 @@ int msr_dp_load_dest(const msr_dp_t *dp, size_t lo, size_t n, float **params_p, 
 {
     float *at[3] = {NULL, NULL, NULL}; /* where the next element goes, in each */
     size_t next = lo;
+    /* a ZeRO 0 replica holds every element of its units, each at its flat
+     * index in the parameters and both moments; a shard, its own */
+    int all = dp->cfg.zero == 0;
     for (int k = 0; k < dp->num_units && next < lo + n; k++) {
         const msr_dp_unit_t *u = &dp->units[k];
-        if (u->own_n == 0 || next < u->own_lo || next >= u->own_lo + u->own_n)
+        size_t ulo = all ? u->lo : u->own_lo, un = all ? u->n : u->own_n;
+        if (un == 0 || next < ulo || next >= ulo + un)
             continue;
-        size_t in = next - u->own_lo, mo = msr_dp_moment_off(dp, u);
-        float *p = msr_dp_param_at(dp, u) + in, *m = dp->opt->m + mo + in,
-              *v = dp->opt->v + mo + in;
+        float *p = dp->model->params + next, *m = dp->opt->m + next, *v = dp->opt->v + next;
+        if (!all) {
+            size_t in = next - u->own_lo, mo = msr_dp_moment_off(dp, u);
+            p = msr_dp_param_at(dp, u) + in, m = dp->opt->m + mo + in, v = dp->opt->v + mo + in;
+        }
         if (next > lo && (p != at[0] || m != at[1] || v != at[2]))
             return 0; /* units not side by side in the buffers */
-        size_t take = MSR_MIN(lo + n, u->own_lo + u->own_n) - next;
+        size_t take = MSR_MIN(lo + n, ulo + un) - next;
         at[0] = p + take, at[1] = m + take, at[2] = v + take;
         next += take;
     }

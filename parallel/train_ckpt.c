@@ -360,8 +360,9 @@ static msr_status_t piece_read(const source_t *src, int rank, const msr_tckpt_he
     return st;
 }
 
-/* Same layout, in place: when piece r is all this rank's own elements and
- * lies side by side in its buffers, reads its parameters and moments
+/* In place: when piece r is all elements this rank holds (msr_dp_load_dest:
+ * at ZeRO 0 any, the replica's; else its own shard's) and lies side by side
+ * in its buffers, reads its parameters and moments
  * straight there (no piece's buffer, no copy) and checks its CRC. *done_p:
  * 1 when read so, 0 when it must go through a piece's buffer. */
 static msr_status_t piece_read_in_place(msr_trainer_t *tr, const msr_ckpt_map_t *map,

@@ -14,6 +14,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "base/alloc.h"
 #include "base/buf.h"
 #include "base/crc32.h"
 #include "base/log.h"
@@ -147,17 +148,25 @@ static msr_status_t write_atomic(const char *dir, const char *name, const void *
     return MSR_OK;
 }
 
-/* Every rank's `len` bytes, in rank order, in *all_p (free it). */
+/* Every rank's `len` bytes, in rank order, in *all_p (free it with
+ * msr_free). A rank that cannot allocate them still takes part, with no
+ * bytes: the others' gathers then fail at once (the lengths differ, the
+ * text names the rank) instead of waiting for its bytes until the
+ * store's deadline, and it fails with MSR_ERR_NO_MEMORY. */
 msr_status_t msr_ckpt_gather_all(msr_ctx_t *ctx, const void *mine, size_t len, void **all_p)
 {
-    void *all = calloc((size_t)msr_world_size(ctx), len);
+    int world = msr_world_size(ctx);
+    void *all = msr_calloc((size_t)world, len);
     if (all == NULL) {
-        msr_err_set("checkpoint: out of memory");
-        return MSR_ERR_NO_MEMORY;
+        unsigned char none;
+        (void)msr_allgather(ctx, &none, 0, &none);
+        return msr_err(MSR_ERR_NO_MEMORY,
+                       "checkpoint: rank %d is out of memory for %d ranks' %zu bytes each",
+                       msr_rank(ctx), world, len);
     }
     msr_status_t st = msr_allgather(ctx, mine, len, all);
     if (st != MSR_OK) {
-        free(all);
+        msr_free(all);
         return st;
     }
     *all_p = all;
@@ -307,7 +316,7 @@ msr_status_t msr_ckpt_save(msr_ctx_t *ctx, const char *dir, int64_t step, const 
         st = m.data ? write_atomic(sd, "MANIFEST", m.data, m.len, NULL, 0) : MSR_ERR_NO_MEMORY;
         msr_buf_cleanup(&m);
     }
-    free(all);
+    msr_free(all);
     if (st != MSR_OK)
         return st;
     char commit[64];

@@ -55,7 +55,8 @@ static inline void step_dir(const char *dir, int64_t step, char *out, size_t len
 }
 
 /* checkpoint.c's, for the readers */
-/* Every rank's `len` bytes, in rank order, in *all_p (free it). */
+/* Every rank's `len` bytes, in rank order, in *all_p (msr_free it); a
+ * rank out of memory for them takes part with none (checkpoint.c). */
 msr_status_t msr_ckpt_gather_all(msr_ctx_t *ctx, const void *mine, size_t len, void **all_p);
 /* Removes the temporary files this rank's writes left in step folder sd. */
 void msr_ckpt_remove_leftovers(msr_ctx_t *ctx, const char *sd);

@@ -14,6 +14,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "base/alloc.h"
 #include "base/buf.h"
 #include "base/crc32.h"
 #include "base/log.h"
@@ -346,7 +347,7 @@ static msr_status_t latest(msr_ctx_t *ctx, const char *dir, int verify, int64_t 
         return st;
     for (int r = 0; r < world; r++)
         if (all[(size_t)r * CKPT_OFFER] == CKPT_UNREADABLE) {
-            free(all);
+            msr_free(all);
             if (mine[0] == CKPT_UNREADABLE)
                 return msr_err(MSR_ERR_CORRUPT, "%s: not resuming", why);
             return msr_err(MSR_ERR_CORRUPT,
@@ -385,7 +386,7 @@ static msr_status_t latest(msr_ctx_t *ctx, const char *dir, int verify, int64_t 
         for (int r = 0; r < world && bad < 0; r++)
             if (!oks[r])
                 bad = r;
-        free(oks);
+        msr_free(oks);
         if (bad < 0) {
             agreed = cand;
         } else {
@@ -397,7 +398,7 @@ static msr_status_t latest(msr_ctx_t *ctx, const char *dir, int verify, int64_t 
                 refused = cand;
         }
     }
-    free(all);
+    msr_free(all);
     if (st != MSR_OK)
         return st;
     if (refused >= 0 && msr_rank(ctx) == 0) {
@@ -535,6 +536,6 @@ msr_status_t msr_ckpt_latest_any_before(msr_ctx_t *ctx, const char *dir, int64_t
         if (world_p)
             *world_p = (int)all[1];
     }
-    free(all);
+    msr_free(all);
     return st;
 }

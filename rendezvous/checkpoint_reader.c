@@ -1,11 +1,14 @@
 /* libmsrun's checkpoint files read in parts (msr_ckpt_reader_*,
  * msrun/checkpoint.h): a reader holds a rank file open and reads it past
- * the page cache (O_DIRECT) where the filesystem allows, through the cache
- * elsewhere; checkpoint_read.c reads whole files and finds the latest
- * step. */
+ * the page cache (O_DIRECT) where the filesystem allows, with the next
+ * stretch of the file in flight on a thread of its own while the caller
+ * copies out of the one before, through the cache elsewhere;
+ * checkpoint_read.c reads whole files and finds the latest step. */
 #include <errno.h>
 #include <fcntl.h>
 #include <inttypes.h>
+#include <pthread.h>
+#include <signal.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
@@ -18,6 +21,27 @@
 #include "base/util.h"
 #include "msrun/checkpoint.h"
 #include "rendezvous/checkpoint_impl.h"
+
+/* Where the read kept in flight ahead of a reader's caller stands. */
+typedef enum { AHEAD_NONE, AHEAD_ASKED, AHEAD_DONE, AHEAD_QUIT } ahead_state_t;
+
+/* The read a reader keeps in flight ahead of its caller (ahead_*): its
+ * thread reads the CKPT_DIRECT_STAGE bytes past the staging buffer's into
+ * buf while the caller copies out of the staging buffer; the caller then
+ * swaps the two buffers. The caller touches buf only in AHEAD_NONE or
+ * AHEAD_DONE, the thread only in AHEAD_ASKED; state and the result under
+ * mu. */
+typedef struct ckpt_ahead {
+    pthread_t thread;
+    int started; /* thread runs (else the reader reads only what it is asked) */
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
+    ahead_state_t state;
+    unsigned char *buf; /* CKPT_DIRECT_STAGE bytes, page-aligned */
+    off_t at;           /* the read's file offset (page-aligned) */
+    ssize_t got;        /* its result once AHEAD_DONE: bytes, or -1 and errno err */
+    int err;
+} ckpt_ahead_t;
 
 /* A state open for reads in parts (msrun/checkpoint.h). */
 struct msr_ckpt_reader {
@@ -32,8 +56,158 @@ struct msr_ckpt_reader {
     uint64_t crc_at; /* bytes of the state from its start the CRC covers */
     uint32_t crc;
     ckpt_header_t h;
+    ckpt_ahead_t ahead; /* with dfd: the next stretch of the file, read ahead */
     char path[4200];
 };
+
+/* pread until len bytes, the file's end or an error other than EINTR:
+ * the bytes read, or -1 with errno. */
+static ssize_t pread_full(int fd, unsigned char *buf, size_t len, off_t at)
+{
+    size_t done = 0;
+    while (done < len) {
+        ssize_t got = pread(fd, buf + done, len - done, at + (off_t)done);
+        if (got < 0 && errno == EINTR)
+            continue;
+        if (got < 0)
+            return -1;
+        if (got == 0)
+            break;
+        done += (size_t)got;
+    }
+    return (ssize_t)done;
+}
+
+/* The read-ahead thread: serves one read at a time, asked by ahead_ask,
+ * until the reader closes (AHEAD_QUIT). */
+static void *ahead_main(void *arg)
+{
+    msr_ckpt_reader_t *r = arg;
+    ckpt_ahead_t *a = &r->ahead;
+    pthread_mutex_lock(&a->mu);
+    for (;;) {
+        while (a->state != AHEAD_ASKED && a->state != AHEAD_QUIT)
+            pthread_cond_wait(&a->cv, &a->mu);
+        if (a->state == AHEAD_QUIT)
+            break;
+        off_t at = a->at;
+        pthread_mutex_unlock(&a->mu);
+        ssize_t got = pread_full(r->dfd, a->buf, CKPT_DIRECT_STAGE, at);
+        int err = errno;
+        pthread_mutex_lock(&a->mu);
+        a->got = got;
+        a->err = err;
+        if (a->state == AHEAD_ASKED)
+            a->state = AHEAD_DONE;
+        pthread_cond_broadcast(&a->cv);
+    }
+    pthread_mutex_unlock(&a->mu);
+    return NULL;
+}
+
+/* Starts r's read-ahead thread and its buffer; where either cannot be had
+ * the reader reads only what it is asked (a->started stays 0). The thread
+ * takes no signals: they go to the program's own threads. */
+static void ahead_start(msr_ckpt_reader_t *r)
+{
+    ckpt_ahead_t *a = &r->ahead;
+    void *buf = NULL;
+    if (posix_memalign(&buf, CKPT_DIRECT_ALIGN, CKPT_DIRECT_STAGE) != 0)
+        return;
+    if (pthread_mutex_init(&a->mu, NULL) != 0)
+        goto err_buf;
+    if (pthread_cond_init(&a->cv, NULL) != 0)
+        goto err_mu;
+    a->buf = buf;
+    a->state = AHEAD_NONE;
+    sigset_t all, old;
+    sigfillset(&all);
+    pthread_sigmask(SIG_SETMASK, &all, &old);
+    int rc = pthread_create(&a->thread, NULL, ahead_main, r);
+    pthread_sigmask(SIG_SETMASK, &old, NULL);
+    if (rc == 0) {
+        a->started = 1;
+        return;
+    }
+    MSR_DEBUG("checkpoint: %s: no read-ahead thread (%s): reading only what is asked", r->path,
+              strerror(rc));
+    pthread_cond_destroy(&a->cv);
+err_mu:
+    pthread_mutex_destroy(&a->mu);
+err_buf:
+    a->buf = NULL;
+    free(buf);
+}
+
+/* Waits until the read in flight (if any) is done: its state then. */
+static ahead_state_t ahead_wait(ckpt_ahead_t *a)
+{
+    pthread_mutex_lock(&a->mu);
+    while (a->state == AHEAD_ASKED)
+        pthread_cond_wait(&a->cv, &a->mu);
+    ahead_state_t st = a->state;
+    pthread_mutex_unlock(&a->mu);
+    return st;
+}
+
+/* Asks r's thread for the file's CKPT_DIRECT_STAGE bytes at `at` (page
+ * aligned), after the read before it is done (its bytes dropped). */
+static void ahead_ask(msr_ckpt_reader_t *r, off_t at)
+{
+    ckpt_ahead_t *a = &r->ahead;
+    if (!a->started && (ahead_start(r), !a->started))
+        return;
+    (void)ahead_wait(a);
+    pthread_mutex_lock(&a->mu);
+    a->at = at;
+    a->state = AHEAD_ASKED;
+    pthread_cond_broadcast(&a->cv);
+    pthread_mutex_unlock(&a->mu);
+}
+
+/* When the read in flight began at or before pos, within a staging
+ * buffer of it, waits for it and swaps its buffer with the staging buffer:
+ * 1, *at_p where it began and *got_p its bytes (or -1 with errno); 0 when
+ * none holds pos (the staging buffer untouched). */
+static int ahead_take(msr_ckpt_reader_t *r, off_t pos, off_t *at_p, ssize_t *got_p)
+{
+    ckpt_ahead_t *a = &r->ahead;
+    if (!a->started)
+        return 0;
+    pthread_mutex_lock(&a->mu);
+    int mine = a->state != AHEAD_NONE && pos >= a->at && pos - a->at < (off_t)CKPT_DIRECT_STAGE;
+    pthread_mutex_unlock(&a->mu);
+    if (!mine || ahead_wait(a) != AHEAD_DONE)
+        return 0;
+    pthread_mutex_lock(&a->mu);
+    unsigned char *t = r->stage;
+    r->stage = a->buf;
+    a->buf = t;
+    a->state = AHEAD_NONE;
+    *at_p = a->at;
+    *got_p = a->got;
+    errno = a->err;
+    pthread_mutex_unlock(&a->mu);
+    return 1;
+}
+
+/* Stops r's read-ahead thread (after its read in flight) and frees its
+ * buffer. */
+static void ahead_stop(msr_ckpt_reader_t *r)
+{
+    ckpt_ahead_t *a = &r->ahead;
+    if (!a->started)
+        return;
+    pthread_mutex_lock(&a->mu);
+    a->state = AHEAD_QUIT;
+    pthread_cond_broadcast(&a->cv);
+    pthread_mutex_unlock(&a->mu);
+    pthread_join(a->thread, NULL);
+    pthread_cond_destroy(&a->cv);
+    pthread_mutex_destroy(&a->mu);
+    free(a->buf);
+    a->started = 0;
+}
 
 /* Opens r's file again with O_DIRECT, and its staging buffer: a reader's
  * reads then bypass the page cache (no page of the cache to allocate,
@@ -86,38 +260,53 @@ static msr_status_t reader_open(const char *dir, int64_t step, int rank, int che
     return MSR_OK;
 }
 
-/* Reads [at, at + len) of r's file into data past the page cache, then
- * CRCs it there (continuing *crc_p, NULL: none) while it is in the cache.
- * Bytes already in the reader's staging buffer are copied from it; the
- * others are read in whole pages, O_DIRECT, into the staging buffer and
- * copied from there. O_DIRECT has no readahead: a read that starts where
- * the one before ended fills the whole staging buffer, so that a load of
- * small pieces one after the other (a resharded load's row slices) asks
- * the disk for CKPT_DIRECT_STAGE bytes at a time, not a page per piece; a
- * read elsewhere reads only its own pages. MSR_ERR_CORRUPT when the file
- * ends early, MSR_ERR_IO on a failed read (the text names the file). */
+/* Fills r's staging buffer with the file's pages from pos's on, past the
+ * page cache: from the read in flight when it holds pos (waiting for it),
+ * else read now, want bytes from pos or (ahead) a whole staging buffer.
+ * O_DIRECT has no readahead: a load of small pieces one after the other
+ * (a resharded load's row slices) reads ahead, so that it asks the disk
+ * for CKPT_DIRECT_STAGE bytes at a time, not a page per piece, and keeps
+ * the next CKPT_DIRECT_STAGE bytes in flight on the reader's thread while
+ * its caller copies these out. MSR_ERR_CORRUPT when the file ends early,
+ * MSR_ERR_IO on a failed read (the text names the file). */
+static msr_status_t direct_fill(msr_ckpt_reader_t *r, off_t pos, size_t want, int ahead)
+{
+    const off_t pg = (off_t)CKPT_DIRECT_ALIGN, end = CKPT_HEADER + (off_t)r->h.len;
+    off_t a = pos / pg * pg;
+    ssize_t got;
+    r->stage_len = 0;
+    if (!ahead_take(r, pos, &a, &got)) {
+        want = MSR_MIN(want, CKPT_DIRECT_STAGE - (size_t)(pos - a));
+        off_t e = ahead ? a + (off_t)CKPT_DIRECT_STAGE : (pos + (off_t)want + pg - 1) / pg * pg;
+        got = pread_full(r->dfd, r->stage, (size_t)(e - a), a);
+    }
+    if (got < 0)
+        return io_error("cannot read", r->path);
+    if (got <= pos - a)
+        return msr_err(MSR_ERR_CORRUPT, "checkpoint: %s ends early", r->path);
+    r->stage_at = a;
+    r->stage_len = (size_t)got;
+    if (ahead && (size_t)got == CKPT_DIRECT_STAGE && a + got < end)
+        ahead_ask(r, a + got);
+    return MSR_OK;
+}
+
+/* Reads [at, at + len) of r's file into data past the page cache (through
+ * its staging buffer, direct_fill), then CRCs it there (continuing *crc_p,
+ * NULL: none) while it is in the cache. A read that starts where the one
+ * before ended reads ahead; a read elsewhere reads only its own pages.
+ * Errors as direct_fill's. */
 static msr_status_t direct_chunks(msr_ckpt_reader_t *r, off_t at, void *data, size_t len,
                                   uint32_t *crc_p)
 {
-    const off_t pg = CKPT_DIRECT_ALIGN;
     int ahead = at == r->next;
     size_t done = 0;
     while (done < len) {
         off_t pos = at + (off_t)done;
         if (pos < r->stage_at || pos >= r->stage_at + (off_t)r->stage_len) {
-            off_t a = pos / pg * pg;
-            size_t want = MSR_MIN(len - done, CKPT_DIRECT_STAGE - (size_t)(pos - a));
-            off_t e = ahead ? a + (off_t)CKPT_DIRECT_STAGE : (pos + (off_t)want + pg - 1) / pg * pg;
-            r->stage_len = 0;
-            ssize_t got = pread(r->dfd, r->stage, (size_t)(e - a), a);
-            if (got < 0 && errno == EINTR)
-                continue;
-            if (got < 0)
-                return io_error("cannot read", r->path);
-            if (got <= pos - a)
-                return msr_err(MSR_ERR_CORRUPT, "checkpoint: %s ends early", r->path);
-            r->stage_at = a;
-            r->stage_len = (size_t)got;
+            msr_status_t st = direct_fill(r, pos, len - done, ahead);
+            if (st != MSR_OK)
+                return st;
         }
         size_t take = MSR_MIN(len - done, (size_t)(r->stage_at + (off_t)r->stage_len - pos));
         unsigned char *dst = (unsigned char *)data + done;
@@ -226,6 +415,7 @@ void msr_ckpt_reader_close(msr_ckpt_reader_t *r)
 {
     if (r == NULL)
         return;
+    ahead_stop(r);
     close(r->fd);
     if (r->dfd >= 0)
         close(r->dfd);

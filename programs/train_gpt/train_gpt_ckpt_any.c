@@ -202,7 +202,18 @@ static int step_whole(const job_t *job, const char *dir, int64_t step, int world
                 (long long)step, dir, job->rank, msr_err_msg_or(st));
     shard_free(&s0);
     int32_t ok = st == MSR_OK, *oks = msr_calloc((size_t)job->world, sizeof *oks);
-    if (oks == NULL || msr_allgather(job->ctx, &ok, sizeof ok, oks) != MSR_OK) {
+    if (oks == NULL) {
+        /* a gather of no bytes: the others' gathers fail (the lengths
+         * differ) instead of waiting for this rank's verdict */
+        int32_t none;
+        (void)msr_allgather(job->ctx, &none, 0, &none);
+        fprintf(stderr, "train_gpt: rank %d is out of memory for %d ranks' verdicts on step %lld\n",
+                job->rank, job->world, (long long)step);
+        return -1;
+    }
+    if ((st = msr_allgather(job->ctx, &ok, sizeof ok, oks)) != MSR_OK) {
+        fprintf(stderr, "train_gpt: rank %d: agreeing whether step %lld is whole: %s: %s\n",
+                job->rank, (long long)step, msr_status_str(st), msr_err_msg_or(st));
         msr_free(oks);
         return -1;
     }

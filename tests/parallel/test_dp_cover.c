@@ -2,7 +2,7 @@
  * elements found: pieces in any order, overlapping or touching, load
  * whole; a gap of one element anywhere, the first and the last included,
  * is found and named; a failed allocation is a status, never a crash;
- * a range read in place where it lies, then marked. */
+ * a range read in place where it lies, then marked, at ZeRO 0 any. */
 #include <stdio.h>
 #include <string.h>
 
@@ -189,10 +189,45 @@ static void test_in_place(void)
     }
 }
 
+/* A rank of two: at ZeRO 0 (a replica) every element lies in place, its
+ * flat index in the parameters and both moments, the other rank's share
+ * too; above it only the rank's own shard does. Emulated on one rank:
+ * each unit's own elements made its second half, as rank 1 of 2 owns. */
+static void test_replica_in_place(void)
+{
+    for (int zero = 0; zero <= 3; zero++) {
+        fixture_t f;
+        fixture_init(&f, zero);
+        size_t first_lo = 0, first_n = 0; /* a unit's half this rank then does not own */
+        for (int k = 0; k < f.dp->num_units; k++) {
+            msr_dp_unit_t *u = &f.dp->units[k];
+            if (u->replicated || u->n < 2)
+                continue;
+            size_t half = (u->n + 1) / 2;
+            if (first_n == 0)
+                first_lo = u->lo, first_n = half;
+            u->own_lo = u->lo + half;
+            u->own_n = u->n - half;
+        }
+        MSR_CHECK(first_n > 0);
+        float *d[3];
+        int whole = msr_dp_load_dest(f.dp, 0, f.P, &d[0], &d[1], &d[2]);
+        int other = msr_dp_load_dest(f.dp, first_lo, first_n, &d[0], &d[1], &d[2]);
+        MSR_CHECK_EQ(whole, zero == 0);
+        MSR_CHECK_EQ(other, zero == 0);
+        if (zero == 0)
+            MSR_CHECK(d[0] == f.g->params + first_lo && d[1] == f.dp->opt->m + first_lo &&
+                      d[2] == f.dp->opt->v + first_lo);
+        MSR_CHECK(!msr_dp_load_dest(f.dp, 0, f.P + 1, &d[0], &d[1], &d[2]));
+        fixture_cleanup(&f);
+    }
+}
+
 static const msr_test_t tests[] = {
     {"any_order", test_any_order, 30},
     {"gap_of_one", test_gap_of_one, 30},
     {"alloc_failures", test_alloc_failures, 30},
+    {"replica_in_place", test_replica_in_place, 30},
     {"in_place", test_in_place, 30},
 };
 

@@ -2,7 +2,8 @@
  * (msr_ckpt_prefault): only the pages the read writes into, their
  * contents kept, and a read into fresh memory at a misaligned address
  * lands whole with its neighbours untouched; a reader past the page cache
- * (O_DIRECT, through its staging buffer) reads any part exactly. */
+ * (O_DIRECT, through its staging buffer) reads any part exactly, and
+ * with a read ahead in flight pieces in order. */
 #include <fcntl.h>
 #include <ftw.h>
 #include <stdint.h>
@@ -238,6 +239,72 @@ static void test_read_direct(void)
     read_parts(4, 1);
 }
 
+/* A load of pieces one after the other, past the page cache: the reader
+ * keeps the next staging buffer's bytes in flight while the caller copies
+ * out of the one before. Pieces of a state of five staging buffers and a
+ * bit, read in order (odd sizes, so that pieces straddle every buffer's
+ * bound and the read ahead ends short at the file's end), land exactly
+ * and the whole state's CRC is checked; a read back to the start while a
+ * read ahead is in flight, and reads in order on from there, land too;
+ * and a file cut short after the reader opened it fails the read that
+ * reaches the cut (MSR_ERR_CORRUPT naming the file), not a piece before. */
+static void test_read_ahead(void)
+{
+    const size_t stage = CKPT_DIRECT_STAGE, len = 5 * stage + 1234, piece = stage / 3 + 7;
+    unsigned char *state = malloc(len), *got = malloc(stage);
+    MSR_CHECK(state != NULL && got != NULL);
+    for (size_t i = 0; i < len; i++)
+        state[i] = (unsigned char)(i * 37 + (i >> 13));
+    msr_ctx_t *ctx = NULL;
+    unsetenv("MSR_AGENT");
+    unsetenv("MSR_WORLD_SIZE");
+    MSR_CHECK_OK(msr_init(&ctx));
+    MSR_CHECK_OK(msr_ckpt_save(ctx, dir, 6, state, len, 0));
+    msr_ckpt_reader_t *rd = NULL;
+    MSR_CHECK_OK(msr_ckpt_reader_open(ctx, dir, 6, 0, 1, &rd, NULL));
+    if (!dir_takes_direct())
+        printf("read_ahead: %s takes no O_DIRECT: read through the page cache\n", dir);
+    for (size_t at = 0; at < len; at += piece) {
+        size_t n = len - at < piece ? len - at : piece;
+        uint32_t crc = 0;
+        MSR_CHECK_OK(msr_ckpt_reader_read_crc(rd, at, got, n, &crc));
+        MSR_CHECK(memcmp(got, state + at, n) == 0);
+        MSR_CHECK_EQ(crc, msr_crc32(0, state + at, n));
+        /* back to the start with the next buffer in flight, then on */
+        if (at == piece * 4) {
+            MSR_CHECK_OK(msr_ckpt_reader_read(rd, 3, got, 5));
+            MSR_CHECK(memcmp(got, state + 3, 5) == 0);
+            MSR_CHECK_OK(msr_ckpt_reader_read(rd, 8, got, stage));
+            MSR_CHECK(memcmp(got, state + 8, stage) == 0);
+        }
+    }
+    MSR_CHECK_EQ(msr_ckpt_reader_checked(rd), 1);
+    msr_ckpt_reader_close(rd);
+    /* cut at three and a half buffers of the file, the reader open */
+    char path[128];
+    snprintf(path, sizeof path, "%s/step-6/rank-0.bin", dir);
+    const size_t cut = 3 * stage + stage / 2;
+    MSR_CHECK_OK(msr_ckpt_reader_open(ctx, dir, 6, 0, 1, &rd, NULL));
+    MSR_CHECK_OK(msr_ckpt_reader_read(rd, 0, got, piece));
+    MSR_CHECK(truncate(path, (off_t)cut) == 0);
+    size_t at = piece;
+    msr_status_t st = MSR_OK;
+    for (; at < len && st == MSR_OK; at += piece) {
+        size_t n = len - at < piece ? len - at : piece;
+        st = msr_ckpt_reader_read(rd, at, got, n);
+        if (st == MSR_OK)
+            MSR_CHECK(memcmp(got, state + at, n) == 0);
+    }
+    at -= piece; /* the read that failed */
+    MSR_CHECK_EQ(st, MSR_ERR_CORRUPT);
+    MSR_CHECK(strstr(msr_last_error(), "step-6/rank-0.bin ends early") != NULL);
+    MSR_CHECK(at + piece > cut - CKPT_HEADER && at <= cut - CKPT_HEADER);
+    msr_ckpt_reader_close(rd);
+    msr_finalize(ctx);
+    free(got);
+    free(state);
+}
+
 /* A filesystem that refuses O_DIRECT: the reader's O_DIRECT open fails
  * (the test-only MSR_TEST_CKPT_NO_DIRECT, docs/testing.md) and it reads
  * the same parts through the page cache. */
@@ -249,10 +316,9 @@ static void test_read_fallback(void)
 }
 
 static const msr_test_t tests[] = {
-    {"prefault_pages", test_prefault_pages, 10},
-    {"read_misaligned", test_read_misaligned, 30},
-    {"read_direct", test_read_direct, 30},
-    {"read_fallback", test_read_fallback, 30},
+    {"prefault_pages", test_prefault_pages, 10}, {"read_misaligned", test_read_misaligned, 30},
+    {"read_direct", test_read_direct, 30},       {"read_fallback", test_read_fallback, 30},
+    {"read_ahead", test_read_ahead, 30},
 };
 
 static int remove_one(const char *path, const struct stat *st, int flag, struct FTW *ftw)

@@ -1,0 +1,45 @@
+#!/usr/bin/env bash
+# The checkpoint module's gathers on 2 workers under msrun: a rank out of
+# memory for every rank's bytes (while the ranks look for the latest step,
+# and while they save one) ends every rank with an error, itself saying
+# so and the other naming it, none waiting for it; and a gather a rank
+# never joins ends at its deadline with MSR_ERR_TIMEOUT.
+set -euo pipefail
+bin="$MSRUN_BUILD/bin"
+source "$(dirname "$0")/job_env.sh"
+job_test_setup
+# run ARGS...: the job's exit status; its ranks' lines in $work/log
+run() {
+    local job=ckgather-$$-$RANDOM rc=0
+    jobs_started+=("$job")
+    timeout -k 5 40 "${msrun_cmd[@]}" --worker_num=2 --local_worker_num=2 --job_id="$job" \
+        "${worker_env[@]}" "$MSRUN_BUILD/tests/ckpt_gather_worker" "$@" >"$work/log" 2>&1 || rc=$?
+    kill_job "$job"
+    [[ $rc != 124 && $rc != 137 ]] || fail "'$*': a rank waits: $(cat "$work/log")"
+    return $rc
+}
+said() { # RANK PATTERN WHAT: rank RANK's line matches PATTERN
+    grep -Eq "(^|\] )rank $1: $2" "$work/log" || fail "$3: rank $1 does not say '$2': $(cat "$work/log")"
+}
+# no rank out of memory: both find step 1
+run latest "$work/none" -1 || fail "latest, no failure: failed: $(cat "$work/log")"
+said 0 "ok 1$" "latest, no failure"
+said 1 "ok 1$" "latest, no failure"
+for mode in latest save; do
+    for nomem in 0 1; do
+        other=$((1 - nomem))
+        if run "$mode" "$work/$mode$nomem" "$nomem"; then
+            fail "$mode, rank $nomem out of memory: the job succeeded: $(cat "$work/log")"
+        fi
+        said "$nomem" "failed: MSR_ERR_NO_MEMORY: .*rank $nomem is out of memory for 2 ranks'" \
+            "$mode, rank $nomem out of memory"
+        said "$other" "failed: .*rank $nomem gave 0 bytes" "$mode, rank $nomem out of memory"
+    done
+done
+# a rank that never joins: the other's gather ends at its deadline
+if run absent; then
+    fail "absent: the job succeeded: $(cat "$work/log")"
+fi
+said 0 "failed: MSR_ERR_TIMEOUT" "absent"
+said 1 "ok 0$" "absent"
+echo "checkpoint gathers: ok"
