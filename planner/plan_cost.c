@@ -292,6 +292,11 @@ static void count_layer(const msr_plan_layout_t *l, const msr_plan_cluster_t *c,
      * and a write), bias adds folded into the products */
     p->layer_f.bytes += eb * (2 * 2 * Nl * C + 2 * 3 * Nl * C);
     p->layer_f.act += eb * (s->llama ? 3 : 2) * N * F / t;
+    /* a Llama turns its q and k heads by their positions in place (a read
+     * and a write), at the activations' rate: its angles' sines and
+     * cosines, as --calibrate times it */
+    if (s->llama)
+        p->layer_f.act += eb * 2 * N * (C / t + s->kvl);
     p->layer_f.kernels += 2 + 4 + (s->llama ? 3 : 1) + 2;
     msr_plan_net_t tpn =
         msr_plan_net_of(c, l->tp <= c->ranks_per_node && c->ranks_per_node % l->tp == 0);
