@@ -655,6 +655,48 @@ static void test_kv_heads(void)
                   whole.cp_comm_ms);
 }
 
+/* ZeRO-3 with pp: after each update the first stage gathers its embedding
+ * segment over dp before it sends the tied wte to the last stage
+ * (msr_mp_sync_tied), once a step, exposed. With only latency costing
+ * (1 ms a message, shared memory: one a gather), every stage's gathers
+ * cost micros x 2 and the tie's one more; a Llama (untied), ZeRO 2 and
+ * dp 1 pay none. With only bytes costing (1 GB/s), V rows more of wte add
+ * (dp - 1) / dp of their bytes to each of the first stage's 2 micros
+ * gathers and to the tie's. */
+static void test_tied_gather(void)
+{
+    msr_plan_model_t m = {MSR_PLAN_GPT, 4, 256, 8, 8, 1024, 256, 64};
+    msr_plan_cluster_t c = flops_only();
+    c.latency_us = 1000;
+    double micros = 4, dp = 2;
+    msr_plan_layout_t lay = layout(2, 1, 2, 3, MSR_PLAN_RC_NONE, 2, 4, MSR_PLAN_1F1B, 1);
+    msr_plan_time_t t, none;
+    msr_plan_time(&m, &lay, MSR_PLAN_FP32, &c, &t);
+    MSR_CHECK_MSG(fabs(t.zero3_ms - (2 * micros + 1)) < 1e-9, "%g ms", t.zero3_ms);
+    msr_plan_model_t llama = m;
+    llama.arch = MSR_PLAN_LLAMA, llama.ffn = 1024, llama.kv_heads = 8;
+    msr_plan_time(&llama, &lay, MSR_PLAN_FP32, &c, &none);
+    MSR_CHECK_MSG(fabs(none.zero3_ms - 2 * micros) < 1e-9, "llama: %g ms", none.zero3_ms);
+    lay.zero = 2;
+    msr_plan_time(&m, &lay, MSR_PLAN_FP32, &c, &none);
+    MSR_CHECK(none.zero3_ms == 0);
+    lay = layout(1, 1, 2, 3, MSR_PLAN_RC_NONE, 2, 4, MSR_PLAN_1F1B, 1);
+    msr_plan_time(&m, &lay, MSR_PLAN_FP32, &c, &none);
+    MSR_CHECK(none.zero3_ms == 0);
+    /* the bytes: V 256 then 4352 (4096 rows of C more) */
+    c = flops_only();
+    c.intra_gbs = 1;
+    lay = layout(2, 1, 2, 3, MSR_PLAN_RC_NONE, 2, 4, MSR_PLAN_1F1B, 1);
+    msr_plan_time(&m, &lay, MSR_PLAN_FP32, &c, &none);
+    m.vocab = 256 + 4096;
+    msr_plan_time(&m, &lay, MSR_PLAN_FP32, &c, &t);
+    double want = (2 * micros + 1) * (dp - 1) / dp * 4096 * 256 * 4 / 1e6;
+    MSR_CHECK_MSG(fabs((t.zero3_ms - none.zero3_ms) / want - 1) < 1e-9, "%g vs %g ms",
+                  t.zero3_ms - none.zero3_ms, want);
+    MSR_CHECK(fabs(t.exposed_comm_ms - (t.tp_comm_ms + t.cp_comm_ms + t.ep_comm_ms + t.pp_comm_ms +
+                                        t.dp_exposed_ms + t.zero3_ms)) < 1e-9);
+}
+
 static const msr_test_t tests[] = {
     {"cluster_file", test_cluster_file, 10}, {"flops", test_flops, 10},
     {"rows_rate", test_rows_rate, 10},       {"moe_rows", test_moe_rows, 10},
@@ -662,7 +704,7 @@ static const msr_test_t tests[] = {
     {"attn_rates", test_attn_rates, 10},     {"bubble", test_bubble, 10},
     {"idle_lend", test_idle_lend, 10},       {"selective_reruns", test_selective_reruns, 10},
     {"comm_terms", test_comm_terms, 10},     {"cp_terms", test_cp_terms, 10},
-    {"kv_heads", test_kv_heads, 10},
+    {"kv_heads", test_kv_heads, 10},         {"tied_gather", test_tied_gather, 10},
 };
 
 int main(int argc, char **argv)
