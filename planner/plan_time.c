@@ -65,7 +65,7 @@ static stage_cost_t stage_cost(const msr_plan_pieces_t *p, const msr_plan_layout
     double ringf = (with & WITH_CP) ? layers * p->ring_f_ms : 0;
     double ringb = (with & WITH_CP) ? layers * p->ring_b_ms : 0;
     if (with & WITH_EP) { /* never hidden: the experts wait for their rows */
-        ringf += layers * p->layer_ep_ms;
+        ringf += layers * (p->layer_ep_ms + p->layer_moe_cp_ms);
         ringb += layers * p->layer_ep_ms;
     }
     f = msr_plan_work_add(f, msr_plan_work_scale(p->layer_sp, layers));

@@ -697,14 +697,52 @@ static void test_tied_gather(void)
                                         t.dp_exposed_ms + t.zero3_ms)) < 1e-9);
 }
 
+/* A MoE block's exchanges under cp (model/moe.h): the capacity is the
+ * micro-batch's cp N tokens' (ceil(F cp N K / E)) and an expert's block in
+ * the dispatch and combine alltoalls min(cap, N) rows, the buffers fixed
+ * in size; forward, each rank gathers the group's choices (N K int32 a
+ * rank) and sums the router's means (E doubles) over cp. With only bytes
+ * costing (1 GB/s inside the node): two alltoalls each way of E min(cap,
+ * N) C fp32 a rank (each half of it to the ep peer, through shared memory
+ * twice), the gather and the sum forward. At cp 1 the block is the
+ * capacity itself and there is no gather. */
+static void test_moe_cp(void)
+{
+    msr_plan_model_t m = {MSR_PLAN_GPT, 2, 256, 8, 8, 4 * 256, 256, 256, 4, 2, 1, 1.25};
+    msr_plan_cluster_t c = flops_only();
+    c.intra_gbs = 1;
+    double L = 2, C = 256, E = 4, K = 2, b = 2, T = 256;
+    for (int cp = 1; cp <= 2; cp++) {
+        msr_plan_layout_t lay = layout(2, 1, 1, 0, MSR_PLAN_RC_NONE, 2, 1, MSR_PLAN_1F1B, 1);
+        lay.cp = cp, lay.ep = 2;
+        msr_plan_time_t t;
+        msr_plan_time(&m, &lay, MSR_PLAN_FP32, &c, &t);
+        double N = b * T / cp, cap = ceil(1.25 * cp * N * K / E), block = fmin(cap, N);
+        double a2a = 2.0 * (2 - 1) / 2 * E * block * C * 4 / 1e6;
+        double gather = cp > 1 ? (cp - 1.0) / cp * cp * N * K * 4 / 1e6 : 0;
+        double sum = cp > 1 ? 2.0 * (cp - 1) / cp * 8 * E / 1e6 : 0;
+        double want = L * (2 * 2 * a2a + gather + sum); /* forward and backward */
+        MSR_CHECK_MSG(fabs(t.ep_comm_ms / want - 1) < 1e-9, "cp %d: %g vs %g ms", cp, t.ep_comm_ms,
+                      want);
+    }
+}
+
 static const msr_test_t tests[] = {
-    {"cluster_file", test_cluster_file, 10}, {"flops", test_flops, 10},
-    {"rows_rate", test_rows_rate, 10},       {"moe_rows", test_moe_rows, 10},
-    {"cold_frames", test_cold_frames, 10},   {"cold_uneven_chunks", test_cold_uneven_chunks, 10},
-    {"attn_rates", test_attn_rates, 10},     {"bubble", test_bubble, 10},
-    {"idle_lend", test_idle_lend, 10},       {"selective_reruns", test_selective_reruns, 10},
-    {"comm_terms", test_comm_terms, 10},     {"cp_terms", test_cp_terms, 10},
-    {"kv_heads", test_kv_heads, 10},         {"tied_gather", test_tied_gather, 10},
+    {"cluster_file", test_cluster_file, 10},
+    {"flops", test_flops, 10},
+    {"rows_rate", test_rows_rate, 10},
+    {"moe_rows", test_moe_rows, 10},
+    {"cold_frames", test_cold_frames, 10},
+    {"cold_uneven_chunks", test_cold_uneven_chunks, 10},
+    {"attn_rates", test_attn_rates, 10},
+    {"bubble", test_bubble, 10},
+    {"idle_lend", test_idle_lend, 10},
+    {"selective_reruns", test_selective_reruns, 10},
+    {"comm_terms", test_comm_terms, 10},
+    {"cp_terms", test_cp_terms, 10},
+    {"kv_heads", test_kv_heads, 10},
+    {"tied_gather", test_tied_gather, 10},
+    {"moe_cp", test_moe_cp, 10},
 };
 
 int main(int argc, char **argv)
