@@ -7,6 +7,7 @@
 #include <math.h>
 #include <string.h>
 
+#include "layout/layout.h"
 #include "planner/plan.h"
 #include "planner/plan_time_impl.h"
 
@@ -146,7 +147,8 @@ typedef struct shape {
     double kvl;       /* a rank's k (and v) width: its kv heads' (C/t for a GPT) */
     double kv_rep;    /* a rank's FLOPs beyond its share: replicated kv heads' k and v */
     double mlp, mm;   /* a dense block's MLP, and all of a block's products */
-    double E, K, cap; /* MoE: experts, top-k, an expert's capacity (0 without) */
+    double E, K, cap; /* MoE: experts, top-k, an expert's block in the exchanges: its
+                       * capacity, under cp at most the rank's N (0 without) */
     double rows;      /* MoE: the rows the experts take, N K if none drops */
     double moe_share; /* MoE: the share of the blocks that are MoE */
     double router, moe_mlp;
@@ -187,8 +189,16 @@ static void shape_of(const msr_plan_model_t *m, const msr_plan_layout_t *l,
      * averaged over the blocks (the layers a stage gets are priced alike) */
     if (m->experts > 0) {
         s->E = m->experts, s->K = m->top_k;
-        s->cap = ceil(m->capacity_factor * N * s->K / s->E);
-        s->rows = N * s->K < s->E * s->cap ? N * s->K : s->E * s->cap;
+        /* the runtime's dims (layout/layout.h): under cp the capacity is
+         * the micro-batch's cp N tokens', counted as one process counts
+         * it, and an expert's block in the exchanges min(cap, N) rows; a
+         * rank keeps its share, cap / cp an expert on average */
+        msr_layout_moe_dims_t d = msr_layout_moe_dims_cp(
+            (uint64_t)N, (uint64_t)cp, (uint64_t)m->experts, (uint64_t)m->top_k, m->capacity_factor,
+            (uint64_t)C, (uint64_t)s->F);
+        s->cap = (double)d.stride;
+        double kept = s->E * fmin((double)d.cap / cp, s->cap);
+        s->rows = N * s->K < kept ? N * s->K : kept;
         s->moe_share = (double)(m->layers / m->moe_every) / m->layers;
         s->router = 2 * N * C * s->E;
         s->moe_mlp = s->mlp / N * s->rows;
@@ -292,6 +302,11 @@ static void count_layer(const msr_plan_layout_t *l, const msr_plan_cluster_t *c,
      * and a write), bias adds folded into the products */
     p->layer_f.bytes += eb * (2 * 2 * Nl * C + 2 * 3 * Nl * C);
     p->layer_f.act += eb * (s->llama ? 3 : 2) * N * F / t;
+    /* a Llama turns its q and k heads by their positions in place (a read
+     * and a write), at the activations' rate: its angles' sines and
+     * cosines, as --calibrate times it */
+    if (s->llama)
+        p->layer_f.act += eb * 2 * N * (C / t + s->kvl);
     p->layer_f.kernels += 2 + 4 + (s->llama ? 3 : 1) + 2;
     msr_plan_net_t tpn =
         msr_plan_net_of(c, l->tp <= c->ranks_per_node && c->ranks_per_node % l->tp == 0);
@@ -313,6 +328,16 @@ static void count_layer(const msr_plan_layout_t *l, const msr_plan_cluster_t *c,
             msr_plan_net_of(c, (int64_t)ep * l->tp * s->cp * l->pp <= c->ranks_per_node);
         p->layer_ep_ms = share * 2 * t_alltoall(&epn, E * cap * C * eb / t, ep);
         p->layer_ep_ms += share * 0.5 * msr_plan_t_allreduce(&tpn, N * K * eb, l->tp);
+        /* under cp each rank routes its own tokens, then gathers the
+         * group's choices (N K int32 a rank) to count the capacity as one
+         * process, and sums the router's means (E doubles) for the
+         * load-balancing loss, forward only (model/moe.h) */
+        if (s->cp > 1) {
+            msr_plan_net_t cpn = msr_plan_net_of(c, (int64_t)l->tp * s->cp <= c->ranks_per_node &&
+                                                        c->ranks_per_node % (l->tp * s->cp) == 0);
+            p->layer_moe_cp_ms = share * (msr_plan_t_scatter(&cpn, s->cp * N * K * 4.0, s->cp) +
+                                          msr_plan_t_allreduce(&cpn, 8.0 * E, s->cp));
+        }
     }
 
     double act = N * C * eb;

@@ -65,7 +65,7 @@ static stage_cost_t stage_cost(const msr_plan_pieces_t *p, const msr_plan_layout
     double ringf = (with & WITH_CP) ? layers * p->ring_f_ms : 0;
     double ringb = (with & WITH_CP) ? layers * p->ring_b_ms : 0;
     if (with & WITH_EP) { /* never hidden: the experts wait for their rows */
-        ringf += layers * p->layer_ep_ms;
+        ringf += layers * (p->layer_ep_ms + p->layer_moe_cp_ms);
         ringb += layers * p->layer_ep_ms;
     }
     f = msr_plan_work_add(f, msr_plan_work_scale(p->layer_sp, layers));
@@ -271,6 +271,25 @@ static double stage_kv_sum(const msr_plan_model_t *m, const msr_plan_layout_t *l
     return (l->zero >= 2 ? l->micros : 1) * msr_plan_t_allreduce(&tpn, bytes, l->tp);
 }
 
+/* Under ZeRO-3 the first stage gathers its embedding segment over dp
+ * (x cp, its shards' group) before it sends the tied wte to the last
+ * stage after each update, and the last stage waits for both
+ * (parallel/mp_tied.c msr_mp_sync_tied): one allgather of the segment
+ * (wte's V/t rows and wpe), exposed, ms a step; 0 without the tie. */
+static double tied_z3_gather(const msr_plan_model_t *m, const msr_plan_layout_t *l,
+                             msr_plan_precision_t prec, const msr_plan_cluster_t *c)
+{
+    int cp = msr_plan_cp(l), nd = l->dp * cp;
+    if (l->pp < 2 || m->arch != MSR_PLAN_GPT || l->zero < 3 || nd < 2)
+        return 0;
+    msr_plan_part_t part;
+    msr_plan_part_of(m, l, 0, &part);
+    int64_t world = (int64_t)l->dp * l->tp * l->pp * cp;
+    msr_plan_net_t dpn = msr_plan_net_of(c, world <= c->ranks_per_node);
+    double eb = prec == MSR_PLAN_BF16 ? 2 : 4;
+    return msr_plan_t_scatter(&dpn, (double)part.embed * eb, nd);
+}
+
 /* Data parallel's costs on pipeline stage s, ms a step. */
 typedef struct stage_dp {
     double red, red_exposed; /* the gradients' reduction (ZeRO's packing in), exposed */
@@ -449,6 +468,7 @@ void msr_plan_time(const msr_plan_model_t *m, const msr_plan_layout_t *lay,
     if (l.pp > 1 && m->arch == MSR_PLAN_GPT)
         tied = 2 * msr_plan_t_p2p(&ppn, (double)m->vocab / l.tp * m->channels * eb);
     out->pp_comm_ms += tied;
+    double tied_gather = tied_z3_gather(m, &l, prec, c);
 
     /* data parallel (and a Llama's replicated kv heads' sum over tp), per
      * pipeline stage: the slowest decides */
@@ -473,9 +493,10 @@ void msr_plan_time(const msr_plan_model_t *m, const msr_plan_layout_t *lay,
         }
     }
     out->tp_comm_ms += kv_sum;
+    out->zero3_ms += tied_gather;
     out->exposed_comm_ms = out->tp_comm_ms + out->cp_comm_ms + out->ep_comm_ms + out->pp_comm_ms +
                            out->dp_exposed_ms + out->zero3_ms;
-    out->step_ms = pipe + tied + worst;
+    out->step_ms = pipe + tied + tied_gather + worst;
     out->tokens_per_s =
         out->step_ms > 0 ? micros_all * l.micro_batch * m->seq / (out->step_ms / 1e3) : 0;
 }

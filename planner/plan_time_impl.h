@@ -57,6 +57,8 @@ typedef struct msr_plan_pieces {
     double layer_tp_half_ms; /* without sp: one allreduce of half the rows (tp overlap's) */
     double layer_ep_ms;      /* one block's expert-parallel alltoalls, forward (backward: the same),
                               * averaged over the blocks as layer_f is */
+    double layer_moe_cp_ms;  /* under cp, forward only: a MoE block's choices gathered over cp
+                              * and its router's means summed, averaged alike */
     msr_plan_work_t
         attn_b_more;          /* under cp: what the ring's backward computes beyond twice attn_f */
     msr_plan_work_t sel_f;    /* what selective recompute runs again, a block (averaged as

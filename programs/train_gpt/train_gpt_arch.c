@@ -6,9 +6,10 @@
  * --trace, checkpoints and resume, safetensors export and import,
  * --dump-logits and --dump-grads, fp32 or bf16 products, --generate,
  * context parallel, the planner's --plan, --explain and --auto (fp32 or
- * bf16, every layout), Mixture-of-Experts blocks with Mixtral's SwiGLU
- * experts (--experts, --ep, as the GPT's). The CUDA trainer and
- * --calibrate run GPT blocks only, and are refused for a Llama by name. */
+ * bf16, every layout) with --calibrate timing a Llama's own kernels,
+ * Mixture-of-Experts blocks with Mixtral's SwiGLU experts (--experts,
+ * --ep, as the GPT's). The CUDA trainer runs GPT blocks only, and is
+ * refused for a Llama by name. */
 #include <inttypes.h>
 #include <stdio.h>
 #include <string.h>
@@ -28,8 +29,6 @@ static const char *missing_piece(const options_t *o)
 {
     if (strcmp(o->device, "cpu") != 0)
         return "--device cuda (the CUDA trainer's Llama kernels)";
-    if (o->calibrate != NULL || o->recalibrate)
-        return "--calibrate and --recalibrate (the kernels' rates of a Llama's block)";
     return NULL;
 }
 

@@ -40,6 +40,11 @@ typedef struct calib_noise {
 /* The buffers the kernels run on. */
 typedef struct calib_bufs {
     int N, C, V, NH, T, B;
+    /* a Llama's (--arch llama): RMSNorm, SwiGLU of width F, rotary
+     * positions (theta), grouped-query attention of KVH key/value heads,
+     * no biases; a GPT's: llama 0, KVH = NH, F = 4C */
+    int llama, KVH, F;
+    double theta;
     int N_max; /* the rows the buffers hold: N, or 2 N where that fits */
     float *inp, *weight, *bias, *out, *dout, *dinp, *dweight, *dbias;
     float *mean, *rstd, *att, *scratch;
@@ -71,6 +76,12 @@ typedef enum calib_kind {
     K_RESIDUAL,
     K_RING_FWD,
     K_RING_BWD,
+    /* a Llama's element-wise kernels */
+    K_RMS_FWD,
+    K_RMS_BWD,
+    K_SWIGLU_FWD,
+    K_SWIGLU_BWD,
+    K_ROPE, /* q's heads, then k's, as the block turns them */
 } calib_kind_t;
 
 typedef struct calib_call {
@@ -85,7 +96,7 @@ typedef struct calib_compute {
     double attn_flops_s;   /* attention's (its own loops), FLOP/s */
     double ring_flops_s;   /* ring attention's, a pair of chunks of T / 4 positions */
     double mem_bytes_s;    /* the element-wise kernels' bytes moved per second */
-    double act_bytes_s;    /* of GELU's */
+    double act_bytes_s;    /* of GELU's (a Llama's: SwiGLU's and the rotary positions') */
     double kernel_s;       /* one smallest call, seconds */
     double rows_half;      /* the matmuls' rate on N rows is N / (N + this) of their
                             * rate on many (0: no slower on fewer) */

@@ -80,6 +80,13 @@ int calib_cache_init(calib_cache_t *cc, const options_t *o, int ranks, int ranks
              " micro-batch %" PRId64 " threads %" PRId64 "; offload-dir %s",
              MSR_VERSION_STRING, cpu, sysconf(_SC_NPROCESSORS_ONLN), ranks, ranks_per_node,
              o->layers, o->channels, o->heads, o->seq, o->micro_batch, o->threads, disk);
+    /* a Llama's kernels are others at other shapes: its own key (a GPT's
+     * is as it was, so its cached files stay valid) */
+    size_t kl = strlen(cc->key);
+    if (strcmp(o->arch, "llama") == 0 && kl < sizeof cc->key)
+        snprintf(cc->key + kl, sizeof cc->key - kl,
+                 "; arch llama ffn %" PRId64 " kv-heads %" PRId64 " rope-theta %.17g", o->ffn,
+                 o->kv_heads, o->rope_theta);
     uint64_t h = msr_fnv1a_str(MSR_FNV1A_INIT, cc->key);
     n = snprintf(cc->path, sizeof cc->path, "%s/calibration-%016" PRIx64, cc->dir, h);
     return n < 0 || (size_t)n >= sizeof cc->path ? -1 : 0;

@@ -1,6 +1,7 @@
 /* train_gpt --calibrate: timing train_gpt's own kernels at the model's
- * shapes (peak_tflops, attn_tflops, ring_tflops, mem_gbs, act_gbs,
- * kernel_us, mm_rows_half, ring_chunk_half; train_gpt_calibrate.c says how). */
+ * shapes, a GPT's or a Llama's (peak_tflops, attn_tflops, ring_tflops,
+ * mem_gbs, act_gbs, kernel_us, mm_rows_half, ring_chunk_half;
+ * train_gpt_calibrate.c says how). */
 #include <errno.h>
 #include <inttypes.h>
 #include <math.h>
@@ -17,23 +18,63 @@
 #include "model/layers.h"
 #include "programs/train_gpt/train_gpt_calib.h"
 
+/* A Llama's element-wise kernels (calib_run's). */
+static void calib_run_llama(const calib_bufs_t *b, const calib_call_t *k)
+{
+    int HS = b->C / b->NH, qkv = b->C + 2 * b->KVH * HS;
+    switch (k->kind) {
+    case K_RMS_FWD:
+        msr_rmsnorm_forward(b->out, b->rstd, b->inp, b->weight, b->N, b->C);
+        break;
+    case K_RMS_BWD:
+        msr_rmsnorm_backward(b->dinp, b->dweight, b->dout, b->inp, b->weight, b->rstd, b->N, b->C);
+        break;
+    case K_SWIGLU_FWD:
+        msr_swiglu_forward(b->out, b->inp, b->N, b->F);
+        break;
+    case K_SWIGLU_BWD:
+        msr_swiglu_backward(b->dinp, b->inp, b->dout, b->N, b->F);
+        break;
+    default: /* K_ROPE: in place on qkv (N, C + 2 KVC); a turn keeps the values' sizes */
+        msr_rope_forward(b->inp, qkv, b->B, b->T, 0, b->NH, HS, b->theta, 1);
+        msr_rope_forward(b->inp + b->C, qkv, b->B, b->T, 0, b->KVH, HS, b->theta, 1);
+        break;
+    }
+}
+
 void calib_run(const calib_bufs_t *b, const calib_call_t *k)
 {
     size_t nc = (size_t)b->N * (size_t)b->C;
+    const float *bias = b->llama ? NULL : b->bias; /* a Llama's products have none */
     switch (k->kind) {
     case K_MM_FWD:
-        msr_matmul_forward(NULL, b->out, b->inp, b->weight, b->bias, k->N, k->IC, k->OC);
+        msr_matmul_forward(NULL, b->out, b->inp, b->weight, bias, k->N, k->IC, k->OC);
         break;
     case K_MM_BWD:
-        msr_matmul_backward(NULL, b->dinp, b->dweight, b->dbias, b->dout, b->inp, b->weight, k->N,
-                            k->IC, k->OC);
+        msr_matmul_backward(NULL, b->dinp, b->dweight, b->llama ? NULL : b->dbias, b->dout, b->inp,
+                            b->weight, k->N, k->IC, k->OC);
         break;
     case K_ATTN_FWD:
-        msr_attention_forward(NULL, b->out, b->att, b->inp, b->B, b->T, b->C, b->NH);
+        if (b->llama)
+            msr_attention_gqa_forward(NULL, b->out, b->att, b->inp, b->B, b->T, b->C, b->NH,
+                                      b->KVH);
+        else
+            msr_attention_forward(NULL, b->out, b->att, b->inp, b->B, b->T, b->C, b->NH);
         break;
     case K_ATTN_BWD:
-        msr_attention_backward(NULL, b->dinp, b->scratch, b->dout, b->inp, b->att, b->B, b->T, b->C,
-                               b->NH);
+        if (b->llama)
+            msr_attention_gqa_backward(NULL, b->dinp, b->scratch, b->dout, b->inp, b->att, b->B,
+                                       b->T, b->C, b->NH, b->KVH);
+        else
+            msr_attention_backward(NULL, b->dinp, b->scratch, b->dout, b->inp, b->att, b->B, b->T,
+                                   b->C, b->NH);
+        break;
+    case K_RMS_FWD:
+    case K_RMS_BWD:
+    case K_SWIGLU_FWD:
+    case K_SWIGLU_BWD:
+    case K_ROPE:
+        calib_run_llama(b, k);
         break;
     case K_LN_FWD:
         msr_layernorm_forward(b->out, b->mean, b->rstd, b->inp, b->weight, b->bias, b->N, b->C);
@@ -163,6 +204,10 @@ int calib_bufs_init(calib_bufs_t *b, const options_t *o)
     b->C = (int)o->channels;
     b->NH = (int)o->heads;
     b->V = MSR_GPT_VOCAB;
+    b->llama = strcmp(o->arch, "llama") == 0;
+    b->KVH = b->llama ? (int)o->kv_heads : b->NH;
+    b->F = b->llama ? (int)o->ffn : 4 * b->C;
+    b->theta = o->rope_theta;
     b->T = (int)o->seq;
     int64_t B = o->micro_batch;
     while (B > 1 && B * o->seq > CALIB_MAX_ROWS)
@@ -172,8 +217,11 @@ int calib_bufs_init(calib_bufs_t *b, const options_t *o)
     /* room for twice the rows, to see the rate change with them */
     b->N_max = 2 * b->N <= CALIB_MAX_ROWS ? 2 * b->N : b->N;
     size_t C = (size_t)b->C, N = (size_t)b->N_max;
-    size_t wide = 4 * C > (size_t)b->V ? 4 * C : (size_t)b->V; /* the widest output */
-    size_t acts = N * (wide > 3 * C ? wide : 3 * C);           /* qkv (N,3C), fc (N,4C) */
+    /* the widest output: fc (N,4C), a Llama's gate and up (N,2F), the head's */
+    size_t wide = 4 * C > (size_t)b->V ? 4 * C : (size_t)b->V;
+    if (2 * (size_t)b->F > wide)
+        wide = 2 * (size_t)b->F;
+    size_t acts = N * (wide > 3 * C ? wide : 3 * C); /* and qkv (N,3C) at most */
     size_t w = C * wide;
     size_t att = (size_t)b->B * (size_t)b->NH * (size_t)b->T * (size_t)b->T;
     b->S = b->T / 4 > 0 ? b->T / 4 : 1; /* its scratch, 2 S^2, fits T^2 */
@@ -223,11 +271,16 @@ int calib_bufs_init(calib_bufs_t *b, const options_t *o)
 static double calib_mm_rate(const calib_bufs_t *b, int rows, double L, double *flops_p,
                             double *secs_p)
 {
-    /* a block's matmuls, then the head (tied to wte, no bias) */
-    const calib_call_t mm[5] = {{K_MM_FWD, rows, b->C, 3 * b->C},
+    /* a block's matmuls, then the head (a GPT's tied to wte, no bias; a
+     * Llama's its own): qkv (C + 2 KVC wide), the attention's projection,
+     * the MLP's two (a GPT's fc to 4C and back; a Llama's gate and up
+     * together to 2F, down from F) */
+    int qkv = b->C + 2 * b->KVH * (b->C / b->NH);
+    int up = b->llama ? 2 * b->F : b->F, down = b->F;
+    const calib_call_t mm[5] = {{K_MM_FWD, rows, b->C, qkv},
                                 {K_MM_FWD, rows, b->C, b->C},
-                                {K_MM_FWD, rows, b->C, 4 * b->C},
-                                {K_MM_FWD, rows, 4 * b->C, b->C},
+                                {K_MM_FWD, rows, b->C, up},
+                                {K_MM_FWD, rows, down, b->C},
                                 {K_MM_FWD, rows, b->C, b->V}};
     double flops = 0, secs = 0;
     for (int i = 0; i < 5; i++) {
@@ -317,26 +370,39 @@ int calib_compute(const options_t *o, calib_compute_t *r)
         double icpt = 1.0 / r->ring_flops_s - slope / b.S;
         r->ring_half = slope > 0 && icpt > 0 ? slope / icpt : 0;
     }
-    /* element-wise: bytes each call reads and writes (fp32) */
-    double nc = N * C;
+    /* element-wise: bytes each call reads and writes (fp32); a Llama's
+     * norms are RMSNorms, its activation SwiGLU (F wide), and it turns q
+     * and k by their positions (C + KVC a row, read and written) */
+    double nc = N * C, nf = N * b.F, qk = N * (C + (double)b.KVH * (b.C / b.NH));
     const struct {
         calib_kind_t kind;
         double bytes;
-    } ew[] = {
-        {K_LN_FWD, 4.0 * (2 * nc + 2 * N + 2 * C)}, /* inp; out, mean, rstd */
-        {K_LN_BWD, 4.0 * (4 * nc + 2 * N + 5 * C)}, /* dout, inp, dinp r/w */
-        {K_GELU_FWD, 4.0 * (2 * 4 * nc)},           /* inp; out */
-        {K_GELU_BWD, 4.0 * (4 * 4 * nc)},           /* inp, dout, dinp r/w */
-        {K_RESIDUAL, 4.0 * (3 * nc)},               /* a, b; out */
-    };
-    /* GELU's tanh makes it several times slower per byte than the norms
-     * and adds: its own rate (act_gbs) */
+        int act; /* priced at act_gbs */
+    } gpt[] =
+        {
+            {K_LN_FWD, 4.0 * (2 * nc + 2 * N + 2 * C), 0}, /* inp; out, mean, rstd */
+            {K_LN_BWD, 4.0 * (4 * nc + 2 * N + 5 * C), 0}, /* dout, inp, dinp r/w */
+            {K_GELU_FWD, 4.0 * (2 * 4 * nc), 1},           /* inp; out */
+            {K_GELU_BWD, 4.0 * (4 * 4 * nc), 1},           /* inp, dout, dinp r/w */
+            {K_RESIDUAL, 4.0 * (3 * nc), 0},               /* a, b; out */
+        },
+      llama[] = {
+          {K_RMS_FWD, 4.0 * (2 * nc + N + C), 0},     /* inp; out, rstd */
+          {K_RMS_BWD, 4.0 * (4 * nc + N + 3 * C), 0}, /* dout, inp, dinp r/w */
+          {K_SWIGLU_FWD, 4.0 * (3 * nf), 1},          /* gate, up; out */
+          {K_SWIGLU_BWD, 4.0 * (7 * nf), 1},          /* gate, up, dout, dinp r/w */
+          {K_ROPE, 4.0 * (2 * qk), 1},                /* q and k r/w */
+          {K_RESIDUAL, 4.0 * (3 * nc), 0},            /* a, b; out */
+      };
+    /* GELU's tanh (SwiGLU's exp, rotary's angles) makes it several times
+     * slower per byte than the norms and adds: its own rate (act_gbs) */
     double bytes = 0, act_bytes = 0, act_secs = 0;
     secs = 0;
-    for (size_t i = 0; i < sizeof ew / sizeof ew[0]; i++) {
-        calib_call_t k = {ew[i].kind, 0, 0, 0};
-        int act = ew[i].kind == K_GELU_FWD || ew[i].kind == K_GELU_BWD;
-        *(act ? &act_bytes : &bytes) += ew[i].bytes;
+    size_t n_ew = b.llama ? sizeof llama / sizeof llama[0] : sizeof gpt / sizeof gpt[0];
+    for (size_t i = 0; i < n_ew; i++) {
+        calib_call_t k = {b.llama ? llama[i].kind : gpt[i].kind, 0, 0, 0};
+        int act = b.llama ? llama[i].act : gpt[i].act;
+        *(act ? &act_bytes : &bytes) += b.llama ? llama[i].bytes : gpt[i].bytes;
         *(act ? &act_secs : &secs) += calib_time(&b, &k);
     }
     r->mem_bytes_s = bytes / secs;

@@ -35,18 +35,28 @@ static size_t calib_frame_floats(const calib_bufs_t *b)
     return 3 * N * C + (size_t)b->B * b->NH * (size_t)b->T * b->T + N * C + N * C + 4 * N * C;
 }
 
+/* A Llama's frames: its grouped-query attention (its qkv fits in 3 N C),
+ * its products without bias. */
 static void calib_frame_fwd(const calib_bufs_t *b, const calib_frame_t *f)
 {
-    msr_attention_forward(NULL, f->y, f->att, f->qkv, b->B, b->T, b->C, b->NH);
-    msr_matmul_forward(NULL, f->h, f->x, b->weight, b->bias, b->N, b->C, 4 * b->C);
+    if (b->llama)
+        msr_attention_gqa_forward(NULL, f->y, f->att, f->qkv, b->B, b->T, b->C, b->NH, b->KVH);
+    else
+        msr_attention_forward(NULL, f->y, f->att, f->qkv, b->B, b->T, b->C, b->NH);
+    msr_matmul_forward(NULL, f->h, f->x, b->weight, b->llama ? NULL : b->bias, b->N, b->C,
+                       4 * b->C);
 }
 
 static void calib_frame_bwd(const calib_bufs_t *b, const calib_frame_t *f)
 {
-    msr_matmul_backward(NULL, b->dinp, b->dweight, b->dbias, b->dout, f->x, b->weight, b->N, b->C,
-                        4 * b->C);
-    msr_attention_backward(NULL, b->dinp, b->scratch, b->dout, f->qkv, f->att, b->B, b->T, b->C,
-                           b->NH);
+    msr_matmul_backward(NULL, b->dinp, b->dweight, b->llama ? NULL : b->dbias, b->dout, f->x,
+                        b->weight, b->N, b->C, 4 * b->C);
+    if (b->llama)
+        msr_attention_gqa_backward(NULL, b->dinp, b->scratch, b->dout, f->qkv, f->att, b->B, b->T,
+                                   b->C, b->NH, b->KVH);
+    else
+        msr_attention_backward(NULL, b->dinp, b->scratch, b->dout, f->qkv, f->att, b->B, b->T, b->C,
+                               b->NH);
 }
 
 typedef struct calib_frames {

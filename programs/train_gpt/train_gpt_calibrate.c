@@ -1,6 +1,9 @@
 /* train_gpt --calibrate: measures this machine for the planner's time
  * model (planner/plan.h's cluster, docs/plan.md "Calibrate") through
- * train_gpt's own kernels and communicator, a few seconds in all:
+ * train_gpt's own kernels and communicator, a few seconds in all; a
+ * Llama's (--arch llama) are its own kernels at its shapes: RMSNorm for
+ * layernorm, SwiGLU and the rotary positions for GELU, grouped-query
+ * attention, its products without bias (gate and up, down; its own head):
  *
  *   peak_tflops     the matmuls' FLOPs of a forward and backward pass over
  *                   the time train_gpt's kernels take for them at the
@@ -91,6 +94,25 @@ static void calib_put_cold(const calib_cold_t *cold, calib_t *k)
     }
 }
 
+/* The bytes the bandwidth's allreduce moves: the model's gradients, in
+ * [CALIB_MIN_COMM_BYTES, CALIB_MAX_COMM_BYTES]. The job's vocabulary:
+ * --vocab, else bytes' (a token file's own V is a guess's worth of the
+ * gradients' size, clamped below). */
+static size_t calib_comm_bytes(const options_t *o)
+{
+    size_t V = o->vocab > 0 ? (size_t)o->vocab : (size_t)MSR_GPT_VOCAB;
+    size_t C = (size_t)o->channels, block = 12 * C * C, ends = V * C;
+    if (strcmp(o->arch, "llama") == 0) { /* GQA's k and v, SwiGLU's three, the own head */
+        size_t kvc = (size_t)o->kv_heads * (C / (size_t)o->heads);
+        block = C * (C + 2 * kvc) + C * C + 3 * C * (size_t)o->ffn;
+        ends = 2 * V * C;
+    }
+    size_t bytes = ((size_t)o->layers * block + ends) * sizeof(float);
+    if (bytes < CALIB_MIN_COMM_BYTES)
+        bytes = CALIB_MIN_COMM_BYTES;
+    return bytes > CALIB_MAX_COMM_BYTES ? CALIB_MAX_COMM_BYTES : bytes;
+}
+
 int train_gpt_calibrate(const options_t *o, const job_t *job, msr_comm_t *comm, calib_t *out)
 {
     calib_t k;
@@ -163,16 +185,7 @@ int train_gpt_calibrate(const options_t *o, const job_t *job, msr_comm_t *comm, 
         k.measured |= 1u << CALIB_MEM;
     }
     if (comm != NULL && msr_comm_size(comm) > 1) {
-        /* the job's vocabulary: --vocab, else bytes' (a token file's own
-         * V is a guess's worth of the gradients' size, clamped below) */
-        size_t V = o->vocab > 0 ? (size_t)o->vocab : (size_t)MSR_GPT_VOCAB;
-        size_t bytes = ((size_t)o->layers * 12 * (size_t)o->channels * (size_t)o->channels +
-                        V * (size_t)o->channels) *
-                       sizeof(float);
-        if (bytes < CALIB_MIN_COMM_BYTES)
-            bytes = CALIB_MIN_COMM_BYTES;
-        if (bytes > CALIB_MAX_COMM_BYTES)
-            bytes = CALIB_MAX_COMM_BYTES;
+        size_t bytes = calib_comm_bytes(o);
         k.comm_bytes = bytes;
         if (calib_comm(o, comm, job, bytes, &k.c, &k.measured) != 0)
             return -1;
@@ -310,18 +323,21 @@ int train_gpt_calibrate_text(const options_t *o, const calib_t *k, char *buf, si
     if (n < 0 || (size_t)n >= sizeof body)
         return -1;
     size_t at = 0;
-    char runs[64] = "";
+    char runs[64] = "", arch[128] = "";
+    if (strcmp(o->arch, "llama") == 0)
+        snprintf(arch, sizeof arch, "arch llama ffn %" PRId64 " kv-heads %" PRId64 " ", o->ffn,
+                 o->kv_heads);
     if (k->runs > 1)
         snprintf(runs, sizeof runs, "; each key the median of %d calibrations", k->runs);
     int w = snprintf(buf, len,
-                     "# train_gpt --calibrate: %d rank%s, %d per node, %.1f s; kernels at layers "
-                     "%" PRId64 " channels %" PRId64 " heads %" PRId64 " seq %" PRId64 ", %" PRId64
-                     " rows; allreduce of %zu bytes%s\n"
+                     "# train_gpt --calibrate: %d rank%s, %d per node, %.1f s; kernels at %s"
+                     "layers %" PRId64 " channels %" PRId64 " heads %" PRId64 " seq %" PRId64
+                     ", %" PRId64 " rows; allreduce of %zu bytes%s\n"
                      "# a pass's matmuls and attention together: %.4g TFLOP/s; repeated "
                      "timings' noise %.2g%% (rounds of %g ms)\n",
-                     k->ranks, k->ranks == 1 ? "" : "s", k->c.ranks_per_node, k->seconds, o->layers,
-                     o->channels, o->heads, o->seq, k->rows, k->comm_bytes, runs, k->blend_tflops,
-                     100 * k->noise, k->round_ms);
+                     k->ranks, k->ranks == 1 ? "" : "s", k->c.ranks_per_node, k->seconds, arch,
+                     o->layers, o->channels, o->heads, o->seq, k->rows, k->comm_bytes, runs,
+                     k->blend_tflops, 100 * k->noise, k->round_ms);
     if (w < 0 || (size_t)w >= len)
         return -1;
     at = (size_t)w;

@@ -7,7 +7,9 @@
 # that cannot be written is one line and exit status 2, alone and under
 # msrun, and leaves no file. With --offload-dir the disk's rates are
 # measured there (positive, the directory left empty), without it marked
-# not measured; a directory that is not there is refused the same way.
+# not measured; a directory that is not there is refused the same way. A
+# Llama's calibration times its own kernels (its file and cache key name
+# them) and its rates are sane.
 set -euo pipefail
 bin="$MSRUN_BUILD/bin"
 source "$(dirname "$0")/job_env.sh"
@@ -94,6 +96,54 @@ for k in mem_gib peak_tflops attn_tflops ring_tflops mem_gbs act_gbs kernel_us c
 for k in latency_us intra_gbs inter_gbs idle_lend ring_step_us disk_read_gbs disk_write_gbs; do
     grep -q "^# $k = .*(not measured" "$work/c1" || fail "alone: $k not marked: $(cat "$work/c1")"
 done
+
+# a Llama's own kernels (RMSNorm, SwiGLU, rotary, grouped-query attention,
+# products without bias, its own head) at its shapes, on 2 ranks: the file
+# names the architecture, the allreduce moves the Llama's gradients (2
+# blocks of q, k, v, o and SwiGLU's three, the embedding and the head:
+# 1712128 bytes at channels 128, 2 kv heads of 4, ffn 344), every rate is
+# positive, finite and under what this machine's cores could do at most
+# (64 FLOPs and 128 bytes a cycle at 6 GHz each), a call under one timed
+# round, the rows and the ring's chunk the model's
+llama=(--arch llama --layers 2 --channels 128 --heads 4 --kv-heads 2 --ffn 344 --seq 16 --micro-batch 4)
+msrun_n 2 "${llama[@]}" --calibrate "$work/cl" >/dev/null 2>"$work/err" ||
+    fail "--arch llama --calibrate: $(tail -5 "$work/err")"
+C=128 F=344 KVC=64 V=256
+grad=$(((2 * (C * (C + 2 * KVC) + C * C + 3 * C * F) + 2 * V * C) * 4))
+grep -q "^# train_gpt --calibrate: 2 ranks, .*; kernels at arch llama ffn 344 kv-heads 2 layers 2 channels 128 heads 4 seq 16, $((mb * seq)) rows; allreduce of $grad bytes$" \
+    "$work/cl" || fail "llama: the header: $(head -1 "$work/cl")"
+positive latency_us "$work/cl"
+positive intra_gbs "$work/cl"
+ncores=$(getconf _NPROCESSORS_ONLN)
+within() { # within KEY MAX FILE
+    local v
+    positive "$1" "$3"
+    v=$(value "$1" "$3")
+    awk -v v="$v" -v m="$2" 'BEGIN { exit !(v + 0 < m + 0 && v != "inf" && v != "nan") }' ||
+        fail "$3: $1 = $v, not under $2"
+}
+for k in peak_tflops attn_tflops ring_tflops; do within $k "$(awk -v n="$ncores" 'BEGIN { print n * 64 * 6e9 / 1e12 }')" "$work/cl"; done
+for k in mem_gbs act_gbs; do within $k "$(awk -v n="$ncores" 'BEGIN { print n * 128 * 6e9 / 1e9 }')" "$work/cl"; done
+within kernel_us 20000 "$work/cl"
+[[ $(value mm_rows "$work/cl") == $((mb * seq)) && $(value ring_chunk "$work/cl") == $((seq / 4)) ]] ||
+    fail "llama: rows or chunk: $(cat "$work/cl")"
+# the planner prices a Llama from it
+"$bin/plan_gpt" --arch llama --layers 2 --channels 128 --heads 4 --kv-heads 2 --ffn 344 --seq 16 \
+    --world 2 --global-batch 8 --cluster "$work/cl" --top 1 >"$work/plan" 2>&1 ||
+    fail "plan_gpt --arch llama --cluster: $(cat "$work/plan")"
+# --plan's own calibration is cached under a key of its own: a GPT of the
+# same shape measures again, the Llama then reuses its own
+export XDG_CACHE_HOME="$work/cache"
+plan1() { timeout 60 "$bin/train_gpt" "$@" --global-batch 8 --plan >"$work/out" 2>"$work/err"; }
+plan1 "${llama[@]}" || fail "llama --plan: $(cat "$work/err")"
+grep -q "^train_gpt: calibrated 1 rank" "$work/err" || fail "llama --plan: $(cat "$work/err")"
+plan1 --layers 2 --channels 128 --heads 4 --seq 16 --micro-batch 4 || fail "gpt --plan: $(cat "$work/err")"
+grep -q "^train_gpt: calibrated 1 rank" "$work/err" || fail "the GPT reused the Llama's: $(cat "$work/err")"
+plan1 "${llama[@]}" || fail "llama --plan again: $(cat "$work/err")"
+grep -q "^train_gpt: the calibration cached in .* is reused" "$work/err" ||
+    fail "the Llama's not reused: $(cat "$work/err")"
+head -qn1 "$work"/cache/msrun/calibration-* | grep -q "; arch llama ffn 344 kv-heads 2 rope-theta " ||
+    fail "no Llama key: $(head -qn1 "$work"/cache/msrun/calibration-*)"
 
 # bad input: one line, exit 2, no file
 rc=0
