@@ -4,7 +4,10 @@
 # a middle relay, which serves a node of its own too): the job forms
 # through it, the coordinator recording the middle relay for every node,
 # and runs to the end; the middle relay killed while the job runs: the
-# whole subtree calls the coordinator itself and the job ends well.
+# whole subtree calls the coordinator itself and the job ends well; then
+# rdzv_scale --relay_levels (bench/rdzv): 2,048 simulated nodes through two
+# levels of relays of 32 (64 relays under 2), every node given a rank of
+# its own, and 4 levels (the bound) served where 5 are refused up front.
 . "$(dirname "$0")/lib.sh"
 unset MSRUN_MASTER_ADDR MSRUN_MASTER_PORT MSRUN_TOKEN MSRUN_TOKEN_FILE MSRUN_JOB_ID MSRUN_RELAY \
     MSRUN_RELAYS
@@ -83,4 +86,25 @@ kill -TERM "$leaf_PID"
 wait_pid "$leaf_PID" 20
 expect_code 0 "the leaf relay, its relay above gone"
 ok "the middle relay killed mid-job: its subtree called the coordinator, the job ended well"
+
+# 3. the simulation through relays of relays, at the depth bound and past
+SCALE=$BUILD/bin/rdzv_scale
+[ -x "$SCALE" ] || fail "no $SCALE"
+CODE=0
+env -u MSRUN_TOKEN_FILE timeout -k 5 60 "$SCALE" --nodes 2048 --relay 32 --relay_levels 2 >"$TMP/scale.out" \
+    2>"$TMP/scale.err" || CODE=$?
+[ "$CODE" -eq 0 ] || fail "rdzv_scale --relay_levels 2 exited $CODE: $(tail -3 "$TMP/scale.err")"
+grep -q "nodes=2048 .*conns=2 .*mode=relay2" "$TMP/scale.out" ||
+    fail "no line for 2,048 nodes through two levels: $(cat "$TMP/scale.out")"
+CODE=0
+env -u MSRUN_TOKEN_FILE timeout -k 5 60 "$SCALE" --nodes 81 --relay 3 --relay_levels 4 >"$TMP/scale.out" \
+    2>"$TMP/scale.err" || CODE=$?
+[ "$CODE" -eq 0 ] || fail "rdzv_scale --relay_levels 4 exited $CODE: $(tail -3 "$TMP/scale.err")"
+grep -q "nodes=81 .*conns=1 .*mode=relay4" "$TMP/scale.out" ||
+    fail "no line for 81 nodes through four levels: $(cat "$TMP/scale.out")"
+CODE=0
+env -u MSRUN_TOKEN_FILE "$SCALE" --nodes 16 --relay 2 --relay_levels 5 >"$TMP/scale.out" 2>"$TMP/scale.err" || CODE=$?
+[ "$CODE" -eq 2 ] && grep -q "relay_levels takes 1 to 4" "$TMP/scale.err" ||
+    fail "5 levels of relays were not refused: $CODE $(cat "$TMP/scale.err")"
+ok "rdzv_scale: 2,048 nodes through two levels, 81 through four, five refused"
 no_leftovers "relays of relays"
