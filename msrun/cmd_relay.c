@@ -9,6 +9,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "base/alloc.h"
 #include "base/err.h"
 #include "base/log.h"
 #include "base/optparse.h"
@@ -82,6 +83,22 @@ static void relay_usage(FILE *out)
                  "\n"
                  "options:\n");
     msr_opts_usage(&relay_set, out);
+}
+
+/* --coordinator's HOST:PORT (a port of 1..65535: the coordinator's or an
+ * upper relay's) and --bind's (0..65535); 0, or -1 with the error printed. */
+static int check_addresses(const relay_args_t *a)
+{
+    char *host = NULL;
+    int port = 0;
+    if (msr_opts_hostport(a->coordinator, "--coordinator", 1, 65535, &host, &port) != MSR_OK ||
+        (a->bind && msr_opts_hostport(a->bind, "--bind", 0, 65535, &host, &port) != MSR_OK)) {
+        fprintf(stderr, "msrun relay: error: %s\n", msr_err_msg());
+        msr_free(host);
+        return -1;
+    }
+    msr_free(host);
+    return 0;
 }
 
 /* Serves until a signal: 0, or 1 when it could not start. */
@@ -160,6 +177,8 @@ int msr_relay_main(int argc, char **argv)
                             "HOST:PORT\n");
             break;
         }
+        if (check_addresses(&a) != 0)
+            break;
         if (msr_options_need_token("msrun relay", &a.token, a.token_file) != 0)
             break;
         msr_log_init("msrun-relay", -1, -1);

@@ -7,7 +7,9 @@
 # whole subtree calls the coordinator itself and the job ends well; then
 # rdzv_scale --relay_levels (bench/rdzv): 2,048 simulated nodes through two
 # levels of relays of 32 (64 relays under 2), every node given a rank of
-# its own, and 4 levels (the bound) served where 5 are refused up front.
+# its own, and 4 levels (the bound) served where 5 are refused up front;
+# a relay's address that is not HOST:PORT refused as bad input (exit 2):
+# a node's --relay, a relay's --coordinator (port 65536) and --bind.
 . "$(dirname "$0")/lib.sh"
 unset MSRUN_MASTER_ADDR MSRUN_MASTER_PORT MSRUN_TOKEN MSRUN_TOKEN_FILE MSRUN_JOB_ID MSRUN_RELAY \
     MSRUN_RELAYS
@@ -21,12 +23,14 @@ chmod +x "$TMP/hold.sh"
 # start_relay NAME UP_PORT SUBTREE: a relay sending its batches to the
 # coordinator or relay at UP_PORT; sets NAME_PID and NAME_PORT
 start_relay() {
+    : >"$TMP/$1.ready" # a ready line of an earlier relay of this name must not count
     env MSRUN_TEST_MARKER="$MARKER" "$MSRUN" relay --coordinator "127.0.0.1:$2" \
         --bind 127.0.0.1:0 --relay_id "$1" --subtree "$3" --ready_fd 3 \
         3>"$TMP/$1.ready" >"$TMP/$1.out" 2>"$TMP/$1.err" &
     eval "$1_PID=$!"
     wait_for "port" "$TMP/$1.ready" 20 || fail "relay $1 did not start"
     eval "$1_PORT=$(awk '/^port/ { print $2 }' "$TMP/$1.ready")"
+    [ -n "$(eval echo "\$$1_PORT")" ] || fail "relay $1 gave no port"
 }
 
 # start_tree JOB: the coordinator's port, relays mid (3 nodes) and leaf (2
@@ -107,4 +111,22 @@ env -u MSRUN_TOKEN_FILE "$SCALE" --nodes 16 --relay 2 --relay_levels 5 >"$TMP/sc
 [ "$CODE" -eq 2 ] && grep -q "relay_levels takes 1 to 4" "$TMP/scale.err" ||
     fail "5 levels of relays were not refused: $CODE $(cat "$TMP/scale.err")"
 ok "rdzv_scale: 2,048 nodes through two levels, 81 through four, five refused"
+
+# 4. addresses that are not HOST:PORT: bad input, said so, exit 2
+expect_bad() { # WHAT NEEDLE COMMAND...
+    local what=$1 needle=$2
+    shift 2
+    CODE=0
+    env MSRUN_TOKEN=tok "$@" >"$TMP/bad.out" 2>"$TMP/bad.err" </dev/null || CODE=$?
+    [ "$CODE" -eq 2 ] && grep -q -- "$needle" "$TMP/bad.err" ||
+        fail "$what: exit $CODE, $(cat "$TMP/bad.err")"
+}
+unset MSRUN_TOKEN_FILE
+expect_bad "--relay without a port" "--relay=127.0.0.1: is not HOST:PORT" \
+    "$MSRUN" --relay 127.0.0.1: --master_addr 127.0.0.1 --master_port 29400 true
+expect_bad "a relay's upper relay at port 65536" "--coordinator=127.0.0.1:65536 is not" \
+    "$MSRUN" relay --coordinator 127.0.0.1:65536
+expect_bad "a relay's --bind without a port" "--bind=127.0.0.1 is not HOST:PORT" \
+    "$MSRUN" relay --coordinator 127.0.0.1:65535 --bind 127.0.0.1
+ok "a relay's address that is not HOST:PORT: refused, exit 2"
 no_leftovers "relays of relays"
