@@ -19,6 +19,7 @@
 #include "base/map.h"
 #include "base/util.h"
 #include "cluster/coord_internal.h"
+#include "rendezvous/relay.h"
 
 typedef struct batch batch_t;
 
@@ -221,28 +222,6 @@ static const char *relay_peer(const msr_coord_t *c, void *call)
     return p ? p : "a relay";
 }
 
-/* A node named in entry k: "id:<node_id>" or, for a first join, "hp:<host>
- * <pid>", into key. */
-static void entry_key(msr_rpc_method_t m, const ProtobufCMessage *req, char *key, size_t len)
-{
-    const char *id = NULL;
-    if (m == MSR_RPC_JOIN) {
-        const Msr__JoinRequest *j = (const Msr__JoinRequest *)req;
-        if (j->node_id == NULL || *j->node_id == '\0') {
-            snprintf(key, len, "hp:%.200s %d", j->host ? j->host : "", j->pid);
-            return;
-        }
-        id = j->node_id;
-    } else if (m == MSR_RPC_HEARTBEAT) {
-        id = ((const Msr__HeartbeatRequest *)req)->node_id;
-    } else if (m == MSR_RPC_REPORT) {
-        id = ((const Msr__ReportRequest *)req)->node_id;
-    } else {
-        id = ((const Msr__LeaveRequest *)req)->node_id;
-    }
-    snprintf(key, len, "id:%.200s", id ? id : "");
-}
-
 static const char *node_id_of(msr_rpc_method_t m, const ProtobufCMessage *req)
 {
     switch (m) {
@@ -255,67 +234,6 @@ static const char *node_id_of(msr_rpc_method_t m, const ProtobufCMessage *req)
     default:
         return NULL;
     }
-}
-
-/* Checks the batch as a whole and unpacks its entries into reqs; on a
- * refusal fills why and returns -1 (what was unpacked is the caller's). */
-static int batch_check(const Msr__RelayRequest *req, ProtobufCMessage **reqs, char *why,
-                       size_t wlen)
-{
-    const char *rid = req->relay_id ? req->relay_id : "";
-    if (*rid == '\0' || strlen(rid) > MSR_RELAY_ID_MAX) {
-        snprintf(why, wlen, "a relay's id must have 1 to %d bytes", MSR_RELAY_ID_MAX);
-        return -1;
-    }
-    if (req->n_calls == 0 || req->n_calls > MSR_RELAY_BATCH_MAX) {
-        snprintf(why, wlen, "relay %s: a batch of %zu calls; a batch has 1 to %d", rid,
-                 req->n_calls, MSR_RELAY_BATCH_MAX);
-        return -1;
-    }
-    if (req->subtree > MSR_RELAY_SUBTREE_MAX || req->n_calls > req->subtree) {
-        snprintf(why, wlen,
-                 "relay %s: %zu calls for a subtree of %u nodes (at most one call a node, and "
-                 "at most %d nodes in a subtree)",
-                 rid, req->n_calls, req->subtree, MSR_RELAY_SUBTREE_MAX);
-        return -1;
-    }
-    msr_map_t seen;
-    memset(&seen, 0, sizeof seen);
-    int rc = 0;
-    for (size_t k = 0; rc == 0 && k < req->n_calls; k++) {
-        const Msr__RelayCall *e = req->calls[k];
-        msr_rpc_method_t m = (msr_rpc_method_t)e->method;
-        if (m != MSR_RPC_JOIN && m != MSR_RPC_HEARTBEAT && m != MSR_RPC_REPORT &&
-            m != MSR_RPC_LEAVE) {
-            snprintf(why, wlen,
-                     "relay %s: call %zu has method %u; a relay carries Join, Heartbeat, Report "
-                     "and Leave only",
-                     rid, k, e->method);
-            rc = -1;
-            break;
-        }
-        const char *nul = NULL;
-        reqs[k] = msr_rpc_request_unpack_checked(m, e->request.data, e->request.len, &nul);
-        if (reqs[k] == NULL) {
-            snprintf(why, wlen, "relay %s: call %zu (%s) %s%s", rid, k, msr_rpc_methods[m].name,
-                     nul ? "has a NUL byte in " : "does not unpack", nul ? nul : "");
-            rc = -1;
-            break;
-        }
-        char key[256];
-        entry_key(m, reqs[k], key, sizeof key);
-        void *old = msr_map_get(&seen, key);
-        if (old != NULL) {
-            snprintf(why, wlen, "relay %s: calls %zu and %zu are for the same node (%.200s)", rid,
-                     (size_t)((uintptr_t)old - 1), k, key + 3);
-            rc = -1;
-        } else if (msr_map_put(&seen, key, (void *)(uintptr_t)(k + 1), NULL) != MSR_OK) {
-            snprintf(why, wlen, "coordinator out of memory");
-            rc = -1;
-        }
-    }
-    msr_map_cleanup(&seen, NULL);
-    return rc;
 }
 
 /* Hands entry k of batch b to the core (or refuses it alone: a node the
@@ -354,13 +272,13 @@ void msr_coord_relay(msr_coord_t *c, void *call, const Msr__RelayRequest *req)
         c->responder.fail(call, MSR_RPC_RESOURCE_EXHAUSTED, "coordinator out of memory");
         return;
     }
-    if (batch_check(req, reqs, why, sizeof why) != 0) {
-        MSR_WARN("job %s: refused a relay's batch from %s: %s", c->job_id, relay_peer(c, call),
-                 why);
-        c->responder.fail(call,
-                          strcmp(why, "coordinator out of memory") == 0 ? MSR_RPC_RESOURCE_EXHAUSTED
-                                                                        : MSR_RPC_INVALID_ARGUMENT,
-                          why);
+    if (msr_relay_batch_check(req, MSR_RELAY_SUBTREE_MAX, 0, reqs, why, sizeof why) != 0) {
+        int no_mem = strcmp(why, MSR_RELAY_NO_MEMORY) == 0;
+        if (!no_mem)
+            MSR_WARN("job %s: refused a relay's batch from %s: %s", c->job_id, relay_peer(c, call),
+                     why);
+        c->responder.fail(call, no_mem ? MSR_RPC_RESOURCE_EXHAUSTED : MSR_RPC_INVALID_ARGUMENT,
+                          no_mem ? "coordinator out of memory" : why);
         goto out;
     }
     if ((b = msr_calloc(1, sizeof *b + req->n_calls * sizeof(sub_t))) == NULL) {

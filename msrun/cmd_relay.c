@@ -9,6 +9,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "base/alloc.h"
 #include "base/err.h"
 #include "base/log.h"
 #include "base/optparse.h"
@@ -38,7 +39,8 @@ typedef struct relay_args {
 static const msr_opt_t relay_opts[] = {
     {.name = "coordinator", .kind = MSR_OPT_STRING, .env = "MSRUN_RELAY_COORDINATOR",
      .dest = R(coordinator), .metavar = "HOST:PORT",
-     .help = "the job's coordinator (required)."},
+     .help = "the job's coordinator, or the relay of a higher level this relay's batches go "
+             "through (required)."},
     {.name = "bind", .kind = MSR_OPT_STRING, .dest = R(bind), .def = "0.0.0.0:0",
      .metavar = "HOST:PORT", .help = "where the relay listens for its nodes (port 0: any)."},
     {.name = "relay_id", .kind = MSR_OPT_STRING, .dest = R(relay_id),
@@ -46,7 +48,7 @@ static const msr_opt_t relay_opts[] = {
      .help = "the relay's name in the job (1 to 64 bytes, unique)."},
     {.name = "subtree", .kind = MSR_OPT_INT, .min = 1, .max = MSR_RELAY_SUBTREE_MAX,
      .dest = R(subtree), .def = "1024", .metavar = "N",
-     .help = "the nodes the relay serves at most."},
+     .help = "the nodes the relay serves at most, those of the relays below it included."},
     {.name = "token_file", .kind = MSR_OPT_STRING, .group = 1, .env = "MSRUN_TOKEN_FILE",
      .dest = R(token_file), .metavar = "PATH",
      .help = "read the job token from PATH, a file only you may read (mode 0600)."},
@@ -69,8 +71,11 @@ static void relay_usage(FILE *out)
                  "\n"
                  "Serves as a relay between nodes and the job's coordinator: nodes started\n"
                  "with --relay HOST:PORT send it their joins and heartbeats, which it passes on\n"
-                 "in batches (docs/architecture.md, \"Relays\"). The coordinator stays the one\n"
-                 "authority; when the relay ends, its nodes call the coordinator directly.\n"
+                 "in batches (docs/architecture.md, \"Relays\"). Relays of a lower level may\n"
+                 "send it their batches too, and --coordinator may name a relay of a higher\n"
+                 "level: a tree of at most 4 levels. The coordinator stays the one authority;\n"
+                 "when the relay (or one above it) ends, its nodes call the coordinator\n"
+                 "directly.\n"
                  "Runs until SIGINT or SIGTERM.\n"
                  "\n"
                  "Exit status: 0 when stopped by a signal, 1 when it could not start, 2 for bad\n"
@@ -78,6 +83,22 @@ static void relay_usage(FILE *out)
                  "\n"
                  "options:\n");
     msr_opts_usage(&relay_set, out);
+}
+
+/* --coordinator's HOST:PORT (a port of 1..65535: the coordinator's or an
+ * upper relay's) and --bind's (0..65535); 0, or -1 with the error printed. */
+static int check_addresses(const relay_args_t *a)
+{
+    char *host = NULL;
+    int port = 0;
+    if (msr_opts_hostport(a->coordinator, "--coordinator", 1, 65535, &host, &port) != MSR_OK ||
+        (a->bind && msr_opts_hostport(a->bind, "--bind", 0, 65535, &host, &port) != MSR_OK)) {
+        fprintf(stderr, "msrun relay: error: %s\n", msr_err_msg());
+        msr_free(host);
+        return -1;
+    }
+    msr_free(host);
+    return 0;
 }
 
 /* Serves until a signal: 0, or 1 when it could not start. */
@@ -156,6 +177,8 @@ int msr_relay_main(int argc, char **argv)
                             "HOST:PORT\n");
             break;
         }
+        if (check_addresses(&a) != 0)
+            break;
         if (msr_options_need_token("msrun relay", &a.token, a.token_file) != 0)
             break;
         msr_log_init("msrun-relay", -1, -1);

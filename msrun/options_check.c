@@ -333,6 +333,22 @@ static int check_straggler_factor(const msr_options_t *o)
     return 0;
 }
 
+/* --relay names HOST:PORT with a port of 1..65535: a bad one is the
+ * user's input, not a relay that does not answer. 0, or 2 with a message. */
+static int check_relay_target(const msr_options_t *o)
+{
+    char *host = NULL;
+    int port = 0;
+    if (o->relay == NULL)
+        return 0;
+    if (msr_opts_hostport(o->relay, "--relay", 1, 65535, &host, &port) != MSR_OK) {
+        msr_options_error("%s", msr_err_msg());
+        return 2;
+    }
+    msr_free(host);
+    return 0;
+}
+
 /* --ps_servers (docs/ps.md): at least one worker must be left, in the
  * smallest world an elastic job may form too. */
 static int check_ps_servers(const msr_options_t *o)
@@ -397,6 +413,8 @@ int msr_options_check_rest(msr_options_t *o, const char *flag)
         return 2;
     }
     if (check_ps_servers(o) != 0)
+        return 2;
+    if (check_relay_target(o) != 0)
         return 2;
     msr_relays_plan_t plan;
     if (msr_relays_plan(o, &plan) != 0)

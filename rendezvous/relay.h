@@ -43,6 +43,9 @@ msr_status_t msr_relay_submit(msr_relay_t *relay, msr_rpc_method_t method,
  * UNAVAILABLE. */
 void msr_relay_flush(msr_relay_t *relay);
 
+/* The relay's id. */
+const char *msr_relay_id(const msr_relay_t *relay);
+
 /* Calls relayed and batches sent so far. */
 void msr_relay_counts(const msr_relay_t *relay, uint64_t *calls_p, uint64_t *batches_p);
 
@@ -60,12 +63,48 @@ void msr_relay_cancel(msr_relay_t *relay);
  * does nothing. */
 void msr_relay_destroy(msr_relay_t *relay);
 
+/* As msr_relay_submit, for a call that came through levels relays below
+ * this one (a relay of a lower level's batch: levels is its depth + 1);
+ * the relay's batches carry the deepest of their calls' levels as their
+ * depth. */
+msr_status_t msr_relay_submit_from(msr_relay_t *relay, msr_rpc_method_t method,
+                                   const ProtobufCMessage *req, uint32_t levels,
+                                   msr_relay_done_t done, void *arg);
+
+/* ---- a batch checked (the coordinator's and a higher relay's rules) ---- */
+
+/* The reason msr_relay_batch_check gives when memory ran out. */
+#define MSR_RELAY_NO_MEMORY "out of memory"
+
+/* Whether a relay carries calls of method m (Join, Heartbeat, Report and
+ * Leave). */
+int msr_relay_method_relayed(msr_rpc_method_t m);
+
+/* The node a relayed call is for, as a key: "id:<node id>", or for a first
+ * Join "hp:<host> <pid>". */
+void msr_relay_call_key(msr_rpc_method_t m, const ProtobufCMessage *req, char *key, size_t len);
+
+/* Checks a batch as a whole: its relay id, 1..MSR_RELAY_BATCH_MAX calls,
+ * no more calls than its subtree, a subtree of at most subtree_max nodes,
+ * its calls crossing at most MSR_RELAY_LEVELS_MAX relays (its depth + 1,
+ * plus levels_above: the relays still above the checker), relayed methods
+ * only, each call unpacking (no NUL byte in a string) and one call per
+ * node. Unpacks call k into reqs[k] (n_calls slots, NULL first; what was
+ * unpacked is the caller's to free, whatever the result). 0, or -1 with
+ * why filled (MSR_RELAY_NO_MEMORY when memory ran out). */
+int msr_relay_batch_check(const Msr__RelayRequest *req, uint32_t subtree_max, uint32_t levels_above,
+                          ProtobufCMessage **reqs, char *why, size_t wlen);
+
 /* ---- the relay agent's server ---- */
 
 /* A relay agent's server: its nodes call it as they would call the
  * coordinator (Join, Heartbeat, Report and Leave, with the job token); each
  * call is queued on a relay (above) and answered with the coordinator's
- * answer to it. Other methods are refused with UNIMPLEMENTED. */
+ * answer to it. Relays of a lower level call it too (Relay): their batch
+ * is checked as the coordinator would (msr_relay_batch_check, its subtree
+ * at most this relay's), its calls queued with this relay's own, and it is
+ * answered entry by entry once all its calls are. Other methods are
+ * refused with UNIMPLEMENTED. */
 typedef struct msr_relay_server msr_relay_server_t;
 
 /* Serves on address ("127.0.0.1:0"; *port_p gets the port) on loop, with

@@ -7,13 +7,16 @@
 
 #include "base/alloc.h"
 #include "base/log.h"
+#include "base/map.h"
 #include "base/time.h"
 
 /* A node's call, queued or in a batch. */
 typedef struct entry {
     msr_rpc_method_t method;
-    uint8_t *req; /* packed */
+    uint32_t levels; /* relays below this one that the call came through */
+    uint8_t *req;    /* packed */
     size_t len;
+    char *key; /* its node (msr_relay_call_key): one call a node per batch */
     msr_relay_done_t done;
     void *arg;
 } entry_t;
@@ -57,10 +60,22 @@ msr_status_t msr_relay_create(msr_rpc_loop_t *loop, msr_rpc_channel_t *up, const
     return MSR_OK;
 }
 
+static void entry_free(entry_t *e)
+{
+    msr_free(e->req);
+    msr_free(e->key);
+}
+
 msr_status_t msr_relay_submit(msr_relay_t *r, msr_rpc_method_t m, const ProtobufCMessage *req,
                               msr_relay_done_t done, void *arg)
 {
-    if (m != MSR_RPC_JOIN && m != MSR_RPC_HEARTBEAT && m != MSR_RPC_REPORT && m != MSR_RPC_LEAVE)
+    return msr_relay_submit_from(r, m, req, 0, done, arg);
+}
+
+msr_status_t msr_relay_submit_from(msr_relay_t *r, msr_rpc_method_t m, const ProtobufCMessage *req,
+                                   uint32_t levels, msr_relay_done_t done, void *arg)
+{
+    if (!msr_relay_method_relayed(m) || levels >= MSR_RELAY_LEVELS_MAX)
         return MSR_ERR_INVALID_ARG;
     if (r->nqueue == r->capq) {
         size_t cap = r->capq ? r->capq * 2 : 64;
@@ -71,11 +86,18 @@ msr_status_t msr_relay_submit(msr_relay_t *r, msr_rpc_method_t m, const Protobuf
         r->capq = cap;
     }
     entry_t *e = &r->queue[r->nqueue];
+    char key[256];
+    msr_relay_call_key(m, req, key, sizeof key);
     e->len = protobuf_c_message_get_packed_size(req);
-    if ((e->req = msr_malloc(e->len ? e->len : 1)) == NULL)
+    e->req = msr_malloc(e->len ? e->len : 1);
+    e->key = msr_strdup(key);
+    if (e->req == NULL || e->key == NULL) {
+        entry_free(e);
         return MSR_ERR_NO_MEMORY;
+    }
     protobuf_c_message_pack(req, e->req);
     e->method = m;
+    e->levels = levels;
     e->done = done;
     e->arg = arg;
     r->nqueue++;
@@ -115,7 +137,7 @@ static void batch_done(msr_rpc_async_t *a)
             const Msr__RelayAnswer *an = resp->answers[k];
             e->done(e->arg, an->code, an->message, an->response.data, an->response.len);
         }
-        msr_free(e->req);
+        entry_free(e);
     }
     unlink_batch(r, b);
     msr_rpc_async_cleanup(a);
@@ -130,6 +152,10 @@ static void batch_done(msr_rpc_async_t *a)
  * when it cannot start. */
 static void send_batch(msr_relay_t *r, size_t first, size_t n)
 {
+    uint32_t depth = 0;
+    for (size_t k = 0; k < n; k++)
+        if (r->queue[first + k].levels > depth)
+            depth = r->queue[first + k].levels;
     batch_t *b = msr_calloc(1, sizeof *b + n * sizeof(entry_t));
     Msr__RelayCall *calls = msr_calloc(n, sizeof *calls);
     Msr__RelayCall **callp = msr_calloc(n, sizeof *callp);
@@ -150,6 +176,7 @@ static void send_batch(msr_relay_t *r, size_t first, size_t n)
         req.subtree = r->subtree;
         req.n_calls = n;
         req.calls = callp;
+        req.depth = depth;
         b->a.method = MSR_RPC_RELAY;
         b->a.deadline = MSR_DEADLINE_NEVER; /* held heartbeats bound it */
         b->a.wait_for_ready = 1;
@@ -170,18 +197,60 @@ static void send_batch(msr_relay_t *r, size_t first, size_t n)
     for (size_t k = 0; k < n; k++) {
         entry_t *e = &r->queue[first + k];
         e->done(e->arg, MSR_RPC_UNAVAILABLE, "the relay cannot reach the coordinator", NULL, 0);
-        msr_free(e->req);
+        entry_free(e);
     }
     msr_free(b);
 }
 
+/* Moves to the front of queue[from, nqueue) at most MSR_RELAY_BATCH_MAX
+ * calls of distinct nodes (the rest keep their order behind them): a batch
+ * holds one call a node, and a node may have two calls queued (it gave up
+ * on one through a relay below, now dead, and called again). Returns how
+ * many; 0 only when memory ran out. */
+static size_t pick_batch(msr_relay_t *r, size_t from)
+{
+    msr_map_t seen;
+    memset(&seen, 0, sizeof seen);
+    size_t n = 0;
+    for (size_t k = from; k < r->nqueue && n < MSR_RELAY_BATCH_MAX; k++) {
+        entry_t *e = &r->queue[k];
+        if (msr_map_get(&seen, e->key) != NULL)
+            continue; /* the next batch takes it */
+        if (msr_map_put(&seen, e->key, e, NULL) != MSR_OK)
+            break;
+        if (k != from + n) {
+            entry_t t = *e;
+            memmove(&r->queue[from + n + 1], &r->queue[from + n], (k - from - n) * sizeof(entry_t));
+            r->queue[from + n] = t;
+        }
+        n++;
+    }
+    msr_map_cleanup(&seen, NULL);
+    return n;
+}
+
 void msr_relay_flush(msr_relay_t *r)
 {
-    for (size_t first = 0; first < r->nqueue; first += MSR_RELAY_BATCH_MAX) {
-        size_t n = r->nqueue - first;
-        send_batch(r, first, n < MSR_RELAY_BATCH_MAX ? n : MSR_RELAY_BATCH_MAX);
+    size_t first = 0;
+    while (first < r->nqueue) {
+        size_t n = pick_batch(r, first);
+        if (n == 0) { /* out of memory: what is left cannot be batched */
+            for (size_t k = first; k < r->nqueue; k++) {
+                r->queue[k].done(r->queue[k].arg, MSR_RPC_RESOURCE_EXHAUSTED, "relay out of memory",
+                                 NULL, 0);
+                entry_free(&r->queue[k]);
+            }
+            break;
+        }
+        send_batch(r, first, n);
+        first += n;
     }
     r->nqueue = 0;
+}
+
+const char *msr_relay_id(const msr_relay_t *r)
+{
+    return r->id;
 }
 
 void msr_relay_counts(const msr_relay_t *r, uint64_t *calls_p, uint64_t *batches_p)
@@ -199,7 +268,7 @@ void msr_relay_cancel(msr_relay_t *r)
 {
     for (size_t k = 0; k < r->nqueue; k++) {
         r->queue[k].done(r->queue[k].arg, MSR_RPC_CANCELLED, "the relay is shutting down", NULL, 0);
-        msr_free(r->queue[k].req);
+        entry_free(&r->queue[k]);
     }
     r->nqueue = 0;
     for (batch_t *b = r->flying; b; b = b->next)

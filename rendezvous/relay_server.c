@@ -14,12 +14,32 @@ struct msr_relay_server {
     msr_rpc_loop_t *loop;
     msr_rpc_server_t *rpc;
     msr_relay_t *relay;
+    uint32_t subtree;
 };
 
-/* A node's call being relayed; call is NULL once the node gave up. */
+/* A node's call being relayed; call is NULL once the node gave up. The
+ * first member of every call's data (on_cancel clears it). */
 typedef struct node_call {
     msr_rpc_call_t *call;
 } node_call_t;
+
+/* A lower relay's batch being relayed: its calls queued on this relay,
+ * answered when all of them are. */
+typedef struct child_batch child_batch_t;
+
+typedef struct child_slot {
+    child_batch_t *batch;
+    int code;
+    char *message;
+    uint8_t *resp;
+    size_t len;
+} child_slot_t;
+
+struct child_batch {
+    node_call_t head; /* the lower relay's Relay call */
+    size_t n, pending;
+    child_slot_t slots[];
+};
 
 static void node_answered(void *arg, int code, const char *message, const uint8_t *resp, size_t len)
 {
@@ -37,14 +57,113 @@ static void node_answered(void *arg, int code, const char *message, const uint8_
     msr_free(nc);
 }
 
+/* Every call of a lower relay's batch answered: one RelayResponse. */
+static void child_finish(child_batch_t *cb)
+{
+    msr_rpc_call_t *call = cb->head.call;
+    Msr__RelayAnswer *ans = call ? msr_calloc(cb->n, sizeof *ans) : NULL;
+    Msr__RelayAnswer **ansp = call ? msr_calloc(cb->n, sizeof *ansp) : NULL;
+    if (call != NULL)
+        msr_rpc_call_set_data(call, NULL);
+    if (call != NULL && (ans == NULL || ansp == NULL)) {
+        msr_rpc_call_fail(call, MSR_RPC_RESOURCE_EXHAUSTED, "relay out of memory");
+    } else if (call != NULL) {
+        for (size_t k = 0; k < cb->n; k++) {
+            msr__relay_answer__init(&ans[k]);
+            ans[k].code = cb->slots[k].code;
+            ans[k].message = cb->slots[k].message ? cb->slots[k].message : "";
+            ans[k].response.data = cb->slots[k].resp;
+            ans[k].response.len = cb->slots[k].len;
+            ansp[k] = &ans[k];
+        }
+        Msr__RelayResponse r = MSR__RELAY_RESPONSE__INIT;
+        r.n_answers = cb->n;
+        r.answers = ansp;
+        msr_rpc_call_reply(call, &r.base);
+    }
+    msr_free(ans);
+    msr_free(ansp);
+    for (size_t k = 0; k < cb->n; k++) {
+        msr_free(cb->slots[k].message);
+        msr_free(cb->slots[k].resp);
+    }
+    msr_free(cb);
+}
+
+static void child_answered(void *arg, int code, const char *message, const uint8_t *resp,
+                           size_t len)
+{
+    child_slot_t *slot = arg;
+    child_batch_t *cb = slot->batch;
+    slot->code = code;
+    if (code != 0) {
+        slot->message = msr_strdup(message ? message : "");
+    } else if ((slot->resp = msr_malloc(len ? len : 1)) != NULL) {
+        memcpy(slot->resp, resp, len);
+        slot->len = len;
+    } else {
+        slot->code = MSR_RPC_RESOURCE_EXHAUSTED;
+    }
+    if (--cb->pending == 0)
+        child_finish(cb);
+}
+
+/* A lower relay's batch: checked as the coordinator would (its subtree
+ * within this relay's, its calls crossing this relay too), its calls
+ * queued with this relay's own. */
+static void on_child_batch(msr_relay_server_t *s, msr_rpc_call_t *call,
+                           const Msr__RelayRequest *req)
+{
+    char why[400];
+    ProtobufCMessage **reqs = msr_calloc(req->n_calls ? req->n_calls : 1, sizeof *reqs);
+    child_batch_t *cb = NULL;
+    if (reqs == NULL) {
+        msr_rpc_call_fail(call, MSR_RPC_RESOURCE_EXHAUSTED, "relay out of memory");
+        return;
+    }
+    if (msr_relay_batch_check(req, s->subtree, 1, reqs, why, sizeof why) != 0) {
+        int no_mem = strcmp(why, MSR_RELAY_NO_MEMORY) == 0;
+        if (!no_mem)
+            MSR_WARN("relay %s: refused a lower relay's batch: %s", msr_relay_id(s->relay), why);
+        msr_rpc_call_fail(call, no_mem ? MSR_RPC_RESOURCE_EXHAUSTED : MSR_RPC_INVALID_ARGUMENT,
+                          "%s", why);
+        goto out;
+    }
+    if ((cb = msr_calloc(1, sizeof *cb + req->n_calls * sizeof(child_slot_t))) == NULL) {
+        msr_rpc_call_fail(call, MSR_RPC_RESOURCE_EXHAUSTED, "relay out of memory");
+        goto out;
+    }
+    cb->head.call = call;
+    cb->n = req->n_calls;
+    cb->pending = req->n_calls + 1; /* + 1: held until every call is queued */
+    msr_rpc_call_set_data(call, cb);
+    for (size_t k = 0; k < req->n_calls; k++) {
+        cb->slots[k].batch = cb;
+        msr_rpc_method_t m = (msr_rpc_method_t)req->calls[k]->method;
+        if (msr_relay_submit_from(s->relay, m, reqs[k], req->depth + 1, child_answered,
+                                  &cb->slots[k]) != MSR_OK)
+            child_answered(&cb->slots[k], MSR_RPC_RESOURCE_EXHAUSTED, "relay out of memory", NULL,
+                           0);
+    }
+    if (--cb->pending == 0)
+        child_finish(cb);
+out:
+    for (size_t k = 0; k < req->n_calls; k++)
+        msr_rpc_message_free(reqs[k]);
+    msr_free(reqs);
+}
+
 static void on_call(void *arg, msr_rpc_call_t *call, msr_rpc_method_t method, ProtobufCMessage *req)
 {
     msr_relay_server_t *s = arg;
-    if (method != MSR_RPC_JOIN && method != MSR_RPC_HEARTBEAT && method != MSR_RPC_REPORT &&
-        method != MSR_RPC_LEAVE) {
+    if (method == MSR_RPC_RELAY) {
+        on_child_batch(s, call, (const Msr__RelayRequest *)req);
+        return;
+    }
+    if (!msr_relay_method_relayed(method)) {
         msr_rpc_call_fail(call, MSR_RPC_UNIMPLEMENTED,
-                          "a relay serves Join, Heartbeat, Report and Leave; call the "
-                          "coordinator for %s",
+                          "a relay serves Join, Heartbeat, Report, Leave and a lower relay's "
+                          "Relay; call the coordinator for %s",
                           msr_rpc_methods[method].name);
         return;
     }
@@ -89,6 +208,7 @@ msr_status_t msr_relay_server_create_tls(msr_rpc_loop_t *loop, const char *addre
     if (s == NULL)
         return MSR_ERR_NO_MEMORY;
     s->loop = loop;
+    s->subtree = subtree;
     msr_status_t st = msr_relay_create(loop, up, relay_id, subtree, &s->relay);
     if (st != MSR_OK)
         goto err_free;

@@ -112,6 +112,9 @@ ProtobufCMessage *msr_rpc_request_unpack_checked(msr_rpc_method_t method, const 
 #define MSR_RELAY_SUBTREE_MAX 1048576
 /* The most bytes of a relay's id (RelayRequest.relay_id). */
 #define MSR_RELAY_ID_MAX      64
+/* The most relays a node's call crosses on its way to the coordinator (a
+ * tree of relays of this depth; RelayRequest.depth is below it). */
+#define MSR_RELAY_LEVELS_MAX  4
 
 /* Whether key is a valid store key (1..MSR_KEY_MAX bytes, no control chars). */
 int msr_rpc_key_valid(const char *key);

@@ -2559,7 +2559,7 @@ test: ^test_relay$
 >>>
 
 @ relay.node_twice_allowed
-file: cluster/relay.c
+file: rendezvous/relay_check.c
 test: ^test_relay$
 <<<
         if (old != NULL) {
@@ -2577,16 +2577,43 @@ test: ^test_relay$
 >>>
 
 @ relay.subtree_unchecked
-file: cluster/relay.c
+file: rendezvous/relay_check.c
 test: ^test_relay$
 <<<
-    if (req->subtree > MSR_RELAY_SUBTREE_MAX || req->n_calls > req->subtree) {
+    if (req->subtree > subtree_max || req->n_calls > req->subtree) {
 ===
-    if (req->subtree > MSR_RELAY_SUBTREE_MAX) {
+    if (req->subtree > subtree_max) {
+>>>
+
+@ relay.levels_unbounded
+file: rendezvous/relay_check.c
+test: ^test_relay_tree$
+<<<
+    if ((uint64_t)req->depth + 1 + levels_above > MSR_RELAY_LEVELS_MAX) {
+===
+    if (0) {
+>>>
+
+@ relay.lower_level_not_counted
+file: rendezvous/relay_server.c
+test: ^test_relay_tree$
+<<<
+        if (msr_relay_submit_from(s->relay, m, reqs[k], req->depth + 1, child_answered,
+===
+        if (msr_relay_submit_from(s->relay, m, reqs[k], req->depth, child_answered,
+>>>
+
+@ relay.same_node_in_one_batch
+file: rendezvous/relay_batch.c
+test: ^test_relay_tree$
+<<<
+        if (msr_map_get(&seen, e->key) != NULL)
+===
+        if (0)
 >>>
 
 @ relay.batch_bound_off_by_one
-file: cluster/relay.c
+file: rendezvous/relay_check.c
 test: ^test_relay$
 <<<
     if (req->n_calls == 0 || req->n_calls > MSR_RELAY_BATCH_MAX) {

@@ -126,9 +126,12 @@ const ProtobufCMessage *rdzv_make_heartbeat(sim_t *s, int n, void *space)
 
 int rdzv_drain(sim_t *s)
 {
-    while (s->pending > 0)
+    while (s->pending > 0) {
         if (msr_rpc_loop_poll(s->loop, msr_deadline_in_ms(1000)) < 0)
             return -1;
+        if (s->after_poll)
+            s->after_poll(s);
+    }
     return s->failed ? -1 : 0;
 }
 

@@ -1,7 +1,10 @@
 /* rdzv_scale --relay: the nodes join through relays of F nodes each,
  * simulated here with the real relay code of rendezvous/relay.h, each
  * relay over a connection of its own; every node must end with a rank of
- * its own. */
+ * its own. With --relay_levels L > 1 the relays of the first level send
+ * their batches to relay agents' servers (msr_relay_server_t, on this
+ * process's loop) of F relays each, and so on up to level L, whose relays
+ * alone call the coordinator. */
 #include <stdio.h>
 #include <stdlib.h>
 
@@ -53,6 +56,104 @@ static void node_answered(void *arg, int code, const char *message, const uint8_
         sim_fail(s, "a relayed heartbeat", node, "not running after it");
 }
 
+/* The relays above the first level. Level l (1..levels) has count[l]
+ * relays, relay j of level l serving ids j * F^l ...; level l's relay j
+ * sends over up[l][j]: to level l + 1's server j / F, or for the top
+ * level to the coordinator (the sim's channel j, not owned here). */
+typedef struct upper {
+    int levels;
+    int count[MSR_RELAY_LEVELS_MAX + 1];
+    msr_rpc_channel_t **up[MSR_RELAY_LEVELS_MAX + 1];
+    msr_relay_server_t **srv[MSR_RELAY_LEVELS_MAX + 1]; /* levels 2..levels */
+} upper_t;
+
+int rdzv_relay_top(int nodes, int relay, int levels)
+{
+    int n = nodes;
+    for (int l = 1; l <= levels; l++)
+        n = (n + relay - 1) / relay;
+    return n;
+}
+
+/* The subtree of relay j of level l: F^l nodes, or what is left. */
+static uint32_t subtree_of(const sim_t *s, int l, int j)
+{
+    long long span = 1;
+    for (int k = 0; k < l && span <= s->nodes; k++)
+        span *= s->relay;
+    long long left = s->nodes - (long long)j * span;
+    return (uint32_t)(left < span ? left : span);
+}
+
+static void upper_flush(sim_t *s)
+{
+    upper_t *u = s->upper;
+    for (int l = 2; l <= u->levels; l++)
+        for (int j = 0; j < u->count[l]; j++)
+            msr_relay_server_flush(u->srv[l][j]);
+}
+
+static void upper_free(sim_t *s, upper_t *u)
+{
+    for (int l = 2; l <= u->levels; l++) /* the lower levels first: they call the upper */
+        for (int j = 0; u->srv[l] && j < u->count[l]; j++)
+            msr_relay_server_destroy(u->srv[l][j]);
+    for (int l = 1; l < u->levels; l++) {
+        for (int j = 0; u->up[l] && j < u->count[l]; j++)
+            msr_rpc_channel_destroy(u->up[l][j]);
+        free(u->up[l]);
+    }
+    for (int l = 2; l <= u->levels; l++)
+        free(u->srv[l]);
+    free(u->up[u->levels]);
+    s->after_poll = NULL;
+    s->upper = NULL;
+    free(u);
+}
+
+/* The levels above the first, served top-down; the channels up of every
+ * level. NULL with s->err set when one cannot start. */
+static upper_t *upper_start(sim_t *s)
+{
+    upper_t *u = calloc(1, sizeof *u);
+    if (u == NULL)
+        return NULL;
+    u->levels = s->levels;
+    u->count[0] = s->nodes;
+    for (int l = 1; l <= u->levels; l++) {
+        u->count[l] = (u->count[l - 1] + s->relay - 1) / s->relay;
+        u->up[l] = calloc((size_t)u->count[l], sizeof *u->up[l]);
+        u->srv[l] = l >= 2 ? calloc((size_t)u->count[l], sizeof *u->srv[l]) : NULL;
+        if (u->up[l] == NULL || (l >= 2 && u->srv[l] == NULL))
+            goto err;
+    }
+    for (int j = 0; j < u->count[u->levels]; j++)
+        u->up[u->levels][j] = s->ch[j % s->nch];
+    for (int l = u->levels; l >= 2; l--)
+        for (int j = 0; j < u->count[l]; j++) {
+            char rid[32], target[64];
+            int port = 0;
+            snprintf(rid, sizeof rid, "relay-%d-%d", l, j);
+            if (msr_relay_server_create(s->loop, "127.0.0.1:0", RDZV_TOKEN, u->up[l][j], rid,
+                                        subtree_of(s, l, j), &port, &u->srv[l][j]) != MSR_OK)
+                goto err;
+            snprintf(target, sizeof target, "127.0.0.1:%d", port);
+            for (int c = j * s->relay; c < u->count[l - 1] && c < (j + 1) * s->relay; c++)
+                if (msr_rpc_channel_create_own(target, RDZV_TOKEN, &u->up[l - 1][c]) != MSR_OK)
+                    goto err;
+        }
+    s->upper = u;
+    s->after_poll = upper_flush;
+    return u;
+err:
+    snprintf(s->err, sizeof s->err, "cannot start the relays above the first level");
+    s->failed = 1;
+    for (int j = 0; u->up[u->levels] && j < u->count[u->levels]; j++)
+        u->up[u->levels][j] = NULL; /* the sim's */
+    upper_free(s, u);
+    return NULL;
+}
+
 /* One round through the relays: every node's call of method m (made by
  * make) queued at its relay, every relay's queue sent as one batch, and
  * every answer awaited. */
@@ -90,14 +191,15 @@ int rdzv_relay_join(sim_t *s)
     int nrel = (s->nodes + s->relay - 1) / s->relay, rc = 0;
     msr_relay_t **relays = calloc((size_t)nrel, sizeof *relays);
     node_arg_t *args = calloc((size_t)s->nodes, sizeof *args);
-    if (relays == NULL || args == NULL)
+    upper_t *u = upper_start(s);
+    if (relays == NULL || args == NULL || u == NULL)
         rc = -1;
     for (int n = 0; rc == 0 && n < s->nodes; n++)
         args[n] = (node_arg_t){s, n};
     for (int r = 0; rc == 0 && r < nrel; r++) {
         char rid[32];
         snprintf(rid, sizeof rid, "relay-%d", r);
-        if (msr_relay_create(s->loop, s->ch[r], rid, (uint32_t)s->relay, &relays[r]) != MSR_OK)
+        if (msr_relay_create(s->loop, u->up[1][r], rid, subtree_of(s, 1, r), &relays[r]) != MSR_OK)
             rc = -1;
     }
     if (rc == 0)
@@ -107,6 +209,11 @@ int rdzv_relay_join(sim_t *s)
     for (int r = 0; relays && r < nrel; r++)
         msr_relay_destroy(relays[r]);
     rdzv_drain(s); /* what a failure left in flight comes back cancelled */
+    if (u != NULL) {
+        for (int j = 0; j < u->count[u->levels]; j++)
+            u->up[u->levels][j] = NULL; /* the sim's */
+        upper_free(s, u);
+    }
     free(relays);
     free(args);
     if (rc != 0)

@@ -24,17 +24,22 @@
  *     a relay agent does; every node must get a rank of its own. The
  *     coordinator's code paths are the real ones. No exchange follows (a
  *     relay carries membership calls, not the store's).
+ *   --relay_levels L (with --relay or --model_relay; default 1): L levels
+ *     of relays of fan-in F, the first level's sending to relay agents'
+ *     servers of the second (in this process, on its loop) and so on; the
+ *     top level's relays alone call the coordinator, one connection each.
  *
  *   rdzv_scale [--nodes 16,128,1024] [--ranks 8] [--bytes 64]
  *              [--mode lazy|allgather] [--direct] [--window 1024]
- *              [--conns N] [--dashboard] [--relay F]
+ *              [--conns N] [--dashboard] [--relay F] [--relay_levels L]
  *              [--model_relay F NODES,...] [--rtt_us 100]
  *
  * --model_relay F NODES,...: after the runs of --nodes (direct), runs
  * NODES through relays of F, fits the coordinator's costs to both and
  * prints the time of a join from 1K to 1M ranks on separate machines,
  * measured here where it ran and modelled (rdzv_model.c; --rtt_us: the
- * network's round trip, an assumption).
+ * network's round trip, an assumption). With --relay_levels L > 1 NODES
+ * also run through L levels, and the model has a column for them.
  *
  * --window: at most this many connections are being made at once (0: all
  * at once). A burst of more SYNs than the coordinator's listen backlog
@@ -143,7 +148,7 @@ typedef struct run_times {
 } run_times_t;
 
 static void sim_init(sim_t *s, int nodes, int ranks, int bytes, int direct, int dashboard, int lazy,
-                     int max_conns, int relay)
+                     int max_conns, int relay, int levels)
 {
     memset(s, 0, sizeof *s);
     s->nodes = nodes;
@@ -153,8 +158,9 @@ static void sim_init(sim_t *s, int nodes, int ranks, int bytes, int direct, int 
     s->dashboard = dashboard;
     s->lazy = lazy;
     s->relay = relay;
+    s->levels = relay ? levels : 0;
     s->entry_method = MSR_RPC_METHOD_COUNT;
-    s->clients = relay ? (nodes + relay - 1) / relay : direct ? nodes * ranks : nodes;
+    s->clients = relay ? rdzv_relay_top(nodes, relay, levels) : direct ? nodes * ranks : nodes;
     s->nch = s->clients < max_conns ? s->clients : max_conns;
     s->want_bytes = (size_t)nodes * ranks * bytes;
 }
@@ -236,13 +242,15 @@ static void print_run(const sim_t *s, const run_times_t *t, uint64_t peak)
            ag_ms = (double)(t->t2 - t->t1) / 1e6, total = conn_ms + join_ms + ag_ms;
     double cpu = t->cpu_end - t->cpu_start, cpu_conn = t->cpu_t0 - t->cpu_start,
            cpu_join = t->cpu_t1 - t->cpu_t0, cpu_ex = t->cpu_end - t->cpu_t1;
+    char mode[16];
+    snprintf(mode, sizeof mode, "relay%.0d", s->levels > 1 ? s->levels : 0);
     printf("nodes=%-5d ranks=%-6d conns=%-5d mode=%-9s connect_ms=%-7.1f join_ms=%-7.1f "
            "exchange_ms=%-8.1f "
            "total_ms=%-8.1f coord_cpu_ms=%-7.0f coord_cpu_us_per_node=%-6.0f "
            "(connect %.0f join %.0f exchange %.0f) "
            "coord_peak_rss_MiB=%-6.1f per_rank_us=%.1f\n",
            nodes, world, s->nch,
-           relay       ? "relay"
+           relay       ? mode
            : s->lazy   ? "lazy"
            : s->direct ? "ag-direct"
                        : "allgather",
@@ -250,7 +258,7 @@ static void print_run(const sim_t *s, const run_times_t *t, uint64_t peak)
            cpu_join * 1000.0 / nodes, cpu_ex * 1000.0 / nodes, (double)peak / 1024.0,
            total * 1000.0 / world);
     fflush(stdout);
-    rdzv_model_record(&(measured_t){nodes, relay, cpu_conn * 1000.0 / nodes,
+    rdzv_model_record(&(measured_t){nodes, relay, s->levels, cpu_conn * 1000.0 / nodes,
                                     cpu_join * 1000.0 / nodes, join_ms, conn_ms + join_ms});
 }
 
@@ -286,10 +294,10 @@ static int run_steps(sim_t *s, pid_t coord, int window, int dash)
 }
 
 static int run_one(const char *msrun, int nodes, int ranks, int bytes, int direct, int dashboard,
-                   int lazy, int max_conns, int window, int relay)
+                   int lazy, int max_conns, int window, int relay, int levels)
 {
     sim_t s;
-    sim_init(&s, nodes, ranks, bytes, direct, dashboard, lazy, max_conns, relay);
+    sim_init(&s, nodes, ranks, bytes, direct, dashboard, lazy, max_conns, relay, levels);
     int world = nodes * ranks, port = 0, step = STEP_QUIT, dash = dashboard ? rdzv_free_port() : 0;
     pid_t coord = start_coordinator(msrun, world, ranks, dash, &port);
     if (coord < 0)
@@ -326,15 +334,20 @@ out:
 typedef struct args {
     const char *list;       /* --nodes */
     const char *relay_list; /* --model_relay's NODES,...; NULL: none */
-    int ranks, bytes, direct, dashboard, lazy, window, conns, relay, model_relay;
+    int ranks, bytes, direct, dashboard, lazy, window, conns, relay, model_relay, levels;
     double rtt_us;
 } args_t;
 
 /* Reads the command line into a; 0, or 2 with the usage printed. */
 static int parse_args(int argc, char **argv, args_t *a)
 {
-    *a = (args_t){
-        .list = "16,128,1024", .ranks = 8, .bytes = 64, .lazy = 1, .window = 1024, .rtt_us = 100};
+    *a = (args_t){.list = "16,128,1024",
+                  .ranks = 8,
+                  .bytes = 64,
+                  .lazy = 1,
+                  .window = 1024,
+                  .rtt_us = 100,
+                  .levels = 1};
     for (int i = 1; i < argc; i++) {
         if (strcmp(argv[i], "--nodes") == 0 && i + 1 < argc)
             a->list = argv[++i];
@@ -350,6 +363,8 @@ static int parse_args(int argc, char **argv, args_t *a)
             a->conns = atoi(argv[++i]);
         else if (strcmp(argv[i], "--relay") == 0 && i + 1 < argc)
             a->relay = atoi(argv[++i]);
+        else if (strcmp(argv[i], "--relay_levels") == 0 && i + 1 < argc)
+            a->levels = atoi(argv[++i]);
         else if (strcmp(argv[i], "--model_relay") == 0 && i + 2 < argc) {
             a->model_relay = atoi(argv[++i]);
             a->relay_list = argv[++i];
@@ -363,7 +378,8 @@ static int parse_args(int argc, char **argv, args_t *a)
         else {
             fprintf(stderr, "usage: rdzv_scale [--nodes 16,128,1024] [--ranks 8] [--bytes 64] "
                             "[--mode lazy|allgather] [--direct] [--window 1024] [--conns N] "
-                            "[--dashboard] [--relay F] [--model_relay F NODES,...] "
+                            "[--dashboard] [--relay F] [--relay_levels L] "
+                            "[--model_relay F NODES,...] "
                             "[--rtt_us 100]\n");
             return 2;
         }
@@ -397,6 +413,16 @@ static int check_args(const args_t *a)
                 "rdzv_scale: --relay takes 1 to %d nodes a relay (0: none), without "
                 "--direct or --dashboard\n",
                 MSR_RELAY_BATCH_MAX);
+        return 2;
+    }
+    if (a->levels < 1 || a->levels > MSR_RELAY_LEVELS_MAX ||
+        (a->levels > 1 && !a->relay && !a->model_relay)) {
+        fprintf(stderr, "rdzv_scale: --relay_levels takes 1 to %d, with --relay or --model_relay\n",
+                MSR_RELAY_LEVELS_MAX);
+        return 2;
+    }
+    if (a->levels > 1 && a->relay < 2 && a->model_relay < 2) {
+        fprintf(stderr, "rdzv_scale: --relay_levels above 1 needs a fan-in of 2 or more\n");
         return 2;
     }
     if (a->direct && a->lazy) {
@@ -446,24 +472,26 @@ static int run_all(const char *msrun, const args_t *a)
     for (const char *p = a->list; *p;) {
         int nodes = atoi(p);
         if (nodes > 0 && run_one(msrun, nodes, a->ranks, a->bytes, a->direct, a->dashboard, a->lazy,
-                                 a->conns, a->window, a->relay) != 0)
+                                 a->conns, a->window, a->relay, a->levels) != 0)
             rc = 1;
         p = strchr(p, ',');
         if (p == NULL)
             break;
         p++;
     }
-    /* --model_relay: the same through relays, then the model fitted to both */
-    for (const char *p = a->relay_list; rc == 0 && p && *p;) {
-        int nodes = atoi(p);
-        if (nodes > 0 && run_one(msrun, nodes, a->ranks, a->bytes, 0, 0, 1, a->conns, a->window,
-                                 a->model_relay) != 0)
-            rc = 1;
-        p = strchr(p, ',');
-        p = p ? p + 1 : NULL;
-    }
+    /* --model_relay: the same through one level of relays (the fit), then
+     * through --relay_levels where above 1, then the model */
+    for (int pass = 0; pass < (a->levels > 1 ? 2 : 1); pass++)
+        for (const char *p = a->relay_list; rc == 0 && p && *p;) {
+            int nodes = atoi(p);
+            if (nodes > 0 && run_one(msrun, nodes, a->ranks, a->bytes, 0, 0, 1, a->conns, a->window,
+                                     a->model_relay, pass ? a->levels : 1) != 0)
+                rc = 1;
+            p = strchr(p, ',');
+            p = p ? p + 1 : NULL;
+        }
     if (rc == 0 && a->model_relay)
-        rdzv_print_model(a->ranks, a->model_relay, a->rtt_us);
+        rdzv_print_model(a->ranks, a->model_relay, a->levels, a->rtt_us);
     return rc;
 }
 

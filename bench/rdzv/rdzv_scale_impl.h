@@ -15,9 +15,12 @@
 
 typedef struct sim {
     int nodes, ranks, bytes, direct, clients, dashboard, lazy;
-    int relay;      /* nodes per relay (its subtree); 0: every node calls itself */
-    int *node_rank; /* relay mode: each node's rank in the formed job */
-    int nch;        /* connections: clients share them round robin past the limit */
+    int relay;  /* nodes per relay (its subtree); 0: every node calls itself */
+    int levels; /* relay mode: levels of relays (1: nodes -> relays -> coordinator) */
+    void (*after_poll)(struct sim *s); /* relay mode: the upper relays' flush */
+    void *upper;                       /* relay mode: rdzv_relay.c's upper levels */
+    int *node_rank;                    /* relay mode: each node's rank in the formed job */
+    int nch; /* connections: clients share them round robin past the limit */
     msr_rpc_loop_t *loop;
     msr_rpc_channel_t **ch;
     char (*ids)[32];
@@ -29,7 +32,7 @@ typedef struct sim {
 
 /* What a run measured, for --model. */
 typedef struct measured {
-    int nodes, relay;
+    int nodes, relay, levels;
     double connect_us, join_us; /* the coordinator's CPU per node in each phase */
     double join_ms, total_ms;   /* wall time of connect + join */
 } measured_t;
@@ -48,9 +51,12 @@ const ProtobufCMessage *rdzv_make_heartbeat(sim_t *s, int n, void *space);
 int rdzv_lazy_exchange(sim_t *s, Msr__Contribution **eptr);
 int rdzv_exchange_all(sim_t *s, Msr__Contribution **eptr);
 
-/* rdzv_relay.c: every node joins and reports ready through relays of
- * s->relay nodes (one per channel); 0, or -1 with s->err set. */
+/* rdzv_relay.c: every node joins and reports ready through s->levels
+ * levels of relays of fan-in s->relay (the top level's relays one per
+ * channel); 0, or -1 with s->err set. rdzv_relay_top: how many relays the
+ * top level of a run of nodes has. */
 int rdzv_relay_join(sim_t *s);
+int rdzv_relay_top(int nodes, int relay, int levels);
 
 /* rdzv_dashboard.c. free_port: a TCP port free on loopback now, or -1.
  * dashboard_phase: the dashboard's line for the job formed on s, its
@@ -62,6 +68,6 @@ int rdzv_dashboard_phase(sim_t *s, int port);
  * print_model: the model fitted to the runs kept, for ranks a node and
  * relays of relay nodes, rtt_us the network's assumed round trip. */
 void rdzv_model_record(const measured_t *m);
-void rdzv_print_model(int ranks, int relay, double rtt_us);
+void rdzv_print_model(int ranks, int relay, int levels, double rtt_us);
 
 #endif

@@ -1,0 +1,109 @@
+/* A relay's batch (RelayRequest) checked as a whole, by the coordinator and
+ * by a relay of a higher level alike (relay.h). */
+#include <stdint.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "base/map.h"
+#include "rendezvous/relay.h"
+
+int msr_relay_method_relayed(msr_rpc_method_t m)
+{
+    return m == MSR_RPC_JOIN || m == MSR_RPC_HEARTBEAT || m == MSR_RPC_REPORT || m == MSR_RPC_LEAVE;
+}
+
+void msr_relay_call_key(msr_rpc_method_t m, const ProtobufCMessage *req, char *key, size_t len)
+{
+    const char *id = NULL;
+    if (m == MSR_RPC_JOIN) {
+        const Msr__JoinRequest *j = (const Msr__JoinRequest *)req;
+        if (j->node_id == NULL || *j->node_id == '\0') {
+            snprintf(key, len, "hp:%.200s %d", j->host ? j->host : "", j->pid);
+            return;
+        }
+        id = j->node_id;
+    } else if (m == MSR_RPC_HEARTBEAT) {
+        id = ((const Msr__HeartbeatRequest *)req)->node_id;
+    } else if (m == MSR_RPC_REPORT) {
+        id = ((const Msr__ReportRequest *)req)->node_id;
+    } else {
+        id = ((const Msr__LeaveRequest *)req)->node_id;
+    }
+    snprintf(key, len, "id:%.200s", id ? id : "");
+}
+
+/* The batch's bounds, before its calls are unpacked: 0, or -1 with why. */
+static int check_bounds(const Msr__RelayRequest *req, uint32_t subtree_max, uint32_t levels_above,
+                        char *why, size_t wlen)
+{
+    const char *rid = req->relay_id ? req->relay_id : "";
+    if (*rid == '\0' || strlen(rid) > MSR_RELAY_ID_MAX) {
+        snprintf(why, wlen, "a relay's id must have 1 to %d bytes", MSR_RELAY_ID_MAX);
+        return -1;
+    }
+    if (req->n_calls == 0 || req->n_calls > MSR_RELAY_BATCH_MAX) {
+        snprintf(why, wlen, "relay %s: a batch of %zu calls; a batch has 1 to %d", rid,
+                 req->n_calls, MSR_RELAY_BATCH_MAX);
+        return -1;
+    }
+    if (req->subtree > subtree_max || req->n_calls > req->subtree) {
+        snprintf(why, wlen,
+                 "relay %s: %zu calls for a subtree of %u nodes (at most one call a node, and "
+                 "at most %u nodes in a subtree)",
+                 rid, req->n_calls, req->subtree, subtree_max);
+        return -1;
+    }
+    if ((uint64_t)req->depth + 1 + levels_above > MSR_RELAY_LEVELS_MAX) {
+        snprintf(why, wlen,
+                 "relay %s: its calls came through %u levels of relays below it, and would "
+                 "cross %llu relays in all; a call crosses at most %d (a loop of relays?)",
+                 rid, req->depth, (unsigned long long)req->depth + 1 + levels_above,
+                 MSR_RELAY_LEVELS_MAX);
+        return -1;
+    }
+    return 0;
+}
+
+int msr_relay_batch_check(const Msr__RelayRequest *req, uint32_t subtree_max, uint32_t levels_above,
+                          ProtobufCMessage **reqs, char *why, size_t wlen)
+{
+    if (check_bounds(req, subtree_max, levels_above, why, wlen) != 0)
+        return -1;
+    const char *rid = req->relay_id;
+    msr_map_t seen;
+    memset(&seen, 0, sizeof seen);
+    int rc = 0;
+    for (size_t k = 0; rc == 0 && k < req->n_calls; k++) {
+        const Msr__RelayCall *e = req->calls[k];
+        msr_rpc_method_t m = (msr_rpc_method_t)e->method;
+        if (e->method >= MSR_RPC_METHOD_COUNT || !msr_relay_method_relayed(m)) {
+            snprintf(why, wlen,
+                     "relay %s: call %zu has method %u; a relay carries Join, Heartbeat, Report "
+                     "and Leave only",
+                     rid, k, e->method);
+            rc = -1;
+            break;
+        }
+        const char *nul = NULL;
+        reqs[k] = msr_rpc_request_unpack_checked(m, e->request.data, e->request.len, &nul);
+        if (reqs[k] == NULL) {
+            snprintf(why, wlen, "relay %s: call %zu (%s) %s%s", rid, k, msr_rpc_methods[m].name,
+                     nul ? "has a NUL byte in " : "does not unpack", nul ? nul : "");
+            rc = -1;
+            break;
+        }
+        char key[256];
+        msr_relay_call_key(m, reqs[k], key, sizeof key);
+        void *old = msr_map_get(&seen, key);
+        if (old != NULL) {
+            snprintf(why, wlen, "relay %s: calls %zu and %zu are for the same node (%.200s)", rid,
+                     (size_t)((uintptr_t)old - 1), k, key + 3);
+            rc = -1;
+        } else if (msr_map_put(&seen, key, (void *)(uintptr_t)(k + 1), NULL) != MSR_OK) {
+            snprintf(why, wlen, "%s", MSR_RELAY_NO_MEMORY);
+            rc = -1;
+        }
+    }
+    msr_map_cleanup(&seen, NULL);
+    return rc;
+}

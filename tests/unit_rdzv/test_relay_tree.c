@@ -1,0 +1,414 @@
+/* Relays of relays (rendezvous/relay.h, docs/architecture.md "Relays"):
+ * nodes joined through a tree of depth 2 of relay agents' servers over
+ * loopback form the job, the coordinator recording the top relay; a middle
+ * relay killed mid-join (its subtree joins directly); a chain of
+ * MSR_RELAY_LEVELS_MAX relays served and one more refused; a lower relay's
+ * subtree at its parent's bound and one past; one node's two calls queued
+ * on a relay sent in two batches. */
+#include <pthread.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "base/err.h"
+#include "base/time.h"
+#include "cluster/server.h"
+#include "rendezvous/relay.h"
+#include "rendezvous/rpc.h"
+#include "tests/runner.h"
+#include "tests/unit_rdzv/fixtures.h"
+
+/* A coordinator for a job of nodes nodes of one worker each. */
+static void start(msr_tserved_t *s, int nodes)
+{
+    msr_coord_config_t cfg = {.token = "tok",
+                              .job_id = "j",
+                              .worker_num = nodes,
+                              .local_worker_num = 1,
+                              .max_restarts = 0,
+                              .node_timeout_ms = 600000};
+    msr_tserved_start(s, &cfg);
+}
+
+/* A node's call over a socket. */
+typedef struct node_call {
+    msr_rpc_async_t a;
+    int done, code, state, rank;
+    char id[32], host[32], message[400];
+} node_call_t;
+
+static void node_call_done(msr_rpc_async_t *a)
+{
+    node_call_t *c = (node_call_t *)a;
+    c->code = a->status == MSR_OK ? 0 : a->grpc_code ? a->grpc_code : -1;
+    snprintf(c->message, sizeof c->message, "%s", a->status == MSR_OK ? "" : a->err);
+    if (a->status == MSR_OK && a->method == MSR_RPC_JOIN)
+        snprintf(c->id, sizeof c->id, "%s", ((Msr__JoinResponse *)a->resp)->node_id);
+    if (a->status == MSR_OK && a->method == MSR_RPC_HEARTBEAT) {
+        const Msr__HeartbeatResponse *h = (const Msr__HeartbeatResponse *)a->resp;
+        c->state = h->state;
+        c->rank = h->assignment ? h->assignment->node_rank : -1;
+    }
+    msr_rpc_async_cleanup(a);
+    c->done = 1;
+}
+
+static void call_start(msr_rpc_channel_t *ch, msr_rpc_loop_t *loop, node_call_t *c,
+                       msr_rpc_method_t m, const ProtobufCMessage *req)
+{
+    c->done = 0;
+    c->a.method = m;
+    c->a.deadline = msr_deadline_in_ms(20000);
+    c->a.wait_for_ready = 1;
+    c->a.done = node_call_done;
+    MSR_CHECK_OK(msr_rpc_call_start(ch, loop, &c->a, req));
+}
+
+static void join_start(msr_rpc_channel_t *ch, msr_rpc_loop_t *loop, node_call_t *c, int index,
+                       int nodes)
+{
+    Msr__JoinRequest j = MSR__JOIN_REQUEST__INIT;
+    j.protocol_version = MSR_PROTOCOL_VERSION;
+    j.job_id = "j";
+    snprintf(c->host, sizeof c->host, "10.0.0.%d", index);
+    j.host = c->host;
+    j.pid = 100 + index;
+    j.worker_num = nodes;
+    j.local_worker_num = 1;
+    j.node_rank = -1;
+    j.node_id = c->id;
+    call_start(ch, loop, c, MSR_RPC_JOIN, &j.base);
+}
+
+static void beat_start(msr_rpc_channel_t *ch, msr_rpc_loop_t *loop, node_call_t *c)
+{
+    Msr__HeartbeatRequest h = MSR__HEARTBEAT_REQUEST__INIT;
+    h.node_id = c->id;
+    h.known_state = MSR__JOB_STATE__JOB_WAITING;
+    h.wait_ms = 30000;
+    call_start(ch, loop, c, MSR_RPC_HEARTBEAT, &h.base);
+}
+
+static void calls_wait(msr_rpc_loop_t *loop, node_call_t *c, int n)
+{
+    uint64_t limit = msr_deadline_in_ms(20000);
+    for (int k = 0; k < n; k++)
+        while (!c[k].done) {
+            MSR_CHECK_MSG(!msr_deadline_passed(limit), "call %d not done in 20 s", k);
+            msr_rpc_loop_poll(loop, msr_deadline_in_ms(100));
+        }
+}
+
+/* A call's answer through an msr_relay_t. */
+typedef struct answer {
+    int done, code;
+    char message[400];
+} answer_t;
+
+static void answered(void *arg, int code, const char *message, const uint8_t *resp, size_t len)
+{
+    answer_t *an = arg;
+    (void)resp;
+    (void)len;
+    MSR_CHECK_MSG(!an->done, "a call answered twice");
+    an->done = 1;
+    an->code = code;
+    snprintf(an->message, sizeof an->message, "%s", message ? message : "");
+}
+
+static void answer_wait(msr_rpc_loop_t *loop, answer_t *an)
+{
+    uint64_t limit = msr_deadline_in_ms(20000);
+    while (!an->done) {
+        MSR_CHECK_MSG(!msr_deadline_passed(limit), "no answer in 20 s");
+        msr_rpc_loop_poll(loop, msr_deadline_in_ms(100));
+    }
+}
+
+/* Heartbeats of n nodes over chs[k] until the job runs: distinct ranks. */
+static void expect_running(msr_rpc_loop_t *loop, msr_rpc_channel_t **chs, node_call_t *c, int n)
+{
+    for (int k = 0; k < n; k++)
+        beat_start(chs[k], loop, &c[k]);
+    calls_wait(loop, c, n);
+    int seen = 0;
+    for (int k = 0; k < n; k++) {
+        MSR_CHECK_MSG(c[k].code == 0, "beat %d: %d %s", k, c[k].code, c[k].message);
+        MSR_CHECK_EQ(c[k].state, MSR__JOB_STATE__JOB_RUNNING);
+        MSR_CHECK(c[k].rank >= 0 && c[k].rank < n && !(seen & (1 << c[k].rank)));
+        seen |= 1 << c[k].rank;
+    }
+}
+
+/* A tree of depth 2: leaves a (2 nodes) and b (1 node) under mid, which
+ * also serves a node of its own; the job of 4 forms. The coordinator
+ * records the top relay (mid): a heartbeat through another relay is
+ * refused as for a node it does not serve. */
+static void test_depth_two(void)
+{
+    msr_tserved_t s;
+    start(&s, 4);
+    msr_trelay_t mid, la, lb;
+    msr_trelay_start(&mid, s.target, "tok", "mid", 4);
+    msr_trelay_start(&la, mid.target, "tok", "leaf-a", 2);
+    msr_trelay_start(&lb, mid.target, "tok", "leaf-b", 1);
+    msr_rpc_loop_t *loop;
+    msr_rpc_channel_t *cha, *chb, *chm, *direct;
+    MSR_CHECK_OK(msr_rpc_loop_create(&loop));
+    MSR_CHECK_OK(msr_rpc_channel_create_own(la.target, "tok", &cha));
+    MSR_CHECK_OK(msr_rpc_channel_create_own(lb.target, "tok", &chb));
+    MSR_CHECK_OK(msr_rpc_channel_create_own(mid.target, "tok", &chm));
+    MSR_CHECK_OK(msr_rpc_channel_create_own(s.target, "tok", &direct));
+    msr_rpc_channel_t *chs[4] = {cha, cha, chb, chm};
+    node_call_t c[4];
+    memset(c, 0, sizeof c);
+    for (int k = 0; k < 4; k++)
+        join_start(chs[k], loop, &c[k], k, 4);
+    calls_wait(loop, c, 4);
+    for (int k = 0; k < 4; k++)
+        MSR_CHECK_MSG(c[k].code == 0 && c[k].id[0], "join %d: %d %s", k, c[k].code, c[k].message);
+    expect_running(loop, chs, c, 4);
+
+    msr_relay_t *other;
+    MSR_CHECK_OK(msr_relay_create(loop, direct, "other", 1, &other));
+    Msr__HeartbeatRequest h = MSR__HEARTBEAT_REQUEST__INIT;
+    h.node_id = c[0].id;
+    h.known_state = MSR__JOB_STATE__JOB_RUNNING;
+    answer_t an = {0};
+    MSR_CHECK_OK(msr_relay_submit(other, MSR_RPC_HEARTBEAT, &h.base, answered, &an));
+    msr_relay_flush(other);
+    answer_wait(loop, &an);
+    MSR_CHECK_EQ(an.code, MSR_RPC_FAILED_PRECONDITION);
+    MSR_CHECK_MSG(strstr(an.message, "joined through relay mid"), "%s", an.message);
+    msr_relay_destroy(other);
+    msr_rpc_channel_destroy(cha);
+    msr_rpc_channel_destroy(chb);
+    msr_rpc_channel_destroy(chm);
+    msr_rpc_channel_destroy(direct);
+    msr_rpc_loop_destroy(loop);
+    msr_trelay_stop(&la);
+    msr_trelay_stop(&lb);
+    msr_trelay_stop(&mid);
+    msr_tserved_stop(&s);
+}
+
+/* The middle relay of a depth-2 tree dies while its subtree's ready
+ * heartbeats are held: the leaf's batch fails, its nodes' calls end with
+ * an error, they join again directly (ids kept), a third node joins, and
+ * the job forms with all three. */
+static void test_middle_killed(void)
+{
+    msr_tserved_t s;
+    start(&s, 3);
+    msr_trelay_t mid, leaf;
+    msr_trelay_start(&mid, s.target, "tok", "mid", 3);
+    msr_trelay_start(&leaf, mid.target, "tok", "leaf", 2);
+    msr_rpc_loop_t *loop;
+    msr_rpc_channel_t *via, *direct;
+    MSR_CHECK_OK(msr_rpc_loop_create(&loop));
+    MSR_CHECK_OK(msr_rpc_channel_create_own(leaf.target, "tok", &via));
+    MSR_CHECK_OK(msr_rpc_channel_create_own(s.target, "tok", &direct));
+    node_call_t c[3];
+    memset(c, 0, sizeof c);
+    for (int k = 0; k < 2; k++)
+        join_start(via, loop, &c[k], k, 3);
+    calls_wait(loop, c, 2);
+    for (int k = 0; k < 2; k++) {
+        MSR_CHECK_MSG(c[k].code == 0, "join %d through the tree: %d %s", k, c[k].code,
+                      c[k].message);
+        beat_start(via, loop, &c[k]);
+    }
+    for (int k = 0; k < 10; k++) /* held: the job needs a third node */
+        msr_rpc_loop_poll(loop, msr_deadline_in_ms(20));
+    MSR_CHECK(!c[0].done && !c[1].done);
+    msr_trelay_kill(&mid);
+    calls_wait(loop, c, 2);
+    MSR_CHECK_MSG(c[0].code != 0 && c[1].code != 0, "calls through a dead middle relay succeeded");
+    for (int k = 0; k < 3; k++) {
+        char was[32];
+        snprintf(was, sizeof was, "%s", c[k].id);
+        join_start(direct, loop, &c[k], k, 3);
+        calls_wait(loop, &c[k], 1);
+        MSR_CHECK_MSG(c[k].code == 0, "direct join %d: %d %s", k, c[k].code, c[k].message);
+        if (k < 2)
+            MSR_CHECK_STR(c[k].id, was);
+    }
+    msr_rpc_channel_t *chs[3] = {direct, direct, direct};
+    expect_running(loop, chs, c, 3);
+    msr_rpc_channel_destroy(via);
+    msr_rpc_channel_destroy(direct);
+    msr_rpc_loop_destroy(loop);
+    msr_trelay_stop(&leaf);
+    msr_trelay_stop(&mid);
+    msr_tserved_stop(&s);
+}
+
+/* A chain of relays r0 (under the coordinator) to r<LEVELS_MAX>: a node
+ * calling r<LEVELS_MAX - 1> crosses MSR_RELAY_LEVELS_MAX relays and joins;
+ * one calling r<LEVELS_MAX> would cross one more and hears why. */
+static void test_chain_bound(void)
+{
+    msr_tserved_t s;
+    start(&s, 2);
+    msr_trelay_t r[MSR_RELAY_LEVELS_MAX + 1];
+    for (int k = 0; k <= MSR_RELAY_LEVELS_MAX; k++) {
+        char id[16];
+        snprintf(id, sizeof id, "r%d", k);
+        msr_trelay_start(&r[k], k ? r[k - 1].target : s.target, "tok", id, 2);
+    }
+    msr_rpc_loop_t *loop;
+    msr_rpc_channel_t *at, *past;
+    MSR_CHECK_OK(msr_rpc_loop_create(&loop));
+    MSR_CHECK_OK(msr_rpc_channel_create_own(r[MSR_RELAY_LEVELS_MAX - 1].target, "tok", &at));
+    MSR_CHECK_OK(msr_rpc_channel_create_own(r[MSR_RELAY_LEVELS_MAX].target, "tok", &past));
+    node_call_t c[2];
+    memset(c, 0, sizeof c);
+    join_start(at, loop, &c[0], 0, 2);
+    join_start(past, loop, &c[1], 1, 2);
+    calls_wait(loop, c, 2);
+    MSR_CHECK_MSG(c[0].code == 0 && c[0].id[0], "a chain of %d relays: %d %s", MSR_RELAY_LEVELS_MAX,
+                  c[0].code, c[0].message);
+    MSR_CHECK_EQ(c[1].code, MSR_RPC_INVALID_ARGUMENT);
+    MSR_CHECK_MSG(strstr(c[1].message, "would cross 5 relays in all; a call crosses at most 4"),
+                  "%s", c[1].message);
+    msr_rpc_channel_destroy(at);
+    msr_rpc_channel_destroy(past);
+    msr_rpc_loop_destroy(loop);
+    for (int k = MSR_RELAY_LEVELS_MAX; k >= 0; k--)
+        msr_trelay_stop(&r[k]);
+    msr_tserved_stop(&s);
+}
+
+/* A raw batch of one Join for node index, from relay id with subtree and
+ * depth, to target: MSR_OK with the entry's code in *code_p, or the
+ * refusal with its message in why. */
+static msr_status_t raw_batch(const char *target, const char *id, uint32_t subtree, uint32_t depth,
+                              int index, int *code_p, char *why, size_t wlen)
+{
+    Msr__JoinRequest j = MSR__JOIN_REQUEST__INIT;
+    char host[32];
+    snprintf(host, sizeof host, "10.0.1.%d", index);
+    j.protocol_version = MSR_PROTOCOL_VERSION;
+    j.job_id = "j";
+    j.host = host;
+    j.pid = 200 + index;
+    j.worker_num = 8;
+    j.local_worker_num = 1;
+    j.node_rank = -1;
+    uint8_t buf[512];
+    size_t len = protobuf_c_message_pack(&j.base, buf);
+    Msr__RelayCall call = MSR__RELAY_CALL__INIT;
+    Msr__RelayCall *callp = &call;
+    call.method = MSR_RPC_JOIN;
+    call.request.data = buf;
+    call.request.len = len;
+    Msr__RelayRequest req = MSR__RELAY_REQUEST__INIT;
+    req.relay_id = (char *)id;
+    req.subtree = subtree;
+    req.depth = depth;
+    req.n_calls = 1;
+    req.calls = &callp;
+    msr_rpc_channel_t *ch;
+    MSR_CHECK_OK(msr_rpc_channel_create_own(target, "tok", &ch));
+    ProtobufCMessage *resp = NULL;
+    msr_status_t st =
+        msr_rpc_call(ch, MSR_RPC_RELAY, &req.base, msr_deadline_in_ms(20000), 1, &resp);
+    if (st == MSR_OK) {
+        const Msr__RelayResponse *r = (const Msr__RelayResponse *)resp;
+        MSR_CHECK_EQ(r->n_answers, 1);
+        *code_p = r->answers[0]->code;
+        snprintf(why, wlen, "%s", r->answers[0]->message);
+        msr_rpc_message_free(resp);
+    } else {
+        snprintf(why, wlen, "%s", msr_err_msg());
+    }
+    msr_rpc_channel_destroy(ch);
+    return st;
+}
+
+/* The bounds of a lower relay's batch at a middle relay (subtree 3) and at
+ * the coordinator: a subtree at the middle's and one past, a depth at the
+ * bound and one past (the middle adds its own level). */
+static void test_batch_bounds(void)
+{
+    msr_tserved_t s;
+    start(&s, 8);
+    msr_trelay_t mid;
+    msr_trelay_start(&mid, s.target, "tok", "mid", 3);
+    char why[400];
+    int code = -1;
+    MSR_CHECK_OK(raw_batch(mid.target, "low", 3, 0, 0, &code, why, sizeof why));
+    MSR_CHECK_MSG(code == 0, "subtree 3 under a middle of 3: %d %s", code, why);
+    MSR_CHECK(raw_batch(mid.target, "low", 4, 0, 1, &code, why, sizeof why) != MSR_OK);
+    MSR_CHECK_MSG(strstr(why, "1 calls for a subtree of 4 nodes") && strstr(why, "at most 3"), "%s",
+                  why);
+    uint32_t top = MSR_RELAY_LEVELS_MAX - 2; /* crosses low, mid and... the last level */
+    MSR_CHECK_OK(raw_batch(mid.target, "low", 3, top, 2, &code, why, sizeof why));
+    MSR_CHECK_MSG(code == 0, "depth %u under a middle: %d %s", top, code, why);
+    MSR_CHECK(raw_batch(mid.target, "low", 3, top + 1, 3, &code, why, sizeof why) != MSR_OK);
+    MSR_CHECK_MSG(strstr(why, "a call crosses at most"), "%s", why);
+    /* straight to the coordinator: depth LEVELS_MAX - 1 is its bound */
+    MSR_CHECK_OK(
+        raw_batch(s.target, "low2", 1, MSR_RELAY_LEVELS_MAX - 1, 4, &code, why, sizeof why));
+    MSR_CHECK_MSG(code == 0, "depth %d at the coordinator: %d %s", MSR_RELAY_LEVELS_MAX - 1, code,
+                  why);
+    MSR_CHECK(raw_batch(s.target, "low2", 1, MSR_RELAY_LEVELS_MAX, 5, &code, why, sizeof why) !=
+              MSR_OK);
+    MSR_CHECK_MSG(strstr(why, "a call crosses at most"), "%s", why);
+    msr_trelay_stop(&mid);
+    msr_tserved_stop(&s);
+}
+
+/* One node's two calls queued on a relay (it called again before the
+ * first was sent): two batches of one call each, both answered, where one
+ * batch would have been refused whole for naming the node twice. */
+static void test_same_node_twice(void)
+{
+    msr_tserved_t s;
+    start(&s, 2);
+    msr_rpc_loop_t *loop;
+    msr_rpc_channel_t *ch;
+    MSR_CHECK_OK(msr_rpc_loop_create(&loop));
+    MSR_CHECK_OK(msr_rpc_channel_create_own(s.target, "tok", &ch));
+    msr_relay_t *r;
+    MSR_CHECK_OK(msr_relay_create(loop, ch, "a", 2, &r));
+    Msr__JoinRequest j = MSR__JOIN_REQUEST__INIT;
+    j.protocol_version = MSR_PROTOCOL_VERSION;
+    j.job_id = "j";
+    j.host = "10.0.0.9";
+    j.pid = 9;
+    j.worker_num = 2;
+    j.local_worker_num = 1;
+    j.node_rank = -1;
+    answer_t an[2];
+    memset(an, 0, sizeof an);
+    for (int k = 0; k < 2; k++)
+        MSR_CHECK_OK(msr_relay_submit(r, MSR_RPC_JOIN, &j.base, answered, &an[k]));
+    msr_relay_flush(r);
+    uint64_t calls = 0, batches = 0;
+    msr_relay_counts(r, &calls, &batches);
+    MSR_CHECK_EQ(calls, 2);
+    MSR_CHECK_EQ(batches, 2);
+    for (int k = 0; k < 2; k++) {
+        answer_wait(loop, &an[k]);
+        MSR_CHECK_MSG(an[k].code == 0, "call %d: %d %s", k, an[k].code, an[k].message);
+    }
+    msr_relay_destroy(r);
+    msr_rpc_channel_destroy(ch);
+    msr_rpc_loop_destroy(loop);
+    msr_tserved_stop(&s);
+}
+
+static const msr_test_t tests[] = {
+    {"depth_two", test_depth_two, 60},
+    {"middle_killed", test_middle_killed, 60},
+    {"chain_bound", test_chain_bound, 60},
+    {"batch_bounds", test_batch_bounds, 60},
+    {"same_node_twice", test_same_node_twice, 30},
+};
+
+int main(int argc, char **argv)
+{
+    return MSR_TEST_MAIN(argc, argv, tests); /* gRPC starts in each test's process */
+}
