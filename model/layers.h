@@ -238,9 +238,10 @@ void msr_attention_ring_backward(msr_products_t *pr, float *dq, int ldq, float *
 
 /* GELU, tanh approximation (torch's approximate="tanh"). out, inp (n).
  * The float forms (model/gelu.c) compute exp themselves (within an ulp of
- * the true value), and use AVX-512F or AVX2 where msr_cpu_features_get()
- * reports them: the same bits on every path and at every position, so
- * neither the CPU nor where a tensor is cut changes a result. The _scalar forms are the plain
+ * the true value), on the widest vector path msr_cpu_features_get()
+ * allows (AVX-512F, AVX2, or any CPU's 4 lanes; model/simd_paths.h): the
+ * same bits on every path and at every position, so neither the CPU nor
+ * where a tensor is cut changes a result. The _scalar forms are the plain
  * loops, for tests that compare the paths. */
 void msr_gelu_forward(float *out, const float *inp, size_t n);
 /* dinp (n) += gelu'(inp) * dout. */
