@@ -355,7 +355,8 @@ static msr_status_t mlp_backward(const msr_block_t *b, const msr_gpt_block_param
     if (b->llama)
         msr_swiglu_backward(b->dfch, a->fch, b->dfch_gelu, (int)b->N, b->Hl);
     else
-        msr_gelu_backward(b->dfch, a->fch, b->dfch_gelu, NH);
+        msr_gelu_backward_bf16(b->dfch, operand(b, b->dfch, b->N, OC), a->fch, b->dfch_gelu,
+                               NH); /* fc's backward takes dfch's rounding */
     return norm_backward(b, dres, b->dfch, OC, a->ln2, p->fcw, g->fcw, g->fcb, a->res2, p->ln2w,
                          g->ln2w, g->ln2b, a->ln2_mean, a->ln2_rstd, defer);
 }

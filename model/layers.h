@@ -125,7 +125,9 @@ void msr_products_linear_backward(msr_products_t *p, float *dinp, float *dweight
  * there (msr_bf16_from_f32 of each element, the same bits the product would
  * make) in the pass that writes src, and save the product a pass over it.
  * The handover lasts for the next product of p only: msr_products_linear
- * with inp == src and N * IC == n takes it (and rounds only the weight);
+ * with inp == src and N * IC == n takes it (and rounds only the weight),
+ * msr_products_linear_backward with dout == src and N * OC == n likewise
+ * (and rounds only inp and the weight);
  * any other product, or another call of this, drops it, so nothing may
  * write src or call p between the kernel and its product. Returns NULL
  * (nothing handed over: the kernel writes fp32 only) for NULL, an fp32
@@ -143,6 +145,12 @@ void msr_layernorm_forward_bf16(float *out, uint16_t *out16, float *mean, float 
                                 const float *inp, const float *weight, const float *bias, int N,
                                 int C);
 void msr_gelu_forward_bf16(float *out, uint16_t *out16, const float *inp, size_t n);
+/* msr_gelu_backward, and dinp16 (n) = the accumulated dinp rounded to bf16
+ * in the same pass (a block at a time): the output gradient of the product
+ * that follows in backward. dinp16 NULL: the fp32 kernel alone. Bitwise
+ * dinp as msr_gelu_backward, dinp16 as msr_bf16_from_f32_n on that dinp. */
+void msr_gelu_backward_bf16(float *dinp, uint16_t *dinp16, const float *inp, const float *dout,
+                            size_t n);
 
 /* LayerNorm's epsilon, as in GPT-2 and torch.nn.LayerNorm's default. */
 #define MSR_LAYERNORM_EPS 1e-5
@@ -230,9 +238,10 @@ void msr_attention_ring_backward(msr_products_t *pr, float *dq, int ldq, float *
 
 /* GELU, tanh approximation (torch's approximate="tanh"). out, inp (n).
  * The float forms (model/gelu.c) compute exp themselves (within an ulp of
- * the true value), and use AVX-512F or AVX2 where msr_cpu_features_get()
- * reports them: the same bits on every path and at every position, so
- * neither the CPU nor where a tensor is cut changes a result. The _scalar forms are the plain
+ * the true value), on the widest vector path msr_cpu_features_get()
+ * allows (AVX-512F, AVX2, or any CPU's 4 lanes; model/simd_paths.h): the
+ * same bits on every path and at every position, so neither the CPU nor
+ * where a tensor is cut changes a result. The _scalar forms are the plain
  * loops, for tests that compare the paths. */
 void msr_gelu_forward(float *out, const float *inp, size_t n);
 /* dinp (n) += gelu'(inp) * dout. */

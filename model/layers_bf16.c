@@ -1,6 +1,7 @@
 /* The layers' products context (layers.h): fp32 products, or bf16 operands
  * rounded into scratch and multiplied by msr_gemm_bf16 with fp32 sums; and
- * the layernorm and GELU that hand it their output already rounded. */
+ * the layernorm and GELU (forward and backward) that hand it their output
+ * already rounded. */
 #include <cblas.h>
 #include <stdatomic.h>
 #include <stdbool.h>
@@ -323,19 +324,21 @@ void msr_products_linear(msr_products_t *p, float *out, const float *inp, const 
 void msr_products_linear_backward(msr_products_t *p, float *dinp, float *dweight, const float *dout,
                                   const float *inp, const float *weight, int N, int IC, int OC)
 {
-    if (p != NULL)
-        p->ready = NULL;
+    /* dout's rounding may already be in a (msr_products_operand) */
+    bool ready = p != NULL && N > 0 && OC > 0 && take_ready(p, dout, (size_t)N * (size_t)OC);
     if (p == NULL || p->precision == MSR_PRECISION_FP32 || N <= 0 || IC <= 0 || OC <= 0) {
         msr_products_sgemm(p, 0, 0, N, IC, OC, 1.0f, dout, OC, weight, IC, 1.0f, dinp, IC);
         msr_products_sgemm(p, 1, 0, OC, IC, N, 1.0f, dout, OC, inp, IC, 1.0f, dweight, IC);
         return;
     }
-    /* dout (N,OC) rounded once into a, for both products; b holds the
-     * weight (OC,IC) unless it is kept, then inp (N,IC) */
+    /* dout (N,OC) rounded once into a, for both products (unless handed
+     * over: a, already that large, is not reallocated); b holds the weight
+     * (OC,IC) unless it is kept, then inp (N,IC) */
     size_t nb = (size_t)(N > OC ? N : OC) * (size_t)IC;
     if (!reserve_both(p, (size_t)N * (size_t)OC, nb))
         return;
-    round_rows(p->a, dout, OC, N, OC);
+    if (!ready)
+        round_rows(p->a, dout, OC, N, OC);
     const uint16_t *w = weight_operand(p, weight, OC, IC);
     msr_status_t st =
         msr_gemm_bf16(p->gemm, false, false, N, IC, OC, 1.0f, p->a, OC, w, IC, 1.0f, dinp, IC);
@@ -379,5 +382,19 @@ void msr_gelu_forward_bf16(float *out, uint16_t *out16, const float *inp, size_t
         size_t m = n - i < GELU_BF16_BLOCK ? n - i : GELU_BF16_BLOCK;
         msr_gelu_forward(out + i, inp + i, m);
         msr_bf16_from_f32_n(out16 + i, out + i, m);
+    }
+}
+
+void msr_gelu_backward_bf16(float *dinp, uint16_t *dinp16, const float *inp, const float *dout,
+                            size_t n)
+{
+    if (dinp16 == NULL) {
+        msr_gelu_backward(dinp, inp, dout, n);
+        return;
+    }
+    for (size_t i = 0; i < n; i += GELU_BF16_BLOCK) {
+        size_t m = n - i < GELU_BF16_BLOCK ? n - i : GELU_BF16_BLOCK;
+        msr_gelu_backward(dinp + i, inp + i, dout + i, m);
+        msr_bf16_from_f32_n(dinp16 + i, dinp + i, m);
     }
 }

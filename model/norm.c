@@ -1,7 +1,8 @@
 /* LayerNorm and RMSNorm in float (layers.h), their row sums in 16 fp32
  * lanes. One body per kernel (norm_impl.h), written with GCC's generic
- * vectors, is compiled three times: for any CPU (four vectors of 4 floats:
- * SSE2 on x86-64), with AVX2 (two of 8) and with AVX-512F (one of 16).
+ * vectors, is compiled three times (model/simd_paths.h): for any CPU (four
+ * vectors of 4 floats: SSE2 on x86-64), with AVX2 (two of 8) and with
+ * AVX-512F (one of 16).
  * Lane l of a row sum adds elements l, l + 16, ... in order; the lanes
  * fold in a fixed order (l with l + 8, then + 4, + 2, + 1) and the
  * elements past the last whole 16 are added after, in order. The
@@ -12,16 +13,9 @@
 #include <math.h>
 #include <string.h>
 
-#include "base/cpu_features.h"
 #include "model/layers.h"
 
 #define LANES 16
-
-/* unaligned loads and stores of a vector v (rows start anywhere) */
-#define LOAD(v, p)  memcpy(&(v), (p), sizeof(v))
-#define STORE(p, v) memcpy((p), &(v), sizeof(v))
-
-#define BODY static inline __attribute__((always_inline))
 
 /* The 16 lanes at acc folded into one sum, always in the same order. */
 static float fold(const void *acc)
@@ -43,56 +37,20 @@ static inline int body_len(int C)
     return C - C % LANES;
 }
 
-/* any CPU: 4 lanes (SSE2 on x86-64) */
-typedef float v4 __attribute__((vector_size(4 * sizeof(float))));
-#define vec     v4
-#define NV      4
-#define PATH(f) f##_base
-#define TARGET
-#include "model/norm_impl.h"
-#undef vec
-#undef NV
-#undef PATH
-#undef TARGET
-
-#if defined(__x86_64__)
-typedef float v8 __attribute__((vector_size(8 * sizeof(float))));
-#define vec     v8
-#define NV      2
-#define PATH(f) f##_avx2
-#define TARGET  __attribute__((target("avx2")))
-#include "model/norm_impl.h"
-#undef vec
-#undef NV
-#undef PATH
-#undef TARGET
-
-typedef float v16 __attribute__((vector_size(16 * sizeof(float))));
-#define vec     v16
-#define NV      1
-#define PATH(f) f##_avx512
-#define TARGET  __attribute__((target("avx512f")))
-#include "model/norm_impl.h"
-#undef vec
-#undef NV
-#undef PATH
-#undef TARGET
-#endif
+/* kernels_base, kernels_avx2 and kernels_avx512 */
+#define SIMD_IMPL "model/norm_impl.h"
+#include "model/simd_paths.h"
 
 const msr_norm_kernels_t *msr_norm_kernels(msr_norm_path_t path)
 {
-    unsigned f = 0;
-    /* a malformed MSRUN_CPU_DISABLE (already logged) leaves the base path */
-    if (msr_cpu_features_get(&f) != MSR_OK)
-        f = 0;
     switch (path) {
     case MSR_NORM_BASE:
         return &kernels_base;
 #if defined(__x86_64__)
     case MSR_NORM_AVX2:
-        return (f & MSR_CPU_AVX2) != 0 ? &kernels_avx2 : NULL;
+        return simd_path_ok(SIMD_AVX2) ? &kernels_avx2 : NULL;
     case MSR_NORM_AVX512:
-        return (f & MSR_CPU_AVX512F) != 0 ? &kernels_avx512 : NULL;
+        return simd_path_ok(SIMD_AVX512) ? &kernels_avx512 : NULL;
 #else
     case MSR_NORM_AVX2:
     case MSR_NORM_AVX512:
@@ -105,9 +63,7 @@ const msr_norm_kernels_t *msr_norm_kernels(msr_norm_path_t path)
 /* The widest path this CPU (less MSRUN_CPU_DISABLE) allows */
 static const msr_norm_kernels_t *widest(void)
 {
-    const msr_norm_kernels_t *k = msr_norm_kernels(MSR_NORM_AVX512);
-    if (k == NULL)
-        k = msr_norm_kernels(MSR_NORM_AVX2);
+    const msr_norm_kernels_t *k = msr_norm_kernels((msr_norm_path_t)simd_widest());
     return k != NULL ? k : &kernels_base;
 }
 

@@ -1,11 +1,8 @@
 /* The bodies of the float LayerNorm and RMSNorm (model/norm.c), written
- * once for one path. norm.c includes this file once per path, with
- *   vec       a GCC vector of W floats, the path's register width;
- *   NV        16 / W, the vectors that hold the 16 lanes;
- *   PATH(f)   f's name for the path (f_base, f_avx2, ...);
- *   TARGET    the function attributes that enable its instructions.
- * Lane l of the 16 is lane l % W of vector l / W, so every path adds the
- * same elements in the same order.
+ * once for one path: model/simd_paths.h includes this file once per path,
+ * with vec, NV, PATH and TARGET defined as it says. Lane l of the 16 is
+ * lane l % W of vector l / W, so every path adds the same elements in the
+ * same order.
  *
  * No include guard: meant to be included more than once. */
 

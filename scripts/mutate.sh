@@ -869,22 +869,31 @@ test: ^test_parallel_gelu$
     float c = x < 88.0f ? x : 88.0f;
 >>>
 
-@ gelu.avx2_backward_wrong_constant
-file: model/gelu.c
+@ gelu.vector_backward_wrong_constant
+file: model/gelu_impl.h
 test: ^test_parallel_gelu$
 <<<
-            V8(GELU_S), _mm256_add_ps(V8(1.0f), _mm256_mul_ps(_mm256_mul_ps(V8(GELU_3A), x), x)));
+        vec du = GELU_S * (1.0f + GELU_3A * x * x);
 ===
-            V8(GELU_S), _mm256_add_ps(V8(1.0f), _mm256_mul_ps(_mm256_mul_ps(V8(GELU_A), x), x)));
+        vec du = GELU_S * (1.0f + GELU_A * x * x);
 >>>
 
-@ gelu.avx2_exp_shift_logical
-file: model/gelu.c
-equivalent: only the low 9 bits of n1 + 127 survive the shift by 23, where srli and srai agree
+@ gelu.vector_exp_clamp_high
+file: model/gelu_impl.h
+test: ^test_parallel_gelu$
 <<<
-    __m256i ni = _mm256_cvttps_epi32(n), n1 = _mm256_srai_epi32(ni, 1);
+    vec c = PATH(select)(x < EXP_HI, x, SPLAT(EXP_HI));
 ===
-    __m256i ni = _mm256_cvttps_epi32(n), n1 = _mm256_srli_epi32(ni, 1);
+    vec c = PATH(select)(x < 88.0f, x, SPLAT(88.0f));
+>>>
+
+@ gelu.vector_nan_not_kept
+file: model/gelu_impl.h
+equivalent: a NaN x makes the GELU's x / (1 + e) and its gradient NaN whatever exp gives
+<<<
+    return PATH(select)(x != x, x, e); /* a NaN comes back as itself */
+===
+    return e; /* a NaN comes back as itself */
 >>>
 
 # ---- the launcher (msrun/)

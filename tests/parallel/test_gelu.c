@@ -1,6 +1,6 @@
 /* The float GELU: its exp against libm's in double, its values against the
- * double GELU, and the vector path (AVX-512F or AVX2, whichever the CPU
- * has) against the scalar one bit for bit. */
+ * double GELU, and the vector path (the widest the CPU has: AVX-512F, AVX2
+ * or plain 4 lanes) against the scalar one bit for bit. */
 #include <float.h>
 #include <math.h>
 #include <stdint.h>
@@ -89,9 +89,10 @@ static int same_float(float a, float b)
 /* Edge inputs (zeros, subnormals, where exp overflows or underflows, x^3
  * overflowing, Inf, NaN) and a sweep, at lengths around the vector width
  * and offsets that move each value between vector body and scalar tail.
- * Where the CPU has no AVX2 both calls run the scalar loop; under
- * MSRUN_CPU_DISABLE=avx512f the vector call runs AVX2. */
-static void test_vector_matches_scalar(void)
+ * The vector call runs the widest path the CPU has; the _avx2 and _plain
+ * cases mask AVX-512F, then AVX2 too, off (MSRUN_CPU_DISABLE) to run the
+ * narrower paths. */
+static void check_vector_matches_scalar(void)
 {
     enum { N = 96 };
     static const float edge[] = {0.0f,     -0.0f,    1e-40f,    -1e-40f, 1e-20f, -1e-20f,
@@ -124,10 +125,29 @@ static void test_vector_matches_scalar(void)
     }
 }
 
+static void test_vector_matches_scalar(void)
+{
+    check_vector_matches_scalar();
+}
+
+static void test_vector_matches_scalar_avx2(void)
+{
+    setenv("MSRUN_CPU_DISABLE", "avx512f", 1);
+    check_vector_matches_scalar();
+}
+
+static void test_vector_matches_scalar_plain(void)
+{
+    setenv("MSRUN_CPU_DISABLE", "all", 1);
+    check_vector_matches_scalar();
+}
+
 static const msr_test_t tests[] = {
     {"exp_within_an_ulp", test_exp_within_an_ulp, 60},
     {"against_double", test_against_double, 10},
     {"vector_matches_scalar", test_vector_matches_scalar, 10},
+    {"vector_matches_scalar_avx2", test_vector_matches_scalar_avx2, 10},
+    {"vector_matches_scalar_plain", test_vector_matches_scalar_plain, 10},
 };
 
 int main(int argc, char **argv)

@@ -6,9 +6,10 @@
  * differs from fp32 on operands that are not bf16 numbers;
  * attention in bf16 stays within a bound derived from bf16's rounding;
  * a failed product's status sticks, every allocation failing in turn
- * included; the precision names parse; the layernorm and GELU that round
- * their output for the next product give the separate passes' bits, and
- * that product takes the operand only when it is its own; a weight kept
+ * included; the precision names parse; the layernorm and GELU (forward,
+ * and GELU's backward for its output gradient) that round their output
+ * for the next product give the separate passes' bits, and that product
+ * takes the operand only when it is its own; a weight kept
  * for a step is rounded once, between weights_begin and _end only and
  * only inside the parameters given, and counted in the scratch bytes. */
 #include <cblas.h>
@@ -394,7 +395,20 @@ static void check_fused_kernels(void)
         MSR_CHECK_EQ(o16[n], 0xabcd);
         if (n >= 9)
             MSR_CHECK(o16[1] == 0x4180 && o16[2] == 0x4182 && o16[n - 1] == 0x4180);
-        free(x), free(o1), free(o2), free(o16), free(want);
+        /* backward: dinp accumulates onto what it held, then is rounded */
+        float *d = random_floats(n + 1, 100 + k), *g1 = random_floats(n + 1, 120 + k);
+        memcpy(o2, g1, (n + 1) * sizeof *o2);
+        o16[n] = 0xabcd;
+        msr_gelu_backward(g1, x, d, n);
+        msr_gelu_backward_bf16(o2, o16, x, d, n);
+        uint16_t *gwant = rounded16(g1, n);
+        MSR_CHECK(memcmp(g1, o2, (n + 1) * sizeof *o2) == 0);
+        MSR_CHECK(memcmp(o16, gwant, n * sizeof *o16) == 0);
+        MSR_CHECK_EQ(o16[n], 0xabcd);
+        msr_gelu_backward_bf16(o2, NULL, x, d, n); /* fp32 alone */
+        msr_gelu_backward(g1, x, d, n);
+        MSR_CHECK(memcmp(g1, o2, n * sizeof *o2) == 0);
+        free(x), free(o1), free(o2), free(o16), free(want), free(d), free(g1), free(gwant);
     }
 }
 
@@ -481,6 +495,67 @@ static void test_handover_blas(void)
 {
     setenv("MSRUN_CPU_DISABLE", "avx512_bf16,avx512f", 1);
     check_handover();
+}
+
+/* dinp (N,IC) and dweight (OC,IC) of the linear layer's backward from
+ * zero, its output gradient dout (N,OC) = gelu'(h) * dg as the GELU's
+ * backward writes it into dout's storage (from zero), handing the product
+ * dout's rounding (msr_products_operand) when fused; one array. */
+static float *gelu_linear_backward(msr_products_t *p, float *dout, const float *h, const float *dg,
+                                   const float *inp, const float *w, int fused)
+{
+    size_t no = (size_t)N * OC, ni = (size_t)N * IC, nw = (size_t)OC * IC;
+    float *got = calloc(ni + nw, sizeof *got);
+    memset(dout, 0, no * sizeof *dout);
+    if (fused)
+        msr_gelu_backward_bf16(dout, msr_products_operand(p, dout, no), h, dg, no);
+    else
+        msr_gelu_backward(dout, h, dg, no);
+    msr_matmul_backward(p, got, got + ni, NULL, dout, inp, w, N, IC, OC);
+    return got;
+}
+
+/* The handover in backward: a GELU backward that writes its product's
+ * output gradient gives that product (msr_products_linear_backward)
+ * bitwise the separate passes' dinp and dweight; a handover of another
+ * array, or of the right one at another size, is not taken (the buffer
+ * handed over is filled with garbage to tell). */
+static void check_handover_backward(void)
+{
+    size_t no = (size_t)N * OC, ni = (size_t)N * IC, nw = (size_t)OC * IC;
+    float *inp = random_floats(ni, 50), *w = random_floats(nw, 51), *h = random_floats(no, 52);
+    float *dg = random_floats(no, 53), *dout = malloc(no * sizeof *dout);
+    msr_products_t *p = NULL;
+    MSR_CHECK_OK(msr_products_create(MSR_PRECISION_BF16, &p));
+    float *want = gelu_linear_backward(p, dout, h, dg, inp, w, 0);
+    size_t bytes = msr_products_scratch_bytes(p);
+    float *got = gelu_linear_backward(p, dout, h, dg, inp, w, 1);
+    MSR_CHECK(memcmp(got, want, (ni + nw) * sizeof *got) == 0);
+    free(got);
+    float *other = random_floats(no, 54);
+    memset(msr_products_operand(p, other, no), 0x7f, no * sizeof(uint16_t));
+    got = calloc(ni + nw, sizeof *got);
+    msr_matmul_backward(p, got, got + ni, NULL, dout, inp, w, N, IC, OC);
+    MSR_CHECK(memcmp(got, want, (ni + nw) * sizeof *got) == 0);
+    memset(got, 0, (ni + nw) * sizeof *got);
+    memset(msr_products_operand(p, dout, no - OC), 0x7f, no * sizeof(uint16_t));
+    msr_matmul_backward(p, got, got + ni, NULL, dout, inp, w, N, IC, OC);
+    MSR_CHECK(memcmp(got, want, (ni + nw) * sizeof *got) == 0);
+    MSR_CHECK_EQ(msr_products_scratch_bytes(p), bytes);
+    MSR_CHECK_OK(msr_products_status(p));
+    msr_products_destroy(p);
+    free(inp), free(w), free(h), free(dg), free(dout), free(want), free(got), free(other);
+}
+
+static void test_handover_backward(void)
+{
+    check_handover_backward();
+}
+
+static void test_handover_backward_blas(void)
+{
+    setenv("MSRUN_CPU_DISABLE", "avx512_bf16,avx512f", 1);
+    check_handover_backward();
 }
 
 /* out (N,OC) of the linear layer through prod with the weight w, then
@@ -601,6 +676,8 @@ static const msr_test_t tests[] = {
     {"fused_kernels_scalar", test_fused_kernels_scalar, 10},
     {"handover", test_handover, 10},
     {"handover_blas", test_handover_blas, 10},
+    {"handover_backward", test_handover_backward, 10},
+    {"handover_backward_blas", test_handover_backward_blas, 10},
     {"kept_weights", test_kept_weights, 10},
     {"kept_weights_blas", test_kept_weights_blas, 10},
 };

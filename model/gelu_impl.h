@@ -1,0 +1,83 @@
+/* The body of the float GELU (model/gelu.c), forward and backward with
+ * its exp, written once for one path: model/simd_paths.h includes this
+ * file once per path, with vec, veci, NV, PATH and TARGET defined as it
+ * says. Each lane repeats msr_gelu_exp and the scalar loops operation for
+ * operation (IEEE multiplies, adds, divides; the same grouping), and the
+ * elements past the last whole vector go to the scalar loops, so every
+ * path gives the scalar loop's bits at every position.
+ *
+ * No include guard: meant to be included more than once. */
+
+#define GW (16 / NV) /* floats a vector */
+
+/* every lane c (no constant here is -0, which 0 + c would turn to +0) */
+#define SPLAT(c) ((vec){0} + (c))
+
+/* m ? a : b lane by lane, m a comparison's lanes (all ones or zero) */
+TARGET BODY vec PATH(select)(veci m, vec a, vec b)
+{
+    return (vec)((m & (veci)a) | (~m & (veci)b));
+}
+
+/* msr_gelu_exp on each lane, the same operations in the same order */
+TARGET BODY vec PATH(exp_v)(vec x)
+{
+    vec c = PATH(select)(x < EXP_HI, x, SPLAT(EXP_HI));
+    c = PATH(select)(c > EXP_LO, c, SPLAT(EXP_LO));
+    vec n = (c * EXP_LOG2E + EXP_SHIFTER) - EXP_SHIFTER;
+    vec r = c - n * EXP_LN2_HI;
+    r = r - n * EXP_LN2_LO;
+    vec p = SPLAT(EXP_P0);
+    p = p * r + EXP_P1;
+    p = p * r + EXP_P2;
+    p = p * r + EXP_P3;
+    p = p * r + EXP_P4;
+    p = p * r + EXP_P5;
+    p = (p * (r * r) + r) + 1.0f;
+    /* n is an integer in [-151, 129]: truncation is exact, and n1 + 127
+     * and ni - n1 + 127 are normal exponents */
+    veci ni = __builtin_convertvector(n, veci), n1 = ni >> 1; /* arithmetic: floor(n / 2) */
+    vec e = (p * (vec)((n1 + 127) << 23)) * (vec)((ni - n1 + 127) << 23);
+    return PATH(select)(x != x, x, e); /* a NaN comes back as itself */
+}
+
+/* exp(-2u), u = S (x + A x^3), as the scalar loops group it */
+TARGET BODY vec PATH(exp_m2u)(vec x)
+{
+    vec u = GELU_S * (x + GELU_A * x * x * x);
+    return PATH(exp_v)(-2.0f * u);
+}
+
+TARGET static void PATH(gelu_forward)(float *out, const float *inp, size_t n)
+{
+    size_t i = 0;
+    vec x;
+    for (; i + GW <= n; i += GW) {
+        LOAD(x, inp + i);
+        vec y = x / (1.0f + PATH(exp_m2u)(x));
+        STORE(out + i, y);
+    }
+    msr_gelu_forward_scalar(out + i, inp + i, n - i);
+}
+
+TARGET static void PATH(gelu_backward)(float *dinp, const float *inp, const float *dout, size_t n)
+{
+    size_t i = 0;
+    vec x, d, dy;
+    for (; i + GW <= n; i += GW) {
+        LOAD(x, inp + i);
+        vec s = 1.0f / (1.0f + PATH(exp_m2u)(x));
+        vec du = GELU_S * (1.0f + GELU_3A * x * x);
+        vec g = s + 2.0f * x * s * (1.0f - s) * du;
+        LOAD(d, dinp + i);
+        LOAD(dy, dout + i);
+        d = d + g * dy;
+        STORE(dinp + i, d);
+    }
+    msr_gelu_backward_scalar(dinp + i, inp + i, dout + i, n - i);
+}
+
+static const gelu_kernels_t PATH(kernels) = {PATH(gelu_forward), PATH(gelu_backward)};
+
+#undef SPLAT
+#undef GW
