@@ -6,7 +6,8 @@
  *     listed by one side only (rank 0 lists rank 1, which lists nobody);
  *     the world stays usable after each
  *   - n = size - 1, the bound: every rank pairs with every other, each
- *     pair of two ranked by world rank, and a message each way on each
+ *     pair of two ranked by world rank, a message each way and an
+ *     allreduce (no shared-memory segment: over messages) on each
  *   - n = 0 on every rank: nothing made, success
  * Every check that fails prints "FAIL" and exits 1; rank 0 prints "ok
  * pairs" at the end. */
@@ -70,11 +71,18 @@ static void all_pairs(msr_comm_t *world)
         OK(msr_comm_wait(r));
         if (in != 100 * peers[k] + me)
             fail("pair with %d: got %lld, want %d", peers[k], (long long)in, 100 * peers[k] + me);
+        /* a collective without a segment: over messages (every rank takes
+         * its pairs in the order of (lower, higher) rank: no cycle) */
+        int64_t sum = me;
+        OK(msr_comm_allreduce(p, MSR_IN_PLACE, &sum, 1, MSR_DTYPE_I64, MSR_OP_SUM));
+        if (sum != me + peers[k])
+            fail("pair with %d: allreduce gave %lld, want %d", peers[k], (long long)sum,
+                 me + peers[k]);
     }
     for (int k = 0; k < n; k++)
         msr_comm_destroy(pairs[k]);
     if (me == 0)
-        printf("pairs: %d each, a message each way on each\n", n);
+        printf("pairs: %d each, a message each way and an allreduce on each\n", n);
 }
 
 int main(void)

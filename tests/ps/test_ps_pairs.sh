@@ -14,7 +14,7 @@ for what in "n -1" "n = size, one past" "itself" "peer -1" "peer = size" \
     "a peer listed twice" "peers NULL" "listed by one side only"; do
     expect_in "refused: $what" "$TMP/out" "pairs"
 done
-expect_in "pairs: 3 each, a message each way on each" "$TMP/out" "pairs"
+expect_in "pairs: 3 each, a message each way and an allreduce on each" "$TMP/out" "pairs"
 expect_in "ok pairs" "$TMP/out" "pairs"
 no_leftovers "pairs"
 ok "pairs: refusals on every member, every rank with every other"
