@@ -134,6 +134,22 @@ msr_status_t msr_comm_pair(msr_ctx_t *ctx, const char *name, int peer, msr_comm_
     return msr_ucx_comm_pair(ctx, name, peer, comm_p);
 }
 
+msr_status_t msr_comm_pairs(msr_comm_t *comm, int n, const int *peers, msr_comm_t **pairs_p)
+{
+    msr_status_t st = msr_comm_check_usable(comm, "msr_comm_pairs");
+    if (st != MSR_OK)
+        return st;
+    if (comm->gpu >= 0) {
+        msr_err_set("msr_comm_pairs: a device communicator (%s): pairs are made over host "
+                    "ones",
+                    msr_comm_backend(comm));
+        return MSR_ERR_UNSUPPORTED;
+    }
+    /* the rest of the arguments are checked inside, where a member with bad
+     * ones still takes part, so that all fail alike */
+    return msr_ucx_comm_pairs(comm, n, peers, pairs_p);
+}
+
 msr_status_t msr_comm_check_usable(const msr_comm_t *comm, const char *what)
 {
     if (comm == NULL) {

@@ -137,5 +137,6 @@ msr_status_t msr_comm_start(msr_comm_t *comm, const msr_coll_args_t *a, msr_comm
 /* The UCX backend's entry: the world communicator. */
 msr_status_t msr_ucx_comm_world(msr_ctx_t *ctx, msr_comm_t **comm_p);
 msr_status_t msr_ucx_comm_pair(msr_ctx_t *ctx, const char *name, int peer, msr_comm_t **comm_p);
+msr_status_t msr_ucx_comm_pairs(msr_comm_t *comm, int n, const int *peers, msr_comm_t **pairs_p);
 
 #endif

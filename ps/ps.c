@@ -65,32 +65,26 @@ static void free_links(msr_ps_t *ps)
 
 /* Asynchronous mode: a communicator of two for each worker and server, so
  * that a lost worker breaks only its own and the servers go on with the
- * others (docs/ps.md, Failures). max(workers, servers) collective splits
- * of comm: in split r, worker w pairs with server (w + r) mod M where
- * that is below the servers (every pair once, at r = (s - w) mod M); the
- * pair's color is the server's index, the worker its rank 0. Each pair is
- * then duplicated onto an engine of its own (MSR_COMM_OWN_WORKER) and the
- * split dropped: on one machine UCX gives an engine one receive queue that
- * all its senders write into, and a worker killed inside a send would
- * stall every other worker's messages to that server behind its slot
- * (docs/ps.md, The hang). Without a context (comm gives none) a pair
- * cannot be made with msr_comm_pair, as msr_ps_join does. */
+ * others (docs/ps.md, Failures), each on an engine of its own: on one
+ * machine UCX gives an engine one receive queue that all its senders write
+ * into, and a worker killed inside a send would stall every other worker's
+ * messages to that server behind its slot (docs/ps.md, The hang). All made
+ * in one msr_comm_pairs over comm: a worker pairs with every server, a
+ * server with every worker. */
 static msr_status_t make_links(msr_ps_t *ps, msr_comm_t *comm)
 {
-    int W = ps->workers, S = ps->servers, M = W > S ? W : S;
-    int worker = ps->role == MSR_PS_WORKER, me = ps->role_rank;
-    for (int r = 0; r < M; r++) {
-        int other = worker ? (me + r) % M : ((me - r) % M + M) % M;
-        int paired = other < (worker ? S : W);
-        int color = !paired ? MSR_COMM_NO_COLOR : worker ? other : me;
-        msr_comm_t *c = NULL;
-        msr_status_t st = msr_comm_split(comm, color, worker ? 0 : 1, &c);
-        if (st == MSR_OK && paired)
-            st = msr_comm_dup(c, MSR_COMM_OWN_WORKER, &ps->links[other]);
-        msr_comm_destroy(c);
-        if (st != MSR_OK)
-            return msr_err_prefix(st, "msr_ps_create: the pairwise communicators");
-    }
+    int worker = ps->role == MSR_PS_WORKER;
+    int *peers = msr_calloc((size_t)ps->nlinks, sizeof *peers);
+    for (int o = 0; peers && o < ps->nlinks; o++)
+        peers[o] = worker ? ps->workers + o : o;
+    /* without its list (out of memory) it still takes part, refused, so
+     * that every member fails at once */
+    msr_status_t st = msr_comm_pairs(comm, ps->nlinks, peers, ps->links);
+    if (peers == NULL)
+        st = msr_err(MSR_ERR_NO_MEMORY, "msr_ps_create: out of memory");
+    msr_free(peers);
+    if (st != MSR_OK)
+        return msr_err_prefix(st, "msr_ps_create: the pairwise communicators");
     return MSR_OK;
 }
 

@@ -72,9 +72,10 @@ static void drop_abort_recv(ucx_comm_t *uc)
 
 /* ---- communicators ---- */
 
-/* Makes a communicator on engine e (whose reference it takes over). */
-static msr_status_t make_comm(msr_ctx_t *ctx, ucx_engine_t *e, unsigned id, int rank, int size,
-                              const int *world_ranks, int64_t timeout_ms, msr_comm_t **comm_p)
+/* Makes a communicator on engine e (whose reference it takes over on
+ * success). */
+msr_status_t ucx_comm_make(msr_ctx_t *ctx, ucx_engine_t *e, unsigned id, int rank, int size,
+                           const int *world_ranks, int64_t timeout_ms, msr_comm_t **comm_p)
 {
     msr_comm_t *comm = NULL;
     msr_status_t st = msr_comm_alloc(ctx, &ucx_ops, rank, size, world_ranks, timeout_ms, &comm);
@@ -160,7 +161,7 @@ msr_status_t msr_ucx_comm_world(msr_ctx_t *ctx, msr_comm_t **comm_p)
     st = ucx_engine_create(ctx, uid, n, ranks, &e);
     if (st == MSR_OK) {
         unsigned id = e->next_comm_id++;
-        st = make_comm(ctx, e, id, me, n, ranks, msr_timeout(ctx), comm_p);
+        st = ucx_comm_make(ctx, e, id, me, n, ranks, msr_timeout(ctx), comm_p);
         if (st != MSR_OK)
             ucx_engine_unref(e);
         else
@@ -184,7 +185,7 @@ msr_status_t msr_ucx_comm_pair(msr_ctx_t *ctx, const char *name, int peer, msr_c
     if (st != MSR_OK)
         return st;
     unsigned id = e->next_comm_id++;
-    st = make_comm(ctx, e, id, me == ranks[1], 2, ranks, msr_timeout(ctx), comm_p);
+    st = ucx_comm_make(ctx, e, id, me == ranks[1], 2, ranks, msr_timeout(ctx), comm_p);
     if (st != MSR_OK)
         ucx_engine_unref(e);
     return st;
@@ -262,14 +263,14 @@ static msr_status_t ucx_split(msr_comm_t *comm, int color, int key, unsigned fla
         if (st != MSR_OK)
             goto out;
         unsigned nid = ne->next_comm_id++;
-        st = make_comm(comm->ctx, ne, nid, newrank, m, wr, timeout, newcomm_p);
+        st = ucx_comm_make(comm->ctx, ne, nid, newrank, m, wr, timeout, newcomm_p);
         if (st != MSR_OK)
             ucx_engine_unref(ne);
     } else {
         ucx_engine_lock(e);
         e->refs++;
         ucx_engine_unlock(e);
-        st = make_comm(comm->ctx, e, (unsigned)id, newrank, m, wr, timeout, newcomm_p);
+        st = ucx_comm_make(comm->ctx, e, (unsigned)id, newrank, m, wr, timeout, newcomm_p);
         if (st != MSR_OK)
             ucx_engine_unref(e);
     }

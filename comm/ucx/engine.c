@@ -86,8 +86,12 @@ static int sysv_shm_usable(char *why, size_t len)
 }
 
 /* Leaves out the shared-memory transports this machine refuses, unless the
- * user chose UCX_TLS. */
-static void choose_transports(ucp_config_t *cfg)
+ * user chose UCX_TLS. With node_only (every member on this node: a pair
+ * of msr_comm_pairs) the worker gets shared memory alone: one mm transport
+ * (posix, else sysv) and cma where usable, no network interface. Each
+ * transport's interface costs the worker's creation CPU time (the mm ones
+ * their receive queue), and a pair's endpoint uses only one. */
+static void choose_transports(ucp_config_t *cfg, int node_only)
 {
     const char *user = getenv("UCX_TLS");
     if (user && *user) {
@@ -95,17 +99,26 @@ static void choose_transports(ucp_config_t *cfg)
         return;
     }
     char tls[64] = "", why[160];
-    if (!cma_usable(why, sizeof why)) {
+    int cma = cma_usable(why, sizeof why);
+    if (!cma) {
         MSR_DEBUG("comm: not using cma: %s", why);
         strcat(tls, ",cma");
     }
-    if (!posix_shm_usable(why, sizeof why)) {
+    int posix = posix_shm_usable(why, sizeof why);
+    if (!posix) {
         MSR_DEBUG("comm: not using posix shared memory: %s", why);
         strcat(tls, ",posix");
     }
-    if (!sysv_shm_usable(why, sizeof why)) {
+    int sysv = sysv_shm_usable(why, sizeof why);
+    if (!sysv) {
         MSR_DEBUG("comm: not using sysv shared memory: %s", why);
         strcat(tls, ",sysv");
+    }
+    if (node_only && (posix || sysv)) {
+        snprintf(tls, sizeof tls, "self,%s%s", posix ? "posix" : "sysv", cma ? ",cma" : "");
+        if (ucp_config_modify(cfg, "TLS", tls) != UCS_OK)
+            MSR_WARN("comm: cannot set UCX_TLS=%s", tls);
+        return;
     }
     if (tls[0]) {
         tls[0] = '^'; /* "^cma,posix": everything but these */
@@ -221,14 +234,14 @@ static msr_status_t ucs_failed(const char *what, ucs_status_t us)
 
 /* UCX's context and this engine's worker, with its event descriptor; on
  * failure nothing of them is left. */
-static msr_status_t ucx_open(ucx_engine_t *e, int n)
+static msr_status_t ucx_open(ucx_engine_t *e, int n, int node_only)
 {
     uint64_t t0 = msr_now_ns();
     ucp_config_t *cfg = NULL;
     ucs_status_t us = ucp_config_read(NULL, NULL, &cfg);
     if (us != UCS_OK)
         return ucs_failed("ucp_config_read", us);
-    choose_transports(cfg);
+    choose_transports(cfg, node_only);
     ucp_params_t prm = {
         .field_mask = UCP_PARAM_FIELD_FEATURES | UCP_PARAM_FIELD_MT_WORKERS_SHARED |
                       UCP_PARAM_FIELD_ESTIMATED_NUM_EPS | UCP_PARAM_FIELD_ESTIMATED_NUM_PPN,
@@ -262,30 +275,24 @@ static msr_status_t ucx_open(ucx_engine_t *e, int n)
     return MSR_OK;
 }
 
-msr_status_t ucx_engine_create(msr_ctx_t *ctx, const char *uid, int n, const int *world_ranks,
-                               ucx_engine_t **engine_p)
+msr_status_t ucx_engine_open(msr_ctx_t *ctx, const char *uid, int n, int node_only,
+                             ucx_engine_t **engine_p)
 {
     ucx_engine_t *e = engine_new(ctx, uid, n);
     if (e == NULL)
         return MSR_ERR_NO_MEMORY;
-    msr_status_t st = ucx_open(e, n);
-    if (st != MSR_OK)
-        goto err_bare;
-    ucp_address_t *addr = NULL;
-    size_t addr_len = 0;
-    ucs_status_t us = ucp_worker_get_address(e->worker, &addr, &addr_len);
-    if (us != UCS_OK) {
-        st = ucs_failed("ucp_worker_get_address", us);
-        goto err_ucx;
+    msr_status_t st = ucx_open(e, n, node_only);
+    if (st != MSR_OK) {
+        pthread_mutex_destroy(&e->lock);
+        engine_free_bare(e);
+        return st;
     }
-    int index = -1;
-    for (int i = 0; i < n; i++)
-        if (world_ranks[i] == e->my_world)
-            index = i;
-    st = ucx_engine_exchange_addresses(e, n, world_ranks, index, addr, addr_len);
-    ucp_worker_release_address(e->worker, addr);
-    if (st != MSR_OK)
-        goto err_peers;
+    *engine_p = e;
+    return MSR_OK;
+}
+
+void ucx_engine_ready(ucx_engine_t *e, int n)
+{
     ucx_engine_rebuild_pollfds(e);
     e->refs = 1;
     int ranks = set_waiting(e);
@@ -294,21 +301,51 @@ msr_status_t ucx_engine_create(msr_ctx_t *ctx, const char *uid, int n, const int
               e->uid, n, ranks, ucx_engine_cpus(e), (unsigned long long)(e->spin_ns / 1000),
               (unsigned long long)(e->yield_ns / 1000),
               (unsigned long long)(e->shm_yield_ns / 1000));
-    *engine_p = e;
-    return MSR_OK;
+}
 
-err_peers:
+void ucx_engine_discard(ucx_engine_t *e)
+{
+    if (e == NULL)
+        return;
     for (int i = 0; i < e->world_size; i++) {
         if (e->peers[i].pidfd >= 0)
             close(e->peers[i].pidfd);
         msr_free(e->peers[i].addr);
     }
-err_ucx:
     ucp_worker_destroy(e->worker);
     ucp_cleanup(e->context);
-err_bare:
     pthread_mutex_destroy(&e->lock);
     engine_free_bare(e);
+}
+
+msr_status_t ucx_engine_create(msr_ctx_t *ctx, const char *uid, int n, const int *world_ranks,
+                               ucx_engine_t **engine_p)
+{
+    ucx_engine_t *e = NULL;
+    msr_status_t st = ucx_engine_open(ctx, uid, n, 0, &e);
+    if (st != MSR_OK)
+        return st;
+    ucp_address_t *addr = NULL;
+    size_t addr_len = 0;
+    ucs_status_t us = ucp_worker_get_address(e->worker, &addr, &addr_len);
+    if (us != UCS_OK) {
+        st = ucs_failed("ucp_worker_get_address", us);
+        goto err_engine;
+    }
+    int index = -1;
+    for (int i = 0; i < n; i++)
+        if (world_ranks[i] == e->my_world)
+            index = i;
+    st = ucx_engine_exchange_addresses(e, n, world_ranks, index, addr, addr_len);
+    ucp_worker_release_address(e->worker, addr);
+    if (st != MSR_OK)
+        goto err_engine;
+    ucx_engine_ready(e, n);
+    *engine_p = e;
+    return MSR_OK;
+
+err_engine:
+    ucx_engine_discard(e);
     return st;
 }
 

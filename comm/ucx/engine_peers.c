@@ -298,6 +298,69 @@ static msr_status_t count_host_ranks(ucx_engine_t *e, int n, int index, uint32_t
     return MSR_OK;
 }
 
+/* This member's record: its head, then addr; NULL when out of memory.
+ * Sets the engine's CPUs to this process's own (its node's others are
+ * added as their records come). */
+static unsigned char *make_record(ucx_engine_t *e, const void *addr, size_t addr_len)
+{
+    unsigned char *rec = msr_malloc(sizeof(addr_head_t) + addr_len);
+    if (rec == NULL)
+        return NULL;
+    addr_head_t head = {ADDR_MAGIC,  (uint32_t)getpid(), e->my_node,
+                        e->my_world, e->my_host,         e->my_pidns};
+    my_cpus(head.cpus);
+    memcpy(e->node_cpus, head.cpus, sizeof e->node_cpus);
+    memcpy(rec, &head, sizeof head);
+    memcpy(rec + sizeof head, addr, addr_len);
+    return rec;
+}
+
+msr_status_t ucx_engine_record(ucx_engine_t *e, unsigned char **rec_p, size_t *len_p)
+{
+    ucp_address_t *addr = NULL;
+    size_t addr_len = 0;
+    ucs_status_t us = ucp_worker_get_address(e->worker, &addr, &addr_len);
+    if (us != UCS_OK) {
+        msr_err_set("comm: ucp_worker_get_address: %s", ucs_status_string(us));
+        return MSR_ERR_BACKEND;
+    }
+    unsigned char *rec = make_record(e, addr, addr_len);
+    ucp_worker_release_address(e->worker, addr);
+    if (rec == NULL)
+        return MSR_ERR_NO_MEMORY;
+    *rec_p = rec;
+    *len_p = sizeof(addr_head_t) + addr_len;
+    return MSR_OK;
+}
+
+msr_status_t ucx_engine_take_pair(ucx_engine_t *e, const int ranks[2], int index,
+                                  const unsigned char *rec, size_t len, int host_ranks)
+{
+    for (int i = 0; i < 2; i++) {
+        e->peers[ranks[i]].member = 1;
+        e->peers[ranks[i]].index = (uint32_t)i;
+    }
+    ucx_peer_t *p = &e->peers[ranks[1 - index]];
+    addr_head_t h = {0};
+    msr_status_t st = take_record(p, rec, len, &h);
+    if (st != MSR_OK)
+        return st;
+    p->same_host = h.host == e->my_host && h.pidns != 0 && h.pidns == e->my_pidns;
+    if (p->node == e->my_node && h.host != e->my_host) {
+        msr_err_set("comm: job rank %d of this node runs on another machine", p->world_rank);
+        return MSR_ERR_PROTOCOL;
+    }
+    e->host_ranks = host_ranks;
+    if (p->node != e->my_node)
+        return MSR_OK;
+    for (int w = 0; w < UCX_CPU_WORDS; w++)
+        e->node_cpus[w] |= h.cpus[w];
+    p->pidfd = pidfd_open_(p->pid);
+    if (p->pidfd < 0)
+        MSR_DEBUG("comm: no pidfd for pid %d (%s): liveness by polling", p->pid, strerror(errno));
+    return MSR_OK;
+}
+
 /* The address exchange (docs/comm.md): each member publishes its worker
  * address as entry `index` of the engine's name (the node's proxy sends a
  * node's members up as one call), and a member fetches a peer's address
@@ -311,16 +374,10 @@ msr_status_t ucx_engine_exchange_addresses(ucx_engine_t *e, int n, const int *wo
 {
     msr_status_t st = MSR_ERR_NO_MEMORY;
     size_t len = sizeof(addr_head_t) + addr_len;
-    unsigned char *mine = msr_malloc(len);
+    unsigned char *mine = make_record(e, addr, addr_len);
     ucx_peer_t **local_peers = msr_malloc((size_t)n * sizeof *local_peers);
     if (mine == NULL || local_peers == NULL)
         goto err_free;
-    addr_head_t head = {ADDR_MAGIC,  (uint32_t)getpid(), e->my_node,
-                        e->my_world, e->my_host,         e->my_pidns};
-    my_cpus(head.cpus);
-    memcpy(e->node_cpus, head.cpus, sizeof e->node_cpus);
-    memcpy(mine, &head, sizeof head);
-    memcpy(mine + sizeof head, addr, addr_len);
     uint32_t local = 0, nlp = 0;
     int first_local = -1, other_nodes = 0;
     for (int i = 0; i < n; i++) {

@@ -408,6 +408,30 @@ static inline void ucx_engine_unlock(ucx_engine_t *e)
  * engine_fail.c failures, engine_progress.c progress and waiting) */
 msr_status_t ucx_engine_create(msr_ctx_t *ctx, const char *uid, int n, const int *world_ranks,
                                ucx_engine_t **engine_p);
+/* An engine in three steps, for members whose addresses travel another
+ * way than the store (msr_comm_pairs): open (UCX's context and worker, the
+ * group of n members not known yet), this member's record to hand over
+ * (ucx_engine_record), the pair's peer taken from its record
+ * (ucx_engine_take_pair), then ready (its one reference, its waiting
+ * tuned). Discard undoes an engine that is not ready. node_only: every
+ * member is on this node, so the worker opens only shared-memory
+ * transports (unless the user set UCX_TLS). */
+msr_status_t ucx_engine_open(msr_ctx_t *ctx, const char *uid, int n, int node_only,
+                             ucx_engine_t **engine_p);
+void ucx_engine_ready(ucx_engine_t *e, int n);
+void ucx_engine_discard(ucx_engine_t *e);
+/* This member's record: what it says of itself (pid, node, machine, CPUs)
+ * and its worker's address; *rec_p allocated (msr_free), written only on
+ * success. */
+msr_status_t ucx_engine_record(ucx_engine_t *e, unsigned char **rec_p, size_t *len_p);
+/* Makes e's group the two members ranks[0] < ranks[1] (this one at
+ * index), the other's address and pid taken from its record rec (len
+ * bytes, made by ucx_engine_record); a peer of this node is watched
+ * through a pidfd. host_ranks: the members on this machine, for the
+ * waiting's tuning (the engine this pair was made over knows them).
+ * MSR_ERR_PROTOCOL for a malformed record. */
+msr_status_t ucx_engine_take_pair(ucx_engine_t *e, const int ranks[2], int index,
+                                  const unsigned char *rec, size_t len, int host_ranks);
 void ucx_engine_unref(ucx_engine_t *e);
 ucp_ep_h ucx_engine_ep(ucx_engine_t *e, ucx_peer_t *p);
 /* Which machine this process is on (host id and PID namespace, hashed to a
@@ -436,6 +460,10 @@ void ucx_comm_fail(ucx_comm_t *uc, msr_status_t st, int culprit, const char *fmt
 void ucx_comm_say_left(ucx_comm_t *uc);
 /* comm_ucx.c: (re)posts the receive of the members' notices. Lock held. */
 msr_status_t ucx_post_abort_recv(ucx_comm_t *uc);
+/* comm_ucx.c: a communicator of size members on engine e, whose reference
+ * it takes over on success (on failure e stays the caller's). */
+msr_status_t ucx_comm_make(msr_ctx_t *ctx, ucx_engine_t *e, unsigned id, int rank, int size,
+                           const int *world_ranks, int64_t timeout_ms, msr_comm_t **comm_p);
 void ucx_req_fail(ucx_req_t *r, msr_status_t st, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
 /* A step returned st: ucx_req_fail with the step's own error (which names

@@ -120,6 +120,30 @@ MSR_API msr_status_t msr_comm_world(msr_ctx_t *ctx, msr_comm_t **comm_p);
  * MSR_ERR_NO_MEMORY, MSR_ERR_BACKEND, or the store's errors. */
 MSR_API msr_status_t msr_comm_pair(msr_ctx_t *ctx, const char *name, int peer, msr_comm_t **comm_p);
 
+/* Makes a communicator of two with each member of comm that peers[0..n)
+ * names (ranks in comm), each on an engine of its own (a UCX worker: its
+ * own receive queue, progress and lock), as a two-member split duplicated
+ * with MSR_COMM_OWN_WORKER would be, at a fraction of the start-up: every
+ * engine is opened first, one after the other with nothing to wait for in
+ * between; their addresses go in one exchange over comm (an alltoallv: no
+ * store traffic); and no shared-memory segment or ring is set up (the
+ * pairs are for sends and receives; their collectives run over messages).
+ * (*pairs_p)[k] is the pair with peers[k], ranked by rank in comm (the
+ * lower one 0), and inherits comm's timeout. Collective over comm: every
+ * member calls it (n 0 for one with no pairs), and j lists i exactly when
+ * i lists j. The pairs stay valid after comm is destroyed.
+ *
+ * Fails on every member alike (nothing made) with MSR_ERR_INVALID_ARG
+ * (n outside 0 .. size - 1, peers or pairs_p NULL with n > 0, a peer not
+ * another member or listed twice, a pair listed by one side only),
+ * MSR_ERR_NO_MEMORY, MSR_ERR_BACKEND, or the status of whichever member
+ * failed first ("another member could not make its pairs"); with
+ * MSR_ERR_UNSUPPORTED for a device communicator; or with the errors of a
+ * collective on comm. pairs_p[0..n) is written only on success; each pair
+ * is the caller's until msr_comm_destroy. */
+MSR_API msr_status_t msr_comm_pairs(msr_comm_t *comm, int n, const int *peers,
+                                    msr_comm_t **pairs_p);
+
 /* Splits comm as MPI_Comm_split does: the members that pass the same color
  * (>= 0) form a new communicator, ranked by key, ties broken by their rank in
  * comm. color MSR_COMM_NO_COLOR gives *newcomm_p = NULL. Collective over

@@ -84,8 +84,9 @@ MSR_API msr_status_t msr_ps_role(const msr_ctx_t *ctx, msr_ps_role_t *role_p, in
  * (its own pushes of it - K) times, or MSR_PS_STALENESS_ENV. The members
  * must agree (the launcher's is the same on every rank). Collective over comm (every member, the
  * same arguments). Synchronous mode duplicates comm; asynchronous mode
- * splits it into a communicator per worker and server, each copied onto an
- * engine of its own (comm may be destroyed afterwards in both).
+ * makes a communicator of two per worker and server, each on an engine of
+ * its own, all in one msr_comm_pairs over comm (comm may be destroyed
+ * afterwards in both).
  * Fails with MSR_ERR_INVALID_ARG (servers < 0 or not below comm's size,
  * staleness < -2, MSR_PS_STALENESS not a number >= -1), MSR_ERR_NO_MEMORY, or comm's errors. On
  * success *ps_p is the caller's until msr_ps_destroy. */

@@ -26,6 +26,7 @@
 #include <unistd.h>
 
 #include "msrun/msrun.h"
+#include "tests/ps/ps_maps.h"
 #include "tests/worker_fail.h"
 
 WORKER_FAIL("ps_replace", _exit)
@@ -162,18 +163,12 @@ static void refusals(int inc)
         fail("msr_comm_world did not refuse incarnation %d", inc);
 }
 
-/* The shared-memory segments of msrun's communicators this process maps
- * (unlinked once every member mapped them: "(deleted)" in the maps). */
+/* msrun's communicator segments this process maps (ps_maps.h). */
 static int msr_segments(void)
 {
-    FILE *f = fopen("/proc/self/maps", "r");
-    if (f == NULL)
+    int n = maps_msr_segments();
+    if (n < 0)
         fail("cannot read /proc/self/maps");
-    char line[4096];
-    int n = 0;
-    while (fgets(line, sizeof line, f))
-        n += strstr(line, "/dev/shm/msr-") != NULL;
-    fclose(f);
     return n;
 }
 

@@ -5,6 +5,8 @@
 # counting exactly the acknowledged pushes; the job ends with 0.
 # Synchronous: the servers cannot go on, the job fails, and with
 # --max_restarts=1 it is started again once (generation 1) before it ends.
+# killsend: the same, made by msr_ps_create, the victim ending inside a
+# push (tests/ps/ps_lost.c): the others' requests are not stuck behind it.
 # MSR_TIMEOUT=20: a server that held the survivors' pulls for the lost
 # worker ends the run within the test's time, not after 300 s.
 . "$(dirname "$0")/../integration/lib.sh"
@@ -25,6 +27,30 @@ n=$(grep -c "worker 2 lost without a goodbye" "$TMP/err")
 [ "$n" = 2 ] || fail "async: $n servers said worker 2 was lost, want 2"
 no_leftovers "async"
 ok "async: two workers trained on after the third was lost"
+
+# killsend: made by msr_ps_create, the victim ends inside a 16 MiB push to
+# both servers while the others push: three runs (where the push stands
+# at the end varies), the others go on in each
+inside=0
+for run in 1 2 3; do
+    run_msrun --worker_num=5 --local_worker_num=5 --ps_servers=2 --ps_staleness=1 \
+        --grace_period=5 "$PSL" killsend
+    cat "$TMP/out"
+    expect_code 0 "killsend $run"
+    expect_not_in "FAIL" "$TMP/err" "killsend $run"
+    expect_in "ok lost" "$TMP/out" "killsend $run"
+    expect_in "worker 2: 5 steps, dying inside a push" "$TMP/out" "killsend $run"
+    expect_in "wide rows: server 0's [56] pushes, server 1's [56]" "$TMP/out" "killsend $run"
+    for w in 0 1; do
+        expect_in "worker $w: 35 steps, 30 after worker 2 was lost" "$TMP/out" "killsend $run"
+    done
+    n=$(grep -c "worker 2 lost without a goodbye" "$TMP/err")
+    [ "$n" = 2 ] || fail "killsend $run: $n servers said worker 2 was lost, want 2"
+    grep -q "worker 2: ended inside the push" "$TMP/out" && inside=$((inside + 1))
+    no_leftovers "killsend $run"
+done
+[ "$inside" -ge 1 ] || fail "killsend: the victim ended inside its push in none of 3 runs"
+ok "killsend: the victim ended inside its push in $inside of 3 runs; the others trained on"
 
 run_msrun --worker_num=5 --local_worker_num=5 --ps_servers=2 --max_restarts=1 \
     --grace_period=5 "$PSL" sync

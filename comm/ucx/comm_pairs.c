@@ -1,0 +1,249 @@
+/* msr_comm_pairs on the UCX backend: a communicator of two, each on an
+ * engine of its own, with every listed member, made in one call: every
+ * engine opened first, their addresses handed over in one alltoallv of
+ * the communicator they are made over (no store traffic), no shared-memory
+ * segment, and one agreement at the end so that all fail alike. */
+#include <stdio.h>
+#include <string.h>
+
+#include "base/alloc.h"
+#include "base/err.h"
+#include "comm/ucx/ucx_impl.h"
+
+/* What one call holds until its pairs are made or undone. */
+typedef struct pairs {
+    msr_comm_t *comm; /* made over */
+    int n;            /* pairs asked for */
+    const int *peers; /* their ranks in comm */
+    msr_comm_t **pairs_p;
+    ucx_engine_t **eng;
+    unsigned char **rec; /* this member's record per pair */
+    size_t *rec_len;
+    msr_comm_t **made;
+    /* per member of comm: bytes to it and from it (-1: it failed before
+     * the exchange), their alltoallv counts and displacements */
+    int64_t *out, *in;
+    uint64_t *scount, *sdisp, *rcount, *rdisp;
+    unsigned char *sbuf, *rbuf;
+} pairs_t;
+
+static void pairs_free(pairs_t *p)
+{
+    for (int k = 0; k < p->n; k++) {
+        if (p->rec)
+            msr_free(p->rec[k]);
+        if (p->eng)
+            ucx_engine_discard(p->eng[k]);
+    }
+    msr_free(p->eng);
+    msr_free(p->rec);
+    msr_free(p->rec_len);
+    msr_free(p->out);
+    msr_free(p->in);
+    msr_free(p->scount);
+    msr_free(p->sdisp);
+    msr_free(p->rcount);
+    msr_free(p->rdisp);
+    msr_free(p->sbuf);
+    msr_free(p->rbuf);
+}
+
+/* Each peer a member of comm other than this one, listed once. */
+static msr_status_t check_peers(const pairs_t *p)
+{
+    int size = p->comm->size, me = p->comm->rank;
+    if (p->n < 0 || p->n > size - 1 || (p->n > 0 && (p->peers == NULL || p->pairs_p == NULL))) {
+        msr_err_set("msr_comm_pairs: %d peers in a communicator of %d (0 to %d, with peers and "
+                    "pairs_p)",
+                    p->n, size, size - 1);
+        return MSR_ERR_INVALID_ARG;
+    }
+    for (int k = 0; k < p->n; k++) {
+        int j = p->peers[k];
+        if (j < 0 || j >= size || j == me) {
+            msr_err_set("msr_comm_pairs: peer %d is not another rank of the %d", j, size);
+            return MSR_ERR_INVALID_ARG;
+        }
+        for (int i = 0; i < k; i++)
+            if (p->peers[i] == j) {
+                msr_err_set("msr_comm_pairs: peer %d listed twice", j);
+                return MSR_ERR_INVALID_ARG;
+            }
+    }
+    return MSR_OK;
+}
+
+/* The arrays, then an engine and its record per pair, one after the
+ * other with nothing in between to wait for. */
+static msr_status_t open_engines(pairs_t *p)
+{
+    size_t size = (size_t)p->comm->size, n = (size_t)p->n;
+    p->out = msr_calloc(size, sizeof *p->out);
+    p->in = msr_calloc(size, sizeof *p->in);
+    p->scount = msr_calloc(size, sizeof *p->scount);
+    p->sdisp = msr_calloc(size, sizeof *p->sdisp);
+    p->rcount = msr_calloc(size, sizeof *p->rcount);
+    p->rdisp = msr_calloc(size, sizeof *p->rdisp);
+    if (!p->out || !p->in || !p->scount || !p->sdisp || !p->rcount || !p->rdisp)
+        return MSR_ERR_NO_MEMORY;
+    msr_status_t st = check_peers(p);
+    if (st != MSR_OK)
+        return st;
+    p->eng = msr_calloc(n ? n : 1, sizeof *p->eng);
+    p->rec = msr_calloc(n ? n : 1, sizeof *p->rec);
+    p->rec_len = msr_calloc(n ? n : 1, sizeof *p->rec_len);
+    p->made = msr_calloc(n ? n : 1, sizeof *p->made);
+    if (!p->eng || !p->rec || !p->rec_len || !p->made)
+        return MSR_ERR_NO_MEMORY;
+    ucx_comm_t *uc = p->comm->be;
+    for (int k = 0; k < p->n && st == MSR_OK; k++) {
+        char uid[256];
+        snprintf(uid, sizeof uid, "%.200s.p%d-%d", uc->engine->uid,
+                 p->comm->world_ranks[p->comm->rank], p->comm->world_ranks[p->peers[k]]);
+        ucx_engine_t *parent = uc->engine;
+        int node_only = parent->peers[p->comm->world_ranks[p->peers[k]]].node == parent->my_node;
+        st = ucx_engine_open(p->comm->ctx, uid, 2, node_only, &p->eng[k]);
+        if (st == MSR_OK)
+            st = ucx_engine_record(p->eng[k], &p->rec[k], &p->rec_len[k]);
+        if (st == MSR_OK)
+            p->out[p->peers[k]] = (int64_t)p->rec_len[k];
+    }
+    return st;
+}
+
+/* The records, over comm: their sizes (every member sends every other
+ * one, -1 from one that failed), then the records themselves. */
+static msr_status_t exchange(pairs_t *p, msr_status_t mine)
+{
+    int size = p->comm->size;
+    if (mine != MSR_OK && p->out)
+        for (int j = 0; j < size; j++)
+            p->out[j] = -1;
+    if (p->out == NULL || p->in == NULL || p->scount == NULL || p->rcount == NULL ||
+        p->sdisp == NULL || p->rdisp == NULL)
+        return mine; /* cannot take part: the others time out */
+    msr_status_t st = msr_comm_alltoall(p->comm, p->out, p->in, 1, MSR_DTYPE_I64);
+    if (st != MSR_OK)
+        return st;
+    uint64_t so = 0, ro = 0;
+    for (int j = 0; j < size; j++) {
+        p->scount[j] = p->out[j] > 0 ? (uint64_t)p->out[j] : 0;
+        p->rcount[j] = p->in[j] > 0 ? (uint64_t)p->in[j] : 0;
+        p->sdisp[j] = so;
+        p->rdisp[j] = ro;
+        so += p->scount[j];
+        ro += p->rcount[j];
+    }
+    p->sbuf = msr_malloc(so ? so : 1);
+    p->rbuf = msr_malloc(ro ? ro : 1);
+    if (p->sbuf == NULL || p->rbuf == NULL) {
+        msr_err_set("msr_comm_pairs: out of memory for %llu bytes of addresses",
+                    (unsigned long long)(so + ro));
+        return MSR_ERR_NO_MEMORY; /* the others time out in the alltoallv */
+    }
+    for (int k = 0; mine == MSR_OK && k < p->n; k++)
+        memcpy(p->sbuf + p->sdisp[p->peers[k]], p->rec[k], p->rec_len[k]);
+    return msr_comm_alltoallv(p->comm, p->sbuf, p->scount, p->sdisp, p->rbuf, p->rcount, p->rdisp,
+                              MSR_DTYPE_U8);
+}
+
+/* Each pair's engine told its peer, and its communicator made. */
+static msr_status_t make_pairs(pairs_t *p)
+{
+    msr_comm_t *c = p->comm;
+    int me = c->rank;
+    ucx_engine_t *parent = ((ucx_comm_t *)c->be)->engine;
+    for (int k = 0; k < p->n; k++) {
+        int j = p->peers[k];
+        if (p->in[j] <= 0) {
+            msr_err_set("msr_comm_pairs: rank %d lists rank %d as a peer, which does not list "
+                        "it back",
+                        me, j);
+            return MSR_ERR_INVALID_ARG;
+        }
+    }
+    for (int j = 0; j < c->size; j++)
+        if (p->in[j] > 0 && p->out[j] <= 0) {
+            msr_err_set("msr_comm_pairs: rank %d lists rank %d as a peer, which does not list "
+                        "it back",
+                        j, me);
+            return MSR_ERR_INVALID_ARG;
+        }
+    for (int k = 0; k < p->n; k++) {
+        int j = p->peers[k], index = me > j;
+        int wr[2] = {c->world_ranks[index ? j : me], c->world_ranks[index ? me : j]};
+        ucx_engine_t *e = p->eng[k];
+        msr_status_t st = ucx_engine_take_pair(e, wr, index, p->rbuf + p->rdisp[j],
+                                               (size_t)p->rcount[j], parent->host_ranks);
+        if (st != MSR_OK)
+            return st;
+        ucx_engine_ready(e, 2);
+        /* both engines are new: the first id is the same on both sides */
+        st = ucx_comm_make(c->ctx, e, e->next_comm_id++, index, 2, wr, atomic_load(&c->timeout_ms),
+                           &p->made[k]);
+        if (st != MSR_OK)
+            return st;
+        p->eng[k] = NULL; /* the communicator's */
+    }
+    return MSR_OK;
+}
+
+/* Destroys what was made, without telling the peers it left (their
+ * side goes too). */
+static void undo_made(pairs_t *p, msr_status_t st)
+{
+    for (int k = 0; p->made && k < p->n; k++) {
+        if (p->made[k] == NULL)
+            continue;
+        msr_comm_break(p->made[k], st);
+        msr_comm_destroy(p->made[k]);
+        p->made[k] = NULL;
+    }
+    msr_free(p->made);
+    p->made = NULL;
+}
+
+msr_status_t msr_ucx_comm_pairs(msr_comm_t *comm, int n, const int *peers, msr_comm_t **pairs_p)
+{
+    pairs_t p = {.comm = comm, .n = n, .peers = peers, .pairs_p = pairs_p};
+    msr_status_t st = open_engines(&p);
+    char why[256] = "";
+    if (st != MSR_OK)
+        snprintf(why, sizeof why, "%s", msr_last_error());
+    msr_status_t xst = exchange(&p, st);
+    if (st == MSR_OK && xst != MSR_OK) {
+        undo_made(&p, xst);
+        pairs_free(&p);
+        return msr_err_prefix(xst, "msr_comm_pairs: the exchange of addresses");
+    }
+    /* a member that failed before the exchange sent -1: its status comes
+     * through the agreement */
+    int others_failed = 0;
+    for (int j = 0; st == MSR_OK && j < comm->size; j++)
+        others_failed |= p.in[j] < 0;
+    if (st == MSR_OK && !others_failed && (st = make_pairs(&p)) != MSR_OK)
+        snprintf(why, sizeof why, "%s", msr_last_error());
+    /* everyone learns the worst status: all made, or all undone */
+    int64_t worst = st;
+    xst = msr_comm_allreduce(comm, MSR_IN_PLACE, &worst, 1, MSR_DTYPE_I64, MSR_OP_MIN);
+    if (xst == MSR_OK && worst == MSR_OK) {
+        for (int k = 0; k < n; k++)
+            pairs_p[k] = p.made[k];
+        msr_free(p.made);
+        p.made = NULL;
+        pairs_free(&p);
+        return MSR_OK;
+    }
+    undo_made(&p, st != MSR_OK ? st : MSR_ERR_CANCELED);
+    pairs_free(&p);
+    if (st != MSR_OK)
+        msr_err_set("%s", why);
+    else if (xst != MSR_OK)
+        st = msr_err_prefix(xst, "msr_comm_pairs: the agreement");
+    else
+        st = msr_err((msr_status_t)worst,
+                     "msr_comm_pairs: another member could not make its "
+                     "pairs (%s)",
+                     msr_status_str((msr_status_t)worst));
+    return st;
+}

@@ -1,0 +1,21 @@
+#!/bin/bash
+# msr_comm_pairs, the links of an asynchronous msr_ps_create
+# (tests/ps/ps_pairs.c), 4 ranks: one member's bad list (n and peers at and
+# past their bounds, a pair listed by one side only) refused on every
+# member; every rank paired with every other; no pair at all.
+. "$(dirname "$0")/../integration/lib.sh"
+export MSR_TIMEOUT=20
+
+run_msrun --worker_num=4 --local_worker_num=4 "$BUILD/tests/ps_pairs"
+cat "$TMP/out"
+expect_code 0 "pairs"
+expect_not_in "FAIL" "$TMP/err" "pairs"
+for what in "n -1" "n = size, one past" "itself" "peer -1" "peer = size" \
+    "a peer listed twice" "peers NULL" "listed by one side only"; do
+    expect_in "refused: $what" "$TMP/out" "pairs"
+done
+expect_in "pairs: 3 each, a message each way and an allreduce on each" "$TMP/out" "pairs"
+expect_in "ok pairs" "$TMP/out" "pairs"
+no_leftovers "pairs"
+ok "pairs: refusals on every member, every rank with every other"
+exit "$FAILED"
