@@ -59,10 +59,6 @@ static msr_status_t check_tp_overlap(const msr_mp_config_t *cfg, int tp)
                        "even micro-batch, not %d",
                        cfg->micro_batch);
     }
-    if (cfg->cp > 1) {
-        return msr_err(MSR_ERR_CONFIG, "--tp-overlap covers tp's allreduces and sequence "
-                                       "parallel's reduce-scatters, not context parallel");
-    }
     return MSR_OK;
 }
 

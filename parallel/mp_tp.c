@@ -215,10 +215,39 @@ static msr_status_t copy_poll(void *arg)
     return block_poll(((struct msr_mp_copy *)arg)->mp);
 }
 
+/* Context parallel's ring attention (mp_cp.c) on copy c's B/2 sequences:
+ * the ring reads the micro-batch's shape from mp->d, so for the call its
+ * batch is the copy's (the ring finishes inside it; poll reads no shape). */
+static void copy_shape(msr_mp_t *mp, int half)
+{
+    mp->d.B = half ? mp->d.B / 2 : mp->d.B * 2;
+    mp->d.N = half ? mp->d.N / 2 : mp->d.N * 2;
+}
+
+static msr_status_t copy_attend(void *arg, float *out, float *att, const float *qkv)
+{
+    msr_mp_t *mp = ((struct msr_mp_copy *)arg)->mp;
+    copy_shape(mp, 1);
+    msr_status_t st = msr_mp_cp_attend(mp, out, att, qkv);
+    copy_shape(mp, 0);
+    return st;
+}
+
+static msr_status_t copy_attend_backward(void *arg, float *dqkv, const float *dout,
+                                         const float *qkv, const float *out, const float *att)
+{
+    msr_mp_t *mp = ((struct msr_mp_copy *)arg)->mp;
+    copy_shape(mp, 1);
+    msr_status_t st = msr_mp_cp_attend_backward(mp, dqkv, dout, qkv, out, att);
+    copy_shape(mp, 0);
+    return st;
+}
+
 /* A copy's activations: rows [i N/2, (i+1) N/2) of every (N, width)
  * table, [i Nl/2, (i+1) Nl/2) of every (Nl, width) one (sequence
  * parallel's rows are (B, T/tp), so a copy's B/2 sequences are
- * contiguous there too), sequences [i B/2, (i+1) B/2) of att (B, NHl, T, T). */
+ * contiguous there too), sequences [i B/2, (i+1) B/2) of att (B, NHl, T,
+ * T), or under cp rows of att (N, NHl), the ring's logsumexp. */
 static float *rows(float *x, int i, size_t n)
 {
     return x != NULL ? x + (size_t)i * n : NULL;
@@ -238,7 +267,9 @@ static void half_acts(const msr_mp_t *mp, const msr_gpt_block_acts_t *la, int i,
         .ln1_rstd = rows(la->ln1_rstd, i, Nl),
         .qkv = rows(la->qkv, i, N * qkv),
         .atty = rows(la->atty, i, N * (size_t)d->Cl),
-        .att = rows(la->att, i, (size_t)(d->B / 2) * d->NHl * (size_t)d->T * d->T),
+        .att = rows(la->att, i,
+                    d->cp > 1 ? N * (size_t)d->NHl
+                              : (size_t)(d->B / 2) * d->NHl * (size_t)d->T * d->T),
         .res2 = rows(la->res2, i, Nl * C),
         .ln2 = rows(la->ln2, i, Nl * C),
         .ln2_mean = rows(la->ln2_mean, i, Nl),
@@ -329,8 +360,14 @@ void msr_mp_point_block(msr_mp_t *mp)
     for (int i = 0; i < 2 && ov; i++) {
         mp->copy[i] = (struct msr_mp_copy){mp, i};
         mp->copy_comm[i] = (msr_block_comm_t){
-            &mp->copy[i], copy_enter, copy_reduce,       copy_poll,
-            NULL,         NULL,       copy_reduce_start, copy_reduce_wait,
+            &mp->copy[i],
+            copy_enter,
+            copy_reduce,
+            copy_poll,
+            cp ? copy_attend : NULL,
+            cp ? copy_attend_backward : NULL,
+            copy_reduce_start,
+            copy_reduce_wait,
         };
     }
     mp->blk = (msr_block_t){

@@ -10,13 +10,15 @@
 # copy's rows apart); with sequence parallel (each copy's reduce-scatter
 # in flight) over 10 steps on tp 2, tp 4 with selective recompute,
 # tp 2 x pp 2 with full recompute, a Llama, dp 2 x tp 2 under ZeRO-2, the
-# same within 1e-5; dp 2 x tp 2 under ZeRO-3 too (each block's
+# same within 1e-5; with context parallel (each copy's ring attention on
+# its B/2 sequences) tp 2 x cp 2, with sp and full recompute, and a Llama,
+# 10 steps within 1e-5; dp 2 x tp 2 under ZeRO-3 too (each block's
 # parameters gathered around the two copies), and bitwise ZeRO-2's run
 # with the overlap; with the bf16 products' AVX-512 kernel (whose rows
 # do not depend on each other) on tp 2 (a sum of two operands has one
 # order) step 1's loss (forward's alone) is bitwise the same, with sp too;
 # the trace holds each rank's "start tp" and "wait tp" spans, under ZeRO-3
-# and with sp too.
+# and with sp and cp too.
 set -euo pipefail
 bin="$MSRUN_BUILD/bin"
 source "$(dirname "$0")/job_env.sh"
@@ -26,7 +28,6 @@ small=(--layers 4 --channels 32 --heads 4 --seq 16 --micro-batch 4 --steps 4)
 refuse 1 "it needs tp > 1" "${small[@]}" --tp-overlap
 refuse 2 "it needs an even micro-batch, not 3" "${small[@]}" --tp 2 --micro-batch 3 --tp-overlap
 refuse 2 "it needs an even micro-batch, not 1" "${small[@]}" --tp 2 --micro-batch 1 --tp-overlap
-refuse 4 "not context parallel" "${small[@]}" --tp 2 --cp 2 --tp-overlap
 timeout 30 "$bin/train_gpt" --help >"$work/help" || fail "--help exited $?"
 grep -q -- "--tp-overlap" "$work/help" || fail "--help has no --tp-overlap"
 
@@ -60,6 +61,14 @@ same 4 "sp tp 2 x pp 2, full recompute" "${sp[@]}" --tp 2 --pp 2 --grad-accum 2 
 same 2 "sp llama tp 2" --arch llama --layers 2 --channels 32 --heads 4 --kv-heads 2 --ffn 40 \
     --seq 16 --micro-batch 2 --steps 10 --tp 2 --sp
 same 4 "sp dp 2 x tp 2, ZeRO-2" "${sp[@]}" --dp 2 --tp 2 --zero 2 --zero-min-bytes 0
+
+# context parallel: each copy's attention is the ring over its B/2
+# sequences' chunks
+cp=(--layers 4 --channels 32 --heads 4 --seq 16 --micro-batch 4 --steps 10 --tp 2 --cp 2)
+same 4 "cp tp 2 x cp 2" "${cp[@]}" --grad-accum 2
+same 4 "cp tp 2 x cp 2, sp, full recompute" "${cp[@]}" --sp --recompute full
+same 4 "cp llama tp 2 x cp 2" --arch llama --layers 2 --channels 32 --heads 4 --kv-heads 2 \
+    --ffn 40 --seq 16 --micro-batch 2 --steps 10 --tp 2 --cp 2
 close_steps=4
 
 # ZeRO-3 on dp 2 x tp 2, every segment sharded (buckets of 2000 bytes):
@@ -105,7 +114,9 @@ msrun_n 2 "${small[@]}" --tp 2 --grad-accum 2 --tp-overlap --trace "$work/trace.
 # and the head's backward reduce-scatter blocking (one each a micro-batch)
 msrun_n 2 "${small[@]}" --tp 2 --sp --grad-accum 2 --tp-overlap --trace "$work/sp.json" \
     >/dev/null 2>"$work/err" || fail "trace with sp: $(cat "$work/err")"
-for t in trace:2:0 z3:4:0 sp:2:4; do
+msrun_n 4 "${small[@]}" --tp 2 --cp 2 --grad-accum 2 --tp-overlap --trace "$work/cp.json" \
+    >/dev/null 2>"$work/err" || fail "trace with cp: $(cat "$work/err")"
+for t in trace:2:0 z3:4:0 sp:2:4 cp:4:0; do
     IFS=: read -r f ranks rs <<<"$t"
     f="$work/$f.json"
     python3 - "$f" "$ranks" "$rs" <<'PY' || fail "trace: $(head -c 2000 "$f")"
