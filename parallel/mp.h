@@ -149,9 +149,10 @@ typedef struct msr_mp_config {
      * until msr_mp_create returns */
     msr_offload_config_t acts;
     /* tensor-parallel overlap: each micro-batch's dense blocks run forward
-     * as two copies of B/2 sequences, one copy's tp allreduce in flight
-     * while the other computes (model/block.h, msr_block_forward_split);
-     * needs tp > 1, an even micro-batch, no sp and no cp */
+     * as two copies of B/2 sequences, one copy's tp allreduce (under sp
+     * its reduce-scatter) in flight while the other computes
+     * (model/block.h, msr_block_forward_split); needs tp > 1 and an even
+     * micro-batch */
     int tp_overlap;
 } msr_mp_config_t;
 
@@ -167,7 +168,7 @@ const char *msr_mp_recompute_name(msr_mp_recompute_t r);
  * layer for every virtual stage, cfg->stage_layers a split of the layers),
  * T % (2 cp) == 0, sp with tp > 1 and (T / cp) % tp == 0, 1F1B with at least pp micro-batches,
  * interleaved with pp > 1 and micro-batches a multiple of pp, ZeRO 0..3 (3 with pp = 1 and no
- * experts), tp_overlap with tp > 1, an even micro-batch, no sp and no cp. On failure sets the error
+ * experts), tp_overlap with tp > 1 and an even micro-batch. On failure sets the error
  * text (base/err.h: a one-line reason) and returns MSR_ERR_CONFIG. */
 msr_status_t msr_mp_check(const msr_gpt_config_t *model, const msr_mp_config_t *cfg, int pp,
                           int tp);

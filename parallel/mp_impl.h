@@ -99,15 +99,22 @@ struct msr_mp {
     msr_mp_stats_t stats;
     uint64_t recv_ns; /* this step */
 
-    /* tensor-parallel overlap: the two copies' allreduces in flight (req
-     * NULL once a poll saw one finish, its status in st), each on its
-     * copy's buf */
+    /* tensor-parallel overlap: copy i's reduction in flight in flight[i]
+     * (an allreduce, or under sp a reduce-scatter from its half of
+     * w.perm; req NULL once a poll saw it finish, its status in st), on
+     * the copy's buf; copy[i], the arg of copy_comm[i], copy i's view of
+     * the block's communication (B/2 sequences) */
     struct {
         msr_comm_req_t *req;
         msr_status_t st;
         int used;
         float *buf;
     } flight[2];
+    struct msr_mp_copy {
+        struct msr_mp *mp;
+        int i;
+    } copy[2];
+    msr_block_comm_t copy_comm[2];
 
     int tracing;
     uint64_t t0;

@@ -44,7 +44,8 @@ const char *msr_mp_recompute_name(msr_mp_recompute_t r)
 }
 
 /* Tensor-parallel overlap's layouts: two copies of a micro-batch's
- * sequences, each reduced by an allreduce of its own. */
+ * sequences, each reduced by an allreduce (a reduce-scatter under sp) of
+ * its own. */
 static msr_status_t check_tp_overlap(const msr_mp_config_t *cfg, int tp)
 {
     if (!cfg->tp_overlap)
@@ -57,10 +58,6 @@ static msr_status_t check_tp_overlap(const msr_mp_config_t *cfg, int tp)
                        "--tp-overlap splits a micro-batch's sequences in two copies: it needs an "
                        "even micro-batch, not %d",
                        cfg->micro_batch);
-    }
-    if (cfg->sp || cfg->cp > 1) {
-        return msr_err(MSR_ERR_CONFIG, "--tp-overlap covers the allreduces of plain tp, not %s",
-                       cfg->sp ? "sequence parallel's reduce-scatters" : "context parallel");
     }
     return MSR_OK;
 }

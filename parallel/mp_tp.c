@@ -26,36 +26,44 @@ msr_status_t msr_mp_tp_allreduce(msr_mp_t *mp, void *x, size_t n, msr_dtype_t t,
     return st != MSR_OK ? msr_mp_failed(what, st) : MSR_OK;
 }
 
-/* full (B, T, C) on every rank from each rank's local (B, T/tp, C). */
-static msr_status_t seq_gather(msr_mp_t *mp, const float *local, float *full)
+/* The rows of B sequences from the sequence-parallel layout perm (rank
+ * r's (B, T/tp, C) at r B T/tp C) into full (B, T, C) (dir 1), or back
+ * (dir -1). */
+static void seq_permute(const msr_mp_t *mp, int B, float *perm, float *full, int dir)
 {
     const dims_t *d = &mp->d;
-    size_t blk = d->Nl * (size_t)d->C, row = (size_t)d->Tl * (size_t)d->C;
+    size_t row = (size_t)d->Tl * (size_t)d->C, blk = (size_t)B * row;
+    for (int r = 0; r < d->tp; r++)
+        for (int b = 0; b < B; b++) {
+            float *p = perm + (size_t)r * blk + (size_t)b * row;
+            float *f = full + ((size_t)b * d->T + (size_t)r * d->Tl) * d->C;
+            memcpy(dir > 0 ? f : p, dir > 0 ? p : f, row * sizeof(float));
+        }
+}
+
+/* full (B, T, C) on every rank from each rank's local (B, T/tp, C), for
+ * the micro-batch's B sequences or a copy's B/2 (through perm, (B T, C)). */
+static msr_status_t seq_gather(msr_mp_t *mp, int B, float *perm, const float *local, float *full)
+{
+    size_t blk = (size_t)B * mp->d.Tl * (size_t)mp->d.C;
     uint64_t a = msr_now_ns();
-    msr_status_t st = msr_comm_allgather(mp->mesh->tp_comm, local, mp->w.perm, blk, MSR_DTYPE_F32);
+    msr_status_t st = msr_comm_allgather(mp->mesh->tp_comm, local, perm, blk, MSR_DTYPE_F32);
     if (st != MSR_OK)
         return msr_mp_failed("sequence allgather", st);
-    for (int r = 0; r < d->tp; r++)
-        for (int b = 0; b < d->B; b++)
-            memcpy(full + ((size_t)b * d->T + (size_t)r * d->Tl) * d->C,
-                   mp->w.perm + (size_t)r * blk + (size_t)b * row, row * sizeof(float));
+    seq_permute(mp, B, perm, full, 1);
     msr_mp_span_add(mp, 1, a, msr_now_ns(), "allgather seq");
     return MSR_OK;
 }
 
 /* local (B, T/tp, C) = this rank's positions of the sum over ranks of full
  * (B, T, C). full is left unspecified. */
-static msr_status_t seq_scatter(msr_mp_t *mp, const float *full, float *local)
+static msr_status_t seq_scatter(msr_mp_t *mp, int B, float *perm, float *full, float *local)
 {
-    const dims_t *d = &mp->d;
-    size_t blk = d->Nl * (size_t)d->C, row = (size_t)d->Tl * (size_t)d->C;
+    size_t blk = (size_t)B * mp->d.Tl * (size_t)mp->d.C;
     uint64_t a = msr_now_ns();
-    for (int r = 0; r < d->tp; r++)
-        for (int b = 0; b < d->B; b++)
-            memcpy(mp->w.perm + (size_t)r * blk + (size_t)b * row,
-                   full + ((size_t)b * d->T + (size_t)r * d->Tl) * d->C, row * sizeof(float));
-    msr_status_t st = msr_comm_reduce_scatter(mp->mesh->tp_comm, mp->w.perm, local, blk,
-                                              MSR_DTYPE_F32, MSR_OP_SUM);
+    seq_permute(mp, B, perm, full, -1);
+    msr_status_t st =
+        msr_comm_reduce_scatter(mp->mesh->tp_comm, perm, local, blk, MSR_DTYPE_F32, MSR_OP_SUM);
     msr_mp_span_add(mp, 1, a, msr_now_ns(), "reduce-scatter seq");
     return st != MSR_OK ? msr_mp_failed("sequence reduce-scatter", st) : MSR_OK;
 }
@@ -66,7 +74,7 @@ static msr_status_t tp_reduce(msr_mp_t *mp, float *full, float *local, float **o
 {
     if (mp->d.sp) {
         *out_p = local;
-        return seq_scatter(mp, full, local);
+        return seq_scatter(mp, mp->d.B, mp->w.perm, full, local);
     }
     *out_p = full;
     return msr_mp_tp_allreduce(mp, full, mp->d.N * (size_t)mp->d.C, MSR_DTYPE_F32, MSR_OP_SUM,
@@ -81,7 +89,7 @@ static msr_status_t tp_enter(msr_mp_t *mp, const float *x, float *gbuf, const fl
         return MSR_OK;
     }
     *out_p = gbuf;
-    return seq_gather(mp, x, gbuf);
+    return seq_gather(mp, mp->d.B, mp->w.perm, x, gbuf);
 }
 
 /* The block's communication (model/block.h): tp_enter and tp_reduce. */
@@ -97,21 +105,64 @@ static msr_status_t block_reduce(void *arg, float *full, float *local, float **o
 
 /* ---- tensor-parallel overlap ---- */
 
-/* Starts the allreduce of a copy's full (N/2,C) in place; *req_p: its slot. */
-static msr_status_t block_reduce_start(void *arg, float *full, float *local, void **req_p)
+/* Copy c's perm: its half of the work space's (N, C) (the other copy's
+ * reduce-scatter may be reading the other half). */
+static float *copy_perm(const struct msr_mp_copy *c)
 {
-    msr_mp_t *mp = arg;
-    (void)local;
-    int i = mp->flight[0].used ? 1 : 0;
+    return c->mp->w.perm + (size_t)c->i * (c->mp->d.N / 2) * (size_t)c->mp->d.C;
+}
+
+/* Copy c's enter: x (Nl/2, C) itself, or its B/2 sequences gathered. */
+static msr_status_t copy_enter(void *arg, const float *x, float *gbuf, const float **out_p)
+{
+    struct msr_mp_copy *c = arg;
+    if (!c->mp->d.sp) {
+        *out_p = x;
+        return MSR_OK;
+    }
+    *out_p = gbuf;
+    return seq_gather(c->mp, c->mp->d.B / 2, copy_perm(c), x, gbuf);
+}
+
+/* Copy c's blocking reduce (block.h's reduce, for its B/2 sequences). */
+static msr_status_t copy_reduce(void *arg, float *full, float *local, float **out_p)
+{
+    struct msr_mp_copy *c = arg;
+    msr_mp_t *mp = c->mp;
+    if (mp->d.sp) {
+        *out_p = local;
+        return seq_scatter(mp, mp->d.B / 2, copy_perm(c), full, local);
+    }
+    *out_p = full;
+    return msr_mp_tp_allreduce(mp, full, mp->d.N / 2 * (size_t)mp->d.C, MSR_DTYPE_F32, MSR_OP_SUM,
+                               "tp");
+}
+
+/* Starts copy c's reduction of its full (N/2, C): an allreduce in place,
+ * or under sp a reduce-scatter into local (Nl/2, C) from its rows laid
+ * out by rank in its perm; *req_p: its slot. */
+static msr_status_t copy_reduce_start(void *arg, float *full, float *local, void **req_p)
+{
+    struct msr_mp_copy *c = arg;
+    msr_mp_t *mp = c->mp;
+    msr_comm_t *comm = mp->mesh->tp_comm;
+    int i = c->i, B = mp->d.B / 2;
     if (mp->flight[i].used)
-        return msr_err(MSR_ERR_INTERNAL, "mp: a third tp allreduce in flight");
+        return msr_err(MSR_ERR_INTERNAL, "mp: copy %d's second tp reduction in flight", i);
     uint64_t a = msr_now_ns();
-    msr_status_t st =
-        msr_comm_iallreduce(mp->mesh->tp_comm, MSR_IN_PLACE, full, mp->d.N / 2 * (size_t)mp->d.C,
-                            MSR_DTYPE_F32, MSR_OP_SUM, &mp->flight[i].req);
+    msr_status_t st;
+    if (mp->d.sp) {
+        seq_permute(mp, B, copy_perm(c), full, -1);
+        st = msr_comm_ireduce_scatter(comm, copy_perm(c), local,
+                                      (size_t)B * mp->d.Tl * (size_t)mp->d.C, MSR_DTYPE_F32,
+                                      MSR_OP_SUM, &mp->flight[i].req);
+    } else {
+        st = msr_comm_iallreduce(comm, MSR_IN_PLACE, full, mp->d.N / 2 * (size_t)mp->d.C,
+                                 MSR_DTYPE_F32, MSR_OP_SUM, &mp->flight[i].req);
+    }
     msr_mp_span_add(mp, 1, a, msr_now_ns(), "start tp");
     if (st != MSR_OK)
-        return msr_mp_failed("tp overlap allreduce", st);
+        return msr_mp_failed("tp overlap reduction", st);
     mp->flight[i].used = 1;
     mp->flight[i].st = MSR_OK;
     mp->flight[i].buf = full;
@@ -119,14 +170,16 @@ static msr_status_t block_reduce_start(void *arg, float *full, float *local, voi
     return MSR_OK;
 }
 
-/* Waits for a copy's allreduce: the time a rank waits here is tp's
- * exposed communication (the trace's "wait tp"). */
-static msr_status_t block_reduce_wait(void *arg, void *req, float *full, float *local,
-                                      float **out_p)
+/* Waits for copy c's reduction: the time a rank waits here is tp's
+ * exposed communication (the trace's "wait tp"). *out_p: full, or local
+ * under sp. */
+static msr_status_t copy_reduce_wait(void *arg, void *req, float *full, float *local, float **out_p)
 {
-    msr_mp_t *mp = arg;
-    (void)local;
-    int i = req == &mp->flight[1];
+    struct msr_mp_copy *c = arg;
+    msr_mp_t *mp = c->mp;
+    int i = c->i;
+    if (req != &mp->flight[i])
+        return msr_err(MSR_ERR_INTERNAL, "mp: copy %d waited for the other copy's reduction", i);
     uint64_t a = msr_now_ns();
     msr_status_t st = mp->flight[i].st;
     if (mp->flight[i].req != NULL)
@@ -134,12 +187,11 @@ static msr_status_t block_reduce_wait(void *arg, void *req, float *full, float *
     mp->flight[i].req = NULL;
     mp->flight[i].used = 0;
     msr_mp_span_add(mp, 1, a, msr_now_ns(), "wait tp");
-    *out_p = full;
+    *out_p = mp->d.sp ? local : full;
     if (st != MSR_OK)
-        return msr_mp_failed("tp overlap allreduce", st);
-    /* the other copy's allreduce: this copy's rows may still be partial */
+        return msr_mp_failed("tp overlap reduction", st);
     if (mp->flight[i].buf != full)
-        return msr_err(MSR_ERR_INTERNAL, "mp: waited for the other copy's tp allreduce");
+        return msr_err(MSR_ERR_INTERNAL, "mp: copy %d waited for another buffer's reduction", i);
     return MSR_OK;
 }
 
@@ -158,8 +210,44 @@ static msr_status_t block_poll(void *arg)
     return MSR_OK;
 }
 
+static msr_status_t copy_poll(void *arg)
+{
+    return block_poll(((struct msr_mp_copy *)arg)->mp);
+}
+
+/* Context parallel's ring attention (mp_cp.c) on copy c's B/2 sequences:
+ * the ring reads the micro-batch's shape from mp->d, so for the call its
+ * batch is the copy's (the ring finishes inside it; poll reads no shape). */
+static void copy_shape(msr_mp_t *mp, int half)
+{
+    mp->d.B = half ? mp->d.B / 2 : mp->d.B * 2;
+    mp->d.N = half ? mp->d.N / 2 : mp->d.N * 2;
+}
+
+static msr_status_t copy_attend(void *arg, float *out, float *att, const float *qkv)
+{
+    msr_mp_t *mp = ((struct msr_mp_copy *)arg)->mp;
+    copy_shape(mp, 1);
+    msr_status_t st = msr_mp_cp_attend(mp, out, att, qkv);
+    copy_shape(mp, 0);
+    return st;
+}
+
+static msr_status_t copy_attend_backward(void *arg, float *dqkv, const float *dout,
+                                         const float *qkv, const float *out, const float *att)
+{
+    msr_mp_t *mp = ((struct msr_mp_copy *)arg)->mp;
+    copy_shape(mp, 1);
+    msr_status_t st = msr_mp_cp_attend_backward(mp, dqkv, dout, qkv, out, att);
+    copy_shape(mp, 0);
+    return st;
+}
+
 /* A copy's activations: rows [i N/2, (i+1) N/2) of every (N, width)
- * table, sequences [i B/2, (i+1) B/2) of att (B, NHl, T, T). */
+ * table, [i Nl/2, (i+1) Nl/2) of every (Nl, width) one (sequence
+ * parallel's rows are (B, T/tp), so a copy's B/2 sequences are
+ * contiguous there too), sequences [i B/2, (i+1) B/2) of att (B, NHl, T,
+ * T), or under cp rows of att (N, NHl), the ring's logsumexp. */
 static float *rows(float *x, int i, size_t n)
 {
     return x != NULL ? x + (size_t)i * n : NULL;
@@ -169,24 +257,26 @@ static void half_acts(const msr_mp_t *mp, const msr_gpt_block_acts_t *la, int i,
                       msr_gpt_block_acts_t *h)
 {
     const dims_t *d = &mp->d;
-    size_t N = d->N / 2, C = (size_t)d->C, Hl = (size_t)d->Hl;
+    size_t N = d->N / 2, Nl = d->Nl / 2, C = (size_t)d->C, Hl = (size_t)d->Hl;
     size_t qkv = mp->blk.llama ? (size_t)d->Cl + 2 * (size_t)mp->blk.NKVl * (d->Cl / d->NHl)
                                : 3 * (size_t)d->Cl;
     size_t fc = mp->blk.llama ? 2 * Hl : Hl;
     *h = (msr_gpt_block_acts_t){
-        .ln1 = rows(la->ln1, i, N * C),
-        .ln1_mean = rows(la->ln1_mean, i, N),
-        .ln1_rstd = rows(la->ln1_rstd, i, N),
+        .ln1 = rows(la->ln1, i, Nl * C),
+        .ln1_mean = rows(la->ln1_mean, i, Nl),
+        .ln1_rstd = rows(la->ln1_rstd, i, Nl),
         .qkv = rows(la->qkv, i, N * qkv),
         .atty = rows(la->atty, i, N * (size_t)d->Cl),
-        .att = rows(la->att, i, (size_t)(d->B / 2) * d->NHl * (size_t)d->T * d->T),
-        .res2 = rows(la->res2, i, N * C),
-        .ln2 = rows(la->ln2, i, N * C),
-        .ln2_mean = rows(la->ln2_mean, i, N),
-        .ln2_rstd = rows(la->ln2_rstd, i, N),
+        .att = rows(la->att, i,
+                    d->cp > 1 ? N * (size_t)d->NHl
+                              : (size_t)(d->B / 2) * d->NHl * (size_t)d->T * d->T),
+        .res2 = rows(la->res2, i, Nl * C),
+        .ln2 = rows(la->ln2, i, Nl * C),
+        .ln2_mean = rows(la->ln2_mean, i, Nl),
+        .ln2_rstd = rows(la->ln2_rstd, i, Nl),
         .fch = rows(la->fch, i, N * fc),
         .fch_gelu = rows(la->fch_gelu, i, N * Hl),
-        .res3 = rows(la->res3, i, N * C),
+        .res3 = rows(la->res3, i, Nl * C),
     };
 }
 
@@ -195,7 +285,7 @@ static void half_blocks(msr_mp_t *mp, msr_block_t *h);
 msr_status_t msr_mp_block_forward_split(msr_mp_t *mp, const msr_gpt_block_params_t *p,
                                         msr_gpt_block_acts_t *la, const float *x)
 {
-    size_t half = mp->d.N / 2 * (size_t)mp->d.C;
+    size_t half = mp->d.Nl / 2 * (size_t)mp->d.C; /* a copy's rows of x (Nl, C) */
     msr_block_t h[2];
     msr_gpt_block_acts_t a[2];
     const float *hx[2] = {x, x + half};
@@ -206,11 +296,12 @@ msr_status_t msr_mp_block_forward_split(msr_mp_t *mp, const msr_gpt_block_params
 }
 
 /* The two copies' views of the block: halves of the work space's row
- * tables (the (T,T) attention scratch is used by one copy at a time). */
+ * tables (the (T,T) attention scratch is used by one copy at a time),
+ * each copy's communication. */
 static void half_blocks(msr_mp_t *mp, msr_block_t *h)
 {
     const dims_t *d = &mp->d;
-    size_t N = d->N / 2, C = (size_t)d->C, Hl = (size_t)d->Hl;
+    size_t N = d->N / 2, Nl = d->Nl / 2, C = (size_t)d->C, Hl = (size_t)d->Hl;
     size_t qkv = mp->blk.llama ? (size_t)d->Cl + 2 * (size_t)mp->blk.NKVl * (d->Cl / d->NHl)
                                : 3 * (size_t)d->Cl;
     size_t fc = mp->blk.llama ? 2 * Hl : Hl;
@@ -219,10 +310,13 @@ static void half_blocks(msr_mp_t *mp, msr_block_t *h)
         h[i].B /= 2;
         h[i].N /= 2;
         h[i].Nl /= 2;
+        h[i].comm = &mp->copy_comm[i];
         h[i].proj += (size_t)i * N * C;
-        h[i].projl += (size_t)i * N * C;
+        h[i].projl += (size_t)i * Nl * C;
+        h[i].gat = rows(h[i].gat, i, N * C); /* NULL without sp */
+        h[i].dgat = rows(h[i].dgat, i, N * C);
         h[i].dln += (size_t)i * N * C;
-        h[i].dlnl += (size_t)i * N * C;
+        h[i].dlnl += (size_t)i * Nl * C;
         h[i].dqkv += (size_t)i * N * qkv;
         h[i].datty += (size_t)i * N * (size_t)d->Cl;
         h[i].dfch += (size_t)i * N * fc;
@@ -235,7 +329,7 @@ msr_status_t msr_mp_block_backward_split(msr_mp_t *mp, const msr_gpt_block_param
                                          const msr_gpt_block_acts_t *la, const float *x,
                                          float *dres)
 {
-    size_t half = mp->d.N / 2 * (size_t)mp->d.C;
+    size_t half = mp->d.Nl / 2 * (size_t)mp->d.C; /* a copy's rows of x (Nl, C) */
     msr_block_t h[2];
     msr_gpt_block_acts_t a[2];
     const float *hx[2] = {x, x + half};
@@ -260,9 +354,22 @@ void msr_mp_point_block(msr_mp_t *mp)
         ov ? block_poll : NULL,
         cp ? msr_mp_cp_attend : NULL,
         cp ? msr_mp_cp_attend_backward : NULL,
-        ov ? block_reduce_start : NULL,
-        ov ? block_reduce_wait : NULL,
+        NULL,
+        NULL,
     };
+    for (int i = 0; i < 2 && ov; i++) {
+        mp->copy[i] = (struct msr_mp_copy){mp, i};
+        mp->copy_comm[i] = (msr_block_comm_t){
+            &mp->copy[i],
+            copy_enter,
+            copy_reduce,
+            copy_poll,
+            cp ? copy_attend : NULL,
+            cp ? copy_attend_backward : NULL,
+            copy_reduce_start,
+            copy_reduce_wait,
+        };
+    }
     mp->blk = (msr_block_t){
         .B = d->B,
         .T = d->T,

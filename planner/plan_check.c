@@ -89,8 +89,6 @@ int msr_plan_check(const msr_plan_model_t *m, const msr_plan_layout_t *l, char *
         BAD("tp overlap needs tp > 1");
     if (l->tp_overlap && l->micro_batch % 2 != 0)
         BAD("tp overlap needs an even micro-batch, not %d", l->micro_batch);
-    if (l->tp_overlap && (l->sp || cp > 1))
-        BAD("tp overlap covers plain tp, not %s", l->sp ? "sequence parallel" : "context parallel");
     if (cp > 1 && m->seq % (2 * cp) != 0)
         BAD("sequence of %d does not divide into 2 x cp %d chunks", m->seq, cp);
     if (l->sp && m->seq / cp % l->tp != 0)

@@ -344,6 +344,7 @@ static void count_layer(const msr_plan_layout_t *l, const msr_plan_cluster_t *c,
     if (l->sp) { /* two allgathers in, two reduce-scatters out */
         p->layer_tp_ms =
             2 * msr_plan_t_scatter(&tpn, act, l->tp) + 2 * msr_plan_t_scatter(&tpn, act, l->tp);
+        p->layer_tp_half_ms = msr_plan_t_scatter(&tpn, act / 2, l->tp);
         /* each reorders the whole (b, T, C) between the runtime's sequence
          * order and the collective's rank-major blocks (parallel/mp_tp.c):
          * a read and a write of it */

@@ -40,17 +40,18 @@ typedef struct stage_cost {
 /* One block's exposed tp collectives in ms, forward (x 1) or backward
  * (x 2: its compute is twice forward's). With tp overlap (parallel/mp.h)
  * the block runs as two copies of half the rows, each with two allreduces
- * of half the rows (a each); the copies' four parts (attention, MLP) take
- * about a quarter of the pass's compute each (q). Each allreduce but the
- * last copy's last runs behind the other copy's next part, hidden up to
- * q; the last is waited for whole. */
+ * (under sp reduce-scatters) of half the rows (a each); the copies' four
+ * parts (attention, MLP) take about a quarter of the pass's compute each
+ * (q). Each but the last copy's last runs behind the other copy's next
+ * part, hidden up to q; the last is waited for whole, and so are sp's
+ * allgathers (two a copy, a each), which stay blocking. */
 static double block_tp_ms(const msr_plan_pieces_t *p, const msr_plan_layout_t *l,
                           const msr_plan_cluster_t *c, double x)
 {
     if (!l->tp_overlap)
         return p->layer_tp_ms;
     double a = p->layer_tp_half_ms, q = x * msr_plan_price(c, p->layer_f) / 4;
-    return a + 3 * fmax(0.0, a - q);
+    return (l->sp ? 4 * a : 0) + a + 3 * fmax(0.0, a - q);
 }
 
 static stage_cost_t stage_cost(const msr_plan_pieces_t *p, const msr_plan_layout_t *l,

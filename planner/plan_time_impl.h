@@ -54,7 +54,7 @@ typedef struct msr_plan_pieces {
     msr_plan_work_t layer_f; /* one block's forward */
     msr_plan_work_t attn_f;  /* of it, the attention core (what selective recomputes) */
     double layer_tp_ms;      /* one block's tp collectives, forward (backward: the same) */
-    double layer_tp_half_ms; /* without sp: one allreduce of half the rows (tp overlap's) */
+    double layer_tp_half_ms; /* tp overlap's: an allreduce (sp: a scatter) of half */
     double layer_ep_ms;      /* one block's expert-parallel alltoalls, forward (backward: the same),
                               * averaged over the blocks as layer_f is */
     double layer_moe_cp_ms;  /* under cp, forward only: a MoE block's choices gathered over cp

@@ -1,14 +1,17 @@
 #!/usr/bin/env bash
 # Tensor-parallel overlap (train_gpt --tp-overlap, docs/model.md
-# "Tensor-parallel overlap"): on tp 2 and tp 4 (dp = pp = 1), each round runs
-# the same model without and with --tp-overlap, one after the other (so
-# under about the same load), with --trace. From the trace of the last step:
-# the exposed tp communication, each rank's time in communication spans
-# (blocking tp collectives: "allreduce tp", the head's "allreduce max" and
-# "allreduce loss"; with overlap also "start tp" and "wait tp", the time a
-# rank waits for a copy's allreduce), averaged over the ranks; from
+# "Tensor-parallel overlap"): on tp 2 and tp 4 (dp = pp = 1), without and
+# with sequence parallel, each round runs the same model without and with
+# --tp-overlap, one after the other (so under about the same load), with
+# --trace. From the trace of the last step: the exposed tp communication,
+# each rank's time in communication spans (blocking tp collectives:
+# "allreduce tp", the head's "allreduce max" and "allreduce loss", with sp
+# "allgather seq" and "reduce-scatter seq"; with overlap also "start tp"
+# and "wait tp", the time a rank waits for a copy's allreduce or
+# reduce-scatter), averaged over the ranks; from
 # train_gpt's last line the step time and tokens/s after the first step.
-# The table gives the medians over the rounds.
+# The table gives the medians over the rounds, and the load average
+# (/proc/loadavg's first figure) before the first round and after the last.
 #
 # usage: bench/train/tp_overlap_bench.sh [BUILD_DIR] [ROUNDS] [STEPS]
 #   BUILD_DIR  the build with bin/train_gpt and bin/msrun (build)
@@ -26,10 +29,12 @@ dir=$(mktemp -d)
 trap 'rm -rf "$dir"' EXIT
 model=(--layers 4 --channels 256 --heads 8 --seq 128 --micro-batch 4 --grad-accum 2)
 
-# run TP MODE ROUND: one traced run; appends "tp mode comm_ms step_ms tok_s"
+# run TP SP MODE: one traced run (SP: sp or -); appends
+# "tp sp mode comm_ms step_ms tok_s"
 run() {
-    local tp=$1 mode=$2 extra=()
-    [[ $mode == on ]] && extra=(--tp-overlap)
+    local tp=$1 sp=$2 mode=$3 extra=()
+    [[ $mode == on ]] && extra+=(--tp-overlap)
+    [[ $sp == sp ]] && extra+=(--sp)
     timeout 600 "$bin/msrun" --worker_num="$tp" --local_worker_num="$tp" "$bin/train_gpt" \
         "${model[@]}" --threads 1 --steps "$steps" --tp "$tp" "${extra[@]}" \
         --trace "$dir/trace.json" >/dev/null 2>"$dir/err" || { cat "$dir/err" >&2; exit 1; }
@@ -44,28 +49,37 @@ PY
     step=$(sed -n 's/.*after the first: \([0-9.]*\) ms\/step, \([0-9]*\) tok\/s.*/\1 \2/p' "$dir/err" |
         tail -1)
     [[ -n $step ]] || { echo "no step time: $(cat "$dir/err")" >&2; exit 1; }
-    echo "$tp $mode $comm $step" >>"$dir/rows"
+    echo "$tp $sp $mode $comm $step" >>"$dir/rows"
 }
 
+load0=$(cut -d' ' -f1 /proc/loadavg)
 for ((r = 0; r < rounds; r++)); do
     for tp in 2 4; do
-        run "$tp" off
-        run "$tp" on
+        for sp in - sp; do
+            run "$tp" "$sp" off
+            run "$tp" "$sp" on
+        done
     done
 done
+load1=$(cut -d' ' -f1 /proc/loadavg)
 
 echo "model: ${model[*]}, --threads 1, $steps steps, $rounds rounds (medians)"
+echo "load average: $load0 before, $load1 after"
 echo
-printf '| %2s | %-10s | %22s | %10s | %9s |\n' tp tp-overlap "exposed tp comm, ms" "step ms" tokens/s
-echo '|----|------------|------------------------|------------|-----------|'
+printf '| %2s | %-3s | %-10s | %22s | %10s | %9s |\n' tp sp tp-overlap "exposed tp comm, ms" "step ms" \
+    tokens/s
+echo '|----|-----|------------|------------------------|------------|-----------|'
 for tp in 2 4; do
-    for mode in off on; do
-        awk -v tp="$tp" -v m="$mode" '$1 == tp && $2 == m { n += 0; c[n] = $3; s[n] = $4; t[n] = $5; n++ }
+    for sp in - sp; do
+        for mode in off on; do
+            awk -v tp="$tp" -v sp="$sp" -v m="$mode" '$1 == tp && $2 == sp && $3 == m {
+                n += 0; c[n] = $4; s[n] = $5; t[n] = $6; n++ }
             function med(a, n,   i, j, x) {
                 for (i = 1; i < n; i++) for (j = i; j > 0 && a[j - 1] > a[j]; j--) {
                     x = a[j]; a[j] = a[j - 1]; a[j - 1] = x }
                 return n % 2 ? a[int(n / 2)] : (a[n / 2 - 1] + a[n / 2]) / 2 }
-            END { printf "| %2d | %-10s | %22.2f | %10.1f | %9.0f |\n", tp, m, med(c, n), med(s, n),
-                  med(t, n) }' "$dir/rows"
+            END { printf "| %2d | %-3s | %-10s | %22.2f | %10.1f | %9.0f |\n", tp, sp, m, med(c, n),
+                  med(s, n), med(t, n) }' "$dir/rows"
+        done
     done
 done

@@ -86,8 +86,8 @@ static const msr_opt_t specs[] = {
              "sequence parallel: layernorms and residuals on T/tp positions (needs --tp > 1)"),
     OPT_FLAG("tp-overlap", tp_overlap,
              "tensor-parallel overlap: each micro-batch's sequences run forward as two copies, "
-             "one copy's tp allreduce in flight while the other computes (needs --tp > 1, an "
-             "even --micro-batch, no --sp or --cp)"),
+             "one copy's tp allreduce (with --sp its reduce-scatter) in flight while the other "
+             "computes (needs --tp > 1 and an even --micro-batch)"),
     OPT_TEXT("schedule", schedule,
              "pipeline schedule: gpipe, 1f1b or interleaved (1f1b); its micro-batches are "
              "--grad-accum"),
