@@ -332,6 +332,26 @@ static double calib_rows_half(const calib_bufs_t *b, double rate_n, double L)
     return slope > 0 && icpt > 0 ? slope / icpt : 0;
 }
 
+/* The ring: a pair of chunks, 4 S^2 C forward, 2.5 times that backward;
+ * again on chunks of S / 2 (cp 4's), slower per FLOP, for h of the rate
+ * R S / (S + h) as for the matmuls' rows (a line of 1 / rate against 1 / S
+ * through the two), in *half (0 where shorter chunks are not slower). */
+static double calib_ring(calib_bufs_t *b, double C, double *half)
+{
+    calib_call_t rf = {K_RING_FWD, 0, 0, 0}, rb = {K_RING_BWD, 0, 0, 0};
+    double rate = 3.5 * 4.0 * b->S * (double)b->S * C / (calib_time(b, &rf) + calib_time(b, &rb));
+    *half = 0;
+    if (b->S >= 4) {
+        int h = b->S / 2;
+        calib_call_t hf = {K_RING_FWD, h, 0, 0}, hb = {K_RING_BWD, h, 0, 0};
+        double rate_h = 3.5 * 4.0 * h * (double)h * C / (calib_time(b, &hf) + calib_time(b, &hb));
+        double slope = (1.0 / rate_h - 1.0 / rate) / (1.0 / h - 1.0 / b->S);
+        double icpt = 1.0 / rate - slope / b->S;
+        *half = slope > 0 && icpt > 0 ? slope / icpt : 0;
+    }
+    return rate;
+}
+
 int calib_compute(const options_t *o, calib_compute_t *r)
 {
     calib_bufs_t b;
@@ -354,22 +374,7 @@ int calib_compute(const options_t *o, calib_compute_t *r)
     double atts = calib_time(&b, &af) + calib_time(&b, &ab);
     r->attn_flops_s = 3.0 * attf / atts;
     r->flops_s = (flops + L * 3.0 * attf) / (secs + L * atts);
-    /* the ring: a pair of chunks, 4 S^2 C forward, 2.5 times that backward;
-     * again on chunks of S / 2 (cp 4's), slower per FLOP, for h of the
-     * rate R S / (S + h) as for the matmuls' rows (a line of 1 / rate
-     * against 1 / S through the two) */
-    calib_call_t rf = {K_RING_FWD, 0, 0, 0}, rb = {K_RING_BWD, 0, 0, 0};
-    r->ring_flops_s =
-        3.5 * 4.0 * b.S * (double)b.S * C / (calib_time(&b, &rf) + calib_time(&b, &rb));
-    r->ring_half = 0;
-    if (b.S >= 4) {
-        int h = b.S / 2;
-        calib_call_t hf = {K_RING_FWD, h, 0, 0}, hb = {K_RING_BWD, h, 0, 0};
-        double rate_h = 3.5 * 4.0 * h * (double)h * C / (calib_time(&b, &hf) + calib_time(&b, &hb));
-        double slope = (1.0 / rate_h - 1.0 / r->ring_flops_s) / (1.0 / h - 1.0 / b.S);
-        double icpt = 1.0 / r->ring_flops_s - slope / b.S;
-        r->ring_half = slope > 0 && icpt > 0 ? slope / icpt : 0;
-    }
+    r->ring_flops_s = calib_ring(&b, C, &r->ring_half);
     /* element-wise: bytes each call reads and writes (fp32); a Llama's
      * norms are RMSNorms, its activation SwiGLU (F wide), and it turns q
      * and k by their positions (C + KVC a row, read and written) */
