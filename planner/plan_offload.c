@@ -107,9 +107,13 @@ int64_t msr_plan_search_offload(const msr_plan_model_t *m, msr_plan_precision_t 
                                 char *why, size_t why_len)
 {
     /* the optimizer's first: it keeps the layout's recompute; then full
-     * recompute's block inputs, then both */
-    static const int modes[3] = {MSR_PLAN_OFFLOAD_OPTIM, MSR_PLAN_OFFLOAD_ACTS,
-                                 MSR_PLAN_OFFLOAD_OPTIM | MSR_PLAN_OFFLOAD_ACTS};
+     * recompute's block inputs, then both; then the blocks' parameters
+     * beside the optimizer's, then beside both (the most bytes moved) */
+    static const int modes[5] = {MSR_PLAN_OFFLOAD_OPTIM, MSR_PLAN_OFFLOAD_ACTS,
+                                 MSR_PLAN_OFFLOAD_OPTIM | MSR_PLAN_OFFLOAD_ACTS,
+                                 MSR_PLAN_OFFLOAD_OPTIM | MSR_PLAN_OFFLOAD_PARAMS,
+                                 MSR_PLAN_OFFLOAD_OPTIM | MSR_PLAN_OFFLOAD_ACTS |
+                                     MSR_PLAN_OFFLOAD_PARAMS};
     int64_t n = msr_plan_search(m, prec, c, q, keep, plans_p, pruned, why, why_len);
     if (n < 0)
         return n;
@@ -117,9 +121,9 @@ int64_t msr_plan_search_offload(const msr_plan_model_t *m, msr_plan_precision_t 
     if (q->offload != 0 || pruned->over_memory == 0)
         return n;
     int64_t found = n;
-    for (int k = 0; k < 3; k++) {
-        if ((modes[k] & MSR_PLAN_OFFLOAD_OPTIM) && m->experts > 0)
-            continue; /* the experts' moments are not offloaded */
+    for (int k = 0; k < 5; k++) {
+        if ((modes[k] & (MSR_PLAN_OFFLOAD_OPTIM | MSR_PLAN_OFFLOAD_PARAMS)) && m->experts > 0)
+            continue; /* the experts' moments and parameters are not offloaded */
         double best = found > 0 ? (*plans_p)[0].t.step_ms : 0;
         int64_t got = try_mode(m, prec, c, q, modes[k], keep, best, plans_p, pruned, why, why_len);
         if (got < 0)

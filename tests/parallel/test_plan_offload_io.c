@@ -376,6 +376,51 @@ static void test_auto_faster(void)
     MSR_CHECK(plans == NULL && pr.over_memory > 0);
 }
 
+/* --offload auto under a budget that only the blocks' parameters on disk
+ * meet (beside the optimizer's moments and full recompute's inputs):
+ * the plan offloads them, and says none fit without. */
+static void test_auto_params(void)
+{
+    msr_plan_model_t m = {MSR_PLAN_GPT, 4, 128, 4, 4, 512, 256, 64};
+    msr_plan_layout_t l = layout(1, 1, 0, MSR_PLAN_RC_FULL, 2, 1);
+    l.offload_chunk = 4096;
+    l.offload = MSR_PLAN_OFFLOAD_OPTIM | MSR_PLAN_OFFLOAD_ACTS;
+    uint64_t p_two = msr_plan_peak(&m, &l, MSR_PLAN_FP32, NULL);
+    l.offload |= MSR_PLAN_OFFLOAD_PARAMS;
+    uint64_t p_all = msr_plan_peak(&m, &l, MSR_PLAN_FP32, NULL);
+    MSR_CHECK_MSG(p_all < p_two, "%" PRIu64 " against %" PRIu64, p_all, p_two);
+    msr_plan_cluster_t c;
+    msr_plan_cluster_default(&c);
+    c.mem_gib = (double)p_all / (1024.0 * 1024.0 * 1024.0);
+    msr_plan_query_t q;
+    memset(&q, 0, sizeof q);
+    q.world = 1, q.global_batch = 2, q.search = MSR_PLAN_SEARCH_EXHAUSTIVE;
+    for (int k = 0; k < MSR_PLAN_FIX_N; k++)
+        q.fix[k] = -1;
+    q.fix[MSR_PLAN_FIX_ZERO] = 0, q.fix[MSR_PLAN_FIX_MICRO_BATCH] = 2;
+    q.fix[MSR_PLAN_FIX_SCHEDULE] = MSR_PLAN_1F1B;
+    q.offload_chunk = 4096;
+    msr_plan_t *plans = NULL;
+    msr_plan_pruned_t pr;
+    char why[256] = "";
+    int64_t n = msr_plan_search_offload(&m, MSR_PLAN_FP32, &c, &q, 0, &plans, &pr, why, sizeof why);
+    MSR_CHECK_MSG(n > 0, "%s", why);
+    if (n <= 0)
+        return;
+    msr_plan_offload_why(&plans[0], &pr, &c, why, sizeof why);
+    int off = plans[0].l.offload;
+    double io = plans[0].t.offload_io_ms, paid = plans[0].t.offload_ms;
+    free(plans);
+    MSR_CHECK_MSG(off & MSR_PLAN_OFFLOAD_PARAMS, "offload %d", off);
+    MSR_CHECK_MSG(strstr(why, "no layout fits in") != NULL, "%s", why);
+    MSR_CHECK(pr.no_offload_ms == 0 && io > 0 && paid > 0);
+    /* a budget a quarter under: not even with every offload */
+    c.mem_gib *= 0.75;
+    MSR_CHECK(msr_plan_search_offload(&m, MSR_PLAN_FP32, &c, &q, 0, &plans, &pr, why, sizeof why) ==
+              0);
+    MSR_CHECK(plans == NULL);
+}
+
 static const msr_test_t tests[] = {
     {"disk_keys", test_disk_keys, 10},
     {"optim_bytes_real", test_optim_bytes_real, 30},
@@ -385,6 +430,7 @@ static const msr_test_t tests[] = {
     {"acts_overlap", test_acts_overlap, 10},
     {"params_overlap", test_params_overlap, 10},
     {"auto_faster", test_auto_faster, 30},
+    {"auto_params", test_auto_params, 30},
 };
 
 int main(int argc, char **argv)
