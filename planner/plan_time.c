@@ -411,6 +411,8 @@ static void stage_offload(const msr_plan_model_t *m, const msr_plan_layout_t *l,
     double pread = n * first, pupd = (double)blocks * msr_plan_disk_ms(c, slot, slot);
     double firsts = blocks > 0 ? (2 * (double)l->micros * l->chunks + 1) * first : 0;
     stage_cost_t sc = stage_cost(p, l, c, 1, 0, 0, WITH_RC, 0);
+    /* the block passes whose compute hides the I/O: micro-batches x the
+     * stage's blocks, which either offload counts (0 when neither moves) */
     double nf = (double)r.offload_acts_n > n ? (double)r.offload_acts_n : n;
     *io_p = oio + spill + fetch + 2 * pread + pupd;
     *exposed_p = firsts + msr_plan_io_exposed_ms(optim, oio + pupd) +
