@@ -321,6 +321,11 @@ msr_status_t msr_dp_offload_hold(msr_dp_t *dp, int read);
 msr_status_t msr_dp_offload_drop(msr_dp_t *dp, int write);
 /* The parameter offload's store (counters, file), NULL without it. */
 const msr_params_t *msr_dp_params_store(const msr_dp_t *dp);
+/* Under the parameters' offload, starts reading segment s's block (a
+ * pass's first, while the stage waits for its input); MSR_OK and nothing
+ * done for a segment that is no block or without the offload. Errors: the
+ * store's (offload_params.h). */
+msr_status_t msr_dp_params_ahead(msr_dp_t *dp, int s);
 
 /* ---- checkpoints ----
  * A rank saves the units it owns (msr_dp_owned: params, m, v of each). A

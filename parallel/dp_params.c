@@ -185,6 +185,13 @@ static msr_status_t z3_turn(msr_dp_t *dp, size_t k)
     return MSR_OK;
 }
 
+msr_status_t msr_dp_params_ahead(msr_dp_t *dp, int s)
+{
+    if (dp->params_off == NULL || dp->pflat || block_of(dp, s) < 0)
+        return MSR_OK;
+    return msr_params_prefetch(dp->params_off, (size_t)block_of(dp, s));
+}
+
 msr_status_t msr_dp_params_shard_begin(msr_dp_t *dp, int s, const float **src_p, size_t *off_p)
 {
     *src_p = dp->pshard;

@@ -345,6 +345,19 @@ static float *acts_next(msr_mp_t *mp, float *out, float *in)
 
 static msr_status_t seg_done(msr_mp_t *mp, int s);
 
+/* Under the parameters' offload, the block the pass over chunk c takes
+ * first (backward: its last) starts reading before the pass waits for its
+ * input from the stage before (or the gradient from the one after) or
+ * computes the embeddings (or the head). */
+static msr_status_t params_ahead(msr_mp_t *mp, int c, int backward)
+{
+    const msr_gpt_t *m = mp->model;
+    if (m->chunk_hi[c] <= m->chunk_lo[c])
+        return MSR_OK;
+    int l = backward ? m->chunk_hi[c] - 1 : m->chunk_lo[c];
+    return msr_dp_params_ahead(mp->dp, seg_of_layer(m, c, l));
+}
+
 static msr_status_t run_forward(msr_mp_t *mp, int m, int c)
 {
     msr_gpt_t *model = mp->model;
@@ -354,7 +367,7 @@ static msr_status_t run_forward(msr_mp_t *mp, int m, int c)
     msr_status_t st = frame_open(mp, m, c, f);
     if (st == MSR_OK && mp->acts != NULL)
         st = msr_acts_get(mp->acts, &f->in);
-    if (st != MSR_OK)
+    if (st != MSR_OK || (st = params_ahead(mp, c, 0)) != MSR_OK)
         return st;
     if (j == 0 && (st = msr_mp_fwd_hook(mp, model->seg_embed, 1)) == MSR_OK) {
         st = msr_mp_embed_forward(mp, mp->inputs + (size_t)m * N, f->in);
@@ -411,7 +424,7 @@ static msr_status_t run_backward(msr_mp_t *mp, int m, int c)
     int lo = model->chunk_lo[c], hi = model->chunk_hi[c];
     float *dres = mp->w.dres, *in = NULL, *out = NULL; /* offload: block l's input and output */
     msr_status_t st = acts_begin(mp, m, c, hi - lo);
-    if (st != MSR_OK || (st = dp_micro(mp)) != MSR_OK)
+    if (st != MSR_OK || (st = dp_micro(mp)) != MSR_OK || (st = params_ahead(mp, c, 1)) != MSR_OK)
         return st;
     if (j == mp->nv - 1) {
         if (mp->pp == 1 && (st = hook(mp, model->seg_embed, 1)) != MSR_OK)

@@ -286,6 +286,15 @@ uint64_t msr_plan_offload_params_bytes(uint64_t b, uint64_t blocks);
  * its file whole (parallel/offload.c msr_offload_step), the last one too. */
 uint64_t msr_plan_offload_optim_io(uint64_t count, size_t chunk);
 
+/* The parameters' offload on rank `rank` of layout l (nothing without
+ * it): the bytes of one block's slot in its store's file (the block, or
+ * under ZeRO-3 the largest share of one, rounded up to 4096) into
+ * *slot_p and the blocks it holds into *blocks_p. A step reads each block
+ * once per micro-batch's forward and backward and once in the update,
+ * and writes it once (parallel/offload_params.h). */
+void msr_plan_offload_params_io(const msr_plan_model_t *m, const msr_plan_layout_t *l, int rank,
+                                uint64_t *slot_p, uint64_t *blocks_p);
+
 /* The most any rank holds (total), and which rank. */
 uint64_t msr_plan_peak(const msr_plan_model_t *m, const msr_plan_layout_t *l,
                        msr_plan_precision_t prec, int *rank_p);
@@ -526,7 +535,8 @@ void msr_plan_offload_why(const msr_plan_t *p, const msr_plan_pruned_t *pr,
  * peak without it less with it) and the bytes it moves to and from disk
  * per step (msr_plan_rank_t's offload_optim_io and offload_acts_io, each
  * both ways: the moments' chunks read and written whole; each block
- * input's slot written and read once per micro-batch). */
+ * input's slot written and read once per micro-batch; and the
+ * parameters' blocks, msr_plan_offload_params_io's reads and writes). */
 void msr_plan_offload_cost(const msr_plan_model_t *m, msr_plan_precision_t prec,
                            const msr_plan_t *p, uint64_t *saved_p, uint64_t *io_p);
 

@@ -107,9 +107,13 @@ int64_t msr_plan_search_offload(const msr_plan_model_t *m, msr_plan_precision_t 
                                 char *why, size_t why_len)
 {
     /* the optimizer's first: it keeps the layout's recompute; then full
-     * recompute's block inputs, then both */
-    static const int modes[3] = {MSR_PLAN_OFFLOAD_OPTIM, MSR_PLAN_OFFLOAD_ACTS,
-                                 MSR_PLAN_OFFLOAD_OPTIM | MSR_PLAN_OFFLOAD_ACTS};
+     * recompute's block inputs, then both; then the blocks' parameters
+     * beside the optimizer's, then beside both (the most bytes moved) */
+    static const int modes[5] = {MSR_PLAN_OFFLOAD_OPTIM, MSR_PLAN_OFFLOAD_ACTS,
+                                 MSR_PLAN_OFFLOAD_OPTIM | MSR_PLAN_OFFLOAD_ACTS,
+                                 MSR_PLAN_OFFLOAD_OPTIM | MSR_PLAN_OFFLOAD_PARAMS,
+                                 MSR_PLAN_OFFLOAD_OPTIM | MSR_PLAN_OFFLOAD_ACTS |
+                                     MSR_PLAN_OFFLOAD_PARAMS};
     int64_t n = msr_plan_search(m, prec, c, q, keep, plans_p, pruned, why, why_len);
     if (n < 0)
         return n;
@@ -117,9 +121,9 @@ int64_t msr_plan_search_offload(const msr_plan_model_t *m, msr_plan_precision_t 
     if (q->offload != 0 || pruned->over_memory == 0)
         return n;
     int64_t found = n;
-    for (int k = 0; k < 3; k++) {
-        if ((modes[k] & MSR_PLAN_OFFLOAD_OPTIM) && m->experts > 0)
-            continue; /* the experts' moments are not offloaded */
+    for (int k = 0; k < 5; k++) {
+        if ((modes[k] & (MSR_PLAN_OFFLOAD_OPTIM | MSR_PLAN_OFFLOAD_PARAMS)) && m->experts > 0)
+            continue; /* the experts' moments and parameters are not offloaded */
         double best = found > 0 ? (*plans_p)[0].t.step_ms : 0;
         int64_t got = try_mode(m, prec, c, q, modes[k], keep, best, plans_p, pruned, why, why_len);
         if (got < 0)
@@ -166,14 +170,19 @@ void msr_plan_offload_cost(const msr_plan_model_t *m, msr_plan_precision_t prec,
     *saved_p = without.total > with.total ? without.total - with.total : 0;
     /* read and written, each: the memory model's counts */
     *io_p = 2 * (with.offload_optim_io + with.offload_acts_io);
+    uint64_t slot, blocks;
+    msr_plan_offload_params_io(m, &p->l, rank, &slot, &blocks);
+    *io_p += blocks * slot * (2 * (uint64_t)p->l.micros + 2);
 }
 
-uint64_t msr_plan_offload_params_z3(const msr_plan_part_t *p, const msr_plan_layout_t *l,
-                                    int replica)
+/* ZeRO-3 under the parameters' offload: parallel/dp_params.c's z3_layout
+ * over the runtime's unit walk: each block's owned elements leave the
+ * shard for the store, whose blocks are the largest share (at least 1
+ * element). The shard's elements into *shard_p, the moved ones into
+ * *moved_p; returns the largest share. */
+static uint64_t z3_walk(const msr_plan_part_t *p, const msr_plan_layout_t *l, int replica,
+                        uint64_t *shard_p, uint64_t *moved_p)
 {
-    /* parallel/dp_params.c's z3_layout over the runtime's unit walk: each
-     * block's owned elements leave the shard for the store, whose blocks
-     * are the largest share (at least 1 element) */
     msr_layout_units_t it;
     msr_layout_unit_t u;
     msr_plan_part_units(p, l, &it);
@@ -191,8 +200,34 @@ uint64_t msr_plan_offload_params_z3(const msr_plan_part_t *p, const msr_plan_lay
         moved += u.repeat * (e - a);
         most = msr_plan_max_u64(most, share);
     }
+    *shard_p = shard;
+    *moved_p = moved;
+    return most;
+}
+
+uint64_t msr_plan_offload_params_z3(const msr_plan_part_t *p, const msr_plan_layout_t *l,
+                                    int replica)
+{
+    uint64_t shard, moved, most = z3_walk(p, l, replica, &shard, &moved);
     return (shard - moved) * MSR_PLAN_F32 +
            msr_plan_offload_params_bytes(most * MSR_PLAN_F32, (uint64_t)p->blocks);
+}
+
+void msr_plan_offload_params_io(const msr_plan_model_t *m, const msr_plan_layout_t *l, int rank,
+                                uint64_t *slot_p, uint64_t *blocks_p)
+{
+    *slot_p = *blocks_p = 0;
+    if (!(l->offload & MSR_PLAN_OFFLOAD_PARAMS))
+        return;
+    int cp = msr_plan_cp(l), pr = rank / (l->tp * cp) % l->pp;
+    int replica = rank / (l->tp * cp * l->pp) * cp + rank / l->tp % cp;
+    msr_plan_part_t p;
+    msr_plan_part_of(m, l, pr, &p);
+    uint64_t shard, moved, b = p.block;
+    if (l->zero >= 3)
+        b = z3_walk(&p, l, replica, &shard, &moved);
+    *slot_p = msr_plan_ceil_div(b * MSR_PLAN_F32, MSR_PLAN_OFFLOAD_ALIGN) * MSR_PLAN_OFFLOAD_ALIGN;
+    *blocks_p = (uint64_t)p.blocks;
 }
 
 double msr_plan_disk_ms(const msr_plan_cluster_t *c, double read_bytes, double write_bytes)

@@ -388,22 +388,37 @@ static void stage_dp(const msr_plan_model_t *m, const msr_plan_layout_t *lp,
  * between (msr_offload_step): the update and the I/O take the longer of
  * the two. Each block input is spilled while the next block runs its
  * forward, and read back ahead while a block runs its backward (its
- * recompute included): each pass hides what its compute lasts. */
+ * recompute included): each pass hides what its compute lasts. The
+ * parameters' blocks are read one ahead in each pass over a chunk's
+ * blocks (the update's: and written one behind): a pass pays the first
+ * block's read, then the longer of a block's compute and a block's I/O,
+ * beside the other offloads' I/O in the same pass. */
 static void stage_offload(const msr_plan_model_t *m, const msr_plan_layout_t *l,
                           msr_plan_precision_t prec, const msr_plan_cluster_t *c,
                           const msr_plan_pieces_t *p, int s, double optim, double *io_p,
                           double *exposed_p)
 {
     msr_plan_rank_t r;
-    msr_plan_rank(m, l, prec, s * l->tp * msr_plan_cp(l), &r);
+    int rank = s * l->tp * msr_plan_cp(l);
+    msr_plan_rank(m, l, prec, rank, &r);
+    uint64_t slot, blocks;
+    msr_plan_offload_params_io(m, l, rank, &slot, &blocks);
     double oio = msr_plan_disk_ms(c, (double)r.offload_optim_io, (double)r.offload_optim_io);
     double spill = msr_plan_disk_ms(c, 0, (double)r.offload_acts_io);
     double fetch = msr_plan_disk_ms(c, (double)r.offload_acts_io, 0);
+    /* a pass's blocks: each micro-batch's forward and backward read every
+     * block once, the update reads and writes each once */
+    double n = (double)l->micros * (double)blocks, first = msr_plan_disk_ms(c, (double)slot, 0);
+    double pread = n * first, pupd = (double)blocks * msr_plan_disk_ms(c, slot, slot);
+    double firsts = blocks > 0 ? (2 * (double)l->micros * l->chunks + 1) * first : 0;
     stage_cost_t sc = stage_cost(p, l, c, 1, 0, 0, WITH_RC, 0);
-    double n = (double)r.offload_acts_n;
-    *io_p = oio + spill + fetch;
-    *exposed_p = msr_plan_io_exposed_ms(optim, oio) + msr_plan_io_exposed_ms(n * sc.fwd, spill) +
-                 msr_plan_io_exposed_ms(n * sc.bwd, fetch);
+    /* the block passes whose compute hides the I/O: micro-batches x the
+     * stage's blocks, which either offload counts (0 when neither moves) */
+    double nf = (double)r.offload_acts_n > n ? (double)r.offload_acts_n : n;
+    *io_p = oio + spill + fetch + 2 * pread + pupd;
+    *exposed_p = firsts + msr_plan_io_exposed_ms(optim, oio + pupd) +
+                 msr_plan_io_exposed_ms(nf * sc.fwd, spill + pread) +
+                 msr_plan_io_exposed_ms(nf * sc.bwd, fetch + pread);
 }
 
 void msr_plan_time(const msr_plan_model_t *m, const msr_plan_layout_t *lay,

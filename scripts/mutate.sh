@@ -1395,9 +1395,27 @@ test: ^test_parallel_plan_offload_io$
 file: planner/plan_time.c
 test: ^test_parallel_plan_offload_io$
 <<<
-                 msr_plan_io_exposed_ms(n * sc.bwd, fetch);
+                 msr_plan_io_exposed_ms(nf * sc.bwd, fetch + pread);
 ===
-                 msr_plan_io_exposed_ms(n * sc.fwd, fetch);
+                 msr_plan_io_exposed_ms(nf * sc.fwd, fetch + pread);
+>>>
+
+@ plan.offload.params_first_reads_free
+file: planner/plan_time.c
+test: ^test_parallel_plan_offload_io$
+<<<
+    double firsts = blocks > 0 ? (2 * (double)l->micros * l->chunks + 1) * first : 0;
+===
+    double firsts = blocks > 0 ? (2 * (double)l->micros + 1) * first : 0;
+>>>
+
+@ mp.params_backward_reads_forward_first_block
+file: parallel/mp_run.c
+test: ^test_parallel_train_gpt_offload_pp$
+<<<
+    if (st != MSR_OK || (st = dp_micro(mp)) != MSR_OK || (st = params_ahead(mp, c, 1)) != MSR_OK)
+===
+    if (st != MSR_OK || (st = dp_micro(mp)) != MSR_OK || (st = params_ahead(mp, c, 0)) != MSR_OK)
 >>>
 
 @ plan.offload.io_exposed_at_equality

@@ -411,8 +411,9 @@ static void print_ranks(const args_t *a, const msr_plan_t *plan)
 static void print_offload(const args_t *a, const msr_plan_cluster_t *c, const msr_plan_t *p,
                           const msr_plan_pruned_t *pr, int kv)
 {
-    static const char *const modes[4] = {"none", "optimizer", "activations",
-                                         "optimizer,activations"};
+    static const char *const modes[8] = {
+        "none",   "optimizer",        "activations",        "optimizer,activations",
+        "params", "optimizer,params", "activations,params", "optimizer,activations,params"};
     uint64_t saved = 0, io = 0;
     if (p->l.offload != 0)
         msr_plan_offload_cost(&a->m, a->prec, p, &saved, &io);
@@ -421,14 +422,14 @@ static void print_offload(const args_t *a, const msr_plan_cluster_t *c, const ms
     if (kv)
         printf("offload mode=%s saved_bytes=%" PRIu64 " io_bytes_per_step=%" PRIu64
                " io_ms=%.6g io_exposed_ms=%.6g\n",
-               modes[p->l.offload & 3], saved, io, p->t.offload_io_ms, p->t.offload_ms);
+               modes[p->l.offload & 7], saved, io, p->t.offload_io_ms, p->t.offload_ms);
     else if (p->l.offload == 0)
         printf("offload: none: %s\n", why);
     else
         printf("offload: %s: %s; plan 1 holds %" PRIu64 " bytes less on its fullest rank and moves "
                "%" PRIu64 " bytes to and from disk per step: %.4g ms at %.4g GB/s read, %.4g GB/s "
                "write, %.4g ms of it in step_ms (what compute does not hide)\n",
-               modes[p->l.offload & 3], why, saved, io, p->t.offload_io_ms, c->disk_read_gbs,
+               modes[p->l.offload & 7], why, saved, io, p->t.offload_io_ms, c->disk_read_gbs,
                c->disk_write_gbs, p->t.offload_ms);
 }
 

@@ -114,7 +114,8 @@ static const msr_opt_t specs[] = {
              "the end), streamed in chunks each step; optimizer=host: in host memory, as without "
              "the option on CPU ranks; activations=disk:DIR (with --recompute full): each block's "
              "input in a file per rank under DIR, written after its forward, read back ahead of "
-             "its backward; params=disk:DIR (no pp): each block's parameters (under --zero 3 the "
+             "its backward; params=disk:DIR (CPU ranks, no --experts): each block's parameters "
+             "(under --zero 3 the "
              "rank's share) in a file per rank under DIR, read ahead of the block's forward and "
              "backward and dropped after, updated a block at a time; several: comma-separated "
              "(none)"),

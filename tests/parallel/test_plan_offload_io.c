@@ -3,6 +3,7 @@
  * against what a real store moves (parallel/offload.h); the disk's time,
  * both halves; and the step's I/O term, hidden behind the update or the
  * passes' compute up to exactly the equality and exposed past it. */
+#include <inttypes.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -10,6 +11,7 @@
 #include <unistd.h>
 
 #include "parallel/offload.h"
+#include "parallel/offload_params.h"
 #include "planner/plan.h"
 #include "tests/runner.h"
 
@@ -237,6 +239,75 @@ static void test_acts_overlap(void)
                   bound[0], bound[1], n * t.layer_ms / 2);
 }
 
+/* The parameters' offload: each block's slot as the real store sizes it
+ * (a ZeRO-3 share's smaller), read once per micro-batch's forward and
+ * backward and once in the update, written once; the step pays each
+ * pass's first read, and past the crossover every ms more of a block's
+ * read costs each read's ms. */
+static void test_params_overlap(void)
+{
+    msr_plan_model_t m = {MSR_PLAN_GPT, 4, 128, 4, 4, 512, 256, 64};
+    msr_plan_layout_t l = layout(1, 1, 0, MSR_PLAN_RC_NONE, 2, 3);
+    uint64_t slot, blocks;
+    msr_plan_offload_params_io(&m, &l, 0, &slot, &blocks);
+    MSR_CHECK(slot == 0 && blocks == 0); /* not offloaded: nothing moves */
+    l.offload = MSR_PLAN_OFFLOAD_PARAMS;
+    msr_plan_offload_params_io(&m, &l, 0, &slot, &blocks);
+    size_t n = 12 * 128 * 128 + 13 * 128; /* a GPT block's parameters */
+    MSR_CHECK_EQ(blocks, 4u);
+    MSR_CHECK_EQ(slot, (msr_params_resident_of(n, 4) - 5 * (sizeof(uint32_t) + 1)) / 3);
+    msr_plan_t p;
+    memset(&p, 0, sizeof p);
+    p.l = l;
+    uint64_t saved, io;
+    msr_plan_offload_cost(&m, MSR_PLAN_FP32, &p, &saved, &io);
+    MSR_CHECK_EQ(io, 4 * slot * (2 * 3 + 2));
+    MSR_CHECK(saved > 0);
+
+    msr_plan_cluster_t c;
+    msr_plan_cluster_default(&c);
+    c.disk_read_gbs = c.disk_write_gbs = 1e3;
+    msr_plan_time_t base, t, u;
+    l.offload = 0;
+    msr_plan_time(&m, &l, MSR_PLAN_FP32, &c, &base);
+    l.offload = MSR_PLAN_OFFLOAD_PARAMS;
+    msr_plan_time(&m, &l, MSR_PLAN_FP32, &c, &t);
+    double R = (double)slot / 1e9; /* a block's read (and write), ms */
+    MSR_CHECK(fabs(t.offload_io_ms - R * (4 * (2 * 3 + 1) + 4)) <= 1e-9 * t.offload_io_ms);
+    /* compute-bound: the step pays the 2 x 3 passes' and the update's
+     * first reads, no more */
+    MSR_CHECK_MSG(fabs(t.offload_ms - 7 * R) <= 1e-9 * R, "%g against %g", t.offload_ms, 7 * R);
+    MSR_CHECK(fabs(t.step_ms - base.step_ms - 7 * R) <= 1e-9 * t.step_ms);
+    /* I/O-bound: a read of 10 steps; the read doubled costs every read
+     * and each pass's first once more: 4 x 7 + 7 reads */
+    c.disk_write_gbs = 1e12;
+    c.disk_read_gbs = (double)slot / (10 * base.step_ms * 1e6);
+    msr_plan_time(&m, &l, MSR_PLAN_FP32, &c, &t);
+    c.disk_read_gbs /= 2;
+    msr_plan_time(&m, &l, MSR_PLAN_FP32, &c, &u);
+    double more = 10 * base.step_ms * (4 * 7 + 7);
+    MSR_CHECK_MSG(fabs(u.offload_ms - t.offload_ms - more) <= 1e-6 * more, "%g then %g, %g more",
+                  t.offload_ms, u.offload_ms, more);
+    MSR_CHECK(fabs(u.step_ms - t.step_ms - more) <= 1e-6 * more);
+    /* interleaved: two chunks, twice the passes' first reads */
+    c.disk_read_gbs = c.disk_write_gbs = 1e3;
+    msr_plan_layout_t v = layout(1, 2, 0, MSR_PLAN_RC_NONE, 2, 4);
+    v.schedule = MSR_PLAN_INTERLEAVED, v.chunks = 2, v.offload = MSR_PLAN_OFFLOAD_PARAMS;
+    char why[256];
+    MSR_CHECK_MSG(msr_plan_check(&m, &v, why, sizeof why) == 0, "%s", why);
+    msr_plan_time(&m, &v, MSR_PLAN_FP32, &c, &t);
+    msr_plan_offload_params_io(&m, &v, 0, &slot, &blocks);
+    MSR_CHECK_EQ(blocks, 2u);
+    MSR_CHECK_MSG(fabs(t.offload_ms - (2 * 4 * 2 + 1) * R) <= 1e-9 * R, "%g", t.offload_ms);
+    /* ZeRO-3 on dp 2: the store's blocks are a share, about half a block */
+    msr_plan_layout_t z = layout(2, 1, 3, MSR_PLAN_RC_NONE, 2, 3);
+    z.offload = MSR_PLAN_OFFLOAD_PARAMS, z.zero_min_bytes = 1, z.bucket_bytes = 20000;
+    uint64_t zslot, zb;
+    msr_plan_offload_params_io(&m, &z, 1, &zslot, &zb);
+    MSR_CHECK_EQ(zb, 4u);
+    MSR_CHECK_MSG(zslot < slot && zslot >= slot / 2 - 4096, "%" PRIu64 " of %" PRIu64, zslot, slot);
+}
+
 /* --offload auto: an offload when nothing fits without it, or when its
  * plan is faster than those that do (the layout it lets in outruns its
  * I/O); none when it is not, or when nothing is over the budget (it would
@@ -305,6 +376,51 @@ static void test_auto_faster(void)
     MSR_CHECK(plans == NULL && pr.over_memory > 0);
 }
 
+/* --offload auto under a budget that only the blocks' parameters on disk
+ * meet (beside the optimizer's moments and full recompute's inputs):
+ * the plan offloads them, and says none fit without. */
+static void test_auto_params(void)
+{
+    msr_plan_model_t m = {MSR_PLAN_GPT, 4, 128, 4, 4, 512, 256, 64};
+    msr_plan_layout_t l = layout(1, 1, 0, MSR_PLAN_RC_FULL, 2, 1);
+    l.offload_chunk = 4096;
+    l.offload = MSR_PLAN_OFFLOAD_OPTIM | MSR_PLAN_OFFLOAD_ACTS;
+    uint64_t p_two = msr_plan_peak(&m, &l, MSR_PLAN_FP32, NULL);
+    l.offload |= MSR_PLAN_OFFLOAD_PARAMS;
+    uint64_t p_all = msr_plan_peak(&m, &l, MSR_PLAN_FP32, NULL);
+    MSR_CHECK_MSG(p_all < p_two, "%" PRIu64 " against %" PRIu64, p_all, p_two);
+    msr_plan_cluster_t c;
+    msr_plan_cluster_default(&c);
+    c.mem_gib = (double)p_all / (1024.0 * 1024.0 * 1024.0);
+    msr_plan_query_t q;
+    memset(&q, 0, sizeof q);
+    q.world = 1, q.global_batch = 2, q.search = MSR_PLAN_SEARCH_EXHAUSTIVE;
+    for (int k = 0; k < MSR_PLAN_FIX_N; k++)
+        q.fix[k] = -1;
+    q.fix[MSR_PLAN_FIX_ZERO] = 0, q.fix[MSR_PLAN_FIX_MICRO_BATCH] = 2;
+    q.fix[MSR_PLAN_FIX_SCHEDULE] = MSR_PLAN_1F1B;
+    q.offload_chunk = 4096;
+    msr_plan_t *plans = NULL;
+    msr_plan_pruned_t pr;
+    char why[256] = "";
+    int64_t n = msr_plan_search_offload(&m, MSR_PLAN_FP32, &c, &q, 0, &plans, &pr, why, sizeof why);
+    MSR_CHECK_MSG(n > 0, "%s", why);
+    if (n <= 0)
+        return;
+    msr_plan_offload_why(&plans[0], &pr, &c, why, sizeof why);
+    int off = plans[0].l.offload;
+    double io = plans[0].t.offload_io_ms, paid = plans[0].t.offload_ms;
+    free(plans);
+    MSR_CHECK_MSG(off & MSR_PLAN_OFFLOAD_PARAMS, "offload %d", off);
+    MSR_CHECK_MSG(strstr(why, "no layout fits in") != NULL, "%s", why);
+    MSR_CHECK(pr.no_offload_ms == 0 && io > 0 && paid > 0);
+    /* a budget a quarter under: not even with every offload */
+    c.mem_gib *= 0.75;
+    MSR_CHECK(msr_plan_search_offload(&m, MSR_PLAN_FP32, &c, &q, 0, &plans, &pr, why, sizeof why) ==
+              0);
+    MSR_CHECK(plans == NULL);
+}
+
 static const msr_test_t tests[] = {
     {"disk_keys", test_disk_keys, 10},
     {"optim_bytes_real", test_optim_bytes_real, 30},
@@ -312,7 +428,9 @@ static const msr_test_t tests[] = {
     {"disk_ms", test_disk_ms, 10},
     {"optim_crossover", test_optim_crossover, 10},
     {"acts_overlap", test_acts_overlap, 10},
+    {"params_overlap", test_params_overlap, 10},
     {"auto_faster", test_auto_faster, 30},
+    {"auto_params", test_auto_params, 30},
 };
 
 int main(int argc, char **argv)
