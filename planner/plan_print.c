@@ -337,8 +337,11 @@ static void explain_time(FILE *f, const msr_plan_t *p, const msr_plan_cluster_t 
         row_ms(f, 6, "cold frames", t->cold_ms, S,
                "frames read back after the cache lost them (cold_ms_per_mib)");
     row_ms(f, 6, "tp collectives", t->tp_comm_ms, S,
-           p->l.tp_overlap ? "exposed: the blocks' behind the other copy's compute (tp overlap)"
-                           : "never hidden");
+           !p->l.tp_overlap ? "never hidden"
+           : p->l.sp        ? "exposed: reduce-scatters partly behind the other copy's "
+                              "compute, allgathers not (tp overlap)"
+                            : "exposed: allreduces partly behind the other copy's compute "
+                              "(tp overlap)");
     if (msr_plan_cp(&p->l) > 1)
         row_ms(f, 6, "cp ring", t->cp_comm_ms, S,
                "K/V blocks past a ring step's attention, their gradients after it");

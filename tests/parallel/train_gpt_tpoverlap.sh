@@ -143,7 +143,10 @@ for v in "" --sp; do
     msrun_n 2 "${pm[@]}" --tp 2 $v --explain 1 >"$work/x.off" 2>&1 || fail "$(cat "$work/x.off")"
     msrun_n 2 "${pm[@]}" --tp 2 $v --tp-overlap --explain 1 >"$work/x.on" 2>&1 ||
         fail "$(cat "$work/x.on")"
-    grep -q "tp collectives.*(tp overlap)" "$work/x.on" || fail "explain: $(cat "$work/x.on")"
+    want=allreduces
+    [ -z "$v" ] || want="reduce-scatters.*allgathers not"
+    grep -q "tp collectives.*$want.*(tp overlap)" "$work/x.on" ||
+        fail "explain $v: want $want: $(cat "$work/x.on")"
     off=$(tpms "$work/x.off") on=$(tpms "$work/x.on")
     awk -v a="$on" -v b="$off" -v f="${v:+2}" 'BEGIN { exit !(a < b && a > b / (f ? f : 4)) }' ||
         fail "tp collectives $v: $on ms with --tp-overlap, $off ms without"
