@@ -2,7 +2,11 @@
  * engine of its own, with every listed member, made in one call: every
  * engine opened first, their addresses handed over in one alltoallv of
  * the communicator they are made over (no store traffic), no shared-memory
- * segment, and one agreement at the end so that all fail alike. */
+ * segment. Agreements (one allreduce each) after the engines are open,
+ * after the address buffers are allocated and at the end: a member that
+ * fails at any step (a bad list, out of memory, UCX refusing an engine)
+ * still takes part in them, so that all fail at once and alike, the
+ * others naming it. */
 #include <stdio.h>
 #include <string.h>
 
@@ -20,8 +24,8 @@ typedef struct pairs {
     unsigned char **rec; /* this member's record per pair */
     size_t *rec_len;
     msr_comm_t **made;
-    /* per member of comm: bytes to it and from it (-1: it failed before
-     * the exchange), their alltoallv counts and displacements */
+    /* per member of comm: bytes to it and from it (0: no pair), their
+     * alltoallv counts and displacements */
     int64_t *out, *in;
     uint64_t *scount, *sdisp, *rcount, *rdisp;
     unsigned char *sbuf, *rbuf;
@@ -85,7 +89,7 @@ static msr_status_t open_engines(pairs_t *p)
     p->rcount = msr_calloc(size, sizeof *p->rcount);
     p->rdisp = msr_calloc(size, sizeof *p->rdisp);
     if (!p->out || !p->in || !p->scount || !p->sdisp || !p->rcount || !p->rdisp)
-        return MSR_ERR_NO_MEMORY;
+        return msr_err(MSR_ERR_NO_MEMORY, "msr_comm_pairs: out of memory for %zu members", size);
     msr_status_t st = check_peers(p);
     if (st != MSR_OK)
         return st;
@@ -94,7 +98,7 @@ static msr_status_t open_engines(pairs_t *p)
     p->rec_len = msr_calloc(n ? n : 1, sizeof *p->rec_len);
     p->made = msr_calloc(n ? n : 1, sizeof *p->made);
     if (!p->eng || !p->rec || !p->rec_len || !p->made)
-        return MSR_ERR_NO_MEMORY;
+        return msr_err(MSR_ERR_NO_MEMORY, "msr_comm_pairs: out of memory for %zu pairs", n);
     ucx_comm_t *uc = p->comm->be;
     for (int k = 0; k < p->n && st == MSR_OK; k++) {
         char uid[256];
@@ -111,20 +115,51 @@ static msr_status_t open_engines(pairs_t *p)
     return st;
 }
 
-/* The records, over comm: their sizes (every member sends every other
- * one, -1 from one that failed), then the records themselves. */
-static msr_status_t exchange(pairs_t *p, msr_status_t mine)
+/* Every member's status for one step, agreed over comm without any
+ * buffer (a member out of memory still takes part): the worst status and
+ * the lowest rank that had it, packed so that one allreduce (MIN) finds
+ * both: status * 2^32 + rank, where a member that succeeded gives its
+ * rank alone (>= 0, above every failure). */
+static msr_status_t agree(msr_comm_t *comm, msr_status_t mine, msr_status_t *worst_p, int *who_p)
 {
-    int size = p->comm->size;
-    if (mine != MSR_OK && p->out)
-        for (int j = 0; j < size; j++)
-            p->out[j] = -1;
-    if (p->out == NULL || p->in == NULL || p->scount == NULL || p->rcount == NULL ||
-        p->sdisp == NULL || p->rdisp == NULL)
-        return mine; /* cannot take part: the others time out */
-    msr_status_t st = msr_comm_alltoall(p->comm, p->out, p->in, 1, MSR_DTYPE_I64);
+    int64_t key = (int64_t)mine * ((int64_t)1 << 32) + comm->rank;
+    msr_status_t st = msr_comm_allreduce(comm, MSR_IN_PLACE, &key, 1, MSR_DTYPE_I64, MSR_OP_MIN);
     if (st != MSR_OK)
         return st;
+    int64_t rank = key & 0xffffffff;
+    *worst_p = key < 0 ? (msr_status_t)((key - rank) / ((int64_t)1 << 32)) : MSR_OK;
+    *who_p = (int)rank;
+    return MSR_OK;
+}
+
+/* The outcome of a step on this member: its own error when it failed
+ * (why, kept from before the agreement), else the failed member named;
+ * MSR_OK when every member succeeded. */
+static msr_status_t outcome(msr_comm_t *comm, msr_status_t mine, const char *why, const char *step)
+{
+    msr_status_t worst = MSR_OK;
+    int who = 0;
+    msr_status_t xst = agree(comm, mine, &worst, &who);
+    if (mine != MSR_OK) {
+        msr_err_set("%s", why);
+        return mine;
+    }
+    if (xst != MSR_OK)
+        return msr_err_prefix(xst, "msr_comm_pairs: the agreement after %s", step);
+    if (worst != MSR_OK)
+        return msr_err(worst, "msr_comm_pairs: rank %d of the communicator failed %s (%s)", who,
+                       step, msr_status_str(worst));
+    return MSR_OK;
+}
+
+/* The records, over comm: their sizes (every member sends every other
+ * one), then the records themselves, once every member has its buffers. */
+static msr_status_t exchange(pairs_t *p)
+{
+    int size = p->comm->size;
+    msr_status_t st = msr_comm_alltoall(p->comm, p->out, p->in, 1, MSR_DTYPE_I64);
+    if (st != MSR_OK)
+        return msr_err_prefix(st, "msr_comm_pairs: the exchange of address sizes");
     uint64_t so = 0, ro = 0;
     for (int j = 0; j < size; j++) {
         p->scount[j] = p->out[j] > 0 ? (uint64_t)p->out[j] : 0;
@@ -136,15 +171,22 @@ static msr_status_t exchange(pairs_t *p, msr_status_t mine)
     }
     p->sbuf = msr_malloc(so ? so : 1);
     p->rbuf = msr_malloc(ro ? ro : 1);
+    char why[256] = "";
     if (p->sbuf == NULL || p->rbuf == NULL) {
-        msr_err_set("msr_comm_pairs: out of memory for %llu bytes of addresses",
-                    (unsigned long long)(so + ro));
-        return MSR_ERR_NO_MEMORY; /* the others time out in the alltoallv */
+        st = MSR_ERR_NO_MEMORY;
+        snprintf(why, sizeof why, "msr_comm_pairs: out of memory for %llu bytes of addresses",
+                 (unsigned long long)(so + ro));
     }
-    for (int k = 0; mine == MSR_OK && k < p->n; k++)
+    st = outcome(p->comm, st, why, "to allocate its addresses");
+    if (st != MSR_OK)
+        return st;
+    for (int k = 0; k < p->n; k++)
         memcpy(p->sbuf + p->sdisp[p->peers[k]], p->rec[k], p->rec_len[k]);
-    return msr_comm_alltoallv(p->comm, p->sbuf, p->scount, p->sdisp, p->rbuf, p->rcount, p->rdisp,
-                              MSR_DTYPE_U8);
+    st = msr_comm_alltoallv(p->comm, p->sbuf, p->scount, p->sdisp, p->rbuf, p->rcount, p->rdisp,
+                            MSR_DTYPE_U8);
+    if (st != MSR_OK)
+        return msr_err_prefix(st, "msr_comm_pairs: the exchange of addresses");
+    return MSR_OK;
 }
 
 /* Each pair's engine told its peer, and its communicator made. */
@@ -206,27 +248,21 @@ static void undo_made(pairs_t *p, msr_status_t st)
 msr_status_t msr_ucx_comm_pairs(msr_comm_t *comm, int n, const int *peers, msr_comm_t **pairs_p)
 {
     pairs_t p = {.comm = comm, .n = n, .peers = peers, .pairs_p = pairs_p};
-    msr_status_t st = open_engines(&p);
     char why[256] = "";
+    msr_status_t st = open_engines(&p);
     if (st != MSR_OK)
         snprintf(why, sizeof why, "%s", msr_last_error());
-    msr_status_t xst = exchange(&p, st);
-    if (st == MSR_OK && xst != MSR_OK) {
-        undo_made(&p, xst);
-        pairs_free(&p);
-        return msr_err_prefix(xst, "msr_comm_pairs: the exchange of addresses");
+    st = outcome(comm, st, why, "to open its engines");
+    if (st == MSR_OK)
+        st = exchange(&p);
+    if (st == MSR_OK) {
+        st = make_pairs(&p);
+        if (st != MSR_OK)
+            snprintf(why, sizeof why, "%s", msr_last_error());
+        /* everyone learns the worst status: all made, or all undone */
+        st = outcome(comm, st, why, "to make its pairs");
     }
-    /* a member that failed before the exchange sent -1: its status comes
-     * through the agreement */
-    int others_failed = 0;
-    for (int j = 0; st == MSR_OK && j < comm->size; j++)
-        others_failed |= p.in[j] < 0;
-    if (st == MSR_OK && !others_failed && (st = make_pairs(&p)) != MSR_OK)
-        snprintf(why, sizeof why, "%s", msr_last_error());
-    /* everyone learns the worst status: all made, or all undone */
-    int64_t worst = st;
-    xst = msr_comm_allreduce(comm, MSR_IN_PLACE, &worst, 1, MSR_DTYPE_I64, MSR_OP_MIN);
-    if (xst == MSR_OK && worst == MSR_OK) {
+    if (st == MSR_OK) {
         for (int k = 0; k < n; k++)
             pairs_p[k] = p.made[k];
         msr_free(p.made);
@@ -234,16 +270,10 @@ msr_status_t msr_ucx_comm_pairs(msr_comm_t *comm, int n, const int *peers, msr_c
         pairs_free(&p);
         return MSR_OK;
     }
-    undo_made(&p, st != MSR_OK ? st : MSR_ERR_CANCELED);
+    char kept[256];
+    snprintf(kept, sizeof kept, "%s", msr_last_error());
+    undo_made(&p, st);
     pairs_free(&p);
-    if (st != MSR_OK)
-        msr_err_set("%s", why);
-    else if (xst != MSR_OK)
-        st = msr_err_prefix(xst, "msr_comm_pairs: the agreement");
-    else
-        st = msr_err((msr_status_t)worst,
-                     "msr_comm_pairs: another member could not make its "
-                     "pairs (%s)",
-                     msr_status_str((msr_status_t)worst));
+    msr_err_set("%s", kept);
     return st;
 }

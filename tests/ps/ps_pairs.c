@@ -8,13 +8,19 @@
  *   - n = size - 1, the bound: every rank pairs with every other, each
  *     pair of two ranked by world rank, a message each way and an
  *     allreduce (no shared-memory segment: over messages) on each
+ *   - each member in turn out of memory at its first allocation (before
+ *     the exchange of addresses): every member fails at once with
+ *     MSR_ERR_NO_MEMORY, not at its deadline, the others naming that
+ *     member, nothing written, the world usable after
  *   - n = 0 on every rank: nothing made, success
+ * Linked to the static modules so that the allocation hook reaches them.
  * Every check that fails prints "FAIL" and exits 1; rank 0 prints "ok
  * pairs" at the end. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "base/alloc.h"
 #include "msrun/msrun.h"
 #include "tests/worker_fail.h"
 
@@ -85,6 +91,36 @@ static void all_pairs(msr_comm_t *world)
         printf("pairs: %d each, a message each way and an allreduce on each\n", n);
 }
 
+/* Member `who` out of memory at its first allocation, every member
+ * asking for all its pairs: all must fail with MSR_ERR_NO_MEMORY. */
+static void out_of_memory(msr_comm_t *world, int who)
+{
+    int me = msr_comm_rank(world), peers[NP - 1], n = 0;
+    for (int j = 0; j < NP; j++)
+        if (j != me)
+            peers[n++] = j;
+    msr_comm_t *pairs[NP - 1] = {NULL};
+    if (me == who)
+        msr_alloc_fail_at(0);
+    msr_status_t st = msr_comm_pairs(world, n, peers, pairs);
+    int failed = msr_alloc_failed();
+    msr_alloc_fail_at(-1);
+    if (me == who && !failed)
+        fail("rank %d: no allocation was failed", who);
+    if (st != MSR_ERR_NO_MEMORY)
+        fail("rank %d out of memory: msr_comm_pairs returned %s (%s), want MSR_ERR_NO_MEMORY", who,
+             msr_status_name(st), msr_last_error());
+    char named[64];
+    snprintf(named, sizeof named, "rank %d of the communicator failed", who);
+    if (me != who && strstr(msr_last_error(), named) == NULL)
+        fail("rank %d out of memory: the error '%s' does not name it", who, msr_last_error());
+    for (int k = 0; k < n; k++)
+        if (pairs[k] != NULL)
+            fail("rank %d out of memory: pairs[%d] written on failure", who, k);
+    OK(msr_comm_barrier(world)); /* still usable */
+    printf("out of memory on %d: rank %d: %s\n", who, me, msr_last_error());
+}
+
 int main(void)
 {
     msr_ctx_t *ctx;
@@ -106,6 +142,9 @@ int main(void)
     refused(world, "peers NULL", 1, NULL, 0);
     refused(world, "listed by one side only", 1, every, 1);
     all_pairs(world);
+    for (int who = 0; who < NP; who++)
+        out_of_memory(world, who);
+    all_pairs(world); /* nothing left behind that stops a new call */
     OK(msr_comm_pairs(world, 0, NULL, NULL));
     msr_comm_destroy(world);
     if (g_rank == 0)

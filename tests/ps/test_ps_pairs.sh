@@ -2,7 +2,8 @@
 # msr_comm_pairs, the links of an asynchronous msr_ps_create
 # (tests/ps/ps_pairs.c), 4 ranks: one member's bad list (n and peers at and
 # past their bounds, a pair listed by one side only) refused on every
-# member; every rank paired with every other; no pair at all.
+# member; every rank paired with every other; each member out of memory
+# in turn, every member failing at once and naming it; no pair at all.
 . "$(dirname "$0")/../integration/lib.sh"
 export MSR_TIMEOUT=20
 
@@ -15,7 +16,12 @@ for what in "n -1" "n = size, one past" "itself" "peer -1" "peer = size" \
     expect_in "refused: $what" "$TMP/out" "pairs"
 done
 expect_in "pairs: 3 each, a message each way and an allreduce on each" "$TMP/out" "pairs"
+for who in 0 1 2 3; do
+    for me in 0 1 2 3; do
+        expect_in "out of memory on $who: rank $me: " "$TMP/out" "pairs"
+    done
+done
 expect_in "ok pairs" "$TMP/out" "pairs"
 no_leftovers "pairs"
-ok "pairs: refusals on every member, every rank with every other"
+ok "pairs: refusals on every member, every rank with every other, out of memory"
 exit "$FAILED"
