@@ -136,8 +136,11 @@ MSR_API msr_status_t msr_comm_pair(msr_ctx_t *ctx, const char *name, int peer, m
  * Fails on every member alike (nothing made) with MSR_ERR_INVALID_ARG
  * (n outside 0 .. size - 1, peers or pairs_p NULL with n > 0, a peer not
  * another member or listed twice, a pair listed by one side only),
- * MSR_ERR_NO_MEMORY, MSR_ERR_BACKEND, or the status of whichever member
- * failed first ("another member could not make its pairs"); with
+ * MSR_ERR_NO_MEMORY, MSR_ERR_BACKEND: a member that fails on its own (out
+ * of memory, UCX refusing an engine) still takes part, so every member
+ * fails at once, not at its deadline, with the worst status, the others'
+ * error naming the lowest rank that had it ("rank R of the communicator
+ * failed to open its engines"), and every engine opened so far closed; with
  * MSR_ERR_UNSUPPORTED for a device communicator; or with the errors of a
  * collective on comm. pairs_p[0..n) is written only on success; each pair
  * is the caller's until msr_comm_destroy. */
