@@ -3,7 +3,8 @@
  * loopback form the job, the coordinator recording the top relay; a middle
  * relay killed mid-join (its subtree joins directly); a chain of
  * MSR_RELAY_LEVELS_MAX relays served and one more refused; a lower relay's
- * subtree at its parent's bound and one past; one node's two calls queued
+ * subtree at its parent's bound and one past; the lower relays' subtrees
+ * together at their parent's bound and one past; one node's two calls queued
  * on a relay sent in two batches. */
 #include <pthread.h>
 #include <signal.h>
@@ -360,6 +361,40 @@ static void test_batch_bounds(void)
     msr_tserved_stop(&s);
 }
 
+/* The relays under a middle relay (subtree 4) cover its subtree at most:
+ * a second lower relay covering exactly its last node is accepted, a third
+ * covering one past is refused naming both relays and the node, as is the
+ * second growing past it; a relay's batches again are not counted twice. */
+static void test_lower_cover(void)
+{
+    msr_tserved_t s;
+    start(&s, 8);
+    msr_trelay_t mid;
+    msr_trelay_start(&mid, s.target, "tok", "mid", 4);
+    char why[400];
+    int code = -1;
+    MSR_CHECK_OK(raw_batch(mid.target, "low-a", 2, 0, 0, &code, why, sizeof why));
+    MSR_CHECK_MSG(code == 0, "low-a, nodes 1-2 of 4: %d %s", code, why);
+    MSR_CHECK_OK(raw_batch(mid.target, "low-b", 2, 0, 1, &code, why, sizeof why));
+    MSR_CHECK_MSG(code == 0, "low-b, nodes 3-4 of 4: %d %s", code, why);
+    MSR_CHECK_OK(raw_batch(mid.target, "low-a", 2, 0, 2, &code, why, sizeof why));
+    MSR_CHECK_MSG(code == 0, "low-a again: %d %s", code, why);
+    MSR_CHECK(raw_batch(mid.target, "low-c", 1, 0, 3, &code, why, sizeof why) != MSR_OK);
+    MSR_CHECK_MSG(strstr(why, "relay low-c: its subtree of 1 nodes would cover nodes 5 to 5 "
+                              "of relay mid") &&
+                      strstr(why, "node 5 lies outside relay mid's subtree"),
+                  "%s", why);
+    MSR_CHECK(raw_batch(mid.target, "low-b", 3, 0, 4, &code, why, sizeof why) != MSR_OK);
+    MSR_CHECK_MSG(strstr(why, "relay low-b: its subtree of 3 nodes would cover nodes 3 to 5") &&
+                      strstr(why, "node 5 lies outside relay mid's subtree"),
+                  "%s", why);
+    /* refused, nothing recorded: low-b still covers exactly nodes 3-4 */
+    MSR_CHECK_OK(raw_batch(mid.target, "low-b", 2, 0, 5, &code, why, sizeof why));
+    MSR_CHECK_MSG(code == 0, "low-b back at 2: %d %s", code, why);
+    msr_trelay_stop(&mid);
+    msr_tserved_stop(&s);
+}
+
 /* One node's two calls queued on a relay (it called again before the
  * first was sent): two batches of one call each, both answered, where one
  * batch would have been refused whole for naming the node twice. */
@@ -401,11 +436,9 @@ static void test_same_node_twice(void)
 }
 
 static const msr_test_t tests[] = {
-    {"depth_two", test_depth_two, 60},
-    {"middle_killed", test_middle_killed, 60},
-    {"chain_bound", test_chain_bound, 60},
-    {"batch_bounds", test_batch_bounds, 60},
-    {"same_node_twice", test_same_node_twice, 30},
+    {"depth_two", test_depth_two, 60},     {"middle_killed", test_middle_killed, 60},
+    {"chain_bound", test_chain_bound, 60}, {"batch_bounds", test_batch_bounds, 60},
+    {"lower_cover", test_lower_cover, 60}, {"same_node_twice", test_same_node_twice, 30},
 };
 
 int main(int argc, char **argv)
