@@ -112,7 +112,8 @@ void msr_relay_cover_init(msr_relay_cover_t *cover);
 void msr_relay_cover_cleanup(msr_relay_cover_t *cover);
 
 /* Checks req (checked already by msr_relay_batch_check) against the relays
- * under parent, whose subtree has subtree nodes: req's relay, seen before
+ * under parent ("relay <id>" or "the coordinator", for messages), whose
+ * subtree has subtree nodes: req's relay, seen before
  * or not, with its subtree now, and the others as recorded must cover at
  * most subtree nodes (a relay covering exactly parent's last node is
  * accepted, one past is not). Records req's relay's subtree on success.

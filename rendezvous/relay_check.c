@@ -127,9 +127,9 @@ int msr_relay_cover_check(msr_relay_cover_t *c, const char *parent, uint32_t sub
     uint64_t others = c->covered - old; /* the nodes the other lower relays cover */
     if (others + req->subtree > subtree) {
         snprintf(why, wlen,
-                 "relay %s: its subtree of %u nodes would cover nodes %llu to %llu of relay "
-                 "%s, whose subtree has %u (the other relays under it cover %llu): node %llu "
-                 "lies outside relay %s's subtree",
+                 "relay %s: its subtree of %u nodes would cover nodes %llu to %llu of %s, "
+                 "whose subtree has %u (the other relays under it cover %llu): node %llu lies "
+                 "outside %s's subtree",
                  rid, req->subtree, (unsigned long long)others + 1,
                  (unsigned long long)others + req->subtree, parent, subtree,
                  (unsigned long long)others, (unsigned long long)subtree + 1, parent);

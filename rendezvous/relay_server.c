@@ -123,9 +123,10 @@ static void on_child_batch(msr_relay_server_t *s, msr_rpc_call_t *call,
         msr_rpc_call_fail(call, MSR_RPC_RESOURCE_EXHAUSTED, "relay out of memory");
         return;
     }
+    char me[MSR_RELAY_ID_MAX + 8];
+    snprintf(me, sizeof me, "relay %s", msr_relay_id(s->relay));
     if (msr_relay_batch_check(req, s->subtree, 1, reqs, why, sizeof why) != 0 ||
-        msr_relay_cover_check(&s->cover, msr_relay_id(s->relay), s->subtree, req, why,
-                              sizeof why) != 0) {
+        msr_relay_cover_check(&s->cover, me, s->subtree, req, why, sizeof why) != 0) {
         int no_mem = strcmp(why, MSR_RELAY_NO_MEMORY) == 0;
         if (!no_mem)
             MSR_WARN("relay %s: refused a lower relay's batch: %s", msr_relay_id(s->relay), why);
