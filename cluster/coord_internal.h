@@ -15,6 +15,7 @@
 #include "cluster/straggler.h"
 #include "rendezvous/held.h"
 #include "rendezvous/progress.h"
+#include "rendezvous/relay.h"
 #include "rendezvous/store_core.h"
 
 /* An answer held until the changes it may reflect are saved (group commit):
@@ -202,10 +203,12 @@ struct msr_coord {
     uint64_t etcd_retry_at;
     uint64_t calls[MSR_RPC_METHOD_COUNT];
     msr_obs_t obs; /* progress reports and stragglers (observe.c) */
-    /* Relays (relay.c): the batches being answered, and while a batch's
-     * entry is handed to the core, its relay's id ("" otherwise). */
+    /* Relays (relay.c): the batches being answered, while a batch's entry
+     * is handed to the core its relay's id ("" otherwise), and the relays
+     * that sent batches with their subtrees (all zero: none yet). */
     msr_list_t relay_batches;
     const char *relaying;
+    msr_relay_cover_t relay_cover;
     /* Kept counts and an index, so that no call costs O(nodes): nodes
      * alive, nodes ready for the generation (ready_for), nodes by id. */
     int nalive, nready;

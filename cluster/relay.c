@@ -272,7 +272,9 @@ void msr_coord_relay(msr_coord_t *c, void *call, const Msr__RelayRequest *req)
         c->responder.fail(call, MSR_RPC_RESOURCE_EXHAUSTED, "coordinator out of memory");
         return;
     }
-    if (msr_relay_batch_check(req, MSR_RELAY_SUBTREE_MAX, 0, reqs, why, sizeof why) != 0) {
+    if (msr_relay_batch_check(req, MSR_RELAY_SUBTREE_MAX, 0, reqs, why, sizeof why) != 0 ||
+        msr_relay_cover_check(&c->relay_cover, "the coordinator", MSR_RELAY_SUBTREE_MAX, req, why,
+                              sizeof why) != 0) {
         int no_mem = strcmp(why, MSR_RELAY_NO_MEMORY) == 0;
         if (!no_mem)
             MSR_WARN("job %s: refused a relay's batch from %s: %s", c->job_id, relay_peer(c, call),
@@ -330,6 +332,7 @@ int msr_coord_relay_cancel(msr_coord_t *c, void *call)
 
 void msr_coord_relays_cleanup(msr_coord_t *c)
 {
+    msr_relay_cover_cleanup(&c->relay_cover);
     while (!msr_list_empty(&c->relay_batches)) {
         batch_t *b = MSR_CONTAINER_OF(c->relay_batches.next, batch_t, link);
         batch_free(b);

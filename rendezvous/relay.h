@@ -13,6 +13,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "base/map.h"
 #include "msrun/base.h"
 #include "rendezvous/rpc.h"
 
@@ -94,6 +95,33 @@ void msr_relay_call_key(msr_rpc_method_t m, const ProtobufCMessage *req, char *k
  * why filled (MSR_RELAY_NO_MEMORY when memory ran out). */
 int msr_relay_batch_check(const Msr__RelayRequest *req, uint32_t subtree_max, uint32_t levels_above,
                           ProtobufCMessage **reqs, char *why, size_t wlen);
+
+/* The relays under a relay (or the coordinator), each with the subtree it
+ * declared, laid end to end in the order they first sent a batch: together
+ * they must fit in the subtree of the one they send to, which counts the
+ * nodes below its lower relays. Used by one thread. */
+typedef struct msr_relay_cover {
+    msr_map_t lower;  /* relay id -> its subtree, as a uintptr_t */
+    uint64_t covered; /* the sum of their subtrees */
+} msr_relay_cover_t;
+
+/* An empty cover. */
+void msr_relay_cover_init(msr_relay_cover_t *cover);
+
+/* Frees the cover's memory; it is empty again. */
+void msr_relay_cover_cleanup(msr_relay_cover_t *cover);
+
+/* Checks req (checked already by msr_relay_batch_check) against the relays
+ * under parent ("relay <id>" or "the coordinator", for messages), whose
+ * subtree has subtree nodes: req's relay, seen before
+ * or not, with its subtree now, and the others as recorded must cover at
+ * most subtree nodes (a relay covering exactly parent's last node is
+ * accepted, one past is not). Records req's relay's subtree on success.
+ * 0, or -1 with why filled (naming both relays and the first node past
+ * parent's subtree; MSR_RELAY_NO_MEMORY when memory ran out), the cover
+ * unchanged. */
+int msr_relay_cover_check(msr_relay_cover_t *cover, const char *parent, uint32_t subtree,
+                          const Msr__RelayRequest *req, char *why, size_t wlen);
 
 /* ---- the relay agent's server ---- */
 

@@ -107,3 +107,39 @@ int msr_relay_batch_check(const Msr__RelayRequest *req, uint32_t subtree_max, ui
     msr_map_cleanup(&seen, NULL);
     return rc;
 }
+
+void msr_relay_cover_init(msr_relay_cover_t *c)
+{
+    memset(c, 0, sizeof *c);
+}
+
+void msr_relay_cover_cleanup(msr_relay_cover_t *c)
+{
+    msr_map_cleanup(&c->lower, NULL);
+    c->covered = 0;
+}
+
+int msr_relay_cover_check(msr_relay_cover_t *c, const char *parent, uint32_t subtree,
+                          const Msr__RelayRequest *req, char *why, size_t wlen)
+{
+    const char *rid = req->relay_id;
+    uint64_t old = (uint64_t)(uintptr_t)msr_map_get(&c->lower, rid);
+    uint64_t others = c->covered - old; /* the nodes the other lower relays cover */
+    if (others + req->subtree > subtree) {
+        snprintf(why, wlen,
+                 "relay %s: its subtree of %u nodes would cover nodes %llu to %llu of %s, "
+                 "whose subtree has %u (the other relays under it cover %llu): node %llu lies "
+                 "outside %s's subtree",
+                 rid, req->subtree, (unsigned long long)others + 1,
+                 (unsigned long long)others + req->subtree, parent, subtree,
+                 (unsigned long long)others, (unsigned long long)subtree + 1, parent);
+        return -1;
+    }
+    if (old != req->subtree &&
+        msr_map_put(&c->lower, rid, (void *)(uintptr_t)req->subtree, NULL) != MSR_OK) {
+        snprintf(why, wlen, "%s", MSR_RELAY_NO_MEMORY);
+        return -1;
+    }
+    c->covered = others + req->subtree;
+    return 0;
+}

@@ -15,6 +15,7 @@ struct msr_relay_server {
     msr_rpc_server_t *rpc;
     msr_relay_t *relay;
     uint32_t subtree;
+    msr_relay_cover_t cover; /* the relays under this one */
 };
 
 /* A node's call being relayed; call is NULL once the node gave up. The
@@ -109,8 +110,9 @@ static void child_answered(void *arg, int code, const char *message, const uint8
 }
 
 /* A lower relay's batch: checked as the coordinator would (its subtree
- * within this relay's, its calls crossing this relay too), its calls
- * queued with this relay's own. */
+ * within this relay's, its calls crossing this relay too), and with the
+ * other relays under this one (their subtrees together within this
+ * relay's), its calls queued with this relay's own. */
 static void on_child_batch(msr_relay_server_t *s, msr_rpc_call_t *call,
                            const Msr__RelayRequest *req)
 {
@@ -121,7 +123,10 @@ static void on_child_batch(msr_relay_server_t *s, msr_rpc_call_t *call,
         msr_rpc_call_fail(call, MSR_RPC_RESOURCE_EXHAUSTED, "relay out of memory");
         return;
     }
-    if (msr_relay_batch_check(req, s->subtree, 1, reqs, why, sizeof why) != 0) {
+    char me[MSR_RELAY_ID_MAX + 8];
+    snprintf(me, sizeof me, "relay %s", msr_relay_id(s->relay));
+    if (msr_relay_batch_check(req, s->subtree, 1, reqs, why, sizeof why) != 0 ||
+        msr_relay_cover_check(&s->cover, me, s->subtree, req, why, sizeof why) != 0) {
         int no_mem = strcmp(why, MSR_RELAY_NO_MEMORY) == 0;
         if (!no_mem)
             MSR_WARN("relay %s: refused a lower relay's batch: %s", msr_relay_id(s->relay), why);
@@ -209,6 +214,7 @@ msr_status_t msr_relay_server_create_tls(msr_rpc_loop_t *loop, const char *addre
         return MSR_ERR_NO_MEMORY;
     s->loop = loop;
     s->subtree = subtree;
+    msr_relay_cover_init(&s->cover);
     msr_status_t st = msr_relay_create(loop, up, relay_id, subtree, &s->relay);
     if (st != MSR_OK)
         goto err_free;
@@ -252,5 +258,6 @@ void msr_relay_server_destroy(msr_relay_server_t *s)
         msr_rpc_loop_poll(s->loop, msr_deadline_in_ms(50));
     msr_relay_destroy(s->relay);
     msr_rpc_server_destroy(s->rpc);
+    msr_relay_cover_cleanup(&s->cover);
     msr_free(s);
 }

@@ -112,6 +112,17 @@ void msr_tserved_start_one(msr_tserved_t *s)
     msr_tserved_start(s, &cfg);
 }
 
+void msr_tserved_start_nodes(msr_tserved_t *s, int nodes)
+{
+    msr_coord_config_t cfg = {.token = "tok",
+                              .job_id = "j",
+                              .worker_num = nodes,
+                              .local_worker_num = 1,
+                              .max_restarts = 0,
+                              .node_timeout_ms = 600000};
+    msr_tserved_start(s, &cfg);
+}
+
 void msr_tserved_stop(msr_tserved_t *s)
 {
     s->stop = 1;
@@ -187,4 +198,45 @@ void msr_tenv_check(void (*check)(msr_ctx_t *ctx))
     MSR_CHECK_OK(msr_init(&ctx));
     check(ctx);
     msr_finalize(ctx);
+}
+
+static void tnode_call_done(msr_rpc_async_t *a)
+{
+    msr_tnode_call_t *c = (msr_tnode_call_t *)a;
+    c->code = a->status == MSR_OK ? 0 : a->grpc_code ? a->grpc_code : -1;
+    snprintf(c->message, sizeof c->message, "%s", a->status == MSR_OK ? "" : a->err);
+    if (a->status == MSR_OK && a->method == MSR_RPC_JOIN)
+        snprintf(c->id, sizeof c->id, "%s", ((Msr__JoinResponse *)a->resp)->node_id);
+    if (a->status == MSR_OK && a->method == MSR_RPC_HEARTBEAT) {
+        const Msr__HeartbeatResponse *h = (const Msr__HeartbeatResponse *)a->resp;
+        c->state = h->state;
+        c->rank = h->assignment ? h->assignment->node_rank : -1;
+    }
+    msr_rpc_async_cleanup(a);
+    c->done = 1;
+}
+
+void msr_tnode_call_start(msr_rpc_channel_t *ch, msr_rpc_loop_t *loop, msr_tnode_call_t *c,
+                          msr_rpc_method_t m, const ProtobufCMessage *req)
+{
+    char id[sizeof c->id];
+    memcpy(id, c->id, sizeof id);
+    memset(c, 0, sizeof *c);
+    memcpy(c->id, id, sizeof id);
+    c->rank = -1;
+    c->a.method = m;
+    c->a.deadline = msr_deadline_in_ms(20000);
+    c->a.wait_for_ready = 1;
+    c->a.done = tnode_call_done;
+    MSR_CHECK_OK(msr_rpc_call_start(ch, loop, &c->a, req));
+}
+
+void msr_tnode_calls_wait(msr_rpc_loop_t *loop, msr_tnode_call_t *c, int n)
+{
+    uint64_t limit = msr_deadline_in_ms(20000);
+    for (int k = 0; k < n; k++)
+        while (!c[k].done) {
+            MSR_CHECK_MSG(!msr_deadline_passed(limit), "call %d not done in 20 s", k);
+            msr_rpc_loop_poll(loop, msr_deadline_in_ms(100));
+        }
 }

@@ -1,8 +1,8 @@
 /* Fixtures shared by the coordinator's unit tests (test_coord, test_relay,
- * test_rpc, test_relay_rpc): the fake call of fake_call.h answering as the
- * coordinator core's responder (its answers unpacked as a client would see
- * them), and a coordinator server and a relay agent's server, each run on
- * loopback by a thread of its own.
+ * test_rpc, test_relay_rpc, test_relay_tree): the fake call of fake_call.h
+ * answering as the coordinator core's responder (its answers unpacked as a
+ * client would see them), a coordinator server and a relay agent's server,
+ * each run on loopback by a thread of its own, and a node's calls to them.
  * Every helper fails the test (MSR_CHECK) where its step fails. */
 #ifndef MSR_TESTS_FIXTURES_H
 #define MSR_TESTS_FIXTURES_H
@@ -53,8 +53,28 @@ typedef struct msr_tserved {
 void msr_tserved_start(msr_tserved_t *s, const msr_coord_config_t *cfg);
 /* msr_tserved_start for a job "j" of one rank with token "t". */
 void msr_tserved_start_one(msr_tserved_t *s);
+/* msr_tserved_start for a job "j" of nodes nodes of one worker each with
+ * token "tok", its nodes not lost within a test's time. */
+void msr_tserved_start_nodes(msr_tserved_t *s, int nodes);
 /* Stops the thread and destroys the server. */
 void msr_tserved_stop(msr_tserved_t *s);
+
+/* ---- a node's call over a socket ---- */
+
+typedef struct msr_tnode_call {
+    msr_rpc_async_t a;
+    int done, code;  /* code: 0, gRPC's code, or -1 */
+    int state, rank; /* a heartbeat's answer (rank -1: no assignment) */
+    char id[32];     /* a join's answer: the node's id (kept until one) */
+    char message[400];
+} msr_tnode_call_t;
+
+/* Starts c as a call of method m with req (packed now) on ch over loop,
+ * with a deadline of 20 s; c's answer but its id is cleared. */
+void msr_tnode_call_start(msr_rpc_channel_t *ch, msr_rpc_loop_t *loop, msr_tnode_call_t *c,
+                          msr_rpc_method_t m, const ProtobufCMessage *req);
+/* Polls loop until every call of c[0..n) is done (20 s at most). */
+void msr_tnode_calls_wait(msr_rpc_loop_t *loop, msr_tnode_call_t *c, int n);
 
 /* ---- a rank's environment for msr_init ---- */
 

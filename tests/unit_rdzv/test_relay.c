@@ -270,11 +270,18 @@ static void test_batch_bounds(void)
     id[MSR_RELAY_ID_MAX + 1] = '\0';
     relay_call(co, &c, &s, id, 1, MSR_RPC_JOIN, &last, 1, 0);
     check_refused(&c, "a relay's id must have 1 to 64 bytes");
+    /* the relays' subtrees together: r's 1,024 nodes, then a relay covering
+     * exactly the coordinator's last node, and one covering one past it */
     id[MSR_RELAY_ID_MAX] = '\0';
-    relay_call(co, &c, &s, id, MSR_RELAY_SUBTREE_MAX, MSR_RPC_JOIN, &last, 1, 0);
+    relay_call(co, &c, &s, id, MSR_RELAY_SUBTREE_MAX - MSR_RELAY_BATCH_MAX, MSR_RPC_JOIN, &last, 1,
+               0);
     ProtobufCMessage *j = entry(&c, 0, MSR_RPC_JOIN, &code, &msg);
     MSR_CHECK_MSG(j != NULL, "the 1025th node: %d %s", code, msg);
     msr_rpc_message_free(j);
+    relay_call(co, &c, &s, "past", 1, MSR_RPC_JOIN, &last, 1, 0);
+    check_refused(&c, "relay past: its subtree of 1 nodes would cover nodes 1048577 to 1048577 "
+                      "of the coordinator, whose subtree has 1048576");
+    check_refused(&c, "node 1048577 lies outside the coordinator's subtree");
     msr_tcall_reset(&c);
     msr_coord_destroy(co);
 }

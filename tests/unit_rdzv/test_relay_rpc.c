@@ -17,18 +17,6 @@
 #include "tests/runner.h"
 #include "tests/unit_rdzv/fixtures.h"
 
-/* A coordinator for a job of nodes nodes of one worker each. */
-static void start(msr_tserved_t *s, int nodes)
-{
-    msr_coord_config_t cfg = {.token = "tok",
-                              .job_id = "j",
-                              .worker_num = nodes,
-                              .local_worker_num = 1,
-                              .max_restarts = 0,
-                              .node_timeout_ms = 600000};
-    msr_tserved_start(s, &cfg);
-}
-
 /* ---- simulated nodes ---- */
 
 typedef struct node {
@@ -120,7 +108,7 @@ static void submit_beat(msr_relay_t *r, node_t *n)
 static void test_two_relays(void)
 {
     msr_tserved_t s;
-    start(&s, 4);
+    msr_tserved_start_nodes(&s, 4);
     msr_rpc_loop_t *loop;
     msr_rpc_channel_t *ca, *cb;
     MSR_CHECK_OK(msr_rpc_loop_create(&loop));
@@ -166,7 +154,7 @@ static void test_two_relays(void)
 static void test_refused_batch(void)
 {
     msr_tserved_t s;
-    start(&s, 4);
+    msr_tserved_start_nodes(&s, 4);
     msr_rpc_loop_t *loop;
     msr_rpc_channel_t *ch;
     MSR_CHECK_OK(msr_rpc_loop_create(&loop));
@@ -202,7 +190,7 @@ static void test_refused_batch(void)
 static void test_relay_gone_mid_join(void)
 {
     msr_tserved_t s;
-    start(&s, 3);
+    msr_tserved_start_nodes(&s, 3);
     msr_rpc_loop_t *loop;
     msr_rpc_channel_t *ch, *direct;
     MSR_CHECK_OK(msr_rpc_loop_create(&loop));
@@ -263,49 +251,6 @@ static void test_relay_gone_mid_join(void)
 
 /* ---- the relay agent's server, nodes calling it over sockets ---- */
 
-typedef struct node_call {
-    msr_rpc_async_t a;
-    int done, code;
-    char id[32];
-    int state, rank;
-} node_call_t;
-
-static void node_call_done(msr_rpc_async_t *a)
-{
-    node_call_t *c = (node_call_t *)a;
-    c->code = a->status == MSR_OK ? 0 : a->grpc_code ? a->grpc_code : -1;
-    if (a->status == MSR_OK && a->method == MSR_RPC_JOIN)
-        snprintf(c->id, sizeof c->id, "%s", ((Msr__JoinResponse *)a->resp)->node_id);
-    if (a->status == MSR_OK && a->method == MSR_RPC_HEARTBEAT) {
-        const Msr__HeartbeatResponse *h = (const Msr__HeartbeatResponse *)a->resp;
-        c->state = h->state;
-        c->rank = h->assignment ? h->assignment->node_rank : -1;
-    }
-    msr_rpc_async_cleanup(a);
-    c->done = 1;
-}
-
-static void node_start(msr_rpc_channel_t *ch, msr_rpc_loop_t *loop, node_call_t *c,
-                       msr_rpc_method_t m, const ProtobufCMessage *req)
-{
-    memset(c, 0, sizeof *c);
-    c->a.method = m;
-    c->a.deadline = msr_deadline_in_ms(20000);
-    c->a.wait_for_ready = 1;
-    c->a.done = node_call_done;
-    MSR_CHECK_OK(msr_rpc_call_start(ch, loop, &c->a, req));
-}
-
-static void node_wait(msr_rpc_loop_t *loop, node_call_t *c, int n)
-{
-    uint64_t limit = msr_deadline_in_ms(20000);
-    for (int k = 0; k < n; k++)
-        while (!c[k].done) {
-            MSR_CHECK_MSG(!msr_deadline_passed(limit), "call %d not done in 20 s", k);
-            msr_rpc_loop_poll(loop, msr_deadline_in_ms(100));
-        }
-}
-
 /* Two nodes join through a relay agent's server and wait for the job
  * (their heartbeats held at the coordinator through the relay); the relay
  * dies: their calls end with an error, they join again directly (ids
@@ -313,7 +258,7 @@ static void node_wait(msr_rpc_loop_t *loop, node_call_t *c, int n)
 static void test_relay_server(void)
 {
     msr_tserved_t s;
-    start(&s, 3);
+    msr_tserved_start_nodes(&s, 3);
     msr_trelay_t ra;
     msr_trelay_start(&ra, s.target, "tok", "agent", 2);
 
@@ -323,33 +268,33 @@ static void test_relay_server(void)
     MSR_CHECK_OK(msr_rpc_channel_create_own(ra.target, "tok", &via));
     MSR_CHECK_OK(msr_rpc_channel_create_own(s.target, "tok", &direct));
     node_t n[3];
-    node_call_t c[3];
+    msr_tnode_call_t c[3];
     memset(n, 0, sizeof n);
     for (int k = 0; k < 3; k++)
         n[k].index = k;
     for (int k = 0; k < 2; k++) {
         Msr__JoinRequest j = join_req(&n[k], 3);
-        node_start(via, loop, &c[k], MSR_RPC_JOIN, &j.base);
+        msr_tnode_call_start(via, loop, &c[k], MSR_RPC_JOIN, &j.base);
     }
-    node_wait(loop, c, 2);
+    msr_tnode_calls_wait(loop, c, 2);
     for (int k = 0; k < 2; k++) {
         MSR_CHECK_MSG(c[k].code == 0, "join %d through the relay: %d", k, c[k].code);
         snprintf(n[k].id, sizeof n[k].id, "%s", c[k].id);
     }
     for (int k = 0; k < 2; k++) {
         Msr__HeartbeatRequest h = beat_req(&n[k]);
-        node_start(via, loop, &c[k], MSR_RPC_HEARTBEAT, &h.base);
+        msr_tnode_call_start(via, loop, &c[k], MSR_RPC_HEARTBEAT, &h.base);
     }
     for (int k = 0; k < 10; k++) /* held: the job needs a third node */
         msr_rpc_loop_poll(loop, msr_deadline_in_ms(20));
     MSR_CHECK(!c[0].done && !c[1].done);
     msr_trelay_kill(&ra);
-    node_wait(loop, c, 2);
+    msr_tnode_calls_wait(loop, c, 2);
     MSR_CHECK_MSG(c[0].code != 0 && c[1].code != 0, "a dead relay's calls succeeded");
     for (int k = 0; k < 3; k++) {
         Msr__JoinRequest j = join_req(&n[k], 3);
-        node_start(direct, loop, &c[k], MSR_RPC_JOIN, &j.base);
-        node_wait(loop, &c[k], 1);
+        msr_tnode_call_start(direct, loop, &c[k], MSR_RPC_JOIN, &j.base);
+        msr_tnode_calls_wait(loop, &c[k], 1);
         MSR_CHECK_MSG(c[k].code == 0, "direct join %d: %d", k, c[k].code);
         if (k < 2)
             MSR_CHECK_STR(c[k].id, n[k].id);
@@ -357,9 +302,9 @@ static void test_relay_server(void)
     }
     for (int k = 0; k < 3; k++) {
         Msr__HeartbeatRequest h = beat_req(&n[k]);
-        node_start(direct, loop, &c[k], MSR_RPC_HEARTBEAT, &h.base);
+        msr_tnode_call_start(direct, loop, &c[k], MSR_RPC_HEARTBEAT, &h.base);
     }
-    node_wait(loop, c, 3);
+    msr_tnode_calls_wait(loop, c, 3);
     int seen = 0;
     for (int k = 0; k < 3; k++) {
         MSR_CHECK_EQ(c[k].state, MSR__JOB_STATE__JOB_RUNNING);

@@ -3,7 +3,8 @@
  * loopback form the job, the coordinator recording the top relay; a middle
  * relay killed mid-join (its subtree joins directly); a chain of
  * MSR_RELAY_LEVELS_MAX relays served and one more refused; a lower relay's
- * subtree at its parent's bound and one past; one node's two calls queued
+ * subtree at its parent's bound and one past; the lower relays' subtrees
+ * together at their parent's bound and one past; one node's two calls queued
  * on a relay sent in two batches. */
 #include <pthread.h>
 #include <signal.h>
@@ -19,85 +20,30 @@
 #include "tests/runner.h"
 #include "tests/unit_rdzv/fixtures.h"
 
-/* A coordinator for a job of nodes nodes of one worker each. */
-static void start(msr_tserved_t *s, int nodes)
-{
-    msr_coord_config_t cfg = {.token = "tok",
-                              .job_id = "j",
-                              .worker_num = nodes,
-                              .local_worker_num = 1,
-                              .max_restarts = 0,
-                              .node_timeout_ms = 600000};
-    msr_tserved_start(s, &cfg);
-}
-
-/* A node's call over a socket. */
-typedef struct node_call {
-    msr_rpc_async_t a;
-    int done, code, state, rank;
-    char id[32], host[32], message[400];
-} node_call_t;
-
-static void node_call_done(msr_rpc_async_t *a)
-{
-    node_call_t *c = (node_call_t *)a;
-    c->code = a->status == MSR_OK ? 0 : a->grpc_code ? a->grpc_code : -1;
-    snprintf(c->message, sizeof c->message, "%s", a->status == MSR_OK ? "" : a->err);
-    if (a->status == MSR_OK && a->method == MSR_RPC_JOIN)
-        snprintf(c->id, sizeof c->id, "%s", ((Msr__JoinResponse *)a->resp)->node_id);
-    if (a->status == MSR_OK && a->method == MSR_RPC_HEARTBEAT) {
-        const Msr__HeartbeatResponse *h = (const Msr__HeartbeatResponse *)a->resp;
-        c->state = h->state;
-        c->rank = h->assignment ? h->assignment->node_rank : -1;
-    }
-    msr_rpc_async_cleanup(a);
-    c->done = 1;
-}
-
-static void call_start(msr_rpc_channel_t *ch, msr_rpc_loop_t *loop, node_call_t *c,
-                       msr_rpc_method_t m, const ProtobufCMessage *req)
-{
-    c->done = 0;
-    c->a.method = m;
-    c->a.deadline = msr_deadline_in_ms(20000);
-    c->a.wait_for_ready = 1;
-    c->a.done = node_call_done;
-    MSR_CHECK_OK(msr_rpc_call_start(ch, loop, &c->a, req));
-}
-
-static void join_start(msr_rpc_channel_t *ch, msr_rpc_loop_t *loop, node_call_t *c, int index,
+static void join_start(msr_rpc_channel_t *ch, msr_rpc_loop_t *loop, msr_tnode_call_t *c, int index,
                        int nodes)
 {
     Msr__JoinRequest j = MSR__JOIN_REQUEST__INIT;
+    char host[32];
     j.protocol_version = MSR_PROTOCOL_VERSION;
     j.job_id = "j";
-    snprintf(c->host, sizeof c->host, "10.0.0.%d", index);
-    j.host = c->host;
+    snprintf(host, sizeof host, "10.0.0.%d", index);
+    j.host = host;
     j.pid = 100 + index;
     j.worker_num = nodes;
     j.local_worker_num = 1;
     j.node_rank = -1;
     j.node_id = c->id;
-    call_start(ch, loop, c, MSR_RPC_JOIN, &j.base);
+    msr_tnode_call_start(ch, loop, c, MSR_RPC_JOIN, &j.base);
 }
 
-static void beat_start(msr_rpc_channel_t *ch, msr_rpc_loop_t *loop, node_call_t *c)
+static void beat_start(msr_rpc_channel_t *ch, msr_rpc_loop_t *loop, msr_tnode_call_t *c)
 {
     Msr__HeartbeatRequest h = MSR__HEARTBEAT_REQUEST__INIT;
     h.node_id = c->id;
     h.known_state = MSR__JOB_STATE__JOB_WAITING;
     h.wait_ms = 30000;
-    call_start(ch, loop, c, MSR_RPC_HEARTBEAT, &h.base);
-}
-
-static void calls_wait(msr_rpc_loop_t *loop, node_call_t *c, int n)
-{
-    uint64_t limit = msr_deadline_in_ms(20000);
-    for (int k = 0; k < n; k++)
-        while (!c[k].done) {
-            MSR_CHECK_MSG(!msr_deadline_passed(limit), "call %d not done in 20 s", k);
-            msr_rpc_loop_poll(loop, msr_deadline_in_ms(100));
-        }
+    msr_tnode_call_start(ch, loop, c, MSR_RPC_HEARTBEAT, &h.base);
 }
 
 /* A call's answer through an msr_relay_t. */
@@ -127,11 +73,12 @@ static void answer_wait(msr_rpc_loop_t *loop, answer_t *an)
 }
 
 /* Heartbeats of n nodes over chs[k] until the job runs: distinct ranks. */
-static void expect_running(msr_rpc_loop_t *loop, msr_rpc_channel_t **chs, node_call_t *c, int n)
+static void expect_running(msr_rpc_loop_t *loop, msr_rpc_channel_t **chs, msr_tnode_call_t *c,
+                           int n)
 {
     for (int k = 0; k < n; k++)
         beat_start(chs[k], loop, &c[k]);
-    calls_wait(loop, c, n);
+    msr_tnode_calls_wait(loop, c, n);
     int seen = 0;
     for (int k = 0; k < n; k++) {
         MSR_CHECK_MSG(c[k].code == 0, "beat %d: %d %s", k, c[k].code, c[k].message);
@@ -148,7 +95,7 @@ static void expect_running(msr_rpc_loop_t *loop, msr_rpc_channel_t **chs, node_c
 static void test_depth_two(void)
 {
     msr_tserved_t s;
-    start(&s, 4);
+    msr_tserved_start_nodes(&s, 4);
     msr_trelay_t mid, la, lb;
     msr_trelay_start(&mid, s.target, "tok", "mid", 4);
     msr_trelay_start(&la, mid.target, "tok", "leaf-a", 2);
@@ -161,11 +108,11 @@ static void test_depth_two(void)
     MSR_CHECK_OK(msr_rpc_channel_create_own(mid.target, "tok", &chm));
     MSR_CHECK_OK(msr_rpc_channel_create_own(s.target, "tok", &direct));
     msr_rpc_channel_t *chs[4] = {cha, cha, chb, chm};
-    node_call_t c[4];
+    msr_tnode_call_t c[4];
     memset(c, 0, sizeof c);
     for (int k = 0; k < 4; k++)
         join_start(chs[k], loop, &c[k], k, 4);
-    calls_wait(loop, c, 4);
+    msr_tnode_calls_wait(loop, c, 4);
     for (int k = 0; k < 4; k++)
         MSR_CHECK_MSG(c[k].code == 0 && c[k].id[0], "join %d: %d %s", k, c[k].code, c[k].message);
     expect_running(loop, chs, c, 4);
@@ -200,7 +147,7 @@ static void test_depth_two(void)
 static void test_middle_killed(void)
 {
     msr_tserved_t s;
-    start(&s, 3);
+    msr_tserved_start_nodes(&s, 3);
     msr_trelay_t mid, leaf;
     msr_trelay_start(&mid, s.target, "tok", "mid", 3);
     msr_trelay_start(&leaf, mid.target, "tok", "leaf", 2);
@@ -209,11 +156,11 @@ static void test_middle_killed(void)
     MSR_CHECK_OK(msr_rpc_loop_create(&loop));
     MSR_CHECK_OK(msr_rpc_channel_create_own(leaf.target, "tok", &via));
     MSR_CHECK_OK(msr_rpc_channel_create_own(s.target, "tok", &direct));
-    node_call_t c[3];
+    msr_tnode_call_t c[3];
     memset(c, 0, sizeof c);
     for (int k = 0; k < 2; k++)
         join_start(via, loop, &c[k], k, 3);
-    calls_wait(loop, c, 2);
+    msr_tnode_calls_wait(loop, c, 2);
     for (int k = 0; k < 2; k++) {
         MSR_CHECK_MSG(c[k].code == 0, "join %d through the tree: %d %s", k, c[k].code,
                       c[k].message);
@@ -223,13 +170,13 @@ static void test_middle_killed(void)
         msr_rpc_loop_poll(loop, msr_deadline_in_ms(20));
     MSR_CHECK(!c[0].done && !c[1].done);
     msr_trelay_kill(&mid);
-    calls_wait(loop, c, 2);
+    msr_tnode_calls_wait(loop, c, 2);
     MSR_CHECK_MSG(c[0].code != 0 && c[1].code != 0, "calls through a dead middle relay succeeded");
     for (int k = 0; k < 3; k++) {
         char was[32];
         snprintf(was, sizeof was, "%s", c[k].id);
         join_start(direct, loop, &c[k], k, 3);
-        calls_wait(loop, &c[k], 1);
+        msr_tnode_calls_wait(loop, &c[k], 1);
         MSR_CHECK_MSG(c[k].code == 0, "direct join %d: %d %s", k, c[k].code, c[k].message);
         if (k < 2)
             MSR_CHECK_STR(c[k].id, was);
@@ -250,7 +197,7 @@ static void test_middle_killed(void)
 static void test_chain_bound(void)
 {
     msr_tserved_t s;
-    start(&s, 2);
+    msr_tserved_start_nodes(&s, 2);
     msr_trelay_t r[MSR_RELAY_LEVELS_MAX + 1];
     for (int k = 0; k <= MSR_RELAY_LEVELS_MAX; k++) {
         char id[16];
@@ -262,11 +209,11 @@ static void test_chain_bound(void)
     MSR_CHECK_OK(msr_rpc_loop_create(&loop));
     MSR_CHECK_OK(msr_rpc_channel_create_own(r[MSR_RELAY_LEVELS_MAX - 1].target, "tok", &at));
     MSR_CHECK_OK(msr_rpc_channel_create_own(r[MSR_RELAY_LEVELS_MAX].target, "tok", &past));
-    node_call_t c[2];
+    msr_tnode_call_t c[2];
     memset(c, 0, sizeof c);
     join_start(at, loop, &c[0], 0, 2);
     join_start(past, loop, &c[1], 1, 2);
-    calls_wait(loop, c, 2);
+    msr_tnode_calls_wait(loop, c, 2);
     MSR_CHECK_MSG(c[0].code == 0 && c[0].id[0], "a chain of %d relays: %d %s", MSR_RELAY_LEVELS_MAX,
                   c[0].code, c[0].message);
     MSR_CHECK_EQ(c[1].code, MSR_RPC_INVALID_ARGUMENT);
@@ -333,7 +280,7 @@ static msr_status_t raw_batch(const char *target, const char *id, uint32_t subtr
 static void test_batch_bounds(void)
 {
     msr_tserved_t s;
-    start(&s, 8);
+    msr_tserved_start_nodes(&s, 8);
     msr_trelay_t mid;
     msr_trelay_start(&mid, s.target, "tok", "mid", 3);
     char why[400];
@@ -360,13 +307,47 @@ static void test_batch_bounds(void)
     msr_tserved_stop(&s);
 }
 
+/* The relays under a middle relay (subtree 4) cover its subtree at most:
+ * a second lower relay covering exactly its last node is accepted, a third
+ * covering one past is refused naming both relays and the node, as is the
+ * second growing past it; a relay's batches again are not counted twice. */
+static void test_lower_cover(void)
+{
+    msr_tserved_t s;
+    msr_tserved_start_nodes(&s, 8);
+    msr_trelay_t mid;
+    msr_trelay_start(&mid, s.target, "tok", "mid", 4);
+    char why[400];
+    int code = -1;
+    MSR_CHECK_OK(raw_batch(mid.target, "low-a", 2, 0, 0, &code, why, sizeof why));
+    MSR_CHECK_MSG(code == 0, "low-a, nodes 1-2 of 4: %d %s", code, why);
+    MSR_CHECK_OK(raw_batch(mid.target, "low-b", 2, 0, 1, &code, why, sizeof why));
+    MSR_CHECK_MSG(code == 0, "low-b, nodes 3-4 of 4: %d %s", code, why);
+    MSR_CHECK_OK(raw_batch(mid.target, "low-a", 2, 0, 2, &code, why, sizeof why));
+    MSR_CHECK_MSG(code == 0, "low-a again: %d %s", code, why);
+    MSR_CHECK(raw_batch(mid.target, "low-c", 1, 0, 3, &code, why, sizeof why) != MSR_OK);
+    MSR_CHECK_MSG(strstr(why, "relay low-c: its subtree of 1 nodes would cover nodes 5 to 5 "
+                              "of relay mid") &&
+                      strstr(why, "node 5 lies outside relay mid's subtree"),
+                  "%s", why);
+    MSR_CHECK(raw_batch(mid.target, "low-b", 3, 0, 4, &code, why, sizeof why) != MSR_OK);
+    MSR_CHECK_MSG(strstr(why, "relay low-b: its subtree of 3 nodes would cover nodes 3 to 5") &&
+                      strstr(why, "node 5 lies outside relay mid's subtree"),
+                  "%s", why);
+    /* refused, nothing recorded: low-b still covers exactly nodes 3-4 */
+    MSR_CHECK_OK(raw_batch(mid.target, "low-b", 2, 0, 5, &code, why, sizeof why));
+    MSR_CHECK_MSG(code == 0, "low-b back at 2: %d %s", code, why);
+    msr_trelay_stop(&mid);
+    msr_tserved_stop(&s);
+}
+
 /* One node's two calls queued on a relay (it called again before the
  * first was sent): two batches of one call each, both answered, where one
  * batch would have been refused whole for naming the node twice. */
 static void test_same_node_twice(void)
 {
     msr_tserved_t s;
-    start(&s, 2);
+    msr_tserved_start_nodes(&s, 2);
     msr_rpc_loop_t *loop;
     msr_rpc_channel_t *ch;
     MSR_CHECK_OK(msr_rpc_loop_create(&loop));
@@ -401,11 +382,9 @@ static void test_same_node_twice(void)
 }
 
 static const msr_test_t tests[] = {
-    {"depth_two", test_depth_two, 60},
-    {"middle_killed", test_middle_killed, 60},
-    {"chain_bound", test_chain_bound, 60},
-    {"batch_bounds", test_batch_bounds, 60},
-    {"same_node_twice", test_same_node_twice, 30},
+    {"depth_two", test_depth_two, 60},     {"middle_killed", test_middle_killed, 60},
+    {"chain_bound", test_chain_bound, 60}, {"batch_bounds", test_batch_bounds, 60},
+    {"lower_cover", test_lower_cover, 60}, {"same_node_twice", test_same_node_twice, 30},
 };
 
 int main(int argc, char **argv)
