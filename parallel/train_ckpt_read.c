@@ -178,10 +178,26 @@ static msr_status_t piece_check(msr_trainer_t *tr, const msr_ckpt_map_t *map, co
                    (unsigned long long)r->lo, (unsigned long long)(r->lo + r->n));
 }
 
+/* The read of piece r of p (saved by rank) failed with st: the read's own
+ * text (the source's: for train_gpt, libmsrun's reader's, which names the
+ * file and how it failed), after the file, the tensor and the elements. */
+static msr_status_t piece_read_failed(msr_trainer_t *tr, const msr_ckpt_map_t *map,
+                                      const payload_t *p, int rank, const msr_tckpt_range_t *r,
+                                      msr_status_t st)
+{
+    char why[MSR_ERR_TEXT_MAX];
+    snprintf(why, sizeof why, "%s", msr_err_msg_or(st)); /* copied: msr_err writes over it */
+    return msr_err(st,
+                   "train: step-%llu/rank-%d.bin: reading the piece of tensor %s (elements [%llu, "
+                   "%llu) of the whole model): %s",
+                   (unsigned long long)p->h.step, rank, tensor_of(tr, map, r),
+                   (unsigned long long)r->lo, (unsigned long long)(r->lo + r->n), why);
+}
+
 /* Reads the pieces of partial payload p (saved by rank) that hold
  * elements of this rank's, one at a time through a buffer of one piece
  * (at most MSR_TCKPT_PIECE_MAX elements), checks each against its CRC,
- * and loads them. */
+ * and loads them. A failed read or check names the file and the tensor. */
 msr_status_t msr_train_ckpt_read_apply(msr_trainer_t *tr, const msr_ckpt_map_t *map,
                                        const payload_t *p, const source_t *src, int rank,
                                        uint8_t *cover)
@@ -195,8 +211,11 @@ msr_status_t msr_train_ckpt_read_apply(msr_trainer_t *tr, const msr_ckpt_map_t *
             continue;
         int in_place = 0;
         uint32_t crc = 0;
-        if ((st = piece_read_in_place(tr, map, src, rank, &p->h, &r, &crc, &in_place)) != MSR_OK)
+        st = piece_read_in_place(tr, map, src, rank, &p->h, &r, &crc, &in_place);
+        if (st != MSR_OK) {
+            st = piece_read_failed(tr, map, p, rank, &r, st);
             break;
+        }
         if (in_place) {
             if ((st = piece_check(tr, map, p, rank, &r, crc)) != MSR_OK)
                 break;
@@ -213,8 +232,10 @@ msr_status_t msr_train_ckpt_read_apply(msr_trainer_t *tr, const msr_ckpt_map_t *
                 return msr_err(MSR_ERR_NO_MEMORY, "train: out of memory for a piece of %zu floats",
                                cap);
         }
-        if ((st = piece_read(src, rank, &p->h, &r, buf, &crc)) != MSR_OK)
+        if ((st = piece_read(src, rank, &p->h, &r, buf, &crc)) != MSR_OK) {
+            st = piece_read_failed(tr, map, p, rank, &r, st);
             break;
+        }
         r.params = buf;
         r.m = buf + r.n;
         r.v = buf + 2 * r.n;
