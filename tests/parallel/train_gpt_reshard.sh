@@ -103,8 +103,12 @@ refuse() {
 if [[ $group == dense ]]; then
     run tp2pp2 "$work/bad" "$work/log-bad" --steps 3
     cp -r "$work/bad" "$work/bad-cut"
+    # cut short inside its last piece: refused when opened (its length is
+    # not its header's), before any piece is read, by another layout and
+    # by the same one
     truncate -s -100 "$work/bad-cut/step-3/rank-1.bin"
     refuse dp2z2 "$work/bad-cut" "step-3/rank-1.bin is not rank 1's state of step 3"
+    refuse tp2pp2 "$work/bad-cut" "step-3/rank-1.bin is not rank 1's state of step 3"
     # a damaged range table, then a damaged piece: another layout reads
     # only headers and pieces, each checked by its own CRC
     cp -r "$work/bad" "$work/bad-flip"
