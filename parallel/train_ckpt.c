@@ -123,62 +123,6 @@ static msr_status_t snapshot(msr_trainer_t *tr, const char *meta, void **buf_p, 
     return st;
 }
 
-/* One saved rank's payload, decoded. */
-typedef struct payload {
-    void *buf;
-    msr_tckpt_header_t h;
-    msr_tckpt_range_t *ranges;
-    uint32_t n;
-    int partial; /* only the header and range table were read (buf holds them) */
-} payload_t;
-
-static void payload_free(payload_t *p)
-{
-    msr_free(p->ranges);
-    msr_free(p->buf);
-    memset(p, 0, sizeof *p);
-}
-
-/* Where the saved payloads come from: whole (fetch) or, when read is not
- * NULL, in byte ranges. */
-typedef struct source {
-    msr_trainer_fetch_t fetch;
-    msr_trainer_read_t read;
-    void *arg;
-} source_t;
-
-/* Reads only the header and range table of rank's payload (p->buf holds
- * them; the ranges' data pointers are NULL). */
-static msr_status_t payload_read_head(const source_t *src, int rank, payload_t *p)
-{
-    unsigned char fixed[MSR_TCKPT_PREFIX_LEN];
-    uint64_t total = 0;
-    size_t hl = 0;
-    char what[64];
-    memset(p, 0, sizeof *p);
-    msr_status_t st = src->read(src->arg, rank, 0, fixed, sizeof fixed, &total, NULL);
-    if (st == MSR_OK)
-        st = msr_tckpt_head_len(fixed, sizeof fixed, &hl);
-    if (st == MSR_OK) { /* name it by its file (libmsrun's step-S/rank-R.bin) */
-        uint64_t step;
-        memcpy(&step, fixed + 16, sizeof step);
-        snprintf(what, sizeof what, "step-%llu/rank-%d.bin", (unsigned long long)step, rank);
-    }
-    if (st == MSR_OK && (hl < sizeof fixed || hl > total))
-        st = msr_err(MSR_ERR_CORRUPT, "train: %s has a header of %zu bytes in %llu", what, hl,
-                     (unsigned long long)total);
-    if (st == MSR_OK && (p->buf = msr_malloc(hl)) == NULL)
-        st = msr_err(MSR_ERR_NO_MEMORY, "train: out of memory for a header of %zu bytes", hl);
-    if (st == MSR_OK)
-        st = src->read(src->arg, rank, 0, p->buf, hl, NULL, NULL);
-    if (st == MSR_OK)
-        st = msr_tckpt_decode_head(p->buf, hl, (size_t)total, what, &p->h, &p->ranges, &p->n);
-    if (st != MSR_OK)
-        payload_free(p);
-    p->partial = 1;
-    return st;
-}
-
 static msr_status_t payload_fetch(msr_trainer_fetch_t fetch, void *arg, int rank, payload_t *p)
 {
     size_t len;
@@ -253,7 +197,7 @@ static int apply_run(void *arg, size_t lo, size_t glo, size_t n)
 
 /* Loads the parts of p's ranges this rank holds: flat ranges through the
  * map to local elements, experts into the shard (cover: NULL without). */
-static void payload_apply(msr_trainer_t *tr, const msr_ckpt_map_t *map, const payload_t *p,
+void msr_train_ckpt_apply(msr_trainer_t *tr, const msr_ckpt_map_t *map, const payload_t *p,
                           uint8_t *cover)
 {
     for (uint32_t k = 0; k < p->n; k++) {
@@ -269,198 +213,14 @@ static void payload_apply(msr_trainer_t *tr, const msr_ckpt_map_t *map, const pa
     }
 }
 
-/* msr_ckpt_map_fn: stops at the first part this rank holds, giving its
- * local start. */
-static int first_held(void *arg, size_t lo, size_t glo, size_t n)
-{
-    (void)glo;
-    (void)n;
-    *(size_t *)arg = lo;
-    return 1;
-}
-
-/* Whether this rank holds any element of saved range r. */
-static int range_needed(msr_trainer_t *tr, const msr_ckpt_map_t *map, const msr_tckpt_range_t *r)
-{
-    size_t lo, n;
-    if (r->lo >= whole_flat(tr)) {
-        for (int k = 0; k < expert_ranges(tr); k++) {
-            msr_tckpt_range_t mine = expert_range(tr, k);
-            if (mine.n > 0 && msr_ckpt_overlap(mine.lo, mine.n, r->lo, r->n, &lo, &n))
-                return 1;
-        }
-        return 0;
-    }
-    return msr_ckpt_map_to_local(map, r->lo, MSR_MIN(r->n, whole_flat(tr) - r->lo), first_held,
-                                 &lo) != 0;
-}
-
-/* The name of the tensor of this rank's that holds a part of saved range
- * r (one range_needed accepted). */
-static const char *tensor_of(msr_trainer_t *tr, const msr_ckpt_map_t *map,
-                             const msr_tckpt_range_t *r)
-{
-    size_t lo = 0;
-    if (r->lo >= whole_flat(tr))
-        return "experts";
-    msr_ckpt_map_to_local(map, r->lo, MSR_MIN(r->n, whole_flat(tr) - r->lo), first_held, &lo);
-    for (int k = 0; k < tr->model->num_tensors; k++) {
-        const msr_gpt_tensor_t *t = &tr->model->tensors[k];
-        if (lo >= t->offset && lo < t->offset + t->count)
-            return t->name;
-    }
-    return "?";
-}
-
-/* msr_ckpt_map_fn: the one local run a saved range maps to (n = 0: none,
- * or more than one). */
-typedef struct one_run {
-    size_t lo, n;
-    int runs;
-} one_run_t;
-
-static int one_run(void *arg, size_t lo, size_t glo, size_t n)
-{
-    one_run_t *o = arg;
-    (void)glo;
-    o->lo = lo;
-    o->n = n;
-    return ++o->runs > 1;
-}
-
-/* Reads len bytes at offset of rank's payload into dst in chunks of
- * MSR_TCKPT_READ_CHUNK, continuing *crc over each from the CRC the read
- * computed as the chunk arrived (msr_crc32_combine): each byte is CRC'd
- * once, by the read, not again here. */
-static msr_status_t read_crc(const source_t *src, int rank, uint64_t offset, void *dst, size_t len,
-                             uint32_t *crc)
-{
-    unsigned char *b = dst;
-    for (size_t at = 0; at < len;) {
-        size_t n = MSR_MIN(len - at, MSR_TCKPT_READ_CHUNK);
-        uint32_t chunk = 0;
-        msr_status_t st = src->read(src->arg, rank, offset + at, b + at, n, NULL, &chunk);
-        if (st != MSR_OK)
-            return st;
-        *crc = msr_crc32_combine(*crc, chunk, n);
-        at += n;
-    }
-    return MSR_OK;
-}
-
-/* Reads piece r of rank's payload into buf (3 * r->n floats), checked as
- * read_crc reads: *crc_p gets the CRC to compare with r->crc. */
-static msr_status_t piece_read(const source_t *src, int rank, const msr_tckpt_header_t *h,
-                               const msr_tckpt_range_t *r, float *buf, uint32_t *crc_p)
-{
-    uint32_t crc = msr_tckpt_piece_crc_start(h, r);
-    msr_status_t st = read_crc(src, rank, r->offset, buf, 3 * (size_t)r->n * sizeof *buf, &crc);
-    if (st == MSR_OK)
-        *crc_p = crc;
-    return st;
-}
-
-/* In place: when piece r is all elements this rank holds (msr_dp_load_dest:
- * at ZeRO 0 any, the replica's; else its own shard's) and lies side by side
- * in its buffers, reads its parameters and moments
- * straight there (no piece's buffer, no copy) and checks its CRC. *done_p:
- * 1 when read so, 0 when it must go through a piece's buffer. */
-static msr_status_t piece_read_in_place(msr_trainer_t *tr, const msr_ckpt_map_t *map,
-                                        const source_t *src, int rank, const msr_tckpt_header_t *h,
-                                        const msr_tckpt_range_t *r, uint32_t *crc_p, int *done_p)
-{
-    one_run_t o = {0, 0, 0};
-    float *dst[3];
-    *done_p = 0;
-    if (r->lo + r->n > whole_flat(tr))
-        return MSR_OK;
-    msr_ckpt_map_to_local(map, r->lo, r->n, one_run, &o);
-    if (o.runs != 1 || o.n != r->n ||
-        !msr_dp_load_dest(tr->dp, o.lo, o.n, &dst[0], &dst[1], &dst[2]))
-        return MSR_OK;
-    size_t len = (size_t)r->n * sizeof(float);
-    uint32_t crc = msr_tckpt_piece_crc_start(h, r);
-    for (int a = 0; a < 3; a++) { /* params, m, v: one after the other in the payload */
-        msr_status_t st = read_crc(src, rank, r->offset + a * len, dst[a], len, &crc);
-        if (st != MSR_OK)
-            return st;
-    }
-    *crc_p = crc;
-    *done_p = 1;
-    return MSR_OK;
-}
-
-/* Piece r of p (saved by rank), read with CRC crc: MSR_ERR_CORRUPT naming
- * its tensor when that is not the piece's. */
-static msr_status_t piece_check(msr_trainer_t *tr, const msr_ckpt_map_t *map, const payload_t *p,
-                                int rank, const msr_tckpt_range_t *r, uint32_t crc)
-{
-    if (p->h.version < 3 || crc == r->crc)
-        return MSR_OK;
-    return msr_err(MSR_ERR_CORRUPT,
-                   "train: step-%llu/rank-%d.bin: the piece of tensor %s (elements [%llu, "
-                   "%llu) of the whole model) does not match its CRC",
-                   (unsigned long long)p->h.step, rank, tensor_of(tr, map, r),
-                   (unsigned long long)r->lo, (unsigned long long)(r->lo + r->n));
-}
-
-/* Reads the pieces of partial payload p (saved by rank) that hold
- * elements of this rank's, one at a time through a buffer of one piece
- * (at most MSR_TCKPT_PIECE_MAX elements), checks each against its CRC,
- * and loads them. */
-static msr_status_t payload_read_apply(msr_trainer_t *tr, const msr_ckpt_map_t *map,
-                                       const payload_t *p, const source_t *src, int rank,
-                                       uint8_t *cover)
-{
-    float *buf = NULL;
-    size_t cap = 0;
-    msr_status_t st = MSR_OK;
-    for (uint32_t k = 0; k < p->n && st == MSR_OK; k++) {
-        msr_tckpt_range_t r = p->ranges[k];
-        if (!range_needed(tr, map, &r))
-            continue;
-        int in_place = 0;
-        uint32_t crc = 0;
-        if ((st = piece_read_in_place(tr, map, src, rank, &p->h, &r, &crc, &in_place)) != MSR_OK)
-            break;
-        if (in_place) {
-            if ((st = piece_check(tr, map, p, rank, &r, crc)) != MSR_OK)
-                break;
-            one_run_t o = {0, 0, 0};
-            msr_ckpt_map_to_local(map, r.lo, r.n, one_run, &o);
-            msr_dp_load_mark(tr->dp, o.lo, o.n);
-            continue;
-        }
-        size_t floats = 3 * (size_t)r.n;
-        if (floats > cap) {
-            msr_free(buf);
-            cap = floats;
-            if ((buf = msr_malloc(cap * sizeof *buf)) == NULL)
-                return msr_err(MSR_ERR_NO_MEMORY, "train: out of memory for a piece of %zu floats",
-                               cap);
-        }
-        if ((st = piece_read(src, rank, &p->h, &r, buf, &crc)) != MSR_OK)
-            break;
-        r.params = buf;
-        r.m = buf + r.n;
-        r.v = buf + 2 * r.n;
-        if ((st = piece_check(tr, map, p, rank, &r, crc)) != MSR_OK)
-            break;
-        payload_t one = {NULL, p->h, &r, 1, 0};
-        payload_apply(tr, map, &one, cover);
-    }
-    msr_free(buf);
-    return st;
-}
-
 /* Loads what this rank needs of payload p (saved by rank): from its bytes,
  * or, partial, by reading the pieces it needs. */
 static msr_status_t payload_load(msr_trainer_t *tr, const msr_ckpt_map_t *map, const payload_t *p,
                                  const source_t *src, int rank, uint8_t *cover)
 {
     if (p->partial)
-        return payload_read_apply(tr, map, p, src, rank, cover);
-    payload_apply(tr, map, p, cover);
+        return msr_train_ckpt_read_apply(tr, map, p, src, rank, cover);
+    msr_train_ckpt_apply(tr, map, p, cover);
     return MSR_OK;
 }
 
@@ -597,7 +357,7 @@ static msr_status_t restore_other_ranks(msr_trainer_t *tr, const msr_ckpt_map_t 
         payload_t p;
         if (r == first)
             continue;
-        st = src->read != NULL ? payload_read_head(src, r, &p)
+        st = src->read != NULL ? msr_train_ckpt_read_head(src, r, &p)
                                : payload_fetch(src->fetch, src->arg, r, &p);
         if (st != MSR_OK)
             break;
@@ -658,7 +418,7 @@ static msr_status_t restore_parts(msr_trainer_t *tr, const char *meta, int world
     if (st != MSR_OK) /* every rank still reaches restore_agree */
         memset(&p0, 0, sizeof p0);
     else if (read != NULL) /* a piece at a time, never the whole state: only what it needs */
-        st = payload_read_head(&src, first, &p0);
+        st = msr_train_ckpt_read_head(&src, first, &p0);
     else
         st = payload_fetch(fetch, arg, first, &p0);
     st = restore_check(tr, &map, meta, world, first, st, &p0, &flags);

@@ -1,12 +1,19 @@
 /* The trainer's checkpoint shard's numbering (train_ckpt.c): the whole
  * model's elements, the saving world, and the experts' ranges, small enough
- * to be inline. Private to parallel/. */
+ * to be inline; the payloads a restore reads and the calls between
+ * train_ckpt.c and train_ckpt_read.c. Private to parallel/. */
 #ifndef MSR_PARALLEL_TRAIN_CKPT_IMPL_H
 #define MSR_PARALLEL_TRAIN_CKPT_IMPL_H
 
 #include <stddef.h>
+#include <stdint.h>
+#include <string.h>
 
+#include "base/alloc.h"
 #include "base/util.h"
+#include "parallel/ckpt.h"
+#include "parallel/ckpt_map.h"
+#include "parallel/train.h"
 #include "model/moe.h"
 #include "parallel/train_impl.h"
 
@@ -59,5 +66,48 @@ static inline msr_tckpt_range_t expert_range(msr_trainer_t *tr, int k)
     return (msr_tckpt_range_t){whole_flat(tr) + msr_moe_global_lo(moe, k) + (lo - k * per), hi - lo,
                                msr_moe_params(moe) + lo, tr->eopt->m + s, tr->eopt->v + s};
 }
+
+/* One saved rank's payload, decoded. */
+typedef struct payload {
+    void *buf;
+    msr_tckpt_header_t h;
+    msr_tckpt_range_t *ranges;
+    uint32_t n;
+    int partial; /* only the header and range table were read (buf holds them) */
+} payload_t;
+
+static inline void payload_free(payload_t *p)
+{
+    msr_free(p->ranges);
+    msr_free(p->buf);
+    memset(p, 0, sizeof *p);
+}
+
+/* Where the saved payloads come from: whole (fetch) or, when read is not
+ * NULL, in byte ranges. */
+typedef struct source {
+    msr_trainer_fetch_t fetch;
+    msr_trainer_read_t read;
+    void *arg;
+} source_t;
+
+/* Loads the parts of p's ranges this rank holds: flat ranges through the
+ * map to local elements, experts into the shard (cover: NULL without). */
+void msr_train_ckpt_apply(msr_trainer_t *tr, const msr_ckpt_map_t *map, const payload_t *p,
+                          uint8_t *cover);
+
+/* Reads only the header and range table of rank's payload (p->buf holds
+ * them; the ranges' data pointers are NULL; p->partial set). Errors name
+ * the file (step-S/rank-R.bin). train_ckpt_read.c. */
+msr_status_t msr_train_ckpt_read_head(const source_t *src, int rank, payload_t *p);
+
+/* Reads the pieces of partial payload p (saved by rank) that hold elements
+ * of this rank's, one at a time through a buffer of one piece, checks each
+ * against its CRC and loads it (cover as msr_train_ckpt_apply's). A failed
+ * read or check names the file, the piece's tensor and its elements.
+ * train_ckpt_read.c. */
+msr_status_t msr_train_ckpt_read_apply(msr_trainer_t *tr, const msr_ckpt_map_t *map,
+                                       const payload_t *p, const source_t *src, int rank,
+                                       uint8_t *cover);
 
 #endif

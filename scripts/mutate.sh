@@ -690,7 +690,7 @@ test: ^it_ckpt$
 >>>
 
 @ train.restore.read_crc_ignored
-file: parallel/train_ckpt.c
+file: parallel/train_ckpt_read.c
 test: ^test_parallel_ckpt_read_crc$
 <<<
         *crc = msr_crc32_combine(*crc, chunk, n);

@@ -2,8 +2,12 @@
  * (msr_trainer_read_t's crc_p, combined chunk by chunk) and passes over no
  * byte again: a read that reports a wrong CRC for intact bytes is refused,
  * naming the piece, at a read chunk's first and last byte, the bound and
- * one past; the trainer asks the CRC of every byte of every piece; and a
- * restore that failed so is redone whole from good reads. */
+ * one past; a payload cut short inside a piece (its read fails) is refused
+ * naming the file, the piece's tensor and the read's own error, cut at the
+ * piece's first byte, a read chunk's bound, its last byte and one past
+ * (then the next piece fails); the trainer asks the CRC of every byte of
+ * every piece; and a restore that failed so is redone whole from good
+ * reads. */
 #include <stdlib.h>
 #include <string.h>
 
@@ -34,6 +38,7 @@ typedef struct src {
     int n;
     int wrong_rank;
     uint64_t wrong;     /* UINT64_MAX: every CRC right */
+    uint64_t cut;       /* rank wrong_rank's payload ends here (UINT64_MAX: whole) */
     uint64_t crc_bytes; /* bytes read with their CRC asked for */
 } src_t;
 
@@ -50,6 +55,9 @@ static msr_status_t read_part(void *arg, int rank, uint64_t offset, void *buf, s
     if (rank < 0 || rank >= s->n || offset > s->len[rank] || len > s->len[rank] - offset)
         return msr_err(MSR_ERR_CORRUPT, "test: no bytes [%llu, +%zu) in rank %d's payload",
                        (unsigned long long)offset, len, rank);
+    if (rank == s->wrong_rank && s->cut < offset + len)
+        return msr_err(MSR_ERR_CORRUPT, "test: rank %d's payload ends early, at byte %llu", rank,
+                       (unsigned long long)s->cut);
     memcpy(buf, (const char *)s->buf[rank] + offset, len);
     if (total_p != NULL)
         *total_p = s->len[rank];
@@ -70,6 +78,47 @@ static void check_same_state(msr_trainer_t *tr, msr_trainer_t *want)
     MSR_CHECK(memcmp(tr->dp->opt->m, want->dp->opt->m, P * sizeof(float)) == 0);
     MSR_CHECK(memcmp(tr->dp->opt->v, want->dp->opt->v, P * sizeof(float)) == 0);
     MSR_CHECK_EQ(tr->step, want->step);
+}
+
+/* Restores s into tr with rank's payload cut at byte cut: refused, the
+ * message naming the file, the tensor, elements [lo, hi) and the read's
+ * own error. */
+static void check_cut(msr_trainer_t *tr, src_t *s, int rank, uint64_t step, uint64_t cut,
+                      uint64_t lo, uint64_t hi)
+{
+    char want[192], why[80];
+    snprintf(want, sizeof want, "train: step-%llu/rank-%d.bin: reading the piece of tensor ",
+             (unsigned long long)step, rank);
+    snprintf(why, sizeof why, " (elements [%llu, %llu) of the whole model): test: rank %d's",
+             (unsigned long long)lo, (unsigned long long)hi, rank);
+    s->wrong_rank = rank;
+    s->cut = cut;
+    MSR_CHECK_STATUS(msr_trainer_restore_parts(tr, META, s->n, no_fetch, read_part, s),
+                     MSR_ERR_CORRUPT);
+    MSR_CHECK_MSG(strncmp(msr_err_msg(), want, strlen(want)) == 0 &&
+                      strstr(msr_err_msg(), why) != NULL &&
+                      strstr(msr_err_msg(), "payload ends early, at byte") != NULL,
+                  "cut at byte %llu: %s", (unsigned long long)cut, msr_err_msg());
+    s->cut = UINT64_MAX;
+}
+
+/* Every piece of rank's payload cut at its first byte, a read chunk's
+ * bound, its last byte, and one past its end (the next piece then fails;
+ * past the last piece, nothing is cut). */
+static void cut_checks(msr_trainer_t *tr, src_t *s, int rank, const msr_tckpt_header_t *h,
+                       const msr_tckpt_range_t *r, uint32_t n)
+{
+    for (uint32_t k = 0; k < n; k++) {
+        uint64_t bytes = 12 * r[k].n, c0 = MSR_TCKPT_READ_CHUNK;
+        uint64_t at[] = {0, c0, bytes - 1};
+        for (size_t j = 0; j < sizeof at / sizeof at[0]; j++) {
+            if (at[j] < bytes)
+                check_cut(tr, s, rank, h->step, r[k].offset + at[j], r[k].lo, r[k].lo + r[k].n);
+        }
+        if (k + 1 < n)
+            check_cut(tr, s, rank, h->step, r[k].offset + bytes, r[k + 1].lo,
+                      r[k + 1].lo + r[k + 1].n);
+    }
 }
 
 /* Restores s (saved by s->n ranks) into a fresh trainer, with a wrong CRC
@@ -109,6 +158,8 @@ static void restore_checks(msr_trainer_t *saved, msr_dataset_t *ds, src_t *s)
                               "byte %llu of a piece: %s", (unsigned long long)at[j], msr_err_msg());
             }
         }
+        s->wrong = UINT64_MAX;
+        cut_checks(tr, s, rank, &h, r, n);
         msr_free(r);
     }
     MSR_CHECK_MSG(spans > 0, "no piece spans two read chunks");
@@ -125,7 +176,7 @@ static void test_restore_uses_read_crc(void)
     msr_dataset_t *ds;
     msr_train_config_t c = config();
     msr_trainer_t *tr = ckpt_test_trainer(&c, 2, &ds);
-    src_t s = {.n = 1};
+    src_t s = {.n = 1, .cut = UINT64_MAX};
     MSR_CHECK_OK(msr_trainer_snapshot(tr, META, &s.buf[0], &s.len[0])); /* the same layout */
     restore_checks(tr, ds, &s);
     msr_free(s.buf[0]);
@@ -139,7 +190,7 @@ static void test_resharded_restore_uses_read_crc(void)
     msr_dataset_t *ds;
     msr_train_config_t c = config();
     msr_trainer_t *tr = ckpt_test_trainer(&c, 1, &ds);
-    src_t s = {.n = 2};
+    src_t s = {.n = 2, .cut = UINT64_MAX};
     ckpt_test_save_slices(tr, 2, META, s.buf, s.len);
     restore_checks(tr, ds, &s);
     for (int r = 0; r < 2; r++)

@@ -3,9 +3,10 @@
 # and world size. For each pair A -> B, layout A trains 3 steps and saves;
 # layout B resumes from it and trains 10 more; the same layout B resumed
 # from the checkpoint one process saved at step 3 must print the same 10
-# losses (1e-5 relative). Then bad input: a truncated payload, a damaged
-# range table or piece, another model's checkpoint: exit 2 naming the file
-# (and the piece's tensor) or both settings, no step trained. Usage: train_gpt_reshard.sh GROUP (dense, moe).
+# losses (1e-5 relative). Then bad input: a truncated payload, one that
+# ends early while it is read, a damaged range table or piece, another
+# model's checkpoint: exit 2 naming the file (and the piece's tensor) or
+# both settings, no step trained. Usage: train_gpt_reshard.sh GROUP (dense, moe).
 set -euo pipefail
 bin="$MSRUN_BUILD/bin"
 source "$(dirname "$0")/job_env.sh"
@@ -103,8 +104,30 @@ refuse() {
 if [[ $group == dense ]]; then
     run tp2pp2 "$work/bad" "$work/log-bad" --steps 3
     cp -r "$work/bad" "$work/bad-cut"
+    # cut short inside its last piece: refused when opened (its length is
+    # not its header's), before any piece is read, by another layout and
+    # by the same one
     truncate -s -100 "$work/bad-cut/step-3/rank-1.bin"
     refuse dp2z2 "$work/bad-cut" "step-3/rank-1.bin is not rank 1's state of step 3"
+    refuse tp2pp2 "$work/bad-cut" "step-3/rank-1.bin is not rank 1's state of step 3"
+    # cut short inside its last piece while it is read, past that check (a
+    # preloaded pread, read_cut_shim.c): the failed read names the file,
+    # the piece's tensor and the read's own error, in another layout and in
+    # the same one; not under a sanitizer, whose runtime must be preloaded
+    # first
+    if [[ -z ${MSRUN_SANITIZE:-} ]]; then
+        size=$(stat -c %s "$work/bad/step-3/rank-1.bin")
+        keep_env=("${worker_env[@]}")
+        worker_env=(env "LD_PRELOAD=$MSRUN_BUILD/tests/read_cut_shim.so"
+            MSR_TEST_CUT_FILE=/step-3/rank-1.bin "MSR_TEST_CUT_AT=$((size - 100))")
+        for layout in dp2z2 tp2pp2; do
+            refuse $layout "$work/bad" \
+                "step-3/rank-1.bin: reading the piece of tensor h2.fcprojw (elements \["
+            grep -q "step-3/rank-1.bin ends early" "$work/err" ||
+                fail "$layout: no 'ends early' in: $(cat "$work/err")"
+        done
+        worker_env=("${keep_env[@]}")
+    fi
     # a damaged range table, then a damaged piece: another layout reads
     # only headers and pieces, each checked by its own CRC
     cp -r "$work/bad" "$work/bad-flip"
