@@ -46,3 +46,23 @@ $(grep "parameter offload" "$work/$name.out")"
 offload_none_left() {
     [[ -z "$(ls -A "$work/off")" ]] || fail "$1 left files: $(ls "$work/off")"
 }
+# Stopped at step 2 and resumed with the offload on then off, off then on:
+# each resumed run's losses bitwise those of run REF. Usage:
+# offload_resume_both REF LAYOUT_ARGS...
+offload_resume_both() {
+    local ref=$1 how before after
+    shift
+    for how in on-off off-on; do
+        before=("$@") after=("$@")
+        [[ $how != on-* ]] || before+=("${params[@]}")
+        [[ $how != *-on ]] || after+=("${params[@]}")
+        rm -rf "$work/ck"
+        offload_run "ck-$how" 2 --steps 2 --ckpt-every 2 --ckpt-dir "$work/ck" "${before[@]}"
+        offload_run "ck-$how" 2 --ckpt-every 2 --ckpt-dir "$work/ck" --resume "${after[@]}"
+        offload_none_left "ck-$how"
+        grep -q "resumed from step 2" "$work/ck-$how.out" ||
+            fail "$how: no resume: $(tail -5 "$work/ck-$how.out")"
+        cmp -s "$work/$ref.log" "$work/ck-$how.log" ||
+            fail "resumed $how: $(diff "$work/$ref.log" "$work/ck-$how.log" | head -4)"
+    done
+}

@@ -60,18 +60,7 @@ pbytes() { sed -n 's/.*rank 0 zero 3: params \([0-9]*\) .*/\1/p' "$work/$1.out";
     fail "params $(pbytes dp-off) bytes with offload, $(pbytes dp) without"
 
 # stopped at step 2 and resumed with the offload on then off, off then on
-for how in on-off off-on; do
-    before=(--dp 2 "${zsplit[@]}") after=(--dp 2 "${zsplit[@]}")
-    [[ $how != on-* ]] || before+=("${params[@]}")
-    [[ $how != *-on ]] || after+=("${params[@]}")
-    rm -rf "$work/ck"
-    offload_run "ck-$how" 2 --steps 2 --ckpt-every 2 --ckpt-dir "$work/ck" "${before[@]}"
-    offload_run "ck-$how" 2 --ckpt-every 2 --ckpt-dir "$work/ck" --resume "${after[@]}"
-    offload_none_left "ck-$how"
-    grep -q "resumed from step 2" "$work/ck-$how.out" || fail "$how: no resume: $(tail -5 "$work/ck-$how.out")"
-    cmp -s "$work/dp.log" "$work/ck-$how.log" ||
-        fail "resumed $how: $(diff "$work/dp.log" "$work/ck-$how.log" | head -4)"
-done
+offload_resume_both dp --dp 2 "${zsplit[@]}"
 
 # a block's shard changed underneath while the run goes on: the gather
 # that reads it stops the run naming the file and the block (blocks of 8
