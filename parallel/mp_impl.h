@@ -110,6 +110,19 @@ struct msr_mp {
         int used;
         float *buf;
     } flight[2];
+    /* under sp, backward's allgathers of the copies' saved norm outputs
+     * (ln2 A, ln2 B, ln1 A, ln1 B: the order the split backward enters
+     * them), each started as the one before is entered, into w.proj
+     * (which backward does not use), so that it runs while the copies
+     * compute; pre.k the next to enter, pre.req the one in flight (NULL
+     * once a poll saw it finish, its status in pre.st) */
+    struct {
+        const float *src[4];
+        float *gbuf[4];
+        msr_comm_req_t *req;
+        msr_status_t st;
+        int k, live;
+    } pre;
     struct msr_mp_copy {
         struct msr_mp *mp;
         int i;

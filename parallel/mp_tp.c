@@ -112,16 +112,57 @@ static float *copy_perm(const struct msr_mp_copy *c)
     return c->mp->w.perm + (size_t)c->i * (c->mp->d.N / 2) * (size_t)c->mp->d.C;
 }
 
-/* Copy c's enter: x (Nl/2, C) itself, or its B/2 sequences gathered. */
+/* Starts backward's gather pre.k of a copy's saved norm output (Nl/2, C)
+ * into w.proj, laid out by rank (mp_impl.h's pre). */
+static msr_status_t pre_start(msr_mp_t *mp)
+{
+    size_t blk = (size_t)(mp->d.B / 2) * mp->d.Tl * (size_t)mp->d.C;
+    uint64_t a = msr_now_ns();
+    msr_status_t st = msr_comm_iallgather(mp->mesh->tp_comm, mp->pre.src[mp->pre.k], mp->w.proj,
+                                          blk, MSR_DTYPE_F32, &mp->pre.req);
+    msr_mp_span_add(mp, 1, a, msr_now_ns(), "start gather");
+    if (st != MSR_OK)
+        return msr_mp_failed("tp overlap allgather", st);
+    mp->pre.live = 1;
+    mp->pre.st = MSR_OK;
+    return MSR_OK;
+}
+
+/* Waits for the gather in flight (the trace's "wait gather": the time
+ * exposed) and, gbuf non-NULL, lays it out as (B/2, T, C) there. */
+static msr_status_t pre_wait(msr_mp_t *mp, float *gbuf)
+{
+    uint64_t a = msr_now_ns();
+    msr_status_t st = mp->pre.st;
+    if (mp->pre.req != NULL)
+        st = msr_comm_wait(mp->pre.req);
+    mp->pre.req = NULL;
+    mp->pre.live = 0;
+    if (st == MSR_OK && gbuf != NULL)
+        seq_permute(mp, mp->d.B / 2, mp->w.proj, gbuf, 1);
+    msr_mp_span_add(mp, 1, a, msr_now_ns(), "wait gather");
+    return st != MSR_OK ? msr_mp_failed("tp overlap allgather", st) : MSR_OK;
+}
+
+/* Copy c's enter: x (Nl/2, C) itself, or its B/2 sequences gathered: the
+ * gather in flight when x is the one started ahead for it (then the next
+ * is started), else a blocking one. */
 static msr_status_t copy_enter(void *arg, const float *x, float *gbuf, const float **out_p)
 {
     struct msr_mp_copy *c = arg;
-    if (!c->mp->d.sp) {
+    msr_mp_t *mp = c->mp;
+    if (!mp->d.sp) {
         *out_p = x;
         return MSR_OK;
     }
     *out_p = gbuf;
-    return seq_gather(c->mp, c->mp->d.B / 2, copy_perm(c), x, gbuf);
+    int k = mp->pre.k;
+    if (!mp->pre.live || x != mp->pre.src[k] || gbuf != mp->pre.gbuf[k])
+        return seq_gather(mp, mp->d.B / 2, copy_perm(c), x, gbuf);
+    msr_status_t st = pre_wait(mp, gbuf);
+    if (st == MSR_OK && ++mp->pre.k < 4)
+        st = pre_start(mp);
+    return st;
 }
 
 /* Copy c's blocking reduce (block.h's reduce, for its B/2 sequences). */
@@ -206,6 +247,11 @@ static msr_status_t block_poll(void *arg)
         msr_status_t st = msr_comm_test(&mp->flight[i].req);
         if (st != MSR_IN_PROGRESS)
             mp->flight[i].st = st;
+    }
+    if (mp->pre.req != NULL) {
+        msr_status_t st = msr_comm_test(&mp->pre.req);
+        if (st != MSR_IN_PROGRESS)
+            mp->pre.st = st;
     }
     return MSR_OK;
 }
@@ -337,7 +383,26 @@ msr_status_t msr_mp_block_backward_split(msr_mp_t *mp, const msr_gpt_block_param
     half_blocks(mp, h);
     for (int i = 0; i < 2; i++)
         half_acts(mp, la, i, &a[i]);
-    return msr_block_backward_split(h, p, g, a, hx, hd);
+    if (!mp->d.sp)
+        return msr_block_backward_split(h, p, g, a, hx, hd);
+    /* the saved norm outputs' gathers, one ahead: ln2's of A then B (the
+     * MLPs' backward), ln1's of A then B (attention's) */
+    const float *src[4] = {a[0].ln2, a[1].ln2, a[0].ln1, a[1].ln1};
+    for (int k = 0; k < 4; k++) {
+        mp->pre.src[k] = src[k];
+        mp->pre.gbuf[k] = h[k % 2].gat;
+    }
+    mp->pre.k = 0;
+    msr_status_t st = pre_start(mp);
+    if (st != MSR_OK)
+        return st;
+    st = msr_block_backward_split(h, p, g, a, hx, hd);
+    if (mp->pre.live)
+        (void)pre_wait(mp, NULL);
+    if (st == MSR_OK && mp->pre.k < 4)
+        return msr_err(MSR_ERR_INTERNAL, "mp: backward entered %d of its 4 gathers started ahead",
+                       mp->pre.k);
+    return st;
 }
 
 /* The blocks' view of the runtime: this rank's shape, the work space, the
