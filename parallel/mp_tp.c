@@ -179,6 +179,18 @@ static msr_status_t copy_reduce(void *arg, float *full, float *local, float **ou
                                "tp");
 }
 
+/* Whether full and local are copy i's rows of the work space's tables a
+ * reduction reads and writes: its half of proj (N, C) and projl (Nl, C),
+ * or of dln and dlnl. Rows elsewhere would be another buffer's (or
+ * scratch nothing else reads, where a wrong offset goes unnoticed). */
+static int copy_rows(const msr_mp_t *mp, int i, const float *full, const float *local)
+{
+    const work_t *w = &mp->w;
+    size_t n = mp->d.N / 2 * (size_t)mp->d.C * i, nl = mp->d.Nl / 2 * (size_t)mp->d.C * i;
+    return (full == w->proj + n && local == w->projl + nl) ||
+           (full == w->dln + n && local == w->dlnl + nl);
+}
+
 /* Starts copy c's reduction of its full (N/2, C): an allreduce in place,
  * or under sp a reduce-scatter into local (Nl/2, C) from its rows laid
  * out by rank in its perm; *req_p: its slot. */
@@ -190,6 +202,8 @@ static msr_status_t copy_reduce_start(void *arg, float *full, float *local, void
     int i = c->i, B = mp->d.B / 2;
     if (mp->flight[i].used)
         return msr_err(MSR_ERR_INTERNAL, "mp: copy %d's second tp reduction in flight", i);
+    if (!copy_rows(mp, i, full, local))
+        return msr_err(MSR_ERR_INTERNAL, "mp: copy %d's tp reduction outside its rows", i);
     uint64_t a = msr_now_ns();
     msr_status_t st;
     if (mp->d.sp) {

@@ -1166,6 +1166,24 @@ test: ^test_parallel_train_gpt_moe$
     *loss_p = mp->pr == mp->pp - 1 ? mp->loss_sum + mp->aux_sum : 0.0;
 >>>
 
+@ mp.tp_overlap_copy1_reduced_past_its_rows
+file: parallel/mp_tp.c
+test: ^test_parallel_train_gpt_tpoverlap$
+<<<
+        h[i].projl += (size_t)i * Nl * C;
+===
+        h[i].projl += (size_t)i * N * C;
+>>>
+
+@ mp.tp_overlap_sp_gathers_ahead_out_of_order
+file: parallel/mp_tp.c
+test: ^test_parallel_train_gpt_tpoverlap$
+<<<
+    const float *src[4] = {a[0].ln2, a[1].ln2, a[0].ln1, a[1].ln1};
+===
+    const float *src[4] = {a[0].ln2, a[0].ln1, a[1].ln2, a[1].ln1};
+>>>
+
 @ mp.zero3_tied_wte_sent_ungathered
 file: parallel/mp_tied.c
 test: ^test_parallel_train_gpt_zero3_mp$
