@@ -43,15 +43,22 @@ typedef struct stage_cost {
  * (under sp reduce-scatters) of half the rows (a each); the copies' four
  * parts (attention, MLP) take about a quarter of the pass's compute each
  * (q). Each but the last copy's last runs behind the other copy's next
- * part, hidden up to q; the last is waited for whole, and so are sp's
- * allgathers (two a copy, a each), which stay blocking. */
+ * part, hidden up to q; the last is waited for whole. sp's allgathers (two
+ * a copy, a each) block forward, where their input is computed right
+ * before them; backward's, of the norm outputs forward kept, each start
+ * one ahead (parallel/mp_tp.c), so each of its four parts has a gather in
+ * flight, and the last three a reduction too: both hidden up to q. */
 static double block_tp_ms(const msr_plan_pieces_t *p, const msr_plan_layout_t *l,
                           const msr_plan_cluster_t *c, double x)
 {
     if (!l->tp_overlap)
         return p->layer_tp_ms;
     double a = p->layer_tp_half_ms, q = x * msr_plan_price(c, p->layer_f) / 4;
-    return (l->sp ? 4 * a : 0) + a + 3 * fmax(0.0, a - q);
+    if (!l->sp)
+        return a + 3 * fmax(0.0, a - q);
+    if (x < 2)
+        return 4 * a + a + 3 * fmax(0.0, a - q);
+    return a + fmax(0.0, a - q) + 3 * fmax(0.0, 2 * a - q);
 }
 
 static stage_cost_t stage_cost(const msr_plan_pieces_t *p, const msr_plan_layout_t *l,
