@@ -169,8 +169,8 @@ msr_status_t msr_mp_tied_add(msr_mp_t *mp);
  * prefixed as msr_mp_failed does. */
 msr_status_t msr_mp_sends_wait(msr_mp_t *mp);
 
-/* Forward of a dense block under tp overlap: micro-batch's rows in two
- * copies of B/2 sequences (msr_block_forward_split). */
+/* Forward of a dense block under tp overlap (mp_tp_copy.c): micro-batch's
+ * rows in two copies of B/2 sequences (msr_block_forward_split). */
 msr_status_t msr_mp_block_forward_split(msr_mp_t *mp, const msr_gpt_block_params_t *p,
                                         msr_gpt_block_acts_t *la, const float *x);
 /* Its backward (msr_block_backward_split): dres (Nl,C) becomes the
@@ -185,6 +185,19 @@ msr_status_t msr_mp_tp_allreduce(msr_mp_t *mp, void *x, size_t n, msr_dtype_t t,
 /* Points mp->blk at this rank's shape, the work space and the
  * tensor-parallel communication (none at tp = 1). */
 void msr_mp_point_block(msr_mp_t *mp);
+/* Under tp overlap (mp_tp_copy.c): fills mp->copy and copy_comm, the two
+ * copies' views of the block's communication; the poll hook (arg: the
+ * msr_mp_t) drives the copies' collectives in flight. */
+void msr_mp_point_copies(msr_mp_t *mp);
+msr_status_t msr_mp_tp_poll(void *arg);
+/* Sequence parallel's layout (mp_tp.c): the rows of B sequences from perm
+ * (rank r's (B, T/tp, C) at r B T/tp C) into full (B, T, C) (dir 1), or
+ * back (dir -1); full (B, T, C) on every rank gathered from each rank's
+ * local (B, T/tp, C) through perm; local = this rank's positions of the
+ * sum over ranks of full (left unspecified). */
+void msr_mp_seq_permute(const msr_mp_t *mp, int B, float *perm, float *full, int dir);
+msr_status_t msr_mp_seq_gather(msr_mp_t *mp, int B, float *perm, const float *local, float *full);
+msr_status_t msr_mp_seq_scatter(msr_mp_t *mp, int B, float *perm, float *full, float *local);
 /* The embeddings: out (Nl, C) = this rank's rows of wte[token] + wpe[t];
  * backward adds dout's rows to wte's and wpe's gradients. */
 msr_status_t msr_mp_embed_forward(msr_mp_t *mp, const int *tokens, float *out);

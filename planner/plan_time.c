@@ -46,7 +46,7 @@ typedef struct stage_cost {
  * part, hidden up to q; the last is waited for whole. sp's allgathers (two
  * a copy, a each) block forward, where their input is computed right
  * before them; backward's, of the norm outputs forward kept, each start
- * one ahead (parallel/mp_tp.c), so each of its four parts has a gather in
+ * one ahead (parallel/mp_tp_copy.c), so each of its four parts has a gather in
  * flight, and the last three a reduction too: both hidden up to q. */
 static double block_tp_ms(const msr_plan_pieces_t *p, const msr_plan_layout_t *l,
                           const msr_plan_cluster_t *c, double x)

@@ -1167,7 +1167,7 @@ test: ^test_parallel_train_gpt_moe$
 >>>
 
 @ mp.tp_overlap_copy1_reduced_past_its_rows
-file: parallel/mp_tp.c
+file: parallel/mp_tp_copy.c
 test: ^test_parallel_train_gpt_tpoverlap$
 <<<
         h[i].projl += (size_t)i * Nl * C;
@@ -1176,7 +1176,7 @@ test: ^test_parallel_train_gpt_tpoverlap$
 >>>
 
 @ mp.tp_overlap_sp_gathers_ahead_out_of_order
-file: parallel/mp_tp.c
+file: parallel/mp_tp_copy.c
 test: ^test_parallel_train_gpt_tpoverlap$
 <<<
     const float *src[4] = {a[0].ln2, a[1].ln2, a[0].ln1, a[1].ln1};
