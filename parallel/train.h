@@ -112,11 +112,10 @@ typedef struct msr_trainer {
      * rep_size floats, one block's, reused by each) around each use, and
      * in its backward its gradients go to ez_gfull (as many), which the
      * block's release reduce-scatters into ez_grads. ez_at: the block
-     * gathered now (-1: none); ez_gathers: the gathers done */
+     * gathered now (-1: none) */
     int ez, ez_at;
     size_t ez_per, ez_blk, ez_lo, ez_n;
     float *ez_params, *ez_grads, *ez_full, *ez_gfull;
-    uint64_t ez_gathers;
     /* set by the caller: msr_trainer_snapshot leaves the pieces' CRCs to
      * msr_tckpt_seal (a thread that writes the payload seals it) */
     int unsealed_snapshots;

@@ -49,7 +49,6 @@ static msr_status_t ez_acquire(void *arg, int s, msr_gpt_pass_t pass)
         msr_comm_allgather(tr->rep_comm, MSR_IN_PLACE, tr->ez_full, blk, MSR_DTYPE_F32);
     if (st != MSR_OK)
         return msr_err_call(st, "train: the allgather of MoE block %d's experts", k);
-    tr->ez_gathers++;
     float *g = NULL;
     if (pass == MSR_GPT_BACKWARD) {
         memset(tr->ez_gfull, 0, all * sizeof(float));
