@@ -126,7 +126,9 @@ msr_status_t msr_train_config_check(const msr_train_config_t *cfg, const msr_dat
  * replica group, ranked as the dp x cp group), and the experts get their
  * own optimizer: over the whole store at ZeRO 0, else over this rank's
  * block of it in the replica group (ZeRO-1 for the experts: gradients
- * reduce-scattered, the block updated, the parameters all-gathered). */
+ * reduce-scattered, the block updated, the parameters all-gathered); under
+ * ZeRO-3 with replicas the store itself is sharded per MoE block
+ * (train_experts.c). */
 static msr_status_t experts_create(msr_trainer_t *tr, msr_comm_t *comm, int rank)
 {
     int ep = tr->cfg.ep > 1 ? tr->cfg.ep : 1;
