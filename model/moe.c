@@ -114,6 +114,8 @@ static void store_free(msr_moe_t *moe)
     moe->tensors = NULL;
     moe->count = 0;
     moe->num_tensors = 0;
+    for (int i = 0; i < moe->nslots; i++)
+        moe->bparams[i] = moe->bgrads[i] = NULL;
 }
 
 /* The first expert this rank computes, in the block's numbering: tp rank
@@ -131,14 +133,21 @@ static msr_status_t store_alloc(msr_moe_t *moe)
     int C = moe->C, H = moe->H, El = moe->El, nt = moe->glu ? 3 : 4;
     store_free(moe);
     moe->count = (size_t)moe->nheld * (size_t)El * expert_size(moe);
-    moe->params = msr_calloc(moe->count > 0 ? moe->count : 1, sizeof(float));
-    moe->grads = msr_calloc(moe->count > 0 ? moe->count : 1, sizeof(float));
+    if (!moe->external) {
+        moe->params = msr_calloc(moe->count > 0 ? moe->count : 1, sizeof(float));
+        moe->grads = msr_calloc(moe->count > 0 ? moe->count : 1, sizeof(float));
+    }
     moe->tensors =
         msr_calloc((size_t)moe->nheld * (size_t)El * (size_t)nt + 1, sizeof *moe->tensors);
-    if (moe->params == NULL || moe->grads == NULL || moe->tensors == NULL) {
+    if ((!moe->external && (moe->params == NULL || moe->grads == NULL)) || moe->tensors == NULL) {
         store_free(moe);
         return msr_err(MSR_ERR_NO_MEMORY, "moe: out of memory for %d experts of %d blocks", El,
                        moe->nheld);
+    }
+    size_t per = (size_t)El * expert_size(moe);
+    for (int i = 0; i < moe->nheld && !moe->external; i++) {
+        moe->bparams[i] = moe->params + (size_t)i * per;
+        moe->bgrads[i] = moe->grads + (size_t)i * per;
     }
     size_t off = 0;
     for (int i = 0; i < moe->nheld; i++) {
@@ -217,30 +226,51 @@ const msr_gpt_tensor_t *msr_moe_tensors(const msr_moe_t *moe, int *n_p)
 float *msr_moe_block_params(msr_moe_t *moe, int l, int grads)
 {
     int k = moe->store_of[(l + 1) / moe->every - 1];
-    size_t per = (size_t)moe->El * expert_size(moe);
     if (k < 0)
         return NULL;
-    return (grads ? moe->grads : moe->params) + (size_t)k * per;
+    return grads ? moe->bgrads[k] : moe->bparams[k];
 }
 
-void msr_moe_init_params(msr_moe_t *moe, uint64_t seed)
+msr_status_t msr_moe_store_external(msr_moe_t *moe)
+{
+    moe->external = 1;
+    return store_alloc(moe);
+}
+
+void msr_moe_set_block(msr_moe_t *moe, int k, float *params, float *grads)
+{
+    moe->bparams[k] = params;
+    moe->bgrads[k] = grads;
+}
+
+void msr_moe_init_range(const msr_moe_t *moe, uint64_t seed, size_t lo, size_t n, float *dst)
 {
     for (int k = 0; k < moe->num_tensors; k++) {
         const msr_gpt_tensor_t *t = &moe->tensors[k];
+        size_t a = MSR_MAX(lo, t->offset), e = MSR_MIN(lo + n, t->offset + t->count);
+        if (a >= e)
+            continue;
         const char *kind = strrchr(t->name, '.') + 1;
         int proj = strcmp(kind, "fcprojw") == 0 || strcmp(kind, "w2") == 0;
         double std = proj ? 0.02 / sqrt(2.0 * moe->L) : t->ndim == 2 ? 0.02 : 0.0;
-        for (size_t j = 0; j < t->count; j++) {
-            uint64_t g = t->full_offset + j;
-            moe->params[t->offset + j] =
+        for (size_t i = a; i < e; i++) {
+            uint64_t g = t->full_offset + (i - t->offset);
+            dst[i - lo] =
                 std > 0.0 ? (float)(std * msr_rng_normal(seed, MOE_INIT_STREAM, g)) : 0.0f;
         }
     }
 }
 
+void msr_moe_init_params(msr_moe_t *moe, uint64_t seed)
+{
+    if (moe->params != NULL)
+        msr_moe_init_range(moe, seed, 0, moe->count, moe->params);
+}
+
 void msr_moe_zero_grad(msr_moe_t *moe)
 {
-    memset(moe->grads, 0, moe->count * sizeof(float));
+    if (moe->grads != NULL)
+        memset(moe->grads, 0, moe->count * sizeof(float));
 }
 
 void msr_moe_set_products(msr_moe_t *moe, msr_products_t *prod)
@@ -252,7 +282,12 @@ void msr_moe_destroy(msr_moe_t *moe)
 {
     if (moe == NULL)
         return;
-    store_free(moe);
+    if (moe->bparams != NULL && moe->bgrads != NULL)
+        store_free(moe);
+    else
+        msr_free(moe->tensors);
+    msr_free(moe->bparams);
+    msr_free(moe->bgrads);
     for (int i = 0; i < moe->nslots * moe->frames && moe->slots != NULL; i++)
         slot_free(&moe->slots[i]);
     for (int i = 0; i < moe->nslots && moe->stats != NULL; i++)
@@ -321,7 +356,10 @@ msr_status_t msr_moe_create_cp(const msr_gpt_config_t *cfg, int max_tokens, int 
     moe->stats = msr_calloc((size_t)moe->nslots, sizeof *moe->stats);
     moe->store_of = msr_calloc((size_t)moe->nslots, sizeof *moe->store_of);
     moe->held = msr_calloc((size_t)moe->nslots, sizeof *moe->held);
-    if (moe->slots == NULL || moe->stats == NULL || moe->store_of == NULL || moe->held == NULL)
+    moe->bparams = msr_calloc((size_t)moe->nslots, sizeof *moe->bparams);
+    moe->bgrads = msr_calloc((size_t)moe->nslots, sizeof *moe->bgrads);
+    if (moe->slots == NULL || moe->stats == NULL || moe->store_of == NULL || moe->held == NULL ||
+        moe->bparams == NULL || moe->bgrads == NULL)
         goto err_free;
     for (int i = 0; i < moe->nslots; i++) {
         moe->store_of[i] = moe->held[i] = i;

@@ -201,6 +201,25 @@ size_t msr_moe_global_lo(const msr_moe_t *moe, int k);
  * (NULL: a block not held). */
 float *msr_moe_block_params(msr_moe_t *moe, int l, int grads);
 
+/* Lets the caller hold the store (ZeRO-3's shards, parallel/train.h):
+ * frees the store's parameters and gradients (msr_moe_params and
+ * msr_moe_grads then return NULL; msr_moe_count, the tensor table and its
+ * offsets stay the store's) and makes each held block's parameters and
+ * gradients the ones msr_moe_set_block gives (NULL until then). A later
+ * msr_moe_set_layout keeps this. Errors: MSR_ERR_NO_MEMORY (the table). */
+msr_status_t msr_moe_store_external(msr_moe_t *moe);
+
+/* Under msr_moe_store_external: the k-th held block's parameters and
+ * gradients, El experts in the store's order (its El * count floats from
+ * store element k * El * count on; borrowed, NULL: none), what
+ * msr_moe_block_params returns and forward and backward read and add to
+ * until the next call. */
+void msr_moe_set_block(msr_moe_t *moe, int k, float *params, float *grads);
+
+/* The initial values (msr_moe_init_params's) of store elements [lo, lo +
+ * n) into dst (n floats), whoever holds the store. */
+void msr_moe_init_range(const msr_moe_t *moe, uint64_t seed, size_t lo, size_t n, float *dst);
+
 /* Sets the store to the initial values of the experts it holds, as GPT-2
  * initialises an MLP: fcw N(0, 0.02), fcprojw N(0, 0.02/sqrt(2L)), biases
  * 0; element values depend only on (seed, whole-model index), so every ep

@@ -57,6 +57,11 @@ struct msr_moe {
     float *params, *grads;     /* (count) */
     msr_gpt_tensor_t *tensors; /* their table, offsets in params */
     int num_tensors;
+    /* [nslots], by place in the store: each held block's parameters and
+     * gradients, in params and grads, or the caller's (msr_moe_set_block)
+     * when it holds the store (external: params and grads NULL) */
+    float **bparams, **bgrads;
+    int external;
     msr_products_t *prod; /* the model's products (borrowed; NULL: fp32) */
     /* work space shared by the blocks */
     float *send;   /* (E*cap, C) dispatch side: rows by expert */

@@ -171,6 +171,16 @@ typedef struct msr_dp_stats {
     uint64_t buckets;     /* bucket reductions done */
 } msr_dp_stats_t;
 
+/* Another module's work on segment s, done by dp's hooks: acquire after
+ * dp's own (the segment's parameters ready), release before dp's own, in
+ * the order the hooks see them (the same on every rank). A failure fails
+ * the hook. NULL entries: nothing. */
+typedef struct msr_dp_extra {
+    msr_status_t (*acquire)(void *arg, int s, msr_gpt_pass_t pass);
+    msr_status_t (*release)(void *arg, int s, msr_gpt_pass_t pass);
+    void *arg;
+} msr_dp_extra_t;
+
 typedef struct msr_dp {
     msr_dp_config_t cfg;
     msr_comm_t *comm; /* borrowed; NULL: alone */
@@ -242,6 +252,9 @@ typedef struct msr_dp {
      * which resets it: gradients the trainer keeps outside the flat buffers
      * (the MoE experts), counted once over the group by whoever sets it */
     double extra_sumsq;
+    /* the trainer's work on the segments it holds outside dp (the experts'
+     * shards under ZeRO-3: msr_dp_set_extra) */
+    msr_dp_extra_t extra;
 } msr_dp_t;
 
 /* Lays out buckets and shards for model (created with msr_dp_model_flags)
@@ -295,6 +308,10 @@ msr_status_t msr_dp_reduce_all(msr_dp_t *dp);
  * each acquire gathers the segment (no visit table, no prefetch) and
  * each release frees it. */
 void msr_dp_set_model_parallel(msr_dp_t *dp, msr_comm_t *tp_comm, int tp_rank, msr_comm_t *pp_comm);
+
+/* Sets the work the hooks do for another module (see msr_dp_extra_t;
+ * copied). */
+void msr_dp_set_extra(msr_dp_t *dp, const msr_dp_extra_t *x);
 
 /* Ends a step: adds loss_local (this rank's sum of micro-batch losses) and
  * the squared gradient norms over the group, clips with max_norm (0: off),

@@ -320,14 +320,18 @@ msr_status_t msr_dp_hook_acquire(void *arg, msr_gpt_t *model, int s, msr_gpt_pas
             return MSR_ERR_NO_MEMORY;
         model->segments[s].grads = dp->segs[s].grads;
     }
-    return MSR_OK;
+    return dp->extra.acquire != NULL ? dp->extra.acquire(dp->extra.arg, s, pass) : MSR_OK;
 }
 
 msr_status_t msr_dp_hook_release(void *arg, msr_gpt_t *model, int s, msr_gpt_pass_t pass)
 {
     (void)model;
-    (void)pass;
     msr_dp_t *dp = arg;
+    if (dp->extra.release != NULL) {
+        msr_status_t xst = dp->extra.release(dp->extra.arg, s, pass);
+        if (xst != MSR_OK)
+            return xst;
+    }
     msr_status_t pst = msr_dp_params_release(dp, s);
     if (pst != MSR_OK)
         return pst;

@@ -163,6 +163,11 @@ void msr_dp_set_model_parallel(msr_dp_t *dp, msr_comm_t *tp_comm, int tp_rank, m
     dp->any_order = 1;
 }
 
+void msr_dp_set_extra(msr_dp_t *dp, const msr_dp_extra_t *x)
+{
+    dp->extra = *x;
+}
+
 /* The squared norm of a unit's owned gradient; on tensor-parallel ranks
  * other than 0 only the tensors they hold first (rank 0 counts the
  * tp-replicated ones, the first of a kv head's ranks its replicated rows). */

@@ -126,7 +126,9 @@ msr_status_t msr_train_config_check(const msr_train_config_t *cfg, const msr_dat
  * replica group, ranked as the dp x cp group), and the experts get their
  * own optimizer: over the whole store at ZeRO 0, else over this rank's
  * block of it in the replica group (ZeRO-1 for the experts: gradients
- * reduce-scattered, the block updated, the parameters all-gathered). */
+ * reduce-scattered, the block updated, the parameters all-gathered); under
+ * ZeRO-3 with replicas the store itself is sharded per MoE block
+ * (train_experts.c). */
 static msr_status_t experts_create(msr_trainer_t *tr, msr_comm_t *comm, int rank)
 {
     int ep = tr->cfg.ep > 1 ? tr->cfg.ep : 1;
@@ -164,10 +166,12 @@ static msr_status_t experts_create(msr_trainer_t *tr, msr_comm_t *comm, int rank
     msr_free(held);
     if (st != MSR_OK)
         return st;
-    msr_moe_init_params(moe, tr->cfg.seed);
     size_t count = msr_moe_count(moe);
     tr->rep_size = tr->rep_comm != NULL ? msr_comm_size(tr->rep_comm) : 1;
     tr->rep_rank = tr->rep_comm != NULL ? msr_comm_rank(tr->rep_comm) : 0;
+    if (tr->cfg.par.zero >= 3 && tr->rep_size > 1 && msr_moe_held(moe) > 0)
+        return msr_train_experts_shard(tr);
+    msr_moe_init_params(moe, tr->cfg.seed);
     tr->eshard_lo = 0;
     tr->eshard_hi = count;
     if (tr->cfg.par.zero > 0 && tr->rep_size > 1) {
@@ -402,6 +406,7 @@ void msr_trainer_destroy(msr_trainer_t *tr)
     msr_mp_destroy(tr->mp);
     msr_adamw_destroy(tr->eopt);
     msr_free(tr->escratch);
+    msr_train_experts_free(tr);
     msr_comm_destroy(tr->rep_comm);
     msr_comm_destroy(tr->ep_comm);
     msr_dp_destroy(tr->dp);
@@ -432,6 +437,8 @@ static msr_status_t step(msr_trainer_t *tr, double *loss_p)
     double loss_sum = 0.0;
     if (model->moe != NULL)
         msr_moe_zero_grad(model->moe);
+    if (tr->ez)
+        msr_train_experts_zero(tr);
     if (tr->mp != NULL) {
         size_t N = (size_t)B * (size_t)T;
         for (int m = 0; m < c->grad_accum; m++) {
@@ -464,13 +471,16 @@ static msr_status_t step(msr_trainer_t *tr, double *loss_p)
     }
     double total, norm;
     uint64_t u0 = msr_now_ns();
-    if (model->moe != NULL && (st = experts_reduce(tr)) != MSR_OK)
+    if (tr->ez)
+        msr_train_experts_norm(tr);
+    else if (model->moe != NULL && (st = experts_reduce(tr)) != MSR_OK)
         return st;
     float lr = msr_trainer_lr(tr, tr->step);
     st = msr_dp_update(dp, lr, c->grad_clip, loss_sum, &total, &norm);
     if (st == MSR_OK && model->moe != NULL) {
-        msr_adamw_update(tr->eopt, msr_moe_params(model->moe) + tr->eshard_lo,
-                         expert_grad_shard(tr), lr, msr_clip_scale(norm, c->grad_clip));
+        msr_adamw_update(
+            tr->eopt, tr->ez ? tr->ez_params : msr_moe_params(model->moe) + tr->eshard_lo,
+            tr->ez ? tr->ez_grads : expert_grad_shard(tr), lr, msr_clip_scale(norm, c->grad_clip));
         st = msr_train_experts_gather(tr);
     }
     if (st == MSR_OK && tr->mp != NULL) {

@@ -102,6 +102,20 @@ typedef struct msr_trainer {
      * escratch (eblk * rep_size floats) */
     size_t eshard_lo, eshard_hi, eblk;
     float *escratch;
+    /* ZeRO-3 with replicas (ez 1): the experts' store sharded per MoE
+     * block (model/moe.h msr_moe_store_external). Of each held block's
+     * ez_per floats this rank keeps [ez_lo, ez_lo + ez_n) (ez_blk =
+     * ceil(ez_per / rep_size), ez_lo = min(ez_per, rep_rank * ez_blk)),
+     * the blocks' shards one after another in ez_params and ez_grads (the
+     * optimizer's shard space, [eshard_lo, eshard_hi) = [0, held * ez_n));
+     * a block's parameters are all-gathered into ez_full (ez_blk *
+     * rep_size floats, one block's, reused by each) around each use, and
+     * in its backward its gradients go to ez_gfull (as many), which the
+     * block's release reduce-scatters into ez_grads. ez_at: the block
+     * gathered now (-1: none) */
+    int ez, ez_at;
+    size_t ez_per, ez_blk, ez_lo, ez_n;
+    float *ez_params, *ez_grads, *ez_full, *ez_gfull;
     /* set by the caller: msr_trainer_snapshot leaves the pieces' CRCs to
      * msr_tckpt_seal (a thread that writes the payload seals it) */
     int unsealed_snapshots;
@@ -157,6 +171,21 @@ msr_status_t msr_trainer_step(msr_trainer_t *tr, double *loss_p);
  * over the data-parallel group (the world with model parallel). Errors: MSR_ERR_STATE (a dense
  * model), the communicator's. */
 msr_status_t msr_trainer_moe_stats(msr_trainer_t *tr, int64_t *out);
+
+/* The bytes this rank holds for the experts of a MoE model (all 0 for a
+ * dense one): their parameters and gradients resident (the store, or
+ * under ZeRO-3 with replicas the shards), the optimizer's moments, and the
+ * work space (the MoE state's buffers, the ZeRO gather buffers). */
+typedef struct msr_train_expert_bytes {
+    size_t params, grads, optim, work;
+} msr_train_expert_bytes_t;
+msr_train_expert_bytes_t msr_trainer_expert_bytes(const msr_trainer_t *tr);
+
+/* This rank's experts' store whole (msr_moe_count floats, the store's
+ * order) into out: copied, or under ZeRO-3 with replicas each block
+ * all-gathered over the replica group (collective over it: every rank of
+ * the group calls it, between steps). Errors: the communicator's. */
+msr_status_t msr_trainer_experts_whole(msr_trainer_t *tr, float *out);
 
 /* All parameters (P floats) into out; collective under ZeRO-3. */
 msr_status_t msr_trainer_params(msr_trainer_t *tr, float *out);

@@ -162,7 +162,8 @@ static int same_layout(msr_trainer_t *tr, const msr_ckpt_map_t *map, const paylo
 /* Copies the part of saved range r that this rank saves itself (its
  * optimizer's shard of the experts: parameters and moments), marking it in
  * cover (one flag per shard element). The other replicas' blocks of the
- * parameters come with msr_train_experts_gather. */
+ * parameters come with msr_train_experts_gather (under ZeRO-3 with
+ * replicas the shard is all this rank keeps). */
 static void experts_load(msr_trainer_t *tr, const msr_tckpt_range_t *r, uint8_t *cover)
 {
     for (int k = 0; k < expert_ranges(tr); k++) {
@@ -172,8 +173,8 @@ static void experts_load(msr_trainer_t *tr, const msr_tckpt_range_t *r, uint8_t 
             continue;
         size_t at = (size_t)(mine.m - tr->eopt->m) + (lo - mine.lo); /* in the shard */
         size_t from = lo - r->lo, n = hi - lo;
-        memcpy(msr_moe_params(tr->model->moe) + tr->eshard_lo + at, r->params + from,
-               n * sizeof(float));
+        float *shard = tr->ez ? tr->ez_params : msr_moe_params(tr->model->moe) + tr->eshard_lo;
+        memcpy(shard + at, r->params + from, n * sizeof(float));
         memcpy(tr->eopt->m + at, r->m + from, n * sizeof(float));
         memcpy(tr->eopt->v + at, r->v + from, n * sizeof(float));
         memset(cover + at, 1, n);

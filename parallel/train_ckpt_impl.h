@@ -52,12 +52,20 @@ static inline int expert_ranges(const msr_trainer_t *tr)
 
 /* Range k of the experts this rank saves, in the checkpoint's numbering:
  * MoE block k's part of the optimizer's shard of the store (all of the
- * block's at ZeRO 0), with their parameters and moments; n = 0 when the
- * shard has none of block k. */
+ * block's at ZeRO 0; under ZeRO-3 with replicas its shard of the block),
+ * with their parameters and moments; n = 0 when the shard has none of
+ * block k. */
 static inline msr_tckpt_range_t expert_range(msr_trainer_t *tr, int k)
 {
     msr_moe_t *moe = tr->model->moe;
     size_t per = (size_t)msr_moe_local_experts(moe) * msr_moe_expert_count(&tr->cfg.model);
+    if (tr->ez) { /* ZeRO-3: block k's shard, the shard space's k-th */
+        size_t s = (size_t)k * tr->ez_n;
+        if (tr->ez_n == 0)
+            return (msr_tckpt_range_t){0, 0, NULL, NULL, NULL};
+        return (msr_tckpt_range_t){whole_flat(tr) + msr_moe_global_lo(moe, k) + tr->ez_lo, tr->ez_n,
+                                   tr->ez_params + s, tr->eopt->m + s, tr->eopt->v + s};
+    }
     size_t lo = MSR_MAX((size_t)k * per, tr->eshard_lo);
     size_t hi = MSR_MIN((size_t)(k + 1) * per, tr->eshard_hi);
     if (lo >= hi)

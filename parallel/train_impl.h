@@ -9,4 +9,15 @@
  * replicas). Collective over tr->rep_comm. Errors: the communicator's. */
 msr_status_t msr_train_experts_gather(msr_trainer_t *tr);
 
+/* ZeRO-3 for the experts with replicas (train_experts.c, train.h's ez):
+ * shard sets the store external, allocates and initialises the shards,
+ * creates the experts' optimizer over them and has dp's hooks gather
+ * each block around its uses; zero clears the shards' gradients, norm
+ * hands their squared norm to the next msr_dp_update; free frees the
+ * buffers. Errors: MSR_ERR_NO_MEMORY. */
+msr_status_t msr_train_experts_shard(msr_trainer_t *tr);
+void msr_train_experts_zero(msr_trainer_t *tr);
+void msr_train_experts_norm(msr_trainer_t *tr);
+void msr_train_experts_free(msr_trainer_t *tr);
+
 #endif

@@ -206,28 +206,37 @@ static void rank_activations(const msr_plan_model_t *m, const msr_plan_layout_t 
  * block of the part, their moments whole or, under ZeRO with replicas,
  * this rank's block among the dp / ep x cp ranks holding the same experts
  * (rank dp_rank / ep x cp + cp_rank of them), with a gather buffer of all
- * the blocks. */
+ * the blocks; under ZeRO-3 with replicas (train_experts.c) this rank's
+ * shard of each block's experts is all it keeps of their parameters,
+ * gradients and moments, with one block's parameters and gradients
+ * gathered in the work space. */
 static void rank_experts(const msr_plan_model_t *m, const msr_plan_layout_t *l,
                          msr_plan_precision_t prec, int runtime, const msr_plan_part_t *p,
                          msr_plan_rank_t *o)
 {
     int ep = msr_plan_ep(l), held = m->experts / (ep * l->tp);
     uint64_t fw = runtime ? MSR_PLAN_F32 : (prec == MSR_PLAN_BF16 ? 2 : 4);
-    uint64_t count = (uint64_t)p->moe_blocks * (uint64_t)held * msr_plan_expert_params(m);
-    uint64_t cp = (uint64_t)msr_plan_cp(l), reps = (uint64_t)(l->dp / ep) * cp, lo = 0, hi = count,
-             blk = 0;
-    if (l->zero >= 1 && reps > 1) {
-        blk = msr_plan_ceil_div(count, reps);
-        lo = msr_plan_min_u64(count,
-                              ((uint64_t)(o->dp_rank / ep) * cp + (uint64_t)o->cp_rank) * blk);
+    uint64_t per = (uint64_t)held * msr_plan_expert_params(m), blocks = (uint64_t)p->moe_blocks;
+    uint64_t count = blocks * per, resident = count, gather = 0;
+    uint64_t cp = (uint64_t)msr_plan_cp(l), reps = (uint64_t)(l->dp / ep) * cp, lo = 0, hi = count;
+    uint64_t rrank = (uint64_t)(o->dp_rank / ep) * cp + (uint64_t)o->cp_rank;
+    if (l->zero >= 3 && reps > 1 && blocks > 0) { /* each block sharded */
+        uint64_t blk = msr_plan_ceil_div(per, reps), a = msr_plan_min_u64(per, rrank * blk);
+        hi = blocks * (msr_plan_min_u64(per, a + blk) - a);
+        resident = hi;
+        gather = 2 * blk * reps;
+    } else if (l->zero >= 1 && reps > 1) {
+        uint64_t blk = msr_plan_ceil_div(count, reps);
+        lo = msr_plan_min_u64(count, rrank * blk);
         hi = msr_plan_min_u64(count, lo + blk);
+        gather = blk * reps;
     }
     o->experts_held = held;
-    o->expert_params = count * fw;
-    o->expert_grads = count * fw;
+    o->expert_params = resident * fw;
+    o->expert_grads = resident * fw;
     o->expert_optim = 2 * (hi - lo) * MSR_PLAN_F32;
     o->moe_work =
-        msr_plan_moe_work_bytes(m, l, p->moe_blocks, o->tp_rank, fw) + blk * reps * MSR_PLAN_F32;
+        msr_plan_moe_work_bytes(m, l, p->moe_blocks, o->tp_rank, fw) + gather * MSR_PLAN_F32;
     if (prec == MSR_PLAN_BF16)
         o->master += (hi - lo) * MSR_PLAN_F32;
 }

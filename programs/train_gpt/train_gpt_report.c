@@ -91,16 +91,12 @@ void train_gpt_report(const msr_trainer_t *tr, const job_t *job)
                 msr_params_engine(po));
     }
     if (tr->model->moe != NULL) {
-        size_t ec = msr_moe_count(tr->model->moe) * sizeof(float);
-        /* the MoE state's buffers and the gather buffer of the experts'
-         * parameter blocks (ZeRO with replicas) */
-        size_t ew = msr_moe_work_bytes(tr->model->moe) +
-                    (tr->escratch != NULL ? tr->eblk * (size_t)tr->rep_size * sizeof(float) : 0);
+        msr_train_expert_bytes_t eb = msr_trainer_expert_bytes(tr);
         fprintf(stderr,
                 "train_gpt: rank %d experts: %d of %d per MoE block held here: params %zu grads "
                 "%zu optim %zu bytes; work space %zu bytes\n",
-                job->rank, msr_moe_local_experts(tr->model->moe), tr->cfg.model.moe.experts, ec, ec,
-                2 * (tr->eshard_hi - tr->eshard_lo) * sizeof(float), ew);
+                job->rank, msr_moe_local_experts(tr->model->moe), tr->cfg.model.moe.experts,
+                eb.params, eb.grads, eb.optim, eb.work);
     }
     if (tr->mp != NULL) {
         const msr_mp_stats_t *ms = msr_mp_stats(tr->mp);

@@ -245,6 +245,23 @@ static int check_file(const msr_st_file_t *f, const names_t *nm, const char *pat
     return 0;
 }
 
+/* Under ZeRO-3 with expert replicas (parallel/train.h ez): the parts of
+ * expert tensor t (named name in f) in this rank's shards of the blocks. */
+static msr_status_t load_expert_shards(msr_trainer_t *tr, const msr_gpt_tensor_t *t,
+                                       const msr_st_file_t *f, const msr_st_tensor_t *ft)
+{
+    msr_status_t st = MSR_OK;
+    for (int k = 0; k < msr_moe_held(tr->model->moe) && st == MSR_OK; k++) {
+        size_t lo = (size_t)k * tr->ez_per + tr->ez_lo, hi = lo + tr->ez_n;
+        size_t a = lo > t->offset ? lo : t->offset;
+        size_t b = hi < t->offset + t->count ? hi : t->offset + t->count;
+        if (a < b)
+            st = msr_st_read_f32(f, ft, a - t->offset, b - a,
+                                 tr->ez_params + (size_t)k * tr->ez_n + (a - lo));
+    }
+    return st;
+}
+
 /* This rank's slices of every tensor it holds, out of f. */
 static int load_slices(msr_trainer_t *tr, const msr_st_file_t *f, const char *path)
 {
@@ -258,7 +275,8 @@ static int load_slices(msr_trainer_t *tr, const msr_st_file_t *f, const char *pa
         file_name(&m->cfg, t->name, name, sizeof name);
         load_arg_t a = {f, msr_st_find(f, name), base + t->offset};
         msr_err_clear();
-        msr_status_t st = for_runs(t, load_run, &a);
+        msr_status_t st =
+            i >= n_flat && tr->ez ? load_expert_shards(tr, t, f, a.st) : for_runs(t, load_run, &a);
         if (st != MSR_OK) {
             fprintf(stderr, "train_gpt: --init-from %s: %s\n", path, msr_err_msg_or(st));
             return -1;
@@ -381,7 +399,7 @@ static msr_status_t write_tensors(const msr_gpt_config_t *cfg, const msr_gpt_ten
  * each head's), a MoE model's experts from the first rank of each
  * replica group that holds them (context-parallel rank 0). */
 static msr_status_t write_slices(const msr_trainer_t *tr, const names_t *nm, msr_st_writer_t *w,
-                                 const float *params)
+                                 const float *params, const float *experts)
 {
     const msr_mesh_t *mesh = tr->mesh;
     int tp_rank = mesh != NULL ? mesh->tp_rank : 0, cp0 = mesh == NULL || mesh->cp_rank == 0;
@@ -392,7 +410,7 @@ static msr_status_t write_slices(const msr_trainer_t *tr, const names_t *nm, msr
     if (st == MSR_OK && tr->model->moe != NULL && cp0 && tr->rep_rank == 0) {
         int n;
         const msr_gpt_tensor_t *t = msr_moe_tensors(tr->model->moe, &n);
-        st = write_tensors(&tr->cfg.model, t, n, msr_moe_params(tr->model->moe), nm, w, 0);
+        st = write_tensors(&tr->cfg.model, t, n, experts, nm, w, 0);
     }
     return st;
 }
@@ -401,7 +419,7 @@ int train_gpt_st_export(msr_trainer_t *tr, const job_t *job, msr_comm_t *comm, c
 {
     names_t nm = {NULL, 0};
     msr_st_writer_t *w = NULL;
-    float *gathered = NULL;
+    float *gathered = NULL, *gathered_experts = NULL;
     const float *params = tr->model->params;
     int rc = 1;
     msr_err_clear();
@@ -411,6 +429,14 @@ int train_gpt_st_export(msr_trainer_t *tr, const job_t *job, msr_comm_t *comm, c
         st = gathered == NULL ? MSR_ERR_NO_MEMORY : msr_trainer_params(tr, gathered);
         params = gathered;
     }
+    const float *experts = tr->model->moe != NULL ? msr_moe_params(tr->model->moe) : NULL;
+    if (st == MSR_OK && tr->ez) { /* ZeRO-3's expert shards: gathered too */
+        size_t ec = msr_moe_count(tr->model->moe);
+        gathered_experts = msr_malloc(ec * sizeof(float) + 1);
+        st = gathered_experts == NULL ? MSR_ERR_NO_MEMORY
+                                      : msr_trainer_experts_whole(tr, gathered_experts);
+        experts = gathered_experts;
+    }
     /* rank 0 lays the file out first; the others open what it made */
     if (st == MSR_OK && job->rank == 0)
         st = msr_st_writer_open(path, nm.t, nm.n, 1, &w);
@@ -419,7 +445,7 @@ int train_gpt_st_export(msr_trainer_t *tr, const job_t *job, msr_comm_t *comm, c
     if (job->rank != 0)
         st = msr_st_writer_open(path, nm.t, nm.n, 0, &w);
     if (st == MSR_OK)
-        st = write_slices(tr, &nm, w, params);
+        st = write_slices(tr, &nm, w, params, experts);
     if (st == MSR_OK && job->rank != 0) {
         st = msr_st_writer_close(w, 0); /* durable before rank 0 commits */
         w = NULL;
@@ -447,6 +473,7 @@ out:
     else if (w != NULL)
         msr_st_writer_close(w, 0);
     msr_free(gathered);
+    msr_free(gathered_experts);
     msr_free(nm.t);
     return rc;
 }

@@ -480,6 +480,45 @@ static void test_layout(void)
     msr_moe_destroy(moe);
 }
 
+/* A store the caller holds (ZeRO-3's shards): no parameters or gradients
+ * of its own, the same count and table; each block's pointers are the
+ * caller's, and a layout keeps it so; the initial values of any range of
+ * the store are the store's own. */
+static void test_external(void)
+{
+    msr_gpt_config_t cfg = {MSR_GPT_VOCAB, 6, 2, 2, 8, {4, 2, 1, 1.0, 0.0}};
+    msr_moe_t *own, *ext;
+    MSR_CHECK_EQ(msr_moe_create(&cfg, 4, &own), MSR_OK);
+    MSR_CHECK_EQ(msr_moe_create(&cfg, 4, &ext), MSR_OK);
+    msr_moe_init_params(own, 7);
+    MSR_CHECK(msr_moe_block_params(ext, 1, 0) == msr_moe_params(ext) + ec_of(8) * 4);
+    MSR_CHECK_EQ(msr_moe_store_external(ext), MSR_OK);
+    MSR_CHECK(msr_moe_params(ext) == NULL && msr_moe_grads(ext) == NULL);
+    MSR_CHECK_EQ(msr_moe_count(ext), msr_moe_count(own));
+    MSR_CHECK(msr_moe_block_params(ext, 0, 0) == NULL && msr_moe_block_params(ext, 1, 1) == NULL);
+    msr_moe_init_params(ext, 7); /* nothing to set */
+    msr_moe_zero_grad(ext);
+    size_t n = msr_moe_count(own), lo = ec_of(8) + 37, len = 2 * ec_of(8) + 11;
+    float *buf = msr_calloc(n, sizeof *buf);
+    MSR_CHECK(buf != NULL);
+    msr_moe_init_range(ext, 7, lo, len, buf);
+    MSR_CHECK(memcmp(buf, msr_moe_params(own) + lo, len * sizeof *buf) == 0);
+    msr_moe_init_range(ext, 7, 0, n, buf);
+    MSR_CHECK(memcmp(buf, msr_moe_params(own), n * sizeof *buf) == 0);
+    float g[1];
+    msr_moe_set_block(ext, 1, buf, g);
+    MSR_CHECK(msr_moe_block_params(ext, 1, 0) == buf && msr_moe_block_params(ext, 1, 1) == g);
+    MSR_CHECK(msr_moe_block_params(ext, 0, 0) == NULL);
+    const int second[2] = {0, 1};
+    msr_moe_layout_t lay = {NULL, NULL, second, 0};
+    MSR_CHECK_EQ(msr_moe_set_layout(ext, &lay), MSR_OK);
+    MSR_CHECK(msr_moe_params(ext) == NULL && msr_moe_block_params(ext, 1, 0) == NULL);
+    MSR_CHECK_EQ(msr_moe_count(ext), ec_of(8) * 4);
+    msr_free(buf);
+    msr_moe_destroy(ext);
+    msr_moe_destroy(own);
+}
+
 /* The load-balancing loss of a micro-batch smaller than an earlier one
  * averages over its own tokens only: the same as a fresh state's. */
 static void test_aux_smaller(void)
@@ -501,11 +540,12 @@ static void test_aux_smaller(void)
 }
 
 static const msr_test_t tests[] = {
-    {"refused", test_refused, 10},   {"no_memory", test_no_memory, 10},
-    {"capacity", test_capacity, 10}, {"forward", test_forward, 10},
-    {"backward", test_backward, 30}, {"model", test_model, 30},
-    {"bounds", test_bounds, 10},     {"init", test_init, 10},
-    {"layout", test_layout, 10},     {"aux_smaller", test_aux_smaller, 10},
+    {"refused", test_refused, 10},         {"no_memory", test_no_memory, 10},
+    {"capacity", test_capacity, 10},       {"forward", test_forward, 10},
+    {"backward", test_backward, 30},       {"model", test_model, 30},
+    {"bounds", test_bounds, 10},           {"init", test_init, 10},
+    {"layout", test_layout, 10},           {"external", test_external, 10},
+    {"aux_smaller", test_aux_smaller, 10},
 };
 
 int main(int argc, char **argv)

@@ -1,21 +1,31 @@
 #!/usr/bin/env bash
-# ZeRO-3 with a MoE model in the model-parallel runtime (docs/model.md
-# "Mixture-of-Experts and expert parallel"): the dense parts sharded over
-# the replica group and gathered around each use, the experts kept as on
-# the data-parallel path (their store whole in the ranks holding them,
-# gradients reduce-scattered over those ranks, moments sharded). dp 2 x tp
+# ZeRO-3 with a MoE model (docs/model.md "Mixture-of-Experts and expert
+# parallel"): the dense parts sharded over the replica group and gathered
+# around each use, and so the experts where their replica group (the dp /
+# ep x cp ranks holding the same experts) has more than one rank: each
+# keeps its shard of every block's experts, a block's are gathered around
+# each use and its gradients reduce-scattered into the shards. dp 2 x tp
 # 2 with ep 2, dp 2 x pp 2 with ep 2 under 1F1B, under the interleaved
 # schedule (4 layers, 2 virtual stages) and under GPipe with full
 # recompute, dp 2 x cp 2 with ep 2, tp 2 with sp and selective recompute,
-# and a Llama's SwiGLU experts in dp 2 x tp 2 with sp and ep 2 print the
-# losses and gradient norms of one process over 10 steps (1e-5 relative)
-# with the same routing; ZeRO-2 gives the same bits in the tp and pp
-# layouts; in bf16, dp 2 x tp 2 with ep 2 stays within loss / 128 of one
-# process in bf16 (train_gpt_bf16.sh's derived bound); the tp and pp
-# layouts' checkpoints resume bitwise in their layout and reshard into one
-# process; --auto with ZeRO-3 and pp 2 fixed trains; --report's counts of
-# every rank, experts included, equal plan_gpt --ranks's to the byte for
-# dp 2 x tp 2 x ep 2 and dp 2 x pp 2 x ep 2.
+# a Llama's SwiGLU experts in dp 2 x tp 2 with sp and ep 2, and with the
+# experts sharded (replica groups of 2 and 4) dp 4 and dp 4 x ep 2 on the
+# data-parallel path, dp 2 x tp 2, dp 2 x pp 2 and a Llama's dp 2 x tp 2
+# with sp print the losses and gradient norms of one process over 10
+# steps (1e-5 relative) with the same routing; ZeRO-2 gives the same bits
+# in the tp and pp layouts with ep 2; in bf16, dp 2 x tp 2 with ep 2 and
+# dp 2 x tp 2 (experts sharded) stay within loss / 128 of one process in
+# bf16 (train_gpt_bf16.sh's derived bound); each rank of dp 4 reports a
+# quarter of the experts' parameters and gradients resident (a hand
+# count); the tp and pp layouts' checkpoints, the sharded ones of dp 2 x
+# tp 2 and dp 4 x ep 2 too, resume bitwise in their layout and reshard
+# into one process, and the dp 4 x ep 2 one into dp 2 x tp 2 x ep 2 under
+# ZeRO-1; the export of the sharded experts at step 0 is one process's
+# file byte for byte, and --init-from that file exports it again;
+# --auto with ZeRO-3 and pp 2 fixed trains; --report's counts of every
+# rank, experts included, equal plan_gpt --ranks's to the byte for dp 2 x
+# tp 2 x ep 2, dp 2 x pp 2 x ep 2 and, with the experts sharded, dp 2 x
+# tp 2, dp 2 x pp 2, dp 4 x ep 2 and cp 2.
 # (plan_report_lib.sh: set -euo pipefail, $bin, job_env.sh, $work, check)
 source "$(dirname "$0")/plan_report_lib.sh"
 job_prefix=zero3moe
@@ -78,17 +88,39 @@ one llama1 --arch llama --kv-heads 1 --ffn 24
 layout llama-tp2-sp llama1 4 --arch llama --kv-heads 1 --ffn 24 --dp 2 --ep 2 --tp 2 --sp \
     --micro-batch 2 --grad-accum 2
 
+# the experts sharded: replica groups of 4 (dp 4), of 2 (dp 4 x ep 2) on
+# the data-parallel path, of 2 in the model-parallel runtime
+layout dp4 one 4 --dp 4 --micro-batch 2
+layout dp4-ep2 one 4 --dp 4 --ep 2 --micro-batch 2
+layout tp2-rep2 one 4 --dp 2 --tp 2 --micro-batch 2 --grad-accum 2
+layout pp2-rep2 one 4 --dp 2 --pp 2 --micro-batch 2 --grad-accum 2
+layout llama-tp2-rep2 llama1 4 --arch llama --kv-heads 1 --ffn 24 --dp 2 --tp 2 --sp \
+    --micro-batch 2 --grad-accum 2
+# by hand: an expert is 8C^2 + 5C = 2128 floats, 4 of them in each of 2
+# blocks; dp 4 keeps a quarter of each block: 2 x 2128 floats = 17024
+# bytes of parameters and as many of gradients, twice that of moments (the
+# store whole would be 68096); the work space adds one block's parameters
+# and gradients (2 x 8512 floats) to the MoE state's buffers
+[[ $(grep -c "experts: 4 of 4 per MoE block held here: params 17024 grads 17024 optim 34048 bytes" \
+    "$W/dp4.err") -eq 4 ]] || fail "dp4: the experts are not a quarter on each rank: $(grep experts: "$W/dp4.err")"
+
 # bf16: within loss / 128 of one process in bf16 at every step
 one one-bf16 --precision bf16
-msrun_n 4 "${model[@]}" "${z3[@]}" --precision bf16 --dp 2 --ep 2 --tp 2 --micro-batch 2 \
-    --grad-accum 2 >"$W/bf16.out" 2>"$W/err" || fail "bf16: $(cat "$W/err")"
-paste <(grep -o 'step [0-9]* loss [0-9.]*' "$W/one-bf16.out" | awk '{ print $2, $4 }') \
-    <(grep -o 'step [0-9]* loss [0-9.]*' "$W/bf16.out" | awk '{ print $2, $4 }') |
-    awk '{ d = $2 - $4; if (d < 0) d = -d; if ($1 != $3 || d > $2 / 128) bad = 1
-           if (d > m) m = d; n++ }
-         END { printf "bf16 tp2-ep2: max |loss difference| %.6f over %d steps\n", m, n
-               exit bad || n != 10 }' ||
-    fail "bf16 tp2-ep2 is not within loss / 128 of one process: $(paste "$W/one-bf16.out" "$W/bf16.out")"
+bf16() {
+    local name=$1
+    shift
+    msrun_n 4 "${model[@]}" "${z3[@]}" --precision bf16 "$@" --micro-batch 2 --grad-accum 2 \
+        >"$W/bf16.out" 2>"$W/err" || fail "bf16 $name: $(cat "$W/err")"
+    paste <(grep -o 'step [0-9]* loss [0-9.]*' "$W/one-bf16.out" | awk '{ print $2, $4 }') \
+        <(grep -o 'step [0-9]* loss [0-9.]*' "$W/bf16.out" | awk '{ print $2, $4 }') |
+        awk -v name="$name" '{ d = $2 - $4; if (d < 0) d = -d; if ($1 != $3 || d > $2 / 128) bad = 1
+               if (d > m) m = d; n++ }
+             END { printf "bf16 %s: max |loss difference| %.6f over %d steps\n", name, m, n
+                   exit bad || n != 10 }' ||
+        fail "bf16 $name is not within loss / 128 of one process: $(paste "$W/one-bf16.out" "$W/bf16.out")"
+}
+bf16 tp2-ep2 --dp 2 --ep 2 --tp 2
+bf16 tp2-rep2 --dp 2 --tp 2
 
 # checkpoints: dp 2 x tp 2 x ep 2 and dp 2 x pp 2 x ep 2 stopped at step 4
 # and resumed in their layout give steps 5..10 bitwise; resumed by one
@@ -97,10 +129,11 @@ paste <(grep -o 'step [0-9]* loss [0-9.]*' "$W/one-bf16.out" | awk '{ print $2, 
 ckpt() {
     local name=$1
     shift
-    rm -rf "$W/ck" "$W/ck1" "$W/first" "$W/second" "$W/alone"
+    rm -rf "$W/ck" "$W/ck1" "$W/ck2" "$W/first" "$W/second" "$W/alone"
     msrun_n 4 "${model[@]}" "${z3[@]}" "$@" --steps 4 --ckpt-every 4 --ckpt-dir "$W/ck" \
         --loss-log "$W/first" >/dev/null 2>"$W/err" || fail "$name, first part: $(cat "$W/err")"
     cp -r "$W/ck" "$W/ck1"
+    cp -r "$W/ck" "$W/ck2" # for another layout
     msrun_n 4 "${model[@]}" "${z3[@]}" "$@" --ckpt-dir "$W/ck" --resume --loss-log "$W/second" \
         >/dev/null 2>"$W/err" || fail "$name, resumed: $(cat "$W/err")"
     grep -q "resumed from step 4" "$W/err" || fail "$name: no resume: $(cat "$W/err")"
@@ -114,6 +147,26 @@ ckpt() {
 }
 ckpt tp2-ep2 --dp 2 --ep 2 --tp 2 --micro-batch 2 --grad-accum 2
 ckpt pp2-1f1b --dp 2 --ep 2 --pp 2 --micro-batch 2 --grad-accum 2
+ckpt tp2-rep2 --dp 2 --tp 2 --micro-batch 2 --grad-accum 2
+ckpt dp4-ep2 --dp 4 --ep 2 --micro-batch 2
+# the sharded dp 4 x ep 2 checkpoint in another layout: dp 2 x tp 2 x ep 2
+# under ZeRO-1 (each rank reads the shards of its experts' blocks)
+msrun_n 4 "${model[@]}" --dp 2 --tp 2 --ep 2 --micro-batch 2 --grad-accum 2 --zero 1 \
+    --ckpt-dir "$W/ck2" --resume --loss-log "$W/other" >/dev/null 2>"$W/err" ||
+    fail "dp4-ep2 resumed in dp 2 x tp 2 x ep 2: $(cat "$W/err")"
+grep -q "resumed from step 4" "$W/err" || fail "dp 2 x tp 2 x ep 2 did not resume: $(cat "$W/err")"
+resumed "$W/one" "$W/other" 6
+
+# the safetensors export gathers the shards: at step 0 one process's file
+# byte for byte; --init-from reads each rank's shards back out of it
+timeout 60 "$bin/train_gpt" "${model[@]}" --micro-batch 2 --steps 0 \
+    --export-safetensors "$W/seed.st" >/dev/null 2>"$W/err" || fail "export: $(cat "$W/err")"
+msrun_n 4 "${model[@]}" "${z3[@]}" --dp 4 --micro-batch 2 --steps 0 \
+    --export-safetensors "$W/z.st" >/dev/null 2>"$W/err" || fail "dp4 export: $(cat "$W/err")"
+cmp -s "$W/seed.st" "$W/z.st" || fail "dp4's export of the sharded experts differs from one process's"
+msrun_n 4 "${model[@]}" "${z3[@]}" --dp 4 --micro-batch 2 --steps 0 --init-from "$W/seed.st" \
+    --export-safetensors "$W/z2.st" >/dev/null 2>"$W/err" || fail "dp4 --init-from: $(cat "$W/err")"
+cmp -s "$W/seed.st" "$W/z2.st" || fail "dp4 --init-from did not load the experts' shards"
 
 # --auto with ZeRO-3 and pp 2 fixed: the search plans a MoE model's
 # ZeRO-3 beside pp (and ep) and the runtime trains the plan it takes
@@ -131,4 +184,13 @@ check 2 dp=2,tp=2,pp=1,sp=0,zero=3,recompute=none,micro_batch=2,ep=2 --tp 2 --ep
     --grad-accum 2 --bucket-mb 0.01 --zero-min-bytes 0
 check 2 dp=2,tp=1,pp=2,sp=0,zero=3,recompute=none,micro_batch=2,ep=2,schedule=1f1b --pp 2 \
     --ep 2 --zero 3 --grad-accum 2 --bucket-mb 0.01 --zero-min-bytes 0
+# the experts sharded over replica groups of 2
+check 2 dp=2,tp=2,pp=1,sp=0,zero=3,recompute=none,micro_batch=2,ep=1 --tp 2 --zero 3 \
+    --grad-accum 2 --bucket-mb 0.01 --zero-min-bytes 0
+check 2 dp=2,tp=1,pp=2,sp=0,zero=3,recompute=none,micro_batch=2,ep=1,schedule=1f1b --pp 2 \
+    --zero 3 --grad-accum 2 --bucket-mb 0.01 --zero-min-bytes 0
+check 2 dp=4,tp=1,pp=1,sp=0,zero=3,recompute=none,micro_batch=2,ep=2 --ep 2 --zero 3 \
+    --bucket-mb 0.01 --zero-min-bytes 0
+check 2 dp=2,tp=1,pp=1,sp=0,zero=3,recompute=none,micro_batch=2,ep=1,cp=2 --cp 2 --zero 3 \
+    --bucket-mb 0.01 --zero-min-bytes 0
 echo "train_gpt_zero3_moe: ok"
