@@ -5,7 +5,10 @@
  * MSR_RELAY_LEVELS_MAX relays served and one more refused; a lower relay's
  * subtree at its parent's bound and one past; the lower relays' subtrees
  * together at their parent's bound and one past; one node's two calls queued
- * on a relay sent in two batches. */
+ * on a relay sent in two batches; a lower relay holding its parent's whole
+ * subtree killed and replaced under another id, one more refused beside
+ * either (under a middle relay and under the coordinator); a middle relay's
+ * own nodes counted beside its lower relay, at its bound and one past. */
 #include <pthread.h>
 #include <signal.h>
 #include <stdio.h>
