@@ -313,6 +313,10 @@ int msr_coord_relay_cancel(msr_coord_t *c, void *call)
         if (b->call != call)
             continue;
         b->cancelled = 1;
+        /* the relay died (or its link up did): a replacement, under any
+         * id, may take its place; alive, it counts again with its next
+         * batch */
+        msr_relay_cover_drop_relay(&c->relay_cover, b->relay_id);
         /* the entries still held (a long-polled heartbeat: its node is
          * suspect, as when its own connection breaks; an answer waiting
          * for a save: the change stays) end with the call */

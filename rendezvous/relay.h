@@ -96,13 +96,20 @@ void msr_relay_call_key(msr_rpc_method_t m, const ProtobufCMessage *req, char *k
 int msr_relay_batch_check(const Msr__RelayRequest *req, uint32_t subtree_max, uint32_t levels_above,
                           ProtobufCMessage **reqs, char *why, size_t wlen);
 
-/* The relays under a relay (or the coordinator), each with the subtree it
- * declared, laid end to end in the order they first sent a batch: together
- * they must fit in the subtree of the one they send to, which counts the
- * nodes below its lower relays. Used by one thread. */
+/* What a relay's (or the coordinator's) subtree holds: the relays under
+ * it, each with the subtree it declared, laid end to end in the order they
+ * first sent a batch, and the nodes it serves itself, one each: together
+ * they must fit in its subtree (a relay's subtree counts the nodes below
+ * its lower relays and its own). A lower relay counts from its first batch
+ * until one of its Relay calls breaks (it died, or its link up did: a
+ * replacement, under any id, then takes its place; a relay still alive
+ * counts again with its next batch); a node from its first call until
+ * one of its calls fails or ends unanswered (it then calls elsewhere or is
+ * gone). Used by one thread. */
 typedef struct msr_relay_cover {
-    msr_map_t lower;  /* relay id -> its subtree, as a uintptr_t */
-    uint64_t covered; /* the sum of their subtrees */
+    msr_map_t lower;  /* "r:<relay id>" -> its subtree, "n:<node key>" -> 1, as uintptr_t */
+    uint64_t covered; /* the sum of both */
+    uint64_t nodes;   /* the nodes served directly, among covered */
 } msr_relay_cover_t;
 
 /* An empty cover. */
@@ -111,17 +118,30 @@ void msr_relay_cover_init(msr_relay_cover_t *cover);
 /* Frees the cover's memory; it is empty again. */
 void msr_relay_cover_cleanup(msr_relay_cover_t *cover);
 
-/* Checks req (checked already by msr_relay_batch_check) against the relays
- * under parent ("relay <id>" or "the coordinator", for messages), whose
- * subtree has subtree nodes: req's relay, seen before
- * or not, with its subtree now, and the others as recorded must cover at
- * most subtree nodes (a relay covering exactly parent's last node is
- * accepted, one past is not). Records req's relay's subtree on success.
- * 0, or -1 with why filled (naming both relays and the first node past
- * parent's subtree; MSR_RELAY_NO_MEMORY when memory ran out), the cover
- * unchanged. */
+/* Checks req (checked already by msr_relay_batch_check) against what
+ * parent ("relay <id>" or "the coordinator", for messages) covers, whose
+ * subtree has subtree nodes: req's relay, seen before or not, with its
+ * subtree now, and the rest as recorded must cover at most subtree nodes
+ * (a relay covering exactly parent's last node is accepted, one past is
+ * not). Records req's relay's subtree on success. 0, or -1 with why filled
+ * (naming both relays and the first node past parent's subtree;
+ * MSR_RELAY_NO_MEMORY when memory ran out), the cover unchanged. */
 int msr_relay_cover_check(msr_relay_cover_t *cover, const char *parent, uint32_t subtree,
                           const Msr__RelayRequest *req, char *why, size_t wlen);
+
+/* The lower relay relay_id no longer counts (one of its Relay calls broke).
+ * Nothing when it is not recorded. */
+void msr_relay_cover_drop_relay(msr_relay_cover_t *cover, const char *relay_id);
+
+/* Counts a node that parent serves itself, by its msr_relay_call_key: once
+ * only, whatever its calls. 0 (recorded now or before), or -1 with why
+ * filled when it would be one node past parent's subtree
+ * (MSR_RELAY_NO_MEMORY when memory ran out), the cover unchanged. */
+int msr_relay_cover_node(msr_relay_cover_t *cover, const char *parent, uint32_t subtree,
+                         const char *node_key, char *why, size_t wlen);
+
+/* The node of node_key no longer counts. Nothing when it is not recorded. */
+void msr_relay_cover_drop_node(msr_relay_cover_t *cover, const char *node_key);
 
 /* ---- the relay agent's server ---- */
 
@@ -131,7 +151,10 @@ int msr_relay_cover_check(msr_relay_cover_t *cover, const char *parent, uint32_t
  * answer to it. Relays of a lower level call it too (Relay): their batch
  * is checked as the coordinator would (msr_relay_batch_check, its subtree
  * at most this relay's), its calls queued with this relay's own, and it is
- * answered entry by entry once all its calls are. Other methods are
+ * answered entry by entry once all its calls are. The nodes it serves
+ * itself count against its subtree with its lower relays
+ * (msr_relay_cover_node): a node past it is refused alone with
+ * FAILED_PRECONDITION (it calls the coordinator). Other methods are
  * refused with UNIMPLEMENTED. */
 typedef struct msr_relay_server msr_relay_server_t;
 

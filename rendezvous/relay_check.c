@@ -117,29 +117,87 @@ void msr_relay_cover_cleanup(msr_relay_cover_t *c)
 {
     msr_map_cleanup(&c->lower, NULL);
     c->covered = 0;
+    c->nodes = 0;
+}
+
+/* The cover's key of a lower relay, apart from its nodes' ("n:..."). */
+static void relay_key(const char *relay_id, char *key, size_t len)
+{
+    snprintf(key, len, "r:%s", relay_id);
 }
 
 int msr_relay_cover_check(msr_relay_cover_t *c, const char *parent, uint32_t subtree,
                           const Msr__RelayRequest *req, char *why, size_t wlen)
 {
     const char *rid = req->relay_id;
-    uint64_t old = (uint64_t)(uintptr_t)msr_map_get(&c->lower, rid);
-    uint64_t others = c->covered - old; /* the nodes the other lower relays cover */
+    char key[MSR_RELAY_ID_MAX + 3];
+    relay_key(rid, key, sizeof key);
+    uint64_t old = (uint64_t)(uintptr_t)msr_map_get(&c->lower, key);
+    uint64_t others = c->covered - old; /* the other lower relays' and the own nodes */
     if (others + req->subtree > subtree) {
+        char own[64] = ""; /* the coordinator counts no nodes of its own */
+        if (c->nodes > 0)
+            snprintf(own, sizeof own, ", the nodes it serves itself %llu",
+                     (unsigned long long)c->nodes);
         snprintf(why, wlen,
                  "relay %s: its subtree of %u nodes would cover nodes %llu to %llu of %s, "
-                 "whose subtree has %u (the other relays under it cover %llu): node %llu lies "
+                 "whose subtree has %u (the other relays under it cover %llu%s): node %llu lies "
                  "outside %s's subtree",
                  rid, req->subtree, (unsigned long long)others + 1,
                  (unsigned long long)others + req->subtree, parent, subtree,
-                 (unsigned long long)others, (unsigned long long)subtree + 1, parent);
+                 (unsigned long long)(others - c->nodes), own, (unsigned long long)subtree + 1,
+                 parent);
         return -1;
     }
     if (old != req->subtree &&
-        msr_map_put(&c->lower, rid, (void *)(uintptr_t)req->subtree, NULL) != MSR_OK) {
+        msr_map_put(&c->lower, key, (void *)(uintptr_t)req->subtree, NULL) != MSR_OK) {
         snprintf(why, wlen, "%s", MSR_RELAY_NO_MEMORY);
         return -1;
     }
     c->covered = others + req->subtree;
     return 0;
+}
+
+void msr_relay_cover_drop_relay(msr_relay_cover_t *c, const char *relay_id)
+{
+    char key[MSR_RELAY_ID_MAX + 3];
+    relay_key(relay_id, key, sizeof key);
+    void *old = msr_map_remove(&c->lower, key);
+    c->covered -= (uint64_t)(uintptr_t)old;
+}
+
+int msr_relay_cover_node(msr_relay_cover_t *c, const char *parent, uint32_t subtree,
+                         const char *node_key, char *why, size_t wlen)
+{
+    char key[300];
+    snprintf(key, sizeof key, "n:%s", node_key);
+    if (msr_map_get(&c->lower, key) != NULL)
+        return 0;
+    if (c->covered + 1 > subtree) {
+        int first = strncmp(node_key, "hp:", 3) == 0; /* a first Join: "hp:<host> <pid>" */
+        snprintf(why, wlen,
+                 "%s %s would be node %llu of %s, whose subtree has %u (the relays under it "
+                 "cover %llu, the nodes it serves itself %llu); call the coordinator",
+                 first ? "the node joining from" : "node", node_key + 3,
+                 (unsigned long long)c->covered + 1, parent, subtree,
+                 (unsigned long long)(c->covered - c->nodes), (unsigned long long)c->nodes);
+        return -1;
+    }
+    if (msr_map_put(&c->lower, key, (void *)(uintptr_t)1, NULL) != MSR_OK) {
+        snprintf(why, wlen, "%s", MSR_RELAY_NO_MEMORY);
+        return -1;
+    }
+    c->covered++;
+    c->nodes++;
+    return 0;
+}
+
+void msr_relay_cover_drop_node(msr_relay_cover_t *c, const char *node_key)
+{
+    char key[300];
+    snprintf(key, sizeof key, "n:%s", node_key);
+    if (msr_map_remove(&c->lower, key) != NULL) {
+        c->covered--;
+        c->nodes--;
+    }
 }

@@ -15,13 +15,17 @@ struct msr_relay_server {
     msr_rpc_server_t *rpc;
     msr_relay_t *relay;
     uint32_t subtree;
-    msr_relay_cover_t cover; /* the relays under this one */
+    msr_relay_cover_t cover;       /* the relays under this one and the nodes it serves */
+    char me[MSR_RELAY_ID_MAX + 8]; /* "relay <id>", for messages */
 };
 
 /* A node's call being relayed; call is NULL once the node gave up. The
  * first member of every call's data (on_cancel clears it). */
 typedef struct node_call {
     msr_rpc_call_t *call;
+    msr_relay_server_t *server; /* NULL in a lower relay's batch (head) */
+    msr_rpc_method_t method;
+    char key[256]; /* the node's msr_relay_call_key */
 } node_call_t;
 
 /* A lower relay's batch being relayed: its calls queued on this relay,
@@ -38,14 +42,38 @@ typedef struct child_slot {
 
 struct child_batch {
     node_call_t head; /* the lower relay's Relay call */
+    msr_relay_server_t *server;
+    char relay_id[MSR_RELAY_ID_MAX + 1];
     size_t n, pending;
     child_slot_t slots[];
 };
+
+/* The node of nc's call counts under its node id once its first Join is
+ * answered, and no longer once a call of its fails (it calls the
+ * coordinator now, or is gone) or it leaves. */
+static void node_recount(node_call_t *nc, int code, const uint8_t *resp, size_t len)
+{
+    msr_relay_server_t *s = nc->server;
+    int first_join = strncmp(nc->key, "hp:", 3) == 0;
+    if (code != 0 || first_join || nc->method == MSR_RPC_LEAVE)
+        msr_relay_cover_drop_node(&s->cover, nc->key);
+    if (code != 0 || !first_join)
+        return;
+    Msr__JoinResponse *j = msr__join_response__unpack(NULL, len, resp);
+    char key[256], why[400];
+    snprintf(key, sizeof key, "id:%.200s", j && j->node_id ? j->node_id : "");
+    if (j != NULL && *j->node_id &&
+        msr_relay_cover_node(&s->cover, s->me, s->subtree, key, why, sizeof why) != 0)
+        MSR_WARN("%s: node %s joined but is not counted: %s", s->me, j->node_id, why);
+    if (j != NULL)
+        msr__join_response__free_unpacked(j, NULL);
+}
 
 static void node_answered(void *arg, int code, const char *message, const uint8_t *resp, size_t len)
 {
     node_call_t *nc = arg;
     if (nc->call != NULL) {
+        node_recount(nc, code, resp, len);
         msr_rpc_call_set_data(nc->call, NULL);
         if (code == 0) {
             grpc_slice s = grpc_slice_from_copied_buffer((const char *)resp, len);
@@ -123,10 +151,8 @@ static void on_child_batch(msr_relay_server_t *s, msr_rpc_call_t *call,
         msr_rpc_call_fail(call, MSR_RPC_RESOURCE_EXHAUSTED, "relay out of memory");
         return;
     }
-    char me[MSR_RELAY_ID_MAX + 8];
-    snprintf(me, sizeof me, "relay %s", msr_relay_id(s->relay));
     if (msr_relay_batch_check(req, s->subtree, 1, reqs, why, sizeof why) != 0 ||
-        msr_relay_cover_check(&s->cover, me, s->subtree, req, why, sizeof why) != 0) {
+        msr_relay_cover_check(&s->cover, s->me, s->subtree, req, why, sizeof why) != 0) {
         int no_mem = strcmp(why, MSR_RELAY_NO_MEMORY) == 0;
         if (!no_mem)
             MSR_WARN("relay %s: refused a lower relay's batch: %s", msr_relay_id(s->relay), why);
@@ -139,6 +165,8 @@ static void on_child_batch(msr_relay_server_t *s, msr_rpc_call_t *call,
         goto out;
     }
     cb->head.call = call;
+    cb->server = s;
+    snprintf(cb->relay_id, sizeof cb->relay_id, "%s", req->relay_id);
     cb->n = req->n_calls;
     cb->pending = req->n_calls + 1; /* + 1: held until every call is queued */
     msr_rpc_call_set_data(call, cb);
@@ -178,9 +206,23 @@ static void on_call(void *arg, msr_rpc_call_t *call, msr_rpc_method_t method, Pr
         return;
     }
     nc->call = call;
+    nc->server = s;
+    nc->method = method;
+    msr_relay_call_key(method, req, nc->key, sizeof nc->key);
+    char why[400];
+    if (msr_relay_cover_node(&s->cover, s->me, s->subtree, nc->key, why, sizeof why) != 0) {
+        int no_mem = strcmp(why, MSR_RELAY_NO_MEMORY) == 0;
+        msr_free(nc);
+        if (no_mem)
+            msr_rpc_call_fail(call, MSR_RPC_RESOURCE_EXHAUSTED, "relay out of memory");
+        else
+            msr_rpc_call_fail(call, MSR_RPC_FAILED_PRECONDITION, "%s", why);
+        return;
+    }
     msr_rpc_call_set_data(call, nc);
     if (msr_relay_submit(s->relay, method, req, node_answered, nc) != MSR_OK) {
         msr_rpc_call_set_data(call, NULL);
+        msr_relay_cover_drop_node(&s->cover, nc->key);
         msr_free(nc);
         msr_rpc_call_fail(call, MSR_RPC_RESOURCE_EXHAUSTED, "relay out of memory");
     }
@@ -189,10 +231,17 @@ static void on_call(void *arg, msr_rpc_call_t *call, msr_rpc_method_t method, Pr
 /* The node gave up on its call: its answer, when it comes, is dropped. */
 static void on_cancel(void *arg, msr_rpc_call_t *call)
 {
-    (void)arg;
+    msr_relay_server_t *s = arg;
     node_call_t *nc = msr_rpc_call_get_data(call);
-    if (nc != NULL)
-        nc->call = NULL;
+    if (nc == NULL)
+        return;
+    nc->call = NULL;
+    /* the node, or the lower relay, is gone (or its link is): it no longer
+     * counts, and counts again with its next call */
+    if (nc->server != NULL)
+        msr_relay_cover_drop_node(&s->cover, nc->key);
+    else
+        msr_relay_cover_drop_relay(&s->cover, ((child_batch_t *)nc)->relay_id);
 }
 
 msr_status_t msr_relay_server_create(msr_rpc_loop_t *loop, const char *address, const char *token,
@@ -214,6 +263,7 @@ msr_status_t msr_relay_server_create_tls(msr_rpc_loop_t *loop, const char *addre
         return MSR_ERR_NO_MEMORY;
     s->loop = loop;
     s->subtree = subtree;
+    snprintf(s->me, sizeof s->me, "relay %s", relay_id ? relay_id : "");
     msr_relay_cover_init(&s->cover);
     msr_status_t st = msr_relay_create(loop, up, relay_id, subtree, &s->relay);
     if (st != MSR_OK)

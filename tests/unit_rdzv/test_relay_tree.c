@@ -5,7 +5,10 @@
  * MSR_RELAY_LEVELS_MAX relays served and one more refused; a lower relay's
  * subtree at its parent's bound and one past; the lower relays' subtrees
  * together at their parent's bound and one past; one node's two calls queued
- * on a relay sent in two batches. */
+ * on a relay sent in two batches; a lower relay holding its parent's whole
+ * subtree killed and replaced under another id, one more refused beside
+ * either (under a middle relay and under the coordinator); a middle relay's
+ * own nodes counted beside its lower relay, at its bound and one past. */
 #include <pthread.h>
 #include <signal.h>
 #include <stdio.h>
@@ -193,7 +196,8 @@ static void test_middle_killed(void)
 
 /* A chain of relays r0 (under the coordinator) to r<LEVELS_MAX>: a node
  * calling r<LEVELS_MAX - 1> crosses MSR_RELAY_LEVELS_MAX relays and joins;
- * one calling r<LEVELS_MAX> would cross one more and hears why. */
+ * one calling r<LEVELS_MAX> would cross one more and hears why. Each
+ * relay's subtree of 2 holds the node it serves itself, or the one below. */
 static void test_chain_bound(void)
 {
     msr_tserved_t s;
@@ -202,7 +206,8 @@ static void test_chain_bound(void)
     for (int k = 0; k <= MSR_RELAY_LEVELS_MAX; k++) {
         char id[16];
         snprintf(id, sizeof id, "r%d", k);
-        msr_trelay_start(&r[k], k ? r[k - 1].target : s.target, "tok", id, 2);
+        msr_trelay_start(&r[k], k ? r[k - 1].target : s.target, "tok", id,
+                         k == MSR_RELAY_LEVELS_MAX ? 1 : 2);
     }
     msr_rpc_loop_t *loop;
     msr_rpc_channel_t *at, *past;
@@ -381,10 +386,125 @@ static void test_same_node_twice(void)
     msr_tserved_stop(&s);
 }
 
+/* A batch from relay id (subtree) accepted at target, waiting (20 s at
+ * most) for the relay that held its place to be dropped there: the parent
+ * hears of a lower relay's death on its own thread. */
+static void batch_accepted(const char *target, const char *id, uint32_t subtree, int index)
+{
+    uint64_t limit = msr_deadline_in_ms(20000);
+    char why[400];
+    int code = -1;
+    while (raw_batch(target, id, subtree, 0, index, &code, why, sizeof why) != MSR_OK) {
+        MSR_CHECK_MSG(strstr(why, "lies outside"), "relay %s: %s", id, why);
+        MSR_CHECK_MSG(!msr_deadline_passed(limit), "relay %s still refused after 20 s: %s", id,
+                      why);
+        msr_sleep_ms(20);
+    }
+    MSR_CHECK_MSG(code == 0, "relay %s's join: %d %s", id, code, why);
+}
+
+/* A lower relay replaced under another id, under parent (a middle relay of
+ * subtree bound, or the coordinator with MSR_RELAY_SUBTREE_MAX): while
+ * "old" (subtree bound) holds a node's heartbeat, one more node is refused;
+ * once old dies, "new" with the whole subtree (the bound) takes its place,
+ * without the parent restarting, and one more node is refused again. */
+static void replaced_under(const char *parent, const char *name, uint32_t bound)
+{
+    msr_trelay_t old;
+    msr_trelay_start(&old, parent, "tok", "old", (int)bound);
+    msr_rpc_loop_t *loop;
+    msr_rpc_channel_t *via;
+    MSR_CHECK_OK(msr_rpc_loop_create(&loop));
+    MSR_CHECK_OK(msr_rpc_channel_create_own(old.target, "tok", &via));
+    msr_tnode_call_t c;
+    memset(&c, 0, sizeof c);
+    join_start(via, loop, &c, 0, 8);
+    msr_tnode_calls_wait(loop, &c, 1);
+    MSR_CHECK_MSG(c.code == 0, "join through old: %d %s", c.code, c.message);
+    beat_start(via, loop, &c); /* held: the job needs 8 nodes */
+    char why[400], past[64];
+    int code = -1;
+    snprintf(past, sizeof past, "node %llu lies outside %s", (unsigned long long)bound + 1, name);
+    MSR_CHECK(raw_batch(parent, "extra", 1, 0, 1, &code, why, sizeof why) != MSR_OK);
+    MSR_CHECK_MSG(strstr(why, past), "one past beside old: %s", why);
+    msr_trelay_kill(&old);
+    msr_tnode_calls_wait(loop, &c, 1);
+    MSR_CHECK_MSG(c.code != 0, "a heartbeat through a dead relay succeeded");
+    batch_accepted(parent, "new", bound, 2);
+    MSR_CHECK(raw_batch(parent, "extra", 1, 0, 3, &code, why, sizeof why) != MSR_OK);
+    MSR_CHECK_MSG(strstr(why, past), "one past beside new: %s", why);
+    msr_rpc_channel_destroy(via);
+    msr_rpc_loop_destroy(loop);
+    msr_trelay_stop(&old);
+}
+
+static void test_replaced_relay(void)
+{
+    msr_tserved_t s;
+    msr_tserved_start_nodes(&s, 8);
+    msr_trelay_t mid;
+    msr_trelay_start(&mid, s.target, "tok", "mid", 3);
+    replaced_under(mid.target, "relay mid", 3);
+    msr_trelay_stop(&mid);
+    msr_tserved_stop(&s);
+    msr_tserved_start_nodes(&s, 8); /* a coordinator that saw no relay */
+    replaced_under(s.target, "the coordinator", MSR_RELAY_SUBTREE_MAX);
+    msr_tserved_stop(&s);
+}
+
+/* A Join for the node of index straight to a relay over ch: its answer. */
+static void own_join(msr_rpc_channel_t *ch, msr_rpc_loop_t *loop, msr_tnode_call_t *c, int index)
+{
+    join_start(ch, loop, c, index, 8);
+    msr_tnode_calls_wait(loop, c, 1);
+}
+
+/* The nodes a middle relay (subtree 3) serves itself count with its lower
+ * relays: beside "low" (2), a node of its own is its last (accepted, and
+ * joining again under its id counts once), a second is one past (refused
+ * alone, FAILED_PRECONDITION, so it calls the coordinator), as is a lower
+ * relay of 1 laid after them. */
+static void test_own_nodes(void)
+{
+    msr_tserved_t s;
+    msr_tserved_start_nodes(&s, 8);
+    msr_trelay_t mid;
+    msr_trelay_start(&mid, s.target, "tok", "mid", 3);
+    char why[400];
+    int code = -1;
+    MSR_CHECK_OK(raw_batch(mid.target, "low", 2, 0, 0, &code, why, sizeof why));
+    MSR_CHECK_MSG(code == 0, "low, nodes 1-2 of 3: %d %s", code, why);
+    msr_rpc_loop_t *loop;
+    msr_rpc_channel_t *ch;
+    MSR_CHECK_OK(msr_rpc_loop_create(&loop));
+    MSR_CHECK_OK(msr_rpc_channel_create_own(mid.target, "tok", &ch));
+    msr_tnode_call_t c[2];
+    memset(c, 0, sizeof c);
+    own_join(ch, loop, &c[0], 0);
+    MSR_CHECK_MSG(c[0].code == 0 && c[0].id[0], "mid's own node, node 3 of 3: %d %s", c[0].code,
+                  c[0].message);
+    own_join(ch, loop, &c[1], 1);
+    MSR_CHECK_EQ(c[1].code, MSR_RPC_FAILED_PRECONDITION);
+    MSR_CHECK_MSG(strstr(c[1].message, "would be node 4 of relay mid, whose subtree has 3 (the "
+                                       "relays under it cover 2, the nodes it serves itself 1)"),
+                  "%s", c[1].message);
+    own_join(ch, loop, &c[0], 0); /* again, under its id now */
+    MSR_CHECK_MSG(c[0].code == 0, "mid's own node joining again: %d %s", c[0].code, c[0].message);
+    MSR_CHECK(raw_batch(mid.target, "low-2", 1, 0, 2, &code, why, sizeof why) != MSR_OK);
+    MSR_CHECK_MSG(strstr(why, "would cover nodes 4 to 4 of relay mid") &&
+                      strstr(why, "the nodes it serves itself 1): node 4 lies outside"),
+                  "%s", why);
+    msr_rpc_channel_destroy(ch);
+    msr_rpc_loop_destroy(loop);
+    msr_trelay_stop(&mid);
+    msr_tserved_stop(&s);
+}
+
 static const msr_test_t tests[] = {
-    {"depth_two", test_depth_two, 60},     {"middle_killed", test_middle_killed, 60},
-    {"chain_bound", test_chain_bound, 60}, {"batch_bounds", test_batch_bounds, 60},
-    {"lower_cover", test_lower_cover, 60}, {"same_node_twice", test_same_node_twice, 30},
+    {"depth_two", test_depth_two, 60},           {"middle_killed", test_middle_killed, 60},
+    {"chain_bound", test_chain_bound, 60},       {"batch_bounds", test_batch_bounds, 60},
+    {"lower_cover", test_lower_cover, 60},       {"same_node_twice", test_same_node_twice, 30},
+    {"replaced_relay", test_replaced_relay, 60}, {"own_nodes", test_own_nodes, 60},
 };
 
 int main(int argc, char **argv)
