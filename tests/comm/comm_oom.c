@@ -1,12 +1,15 @@
 /* A member out of memory inside a collective (tests/comm/test_comm_oom.sh),
  * under the real msrun with 4 ranks: for every collective whose start
- * allocates (its scratch, its op slots, alltoallv's counts, the request
- * itself once the free ones are in use), the chosen members' first
- * allocation of the call fails; every member's call must fail with
+ * allocates on 4 ranks (its scratch, its op slots, alltoallv's counts, the
+ * request itself once the free ones are in use), the chosen members'
+ * first allocation of the call fails. Every member's call fails with
  * MSR_ERR_NO_MEMORY at once, not at the deadline (the communicators'
- * timeout is longer than the script allows), the failing ones saying out
- * of memory and the others naming one of the failing members; the world
- * stays usable. Linked to the static modules so that the allocation hook
+ * timeout is longer than the script allows), except a reduce's leaves,
+ * whose part is a send that may finish first; everyone's barrier after it
+ * fails the same way. The failing members say out of memory (or, when
+ * another failing member's notice came first, name it), the others name
+ * one of them; at least one member's allocation failed; the world stays
+ * usable. Linked to the static modules so that the allocation hook
  * reaches them. Every check that fails prints "FAIL" and exits 1; rank 0
  * prints "ok oom" at the end. */
 #include <stdio.h>
