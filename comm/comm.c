@@ -90,6 +90,20 @@ int msr_comm_break(msr_comm_t *comm, msr_status_t st)
     return 1;
 }
 
+void msr_comm_broken_why(msr_comm_t *comm, const char *why)
+{
+    if (atomic_load(&comm->broken_told))
+        return;
+    snprintf(comm->broken_why, sizeof comm->broken_why, "%s", why);
+    atomic_store(&comm->broken_told, 1);
+}
+
+void msr_comm_give_up(msr_comm_t *comm, msr_status_t st, const char *why)
+{
+    if (comm->size > 1 && comm->ops->give_up != NULL)
+        comm->ops->give_up(comm, st, why);
+}
+
 /* ---- communicators ---- */
 
 msr_status_t msr_comm_world(msr_ctx_t *ctx, msr_comm_t **comm_p)
@@ -158,7 +172,9 @@ msr_status_t msr_comm_check_usable(const msr_comm_t *comm, const char *what)
     }
     msr_status_t st = (msr_status_t)atomic_load(&comm->broken);
     if (st != MSR_OK) {
-        msr_err_set("%s: the communicator is broken (%s)", what, msr_status_str(st));
+        int told = atomic_load(&comm->broken_told);
+        msr_err_set("%s: the communicator is broken (%s)%s%s", what, msr_status_str(st),
+                    told ? ": " : "", told ? comm->broken_why : "");
         return st;
     }
     return MSR_OK;

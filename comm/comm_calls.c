@@ -288,7 +288,8 @@ static msr_status_t alltoallv(msr_comm_t *comm, const void *sendbuf, const uint6
     }
     a.v = msr_malloc(4 * n * sizeof(uint64_t));
     if (a.v == NULL) {
-        msr_err_set("%s: out of memory", what);
+        msr_err_set("%s: out of memory for the counts of %zu members", what, n);
+        msr_comm_give_up(comm, MSR_ERR_NO_MEMORY, msr_last_error());
         return MSR_ERR_NO_MEMORY;
     }
     /* interleaved: v[4j] sendcount, v[4j+1] sdispl, v[4j+2] recvcount,

@@ -90,6 +90,12 @@ typedef struct msr_comm_backend_ops {
     void (*release)(msr_comm_t *comm);
     /* Device backends (NULL for host ones): msr_comm_wait_stream. */
     msr_status_t (*wait_stream)(msr_comm_req_t *req, void *stream);
+    /* This member cannot take part in an operation it was called for (out
+     * of memory for its arguments before the backend saw it): breaks comm
+     * with st and tells the other members at once, their operations
+     * failing with st and naming this rank. NULL: the others see their
+     * deadline. */
+    void (*give_up)(msr_comm_t *comm, msr_status_t st, const char *why);
 } msr_comm_backend_ops_t;
 
 struct msr_comm {
@@ -99,8 +105,11 @@ struct msr_comm {
     int *world_ranks; /* size entries: member i's job rank */
     _Atomic int64_t timeout_ms;
     _Atomic int broken; /* msr_status_t: MSR_OK while healthy */
-    _Atomic int refs;   /* the owner's reference and one per request */
-    void *be;           /* the backend's state */
+    /* why, once the backend that broke it said (msr_comm_broken_why) */
+    char broken_why[160];
+    _Atomic int broken_told;
+    _Atomic int refs; /* the owner's reference and one per request */
+    void *be;         /* the backend's state */
     /* device communicators: the CUDA device (-1: a host communicator, whose
      * one-rank calls comm.c runs as host copies), the backend's own stream
      * and the stream the next operations go to (args.stream) */
@@ -121,6 +130,14 @@ void msr_comm_unref(msr_comm_t *comm);
 /* Marks comm broken with st; the first status wins. Returns 1 when this
  * call broke it, 0 when it already was. */
 int msr_comm_break(msr_comm_t *comm, msr_status_t st);
+
+/* The backend that broke comm (msr_comm_break returned 1) says why, once;
+ * the calls made on it afterwards repeat it. */
+void msr_comm_broken_why(msr_comm_t *comm, const char *why);
+
+/* comm.c, for comm_calls.c: ops->give_up where the backend has it and
+ * comm has other members. */
+void msr_comm_give_up(msr_comm_t *comm, msr_status_t st, const char *why);
 
 /* comm.c, for comm_calls.c: whether comm may take an operation (MSR_OK, or
  * the error set with what's name); whether a's operation on comm is one

@@ -91,6 +91,7 @@ msr_status_t ucx_comm_make(msr_ctx_t *ctx, ucx_engine_t *e, unsigned id, int ran
     uc->engine = e;
     uc->comm = comm;
     uc->id = id;
+    uc->broke_from = -1;
     for (int i = 0; i < size; i++)
         uc->peer[i] = &e->peers[world_ranks[i]];
     ucx_tuning_read(&uc->tune, e->local_size);
@@ -367,14 +368,13 @@ static msr_status_t begin(msr_comm_t *comm, const msr_coll_args_t *a, uint64_t d
 {
     ucx_comm_t *uc = comm->be;
     ucx_engine_t *e = uc->engine;
-    msr_status_t st = (msr_status_t)atomic_load(&comm->broken);
-    if (st != MSR_OK) {
-        msr_err_set("the communicator is broken (%s)", msr_status_str(st));
+    msr_status_t st = msr_comm_check_usable(comm, "comm");
+    if (st != MSR_OK)
         return st;
-    }
     ucx_req_t *r = req_get(e);
     if (r == NULL) {
-        msr_err_set("out of memory for a request");
+        msr_err_set("comm: out of memory for a request");
+        ucx_comm_give_up(uc, MSR_ERR_NO_MEMORY, msr_last_error());
         return MSR_ERR_NO_MEMORY;
     }
     r->pub.comm = comm;
@@ -389,6 +389,8 @@ static msr_status_t begin(msr_comm_t *comm, const msr_coll_args_t *a, uint64_t d
         r->pub.args.v = NULL; /* stays the caller's */
         msr_err_set("%s: cannot start: %s", r->algo ? r->algo : "comm", msr_status_str(st));
         req_put(e, r);
+        /* its sequence number is spent: the others must not wait for it */
+        ucx_comm_give_up(uc, st, msr_last_error());
         return st;
     }
     msr_list_push_back(&e->active, &r->link);
@@ -533,6 +535,14 @@ static void ucx_req_free_(msr_comm_req_t *pub)
     ucx_engine_unlock(e);
 }
 
+static void ucx_give_up(msr_comm_t *comm, msr_status_t st, const char *why)
+{
+    ucx_comm_t *uc = comm->be;
+    ucx_engine_lock(uc->engine);
+    ucx_comm_give_up(uc, st, why);
+    ucx_engine_unlock(uc->engine);
+}
+
 static const msr_comm_backend_ops_t ucx_ops = {
     .name = "ucx",
     .post = ucx_post,
@@ -543,4 +553,5 @@ static const msr_comm_backend_ops_t ucx_ops = {
     .split = ucx_split,
     .close = ucx_close,
     .release = ucx_release,
+    .give_up = ucx_give_up,
 };

@@ -106,11 +106,12 @@ void ucx_req_fail_step(ucx_req_t *r, msr_status_t st)
 static void send_aborts(ucx_comm_t *uc, msr_status_t st, int culprit)
 {
     ucx_engine_t *e = uc->engine;
-    int64_t *msg = msr_malloc(2 * sizeof(int64_t));
+    int64_t *msg = msr_malloc(sizeof uc->abort_in);
     if (msg == NULL)
         return;
     msg[0] = st;
     msg[1] = culprit;
+    msg[2] = uc->broke_from >= 0 ? uc->broke_from : uc->comm->rank;
     ucx_engine_bury(e, msg);
     for (int i = 0; i < uc->comm->size; i++) {
         ucx_peer_t *p = uc->peer[i];
@@ -120,7 +121,7 @@ static void send_aborts(ucx_comm_t *uc, msr_status_t st, int culprit)
         if (ep == NULL)
             continue;
         ucp_request_param_t prm = {.op_attr_mask = 0};
-        void *h = ucp_tag_send_nbx(ep, msg, 2 * sizeof(int64_t),
+        void *h = ucp_tag_send_nbx(ep, msg, sizeof uc->abort_in,
                                    ucx_tag(UCX_TAG_CTRL, uc->id, uc->comm->rank, 0), &prm);
         if (UCS_PTR_IS_PTR(h))
             ucx_engine_orphan(e, h);
@@ -144,6 +145,7 @@ void ucx_comm_fail(ucx_comm_t *uc, msr_status_t st, int culprit, const char *fmt
     va_start(ap, fmt);
     vsnprintf(why, sizeof why, fmt, ap);
     va_end(ap);
+    msr_comm_broken_why(uc->comm, why);
     if (uc->closed)
         return;
     MSR_DEBUG("comm %u: broken: %s", uc->id, why);
@@ -210,14 +212,33 @@ void ucx_engine_handle_aborts(ucx_engine_t *e)
         }
         if (st >= 0 || st == MSR_ERR_CANCELED)
             st = MSR_ERR_PEER_LOST;
+        int64_t from = uc->abort_in[2];
+        if (from >= 0 && from < uc->comm->size && from != uc->comm->rank &&
+            atomic_load(&uc->comm->broken) == MSR_OK)
+            uc->broke_from = (int)from;
         /* the culprit is a job rank, or -1 where the member gave up on
-         * its own (its deadline passed): then the status alone */
+         * its own: its deadline passed or a peer was lost to it (then the
+         * status alone), or it failed itself (out of memory, UCX refusing):
+         * then that member, named */
         char lost[48] = "";
         if (uc->abort_in[1] >= 0)
             snprintf(lost, sizeof lost, ", lost job rank %lld", (long long)uc->abort_in[1]);
-        ucx_comm_fail(uc, st, (int)uc->abort_in[1], "a member gave up on the communicator (%s%s)",
-                      msr_status_str(st), lost);
+        if (uc->abort_in[1] < 0 && st != MSR_ERR_TIMEOUT && st != MSR_ERR_PEER_LOST &&
+            uc->broke_from >= 0)
+            ucx_comm_fail(uc, st, -1, "rank %d of the communicator (job rank %d) failed (%s)",
+                          uc->broke_from, uc->comm->world_ranks[uc->broke_from],
+                          msr_status_str(st));
+        else
+            ucx_comm_fail(uc, st, (int)uc->abort_in[1],
+                          "a member gave up on the communicator (%s%s)", msr_status_str(st), lost);
     }
+}
+
+void ucx_comm_give_up(ucx_comm_t *uc, msr_status_t st, const char *why)
+{
+    if (uc->comm->size > 1 && st != MSR_ERR_CANCELED && st != MSR_ERR_INVALID_ARG &&
+        st != MSR_ERR_TRUNCATED)
+        ucx_comm_fail(uc, st, -1, "%s", why);
 }
 
 /* Polls the pidfds of the local members without blocking. */

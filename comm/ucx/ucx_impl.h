@@ -168,8 +168,14 @@ typedef struct ucx_comm {
     msr_list_t link;   /* in engine->comms */
     ucx_tuning_t tune;
     void *abort_req;
-    int64_t abort_in[2]; /* status, job rank (status MSR_OK: that member left) */
+    /* a notice: status, job rank (status MSR_OK: that member left), and
+     * the rank in the group whose failure it was (passed on unchanged by
+     * the members that relay it) */
+    int64_t abort_in[3];
     int abort_arrived;
+    /* once broken: the rank in the group whose failure broke it (as told;
+     * -1: this member's own) */
+    int broke_from;
     unsigned char *left; /* by rank: the member destroyed its communicator cleanly */
     int closed;
     /* one cached scratch block, reused by the next operation */
@@ -455,6 +461,13 @@ void ucx_engine_orphan(ucx_engine_t *e, void *ucp_req);
 void ucx_engine_bury(ucx_engine_t *e, void *mem);
 void ucx_comm_fail(ucx_comm_t *uc, msr_status_t st, int culprit, const char *fmt, ...)
     __attribute__((format(printf, 4, 5)));
+/* This member cannot take part in an operation it was called for (out of
+ * memory for its request, its scratch or its arguments, UCX refusing):
+ * breaks the communicator with st and why, and tells the other members at
+ * once, whose operations then fail with st, naming this rank (not at their
+ * deadline). Nothing for statuses that stay local (canceled, invalid
+ * arguments, truncated) or a group of one. Lock held. */
+void ucx_comm_give_up(ucx_comm_t *uc, msr_status_t st, const char *why);
 /* Tells the other members of a healthy communicator that this rank is done
  * with it, so that its exit afterwards does not break it for them. */
 void ucx_comm_say_left(ucx_comm_t *uc);

@@ -36,8 +36,10 @@ extern "C" {
  * communicator: its other operations fail with the same status, later calls
  * return it at once, the other members learn of it (they fail with
  * MSR_ERR_PEER_LOST or the sender's status), and msr_comm_destroy is the
- * only useful call left. Errors found before anything was sent
- * (MSR_ERR_INVALID_ARG, MSR_ERR_NO_MEMORY) leave it usable. msr_last_error()
+ * only useful call left. A member out of memory for an operation
+ * (MSR_ERR_NO_MEMORY) breaks it too, and tells the others at once: they
+ * fail with MSR_ERR_NO_MEMORY, their error naming that member. Argument
+ * errors (MSR_ERR_INVALID_ARG) leave it usable. msr_last_error()
  * describes the last failure of the calling thread. */
 typedef struct msr_comm msr_comm_t;
 

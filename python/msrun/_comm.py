@@ -2,6 +2,7 @@
 and the checks of their buffer arguments."""
 
 import ctypes as _c
+import operator as _operator
 
 from . import _lib
 from ._args import _IN_PLACE
@@ -109,6 +110,35 @@ class Comm:
         flags = COMM_OWN_WORKER if own_worker else 0
         _check(_L.msr_comm_dup(self._handle(), flags, _c.byref(h)), "msr_comm_dup")
         return self._ctx._adopt(h)  # pylint: disable=protected-access
+
+    def pairs(self, peers):
+        """msr_comm_pairs (collective): a Comm of two with each member peers
+        names (ranks in this communicator), each on a UCX worker of its own,
+        in the order given; pair k is ranked by rank here (the lower one 0).
+        Every member calls it ([] for none), and j lists i exactly when i
+        lists j. A bad list on any member raises on every member alike
+        (InvalidArgumentError; here TypeError for a peer that is not an
+        integer, ValueError for one past a C int), one member out of memory
+        or refused by UCX raises on every member at once, naming it; nothing
+        is made."""
+        h = self._handle()
+        try:
+            ranks = [_operator.index(p) for p in peers]
+            bad = None
+        except TypeError:
+            ranks, bad = [], TypeError("msrun: pairs: peers must be a sequence of integer ranks")
+        if any(r < -(2**31) or r >= 2**31 for r in ranks):
+            ranks, bad = [], ValueError("msrun: pairs: a peer is out of range: %r" % (peers,))
+        if bad is not None:
+            # still called, with a count C refuses, so that every member
+            # fails alike instead of waiting for this one
+            _L.msr_comm_pairs(h, -1, None, None)
+            raise bad
+        n = len(ranks)
+        arr = (_c.c_int * (n if n else 1))(*ranks)
+        out = (_c.c_void_p * (n if n else 1))()
+        _check(_L.msr_comm_pairs(h, n, arr, out), "msr_comm_pairs")
+        return [self._ctx._adopt(_c.c_void_p(out[k])) for k in range(n)]  # pylint: disable=protected-access
 
     # -- argument helpers
     def _pair(self, sendbuf, recvbuf, dtype):

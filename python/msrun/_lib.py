@@ -176,6 +176,7 @@ _PROTOTYPES = {
     "msr_comm_world": (status_t, [c_void_p, P(c_void_p)]),
     "msr_comm_split": (status_t, [c_void_p, c_int, c_int, P(c_void_p)]),
     "msr_comm_dup": (status_t, [c_void_p, c_unsigned, P(c_void_p)]),
+    "msr_comm_pairs": (status_t, [c_void_p, c_int, P(c_int), P(c_void_p)]),
     "msr_comm_destroy": (None, [c_void_p]),
     "msr_comm_rank": (c_int, [c_void_p]),
     "msr_comm_size": (c_int, [c_void_p]),

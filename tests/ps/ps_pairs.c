@@ -12,6 +12,12 @@
  *     the exchange of addresses): every member fails at once with
  *     MSR_ERR_NO_MEMORY, not at its deadline, the others naming that
  *     member, nothing written, the world usable after
+ *   - rank 2's k-th allocation of the call failing, for every k until a
+ *     call makes none fail: every member gets the same status (all made
+ *     and working, or all MSR_ERR_NO_MEMORY with nothing written), over a
+ *     communicator of its own each time (one that broke is destroyed)
+ *   - UCX refusing rank 1's engines (a UCX_TLS it has no transport for):
+ *     every member fails at once with that member's status, named
  *   - n = 0 on every rank: nothing made, success
  * Linked to the static modules so that the allocation hook reaches them.
  * Every check that fails prints "FAIL" and exits 1; rank 0 prints "ok
@@ -121,6 +127,100 @@ static void out_of_memory(msr_comm_t *world, int who)
     printf("out of memory on %d: rank %d: %s\n", who, me, msr_last_error());
 }
 
+/* Every rank's pairs over c, with every other rank of c. */
+static msr_status_t pairs_of_all(msr_comm_t *c, msr_comm_t **pairs, int *n_p)
+{
+    int me = msr_comm_rank(c), peers[NP - 1], n = 0;
+    for (int j = 0; j < NP; j++)
+        if (j != me)
+            peers[n++] = j;
+    for (int k = 0; k < n; k++)
+        pairs[k] = NULL;
+    *n_p = n;
+    return msr_comm_pairs(c, n, peers, pairs);
+}
+
+/* The same status on every member (over world, which stays whole). */
+static void same_everywhere(msr_comm_t *world, const char *what, msr_status_t st)
+{
+    int64_t lo = st, hi = -(int64_t)st;
+    OK(msr_comm_allreduce(world, MSR_IN_PLACE, &lo, 1, MSR_DTYPE_I64, MSR_OP_MIN));
+    OK(msr_comm_allreduce(world, MSR_IN_PLACE, &hi, 1, MSR_DTYPE_I64, MSR_OP_MIN));
+    if (lo != -hi)
+        fail("%s: the members returned different statuses (%lld to %lld)", what, (long long)lo,
+             (long long)-hi);
+}
+
+/* Rank 2's k-th allocation fails, k = 0, 1, ... until one call makes no
+ * allocation fail on it (it has fewer). */
+static void later_allocations(msr_comm_t *world)
+{
+    int me = msr_comm_rank(world), who = 2, k;
+    for (k = 0; k < 2000; k++) {
+        msr_comm_t *c, *pairs[NP - 1];
+        int n;
+        OK(msr_comm_split(world, 0, me, &c));
+        if (me == who)
+            msr_alloc_fail_at(k);
+        msr_status_t st = pairs_of_all(c, pairs, &n);
+        int64_t fired = msr_alloc_failed();
+        msr_alloc_fail_at(-1);
+        char what[64];
+        snprintf(what, sizeof what, "allocation %d of rank %d", k, who);
+        same_everywhere(world, what, st);
+        if (st != MSR_OK && st != MSR_ERR_NO_MEMORY)
+            fail("%s: msr_comm_pairs returned %s, want MSR_ERR_NO_MEMORY", what,
+                 msr_status_name(st));
+        if (st == MSR_OK && fired)
+            fail("%s failed and msr_comm_pairs succeeded", what);
+        for (int j = 0; j < n; j++) {
+            if (st != MSR_OK && pairs[j] != NULL)
+                fail("%s: pairs[%d] written on failure", what, j);
+            if (st != MSR_OK)
+                continue;
+            int64_t sum = me;
+            OK(msr_comm_allreduce(pairs[j], MSR_IN_PLACE, &sum, 1, MSR_DTYPE_I64, MSR_OP_SUM));
+            msr_comm_destroy(pairs[j]);
+        }
+        msr_comm_destroy(c);
+        OK(msr_comm_allreduce(world, MSR_IN_PLACE, &fired, 1, MSR_DTYPE_I64, MSR_OP_MAX));
+        if (!fired)
+            break;
+    }
+    if (k == 2000)
+        fail("rank %d still had an allocation to fail after %d", who, k);
+    if (me == 0)
+        printf("later allocations: each of rank %d's %d failed in turn, every member alike\n", who,
+               k);
+}
+
+/* UCX refuses rank 1's engines: it reads a UCX_TLS that names no
+ * transport it has when each engine opens. */
+static void ucx_refuses(msr_comm_t *world)
+{
+    int me = msr_comm_rank(world), who = 1;
+    msr_comm_t *pairs[NP - 1];
+    int n;
+    if (me == who)
+        setenv("UCX_TLS", "no_such_transport", 1);
+    msr_status_t st = pairs_of_all(world, pairs, &n);
+    if (me == who)
+        unsetenv("UCX_TLS");
+    same_everywhere(world, "UCX refusing", st);
+    if (st != MSR_ERR_BACKEND && st != MSR_ERR_NO_MEMORY)
+        fail("UCX refusing rank %d's engines: msr_comm_pairs returned %s (%s)", who,
+             msr_status_name(st), msr_last_error());
+    char named[64];
+    snprintf(named, sizeof named, "rank %d of the communicator failed", who);
+    if (me != who && strstr(msr_last_error(), named) == NULL)
+        fail("UCX refusing: the error '%s' does not name rank %d", msr_last_error(), who);
+    for (int k = 0; k < n; k++)
+        if (pairs[k] != NULL)
+            fail("UCX refusing: pairs[%d] written on failure", k);
+    OK(msr_comm_barrier(world));
+    printf("ucx refusing on %d: rank %d: %s\n", who, me, msr_last_error());
+}
+
 int main(void)
 {
     msr_ctx_t *ctx;
@@ -144,6 +244,8 @@ int main(void)
     all_pairs(world);
     for (int who = 0; who < NP; who++)
         out_of_memory(world, who);
+    later_allocations(world);
+    ucx_refuses(world);
     all_pairs(world); /* nothing left behind that stops a new call */
     OK(msr_comm_pairs(world, 0, NULL, NULL));
     msr_comm_destroy(world);

@@ -12,19 +12,28 @@
 . "$(dirname "$0")/../integration/lib.sh"
 PSL=$BUILD/tests/ps_lost
 export MSR_TIMEOUT=20
+# every run: 3 workers and 2 servers, the lost worker given 5 s
+RUN=(--worker_num=5 --local_worker_num=5 --ps_servers=2 --grace_period=5)
 
-run_msrun --worker_num=5 --local_worker_num=5 --ps_servers=2 --ps_staleness=1 \
-    --grace_period=5 "$PSL" async
-cat "$TMP/out"
-expect_code 0 "async"
-expect_not_in "FAIL" "$TMP/err" "async"
-expect_in "ok lost" "$TMP/out" "async"
+# lost_async MODE WHAT: an asynchronous run of ps_lost MODE and what each
+# must show: exit 0, both survivors at the end, both servers saying
+# worker 2 was lost
+lost_async() {
+    run_msrun "${RUN[@]}" --ps_staleness=1 "$PSL" "$1"
+    cat "$TMP/out"
+    expect_code 0 "$2"
+    expect_not_in "FAIL" "$TMP/err" "$2"
+    expect_in "ok lost" "$TMP/out" "$2"
+    for w in 0 1; do
+        expect_in "worker $w: 35 steps, 30 after worker 2 was lost" "$TMP/out" "$2"
+    done
+    local n
+    n=$(grep -c "worker 2 lost without a goodbye" "$TMP/err")
+    [ "$n" = 2 ] || fail "$2: $n servers said worker 2 was lost, want 2"
+}
+
+lost_async async async
 expect_in "worker 2: 5 steps, vanishing" "$TMP/out" "async"
-for w in 0 1; do
-    expect_in "worker $w: 35 steps, 30 after worker 2 was lost" "$TMP/out" "async"
-done
-n=$(grep -c "worker 2 lost without a goodbye" "$TMP/err")
-[ "$n" = 2 ] || fail "async: $n servers said worker 2 was lost, want 2"
 no_leftovers "async"
 ok "async: two workers trained on after the third was lost"
 
@@ -33,27 +42,16 @@ ok "async: two workers trained on after the third was lost"
 # at the end varies), the others go on in each
 inside=0
 for run in 1 2 3; do
-    run_msrun --worker_num=5 --local_worker_num=5 --ps_servers=2 --ps_staleness=1 \
-        --grace_period=5 "$PSL" killsend
-    cat "$TMP/out"
-    expect_code 0 "killsend $run"
-    expect_not_in "FAIL" "$TMP/err" "killsend $run"
-    expect_in "ok lost" "$TMP/out" "killsend $run"
+    lost_async killsend "killsend $run"
     expect_in "worker 2: 5 steps, dying inside a push" "$TMP/out" "killsend $run"
     expect_in "wide rows: server 0's [56] pushes, server 1's [56]" "$TMP/out" "killsend $run"
-    for w in 0 1; do
-        expect_in "worker $w: 35 steps, 30 after worker 2 was lost" "$TMP/out" "killsend $run"
-    done
-    n=$(grep -c "worker 2 lost without a goodbye" "$TMP/err")
-    [ "$n" = 2 ] || fail "killsend $run: $n servers said worker 2 was lost, want 2"
     grep -q "worker 2: ended inside the push" "$TMP/out" && inside=$((inside + 1))
     no_leftovers "killsend $run"
 done
 [ "$inside" -ge 1 ] || fail "killsend: the victim ended inside its push in none of 3 runs"
 ok "killsend: the victim ended inside its push in $inside of 3 runs; the others trained on"
 
-run_msrun --worker_num=5 --local_worker_num=5 --ps_servers=2 --max_restarts=1 \
-    --grace_period=5 "$PSL" sync
+run_msrun "${RUN[@]}" --max_restarts=1 "$PSL" sync
 cat "$TMP/out"
 expect_code 3 "sync"
 expect_not_in "FAIL" "$TMP/err" "sync"

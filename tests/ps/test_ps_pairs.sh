@@ -3,7 +3,9 @@
 # (tests/ps/ps_pairs.c), 4 ranks: one member's bad list (n and peers at and
 # past their bounds, a pair listed by one side only) refused on every
 # member; every rank paired with every other; each member out of memory
-# in turn, every member failing at once and naming it; no pair at all.
+# in turn, every member failing at once and naming it; each later
+# allocation of one member failing in turn, every member alike; UCX
+# refusing one member's engines, the others naming it; no pair at all.
 . "$(dirname "$0")/../integration/lib.sh"
 export MSR_TIMEOUT=20
 
@@ -21,7 +23,12 @@ for who in 0 1 2 3; do
         expect_in "out of memory on $who: rank $me: " "$TMP/out" "pairs"
     done
 done
+expect_in "later allocations: each of rank 2's [0-9]* failed in turn, every member alike" \
+    "$TMP/out" "pairs"
+for me in 0 1 2 3; do
+    expect_in "ucx refusing on 1: rank $me: " "$TMP/out" "pairs"
+done
 expect_in "ok pairs" "$TMP/out" "pairs"
 no_leftovers "pairs"
-ok "pairs: refusals on every member, every rank with every other, out of memory"
+ok "pairs: refusals on every member, every rank with every other, out of memory, UCX refusing"
 exit "$FAILED"
