@@ -384,3 +384,45 @@ msr_status_t msr_tckpt_agree_first(msr_ctx_t *ctx, int flag, int *first_p)
     msr_free(all);
     return MSR_OK;
 }
+
+msr_status_t msr_tckpt_index_total(const void *head, size_t hl, uint64_t *total_p)
+{
+    const unsigned char *b = head;
+    msr_tckpt_header_t h;
+    uint32_t n = 0, hl32 = 0;
+    if (hl < FIXED_LEN_V2 ||
+        (memcmp(b, PAYLOAD_MAGIC, 8) != 0 && memcmp(b, PAYLOAD_MAGIC_V2, 8) != 0) ||
+        head_decode(b, hl, SIZE_MAX, &h, &n, &hl32) != 0 || hl32 != hl)
+        return msr_err(MSR_ERR_CORRUPT, "checkpoint: not a train_gpt shard's index");
+    const unsigned char *p = b + hl - (size_t)n * 16;
+    uint64_t elements = 0;
+    for (uint32_t k = 0; k < n; k++) {
+        (void)get_u64(&p); /* lo */
+        uint64_t e = h.version >= 3 ? get_u32(&p) : get_u64(&p);
+        if (h.version >= 3)
+            (void)get_u32(&p); /* crc */
+        if (e > h.num_params || elements > h.num_params)
+            return msr_err(MSR_ERR_CORRUPT,
+                           "checkpoint: a train_gpt shard's index has pieces of more elements "
+                           "than its model's %llu",
+                           (unsigned long long)h.num_params);
+        elements += e;
+    }
+    *total_p = hl + 12 * elements;
+    return MSR_OK;
+}
+
+int msr_tckpt_exit_status(msr_status_t st)
+{
+    switch (st) {
+    case MSR_OK:
+        return 0;
+    case MSR_ERR_CORRUPT:
+    case MSR_ERR_CONFIG:
+    case MSR_ERR_NOT_FOUND:
+    case MSR_ERR_OVERFLOW:
+        return 2;
+    default:
+        return 1;
+    }
+}

@@ -284,6 +284,16 @@ msr_status_t train_gpt_cpu_restore(void *tr, const char *meta, int world, msr_tr
 msr_status_t train_gpt_latest_whole(const job_t *job, const char *dir, const char *meta,
                                     int64_t from, int64_t *step_p, int *world_p);
 
+/* A state file's read or open that failed with st: when st is
+ * MSR_ERR_CORRUPT because rank's file of step under dir is shorter than
+ * its index says (libmsrun refuses it when it is opened, before any piece
+ * is read), the error text goes on to say where the cut falls: the file's
+ * size, the size its index gives and the first piece the missing bytes
+ * cut, named by its tensor of the model meta describes (or its header and
+ * index, when the cut is in them). Returns st. */
+msr_status_t train_gpt_cut_err(msr_status_t st, const char *dir, int64_t step, int rank,
+                               const char *meta);
+
 /* Rank 0 (with --ckpt-dir) tells the coordinator that this generation
  * saves a checkpoint when a node waits to join (MSR_KEY_JOIN_SAVES), so
  * that it holds the re-form for that save. A failure is printed: the job

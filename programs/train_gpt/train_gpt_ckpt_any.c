@@ -6,9 +6,12 @@
  * step and of its rank of that world, every piece matches its CRC and
  * every file its own, and the pieces together hold every element of the
  * whole model. */
+#include <fcntl.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 #include "base/alloc.h"
 #include "base/crc32.h"
@@ -20,6 +23,96 @@
 #include "model/moe.h"
 #include "parallel/ckpt.h"
 #include "programs/train_gpt/train_gpt.h"
+
+static msr_gpt_t *whole_model(const char *meta);
+static const char *tensor_name(const msr_gpt_t *m, uint64_t g);
+
+/* How far into a state file its payload may start: libmsrun's header
+ * comes first (docs/checkpoint.md), found here by the payload's magic so
+ * that this file does not restate that header's layout. */
+#define CUT_SCAN 256
+
+/* Where fd's payload (its file size bytes, of step-N/rank-R.bin named
+ * what) was cut, when its index says it is longer: into why. 1: cut, 0:
+ * not (or not readable as far as its index). */
+static int cut_where(int fd, uint64_t size, const char *what, const msr_gpt_t *m, char *why,
+                     size_t len)
+{
+    unsigned char scan[CUT_SCAN];
+    ssize_t got = pread(fd, scan, sizeof scan, 0);
+    uint64_t at = 0; /* the payload's first byte in the file */
+    while (got > 0 && at + 8 <= (uint64_t)got && memcmp(scan + at, "MSRTRN0", 7) != 0)
+        at += 8;
+    if (got <= 0 || at + 8 > (uint64_t)got)
+        return 0;
+    size_t hl = MSR_TCKPT_PREFIX_LEN; /* at least */
+    if (size - at >= MSR_TCKPT_PREFIX_LEN &&
+        (at + MSR_TCKPT_PREFIX_LEN > (uint64_t)got ||
+         msr_tckpt_head_len(scan + at, MSR_TCKPT_PREFIX_LEN, &hl) != MSR_OK))
+        return 0;
+    if (size - at < hl) { /* its pieces' offsets are past the cut too */
+        snprintf(why, len,
+                 "%s is cut short inside its header and index: %llu bytes, of which the "
+                 "payload's header and index (from byte %llu) take %zu%s",
+                 what, (unsigned long long)size, (unsigned long long)at, hl,
+                 size - at < MSR_TCKPT_PREFIX_LEN ? " or more" : "");
+        return 1;
+    }
+    unsigned char *head = msr_malloc(hl);
+    msr_tckpt_header_t h;
+    msr_tckpt_range_t *r = NULL;
+    uint32_t n = 0;
+    uint64_t total = 0;
+    int cut = head != NULL && pread(fd, head, hl, (off_t)at) == (ssize_t)hl &&
+              msr_tckpt_index_total(head, hl, &total) == MSR_OK && total > size - at &&
+              msr_tckpt_decode_head(head, hl, (size_t)total, what, &h, &r, &n) == MSR_OK;
+    uint32_t k = 0; /* the first piece the missing bytes cut */
+    while (cut && k < n && r[k].offset + 12 * r[k].n <= size - at)
+        k++;
+    if (cut && k < n)
+        snprintf(why, len,
+                 "%s is cut short: %llu bytes, its index gives %llu; the cut falls %s the "
+                 "piece of tensor %s (elements [%llu, %llu) of the whole model, bytes [%llu, "
+                 "%llu) of the file)",
+                 what, (unsigned long long)size, (unsigned long long)(at + total),
+                 r[k].offset + at < size ? "inside" : "at the start of", tensor_name(m, r[k].lo),
+                 (unsigned long long)r[k].lo, (unsigned long long)(r[k].lo + r[k].n),
+                 (unsigned long long)(at + r[k].offset),
+                 (unsigned long long)(at + r[k].offset + 12 * r[k].n));
+    msr_free(r);
+    msr_free(head);
+    return cut && k < n;
+}
+
+/* train_gpt_cut_err with the whole model's tensor table m. */
+static msr_status_t cut_err(msr_status_t st, const char *dir, int64_t step, int rank,
+                            const msr_gpt_t *m)
+{
+    char path[4200], what[64], why[MSR_ERR_TEXT_MAX], was[MSR_ERR_TEXT_MAX];
+    struct stat sb;
+    if (st != MSR_ERR_CORRUPT)
+        return st;
+    snprintf(was, sizeof was, "%s", msr_err_msg_or(st)); /* the looking sets texts of its own */
+    snprintf(path, sizeof path, "%s/step-%lld/rank-%d.bin", dir, (long long)step, rank);
+    snprintf(what, sizeof what, "step-%lld/rank-%d.bin", (long long)step, rank);
+    int fd = open(path, O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC), cut = 0;
+    if (fd >= 0 && fstat(fd, &sb) == 0 && S_ISREG(sb.st_mode))
+        cut = cut_where(fd, (uint64_t)sb.st_size, what, m, why, sizeof why);
+    if (fd >= 0)
+        close(fd);
+    return cut ? msr_err(st, "%s: %s", was, why) : msr_err(st, "%s", was);
+}
+
+msr_status_t train_gpt_cut_err(msr_status_t st, const char *dir, int64_t step, int rank,
+                               const char *meta)
+{
+    if (st != MSR_ERR_CORRUPT)
+        return st;
+    msr_gpt_t *m = whole_model(meta);
+    st = cut_err(st, dir, step, rank, m);
+    msr_gpt_destroy(m);
+    return st;
+}
 
 /* One shard's index: header and range table (head holds them). */
 typedef struct shard {
@@ -39,7 +132,8 @@ static void shard_free(shard_t *s)
 
 /* Reads and decodes the index of rank's shard of step (saved by world
  * ranks), checking that it says so. Errors name the file. */
-static msr_status_t shard_read(const char *dir, int64_t step, int rank, int world, shard_t *s)
+static msr_status_t shard_read(const char *dir, int64_t step, int rank, int world,
+                               const msr_gpt_t *m, shard_t *s)
 {
     unsigned char fixed[MSR_TCKPT_PREFIX_LEN];
     size_t hl = 0;
@@ -47,6 +141,7 @@ static msr_status_t shard_read(const char *dir, int64_t step, int rank, int worl
     memset(s, 0, sizeof *s);
     snprintf(what, sizeof what, "step-%lld/rank-%d.bin", (long long)step, rank);
     msr_status_t st = msr_ckpt_read_rank(NULL, dir, step, rank, 0, fixed, sizeof fixed, &s->total);
+    st = cut_err(st, dir, step, rank, m);
     if (st == MSR_OK && (st = msr_tckpt_head_len(fixed, sizeof fixed, &hl)) == MSR_OK &&
         (hl < sizeof fixed || hl > s->total))
         st = msr_err(MSR_ERR_CORRUPT, "%s has a header of %zu bytes in %llu", what, hl,
@@ -153,7 +248,7 @@ static msr_status_t step_covered(const char *dir, int64_t step, int world, uint6
     msr_status_t st = MSR_OK;
     for (int q = 0; q < world && st == MSR_OK; q++) {
         shard_t s;
-        if ((st = shard_read(dir, step, q, world, &s)) != MSR_OK)
+        if ((st = shard_read(dir, step, q, world, m, &s)) != MSR_OK)
             break;
         msr_tckpt_range_t *grown = msr_realloc_array(all, n + s.n + 1, sizeof *all);
         if (grown == NULL)
@@ -188,10 +283,10 @@ static int step_whole(const job_t *job, const char *dir, int64_t step, int world
                       const msr_gpt_t *m, void *buf)
 {
     shard_t s0 = {0}; /* rank 0's: the model's size */
-    msr_status_t st = job->rank == 0 ? shard_read(dir, step, 0, world, &s0) : MSR_OK;
+    msr_status_t st = job->rank == 0 ? shard_read(dir, step, 0, world, m, &s0) : MSR_OK;
     for (int q = job->rank; q < world && st == MSR_OK; q += job->world) {
         shard_t s;
-        if ((st = shard_read(dir, step, q, world, &s)) == MSR_OK)
+        if ((st = shard_read(dir, step, q, world, m, &s)) == MSR_OK)
             st = shard_check(dir, step, q, &s, m, buf);
         shard_free(&s);
     }
