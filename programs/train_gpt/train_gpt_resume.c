@@ -266,8 +266,10 @@ msr_status_t train_gpt_resume(const trainer_t *t, const job_t *job, const option
          * that checks every shard of a step and that they cover the model */
         int64_t failed = any;
         msr_status_t fst = train_gpt_latest_whole(job, o->ckpt_dir, meta, failed, &any, &world);
-        if (fst != MSR_OK)
+        if (fst != MSR_OK) { /* the machine's (damage only refuses a step): exit 1 */
+            fprintf(stderr, "train_gpt: %s: %s\n", msr_status_str(fst), msr_err_msg_or(fst));
             return fst;
+        }
         if (any >= 0 && any < failed)
             st = restore_step(t, job, o, meta, any, world, 0, &f);
         else

@@ -9,6 +9,11 @@
 # file's own index), and inside libmsrun's header before the payload (the
 # file named). A shard missing from a complete step: exit 2. An I/O error
 # reading an intact file (a preloaded pread, read_cut_shim.c): exit 1.
+# The checked search for an intact step with one rank's allocations failed
+# in turn (ckpt_whole_worker, on 2 and 3 workers): every round either finds
+# the step a search without failures finds, or ends on every rank at once
+# (exit 1, the rank out of memory saying so, the others naming it), none
+# waiting; the checkpoint's files are left as they were.
 # Checkpoints of tp 2 (2 ranks), resumed by tp 2, by dp 2 ZeRO-3 (another
 # layout) and by one process (another world size: train_gpt's own search).
 #   train_gpt_ckpt_bad.sh
@@ -130,4 +135,49 @@ if [[ -z ${MSRUN_SANITIZE:-} ]]; then
     echo "ok an I/O error: exit 1"
 fi
 inspect 0 "every checksum matches, every element present" "$work/good"
+
+# out of memory in the checked search: steps 3 and 6, 6 damaged in a piece
+msrun_n "${tp2[@]}" --steps 6 --ckpt-every 3 --ckpt-dir "$work/two" >/dev/null \
+    2>"$work/err" || fail "saving steps 3 and 6: $(cat "$work/err")"
+printf '\x55' | dd of="$work/two/step-6/$(basename "$file")" bs=1 seek=$((size - 100)) \
+    conv=notrunc 2>/dev/null
+(cd "$work/two" && find . -type f -print0 | sort -z | xargs -0 sha256sum) >"$work/sums"
+whole() { # whole RANKS NOMEM: the worker's rounds in $work/log
+    local job=ckwhole-$$-$RANDOM rc=0
+    jobs_started+=("$job")
+    timeout -k 5 60 "${msrun_cmd[@]}" --worker_num="$1" --local_worker_num="$1" --job_id="$job" \
+        "${worker_env[@]}" "$MSRUN_BUILD/tests/ckpt_whole_worker" "$work/two" 6 \
+        "layers 2 channels 32 heads 4 seq 16 vocab 256" "$2" >"$work/log" 2>&1 || rc=$?
+    kill_job "$job"
+    [[ $rc -ne 124 && $rc -ne 137 ]] || fail "$1 ranks, rank $2 out of memory: a rank waits"
+    [[ $rc -eq 0 ]] || fail "$1 ranks, rank $2 out of memory: exit $rc: $(cat "$work/log")"
+    python3 - "$work/log" "$1" "$2" <<'PY' || fail "$1 ranks, rank $2 out of memory (above)"
+import re, sys
+ranks, nomem = int(sys.argv[2]), int(sys.argv[3])
+rounds = {}
+for line in open(sys.argv[1]):
+    m = re.search(r"\[node 0 rank (\d+)\] round (\d+): (.*)", line)
+    if m:
+        rounds.setdefault(int(m[2]), {})[int(m[1])] = m[3]
+last = max(rounds)
+assert sorted(rounds) == list(range(last + 1)), sorted(rounds)
+failed = 0
+for i, said in sorted(rounds.items()):
+    assert sorted(said) == list(range(ranks)), (i, said)
+    if i == last or not said[nomem].startswith("failed"):
+        assert all(v == f"step 3 of 2 ranks" for v in said.values()), (i, said)
+        continue
+    failed += 1
+    assert all(v.startswith("failed: ") and "(exit 1)" in v for v in said.values()), (i, said)
+    assert "out of memory" in said[nomem], (i, said)
+    for r, v in said.items():
+        assert r == nomem or f"rank {nomem} " in v, (i, r, v)
+assert failed > 0, "no round failed"
+print(f"{ranks} ranks, rank {nomem} out of memory: {last} rounds, {failed} failed on every rank")
+PY
+}
+whole 2 1
+whole 3 0
+(cd "$work/two" && find . -type f -print0 | sort -z | xargs -0 sha256sum) | cmp -s - "$work/sums" ||
+    fail "the checked search changed the checkpoint's files"
 echo "ok"
