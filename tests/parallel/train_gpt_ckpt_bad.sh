@@ -20,6 +20,7 @@
 set -euo pipefail
 bin="$MSRUN_BUILD/bin"
 source "$(dirname "$0")/job_env.sh"
+source "$(dirname "$0")/ckpt_worker_env.sh"
 job_test_setup
 job_prefix=ckbad
 train_args=(--layers 2 --channels 32 --heads 4 --seq 16 --micro-batch 2 --grad-accum 2)
@@ -143,13 +144,9 @@ printf '\x55' | dd of="$work/two/step-6/$(basename "$file")" bs=1 seek=$((size -
     conv=notrunc 2>/dev/null
 (cd "$work/two" && find . -type f -print0 | sort -z | xargs -0 sha256sum) >"$work/sums"
 whole() { # whole RANKS NOMEM: the worker's rounds in $work/log
-    local job=ckwhole-$$-$RANDOM rc=0
-    jobs_started+=("$job")
-    timeout -k 5 60 "${msrun_cmd[@]}" --worker_num="$1" --local_worker_num="$1" --job_id="$job" \
-        "${worker_env[@]}" "$MSRUN_BUILD/tests/ckpt_whole_worker" "$work/two" 6 \
-        "layers 2 channels 32 heads 4 seq 16 vocab 256" "$2" >"$work/log" 2>&1 || rc=$?
-    kill_job "$job"
-    [[ $rc -ne 124 && $rc -ne 137 ]] || fail "$1 ranks, rank $2 out of memory: a rank waits"
+    local rc=0
+    ckpt_worker "$1" 60 ckpt_whole_worker "$work/two" 6 \
+        "layers 2 channels 32 heads 4 seq 16 vocab 256" "$2" || rc=$?
     [[ $rc -eq 0 ]] || fail "$1 ranks, rank $2 out of memory: exit $rc: $(cat "$work/log")"
     python3 - "$work/log" "$1" "$2" <<'PY' || fail "$1 ranks, rank $2 out of memory (above)"
 import re, sys
