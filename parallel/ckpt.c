@@ -401,7 +401,7 @@ msr_status_t msr_tckpt_index_total(const void *head, size_t hl, uint64_t *total_
         uint64_t e = h.version >= 3 ? get_u32(&p) : get_u64(&p);
         if (h.version >= 3)
             (void)get_u32(&p); /* crc */
-        if (e > h.num_params || elements > h.num_params)
+        if (e > h.num_params - elements || elements + e > (UINT64_MAX - hl) / 12)
             return msr_err(MSR_ERR_CORRUPT,
                            "checkpoint: a train_gpt shard's index has pieces of more elements "
                            "than its model's %llu",
