@@ -420,7 +420,6 @@ int msr_tckpt_exit_status(msr_status_t st)
     case MSR_ERR_CORRUPT:
     case MSR_ERR_CONFIG:
     case MSR_ERR_NOT_FOUND:
-    case MSR_ERR_OVERFLOW:
         return 2;
     default:
         return 1;

@@ -153,9 +153,9 @@ size_t msr_tckpt_meta_diff(const char *a, const char *b);
  * (docs/checkpoint.md, "Exit status"): 0 for MSR_OK; 2 (bad input) when
  * the checkpoint itself is at fault, so the same files fail the same way
  * on every retry: its bytes (MSR_ERR_CORRUPT: cut short, a damaged piece,
- * index or header), its settings (MSR_ERR_CONFIG: another model's), a
- * file its commit record names that is not there (MSR_ERR_NOT_FOUND) or
- * a size in it out of range (MSR_ERR_OVERFLOW); 1 for every other error,
+ * index or header), its settings (MSR_ERR_CONFIG: another model's) or a
+ * file its commit record names that is not there (MSR_ERR_NOT_FOUND); 1
+ * for every other error,
  * the machine's: an I/O error reading an intact file, memory, the store,
  * a lost peer (the same files may load on a retry). */
 int msr_tckpt_exit_status(msr_status_t st);
