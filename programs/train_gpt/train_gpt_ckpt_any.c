@@ -27,63 +27,6 @@
 static msr_gpt_t *whole_model(const char *meta);
 static const char *tensor_name(const msr_gpt_t *m, uint64_t g);
 
-/* How far into a state file its payload may start: libmsrun's header
- * comes first (docs/checkpoint.md), found here by the payload's magic so
- * that this file does not restate that header's layout. */
-#define CUT_SCAN 256
-
-/* Where fd's payload (its file size bytes, of step-N/rank-R.bin named
- * what) was cut, when its index says it is longer: into why. 1: cut, 0:
- * not (or not readable as far as its index). */
-static int cut_where(int fd, uint64_t size, const char *what, const msr_gpt_t *m, char *why,
-                     size_t len)
-{
-    unsigned char scan[CUT_SCAN];
-    ssize_t got = pread(fd, scan, sizeof scan, 0);
-    uint64_t at = 0; /* the payload's first byte in the file */
-    while (got > 0 && at + 8 <= (uint64_t)got && memcmp(scan + at, "MSRTRN0", 7) != 0)
-        at += 8;
-    if (got <= 0 || at + 8 > (uint64_t)got)
-        return 0;
-    size_t hl = MSR_TCKPT_PREFIX_LEN; /* at least */
-    if (size - at >= MSR_TCKPT_PREFIX_LEN &&
-        (at + MSR_TCKPT_PREFIX_LEN > (uint64_t)got ||
-         msr_tckpt_head_len(scan + at, MSR_TCKPT_PREFIX_LEN, &hl) != MSR_OK))
-        return 0;
-    if (size - at < hl) { /* its pieces' offsets are past the cut too */
-        snprintf(why, len,
-                 "%s is cut short inside its header and index: %llu bytes, of which the "
-                 "payload's header and index (from byte %llu) take %zu%s",
-                 what, (unsigned long long)size, (unsigned long long)at, hl,
-                 size - at < MSR_TCKPT_PREFIX_LEN ? " or more" : "");
-        return 1;
-    }
-    unsigned char *head = msr_malloc(hl);
-    msr_tckpt_header_t h;
-    msr_tckpt_range_t *r = NULL;
-    uint32_t n = 0;
-    uint64_t total = 0;
-    int cut = head != NULL && pread(fd, head, hl, (off_t)at) == (ssize_t)hl &&
-              msr_tckpt_index_total(head, hl, &total) == MSR_OK && total > size - at &&
-              msr_tckpt_decode_head(head, hl, (size_t)total, what, &h, &r, &n) == MSR_OK;
-    uint32_t k = 0; /* the first piece the missing bytes cut */
-    while (cut && k < n && r[k].offset + 12 * r[k].n <= size - at)
-        k++;
-    if (cut && k < n)
-        snprintf(why, len,
-                 "%s is cut short: %llu bytes, its index gives %llu; the cut falls %s the "
-                 "piece of tensor %s (elements [%llu, %llu) of the whole model, bytes [%llu, "
-                 "%llu) of the file)",
-                 what, (unsigned long long)size, (unsigned long long)(at + total),
-                 r[k].offset + at < size ? "inside" : "at the start of", tensor_name(m, r[k].lo),
-                 (unsigned long long)r[k].lo, (unsigned long long)(r[k].lo + r[k].n),
-                 (unsigned long long)(at + r[k].offset),
-                 (unsigned long long)(at + r[k].offset + 12 * r[k].n));
-    msr_free(r);
-    msr_free(head);
-    return cut && k < n;
-}
-
 /* train_gpt_cut_err with the whole model's tensor table m. */
 static msr_status_t cut_err(msr_status_t st, const char *dir, int64_t step, int rank,
                             const msr_gpt_t *m)
@@ -96,8 +39,10 @@ static msr_status_t cut_err(msr_status_t st, const char *dir, int64_t step, int 
     snprintf(path, sizeof path, "%s/step-%lld/rank-%d.bin", dir, (long long)step, rank);
     snprintf(what, sizeof what, "step-%lld/rank-%d.bin", (long long)step, rank);
     int fd = open(path, O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC), cut = 0;
-    if (fd >= 0 && fstat(fd, &sb) == 0 && S_ISREG(sb.st_mode))
-        cut = cut_where(fd, (uint64_t)sb.st_size, what, m, why, sizeof why);
+    msr_tckpt_cut_t c;
+    if (fd >= 0 && fstat(fd, &sb) == 0 && S_ISREG(sb.st_mode) &&
+        (cut = msr_tckpt_find_cut(fd, (uint64_t)sb.st_size, &c)) != 0)
+        msr_tckpt_cut_say(&c, what, tensor_name(m, c.piece.lo), why, sizeof why);
     if (fd >= 0)
         close(fd);
     return cut ? msr_err(st, "%s: %s", was, why) : msr_err(st, "%s", was);
