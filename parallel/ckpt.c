@@ -484,10 +484,11 @@ void msr_tckpt_cut_say(const msr_tckpt_cut_t *c, const char *what, const char *t
     else
         snprintf(out, len,
                  "%s is cut short: %" PRIu64 " bytes, its index gives %" PRIu64
-                 "; the cut falls %s the piece of tensor %s (elements [%" PRIu64 ", %" PRIu64
+                 "; the cut falls %s the piece %s%s%s(elements [%" PRIu64 ", %" PRIu64
                  ") of the whole model, bytes [%" PRIu64 ", %" PRIu64 ") of the file)",
                  what, c->size, c->want, c->piece.offset < c->size ? "inside" : "at the start of",
-                 tensor, c->piece.lo, c->piece.lo + c->piece.n, c->piece.offset,
+                 tensor != NULL ? "of tensor " : "", tensor != NULL ? tensor : "",
+                 tensor != NULL ? " " : "", c->piece.lo, c->piece.lo + c->piece.n, c->piece.offset,
                  c->piece.offset + 12 * c->piece.n);
 }
 

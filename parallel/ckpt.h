@@ -150,8 +150,9 @@ int msr_tckpt_find_cut(int fd, uint64_t size, msr_tckpt_cut_t *cut_p);
  * in the tensor named tensor: "WHAT is cut short: N bytes, its index
  * gives M; the cut falls inside the piece of tensor T (elements [A, B) of
  * the whole model, bytes [X, Y) of the file)" ("at the start of" when the
- * cut is at its first byte), or "... cut short inside its header and
- * index ..." when want is 0. Into out (len bytes). */
+ * cut is at its first byte; tensor NULL: "the piece (elements ..."), or
+ * "... cut short inside its header and index ..." when want is 0. Into
+ * out (len bytes). */
 void msr_tckpt_cut_say(const msr_tckpt_cut_t *c, const char *what, const char *tensor, char *out,
                        size_t len);
 

@@ -6,11 +6,13 @@
  * Exit 0: whole and intact; 2: bad input (the file and tensor named); 1:
  * the machine failed (an I/O error, memory: msr_tckpt_exit_status). */
 #include <dirent.h>
+#include <fcntl.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 #include "base/alloc.h"
 #include "ckpt.h"
@@ -70,9 +72,28 @@ static void shard_free(shard_t *s)
     memset(s, 0, sizeof *s);
 }
 
+static const char *tensor_name(const msr_gpt_t *m, uint64_t g);
+
+/* When the file path (named what) is shorter than its index says, where
+ * the cut falls (msr_tckpt_cut_say; the piece's tensor of model m, or
+ * none when m is NULL) into out; else out is "". */
+static void cut_said(const char *path, const char *what, const msr_gpt_t *m, char *out, size_t len)
+{
+    struct stat sb;
+    msr_tckpt_cut_t c;
+    int fd = open(path, O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC);
+    out[0] = '\0';
+    if (fd >= 0 && fstat(fd, &sb) == 0 && S_ISREG(sb.st_mode) &&
+        msr_tckpt_find_cut(fd, (uint64_t)sb.st_size, &c))
+        msr_tckpt_cut_say(&c, what, m != NULL ? tensor_name(m, c.piece.lo) : NULL, out, len);
+    if (fd >= 0)
+        close(fd);
+}
+
 /* Reads rank's shard's index into s: 0, or the exit status with the
- * error on stderr. */
-static int shard_read(const char *dir, long long step, int rank, shard_t *s)
+ * error on stderr (a file cut short: where, its tensor of model m when
+ * not NULL). */
+static int shard_read(const char *dir, long long step, int rank, const msr_gpt_t *m, shard_t *s)
 {
     unsigned char fixed[MSR_TCKPT_PREFIX_LEN];
     uint64_t total = 0;
@@ -92,7 +113,11 @@ static int shard_read(const char *dir, long long step, int rank, shard_t *s)
     if (st == MSR_OK)
         st = msr_tckpt_decode_head(s->head, hl, (size_t)total, what, &s->h, &s->r, &s->n);
     if (st != MSR_OK) {
-        fprintf(stderr, "msrun ckpt: %s\n", msr_err_msg_or(st)); /* it names the file */
+        char cut[4600] = "", was[MSR_ERR_TEXT_MAX];
+        snprintf(was, sizeof was, "%s", msr_err_msg_or(st)); /* it names the file */
+        if (st == MSR_ERR_CORRUPT)
+            cut_said(what, what, m, cut, sizeof cut);
+        fprintf(stderr, "msrun ckpt: %s%s%s\n", was, cut[0] != '\0' ? ": " : "", cut);
         shard_free(s);
         return msr_tckpt_exit_status(st);
     }
@@ -204,7 +229,7 @@ static int inspect(const char *dir, long long step)
                 dir);
         return EXIT_BAD;
     }
-    int rc = shard_read(dir, step, 0, &s0);
+    int rc = shard_read(dir, step, 0, NULL, &s0);
     if (rc != 0)
         return rc;
     if (shape_of(s0.h.meta, &cfg) != 0 ||
@@ -238,7 +263,7 @@ static int inspect(const char *dir, long long step)
     }
     for (uint32_t r = 0; r < s0.h.world && rc == 0; r++) {
         shard_t s;
-        if ((rc = shard_read(dir, step, (int)r, &s)) != 0)
+        if ((rc = shard_read(dir, step, (int)r, m, &s)) != 0)
             break;
         if (s.h.step != s0.h.step || s.h.world != s0.h.world || s.h.rank != r ||
             strcmp(s.h.meta, s0.h.meta) != 0) {
@@ -268,7 +293,7 @@ static int inspect(const char *dir, long long step)
 int ckpt_settings(const char *dir, long long step, char *meta, size_t len)
 {
     shard_t s0;
-    int rc = shard_read(dir, step, 0, &s0);
+    int rc = shard_read(dir, step, 0, NULL, &s0);
     if (rc != 0)
         return rc;
     snprintf(meta, len, "%s", s0.h.meta);

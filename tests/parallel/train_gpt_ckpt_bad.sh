@@ -7,8 +7,9 @@
 # byte short of the end, inside the header and index (the sizes, and the
 # piece by its tensor and elements, which this script finds from the
 # file's own index), and inside libmsrun's header before the payload (the
-# file named). A shard missing from a complete step: exit 2. An I/O error
-# reading an intact file (a preloaded pread, read_cut_shim.c): exit 1.
+# file named); msrun ckpt inspect says the same. A shard missing from a
+# complete step: exit 2. An I/O error reading an intact file (a preloaded
+# pread, read_cut_shim.c): exit 1.
 # The checked search for an intact step with one rank's allocations failed
 # in turn (ckpt_whole_worker, on 2 and 3 workers): every round either finds
 # the step a search without failures finds, or ends on every rank at once
@@ -106,7 +107,7 @@ bad 2 "rank-1.bin does not exist" "${tp2[@]}" --ckpt-dir "$work/cut"
 bad 2 "rank-1.bin does not exist" "${one[@]}" --ckpt-dir "$work/cut"
 echo "ok a missing shard: exit 2"
 
-# msrun ckpt inspect: the same rule
+# msrun ckpt inspect: the same rule, and the same words for a cut
 inspect() { # inspect RC PATTERN DIR: PATTERN on its stdout or stderr
     local rc=0
     timeout 30 "$bin/msrun" ckpt inspect "$3" >"$work/out" 2>"$work/err" || rc=$?
@@ -114,8 +115,16 @@ inspect() { # inspect RC PATTERN DIR: PATTERN on its stdout or stderr
     cat "$work/out" "$work/err" | grep -q -- "$2" ||
         fail "inspect $3: no '$2' in: $(cat "$work/out" "$work/err")"
 }
-cut_to $((size - 1))
-inspect 2 "$file is not rank 1's state of step 3" "$work/cut"
+cut_to $((off0 + 4))
+inspect 2 "$file is not rank 1's state of step 3: .*$(printf "$sizes" $((off0 + 4))) inside the \
+piece of tensor .* (elements \[$lo0, " "$work/cut"
+cut_to "$off1"
+inspect 2 "$(printf "$sizes" "$off1") at the start of the piece of tensor .* (elements \[$lo1, " \
+    "$work/cut"
+# rank 0's own file, whose settings name the tensors: the elements alone
+cp -r "$work/good" "$work/cut0"
+truncate -s -1 "$work/cut0/step-3/rank-0.bin"
+inspect 2 "step-3/rank-0.bin is cut short: .* inside the piece (elements \[" "$work/cut0"
 
 # an I/O error reading an intact file (EIO past its first piece): the
 # machine's fault, exit 1, the error named; not under a sanitizer, whose
