@@ -18,7 +18,8 @@
 typedef struct fetch_arg {
     msr_ctx_t *ctx;
     const char *dir;
-    const char *meta; /* the run's settings: the tensors a cut file's message names */
+    const char *meta; /* the settings resumed (restore_step's, while it runs): the
+                       * tensors a message about a file cut short names */
     int64_t step;
     int own_complete;          /* msr_ckpt_latest found this step complete for this world */
     uint64_t read;             /* bytes of payloads this rank read ... */
