@@ -2,7 +2,9 @@
 #include "parallel/ckpt.h"
 
 #include <inttypes.h>
+#include <stdio.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "base/alloc.h"
 #include "base/crc32.h"
@@ -383,4 +385,123 @@ msr_status_t msr_tckpt_agree_first(msr_ctx_t *ctx, int flag, int *first_p)
             *first_p = r;
     msr_free(all);
     return MSR_OK;
+}
+
+msr_status_t msr_tckpt_index_total(const void *head, size_t hl, uint64_t *total_p)
+{
+    const unsigned char *b = head;
+    msr_tckpt_header_t h;
+    uint32_t n = 0, hl32 = 0;
+    if (hl < FIXED_LEN_V2 ||
+        (memcmp(b, PAYLOAD_MAGIC, 8) != 0 && memcmp(b, PAYLOAD_MAGIC_V2, 8) != 0) ||
+        head_decode(b, hl, SIZE_MAX, &h, &n, &hl32) != 0 || hl32 != hl)
+        return msr_err(MSR_ERR_CORRUPT, "checkpoint: not a train_gpt shard's index");
+    const unsigned char *p = b + hl - (size_t)n * 16;
+    uint64_t elements = 0;
+    for (uint32_t k = 0; k < n; k++) {
+        (void)get_u64(&p); /* lo */
+        uint64_t e = h.version >= 3 ? get_u32(&p) : get_u64(&p);
+        if (h.version >= 3)
+            (void)get_u32(&p); /* crc */
+        if (e > h.num_params - elements || elements + e > (UINT64_MAX - hl) / 12)
+            return msr_err(MSR_ERR_CORRUPT,
+                           "checkpoint: a train_gpt shard's index has pieces of more elements "
+                           "than its model's %llu",
+                           (unsigned long long)h.num_params);
+        elements += e;
+    }
+    *total_p = hl + 12 * elements;
+    return MSR_OK;
+}
+
+/* How far into a state file its payload may start: libmsrun's header
+ * comes first; the payload is found by its magic, so that this module
+ * does not restate that header's layout. */
+#define CUT_SCAN 256
+
+/* The payload's first byte in fd (its magic at an 8-byte boundary within
+ * its first CUT_SCAN bytes, which *scan_p holds, *got_p of them): 0, or -1
+ * when it is not there. */
+static int payload_at(int fd, unsigned char *scan, ssize_t *got_p, uint64_t *at_p)
+{
+    ssize_t got = pread(fd, scan, CUT_SCAN, 0);
+    uint64_t at = 0;
+    while (got > 0 && at + 8 <= (uint64_t)got && memcmp(scan + at, PAYLOAD_MAGIC, 8) != 0 &&
+           memcmp(scan + at, PAYLOAD_MAGIC_V2, 8) != 0)
+        at += 8;
+    *got_p = got;
+    *at_p = at;
+    return got > 0 && at + 8 <= (uint64_t)got ? 0 : -1;
+}
+
+int msr_tckpt_find_cut(int fd, uint64_t size, msr_tckpt_cut_t *cut_p)
+{
+    unsigned char scan[CUT_SCAN];
+    ssize_t got;
+    msr_tckpt_cut_t c = {.size = size, .head = MSR_TCKPT_PREFIX_LEN};
+    if (payload_at(fd, scan, &got, &c.at) != 0)
+        return 0;
+    if (size - c.at >= MSR_TCKPT_PREFIX_LEN &&
+        (c.at + MSR_TCKPT_PREFIX_LEN > (uint64_t)got ||
+         msr_tckpt_head_len(scan + c.at, MSR_TCKPT_PREFIX_LEN, &c.head) != MSR_OK))
+        return 0;
+    if (size - c.at < c.head) { /* the pieces' offsets are past the cut too */
+        *cut_p = c;
+        return 1;
+    }
+    unsigned char *head = msr_malloc(c.head);
+    msr_tckpt_header_t h;
+    msr_tckpt_range_t *r = NULL;
+    uint32_t n = 0, k = 0;
+    uint64_t total = 0;
+    int cut = head != NULL && pread(fd, head, c.head, (off_t)c.at) == (ssize_t)c.head &&
+              msr_tckpt_index_total(head, c.head, &total) == MSR_OK && total > size - c.at &&
+              msr_tckpt_decode_head(head, c.head, (size_t)total, "a file cut short", &h, &r, &n) ==
+                  MSR_OK;
+    while (cut && k < n && r[k].offset + 12 * r[k].n <= size - c.at)
+        k++; /* the first piece the missing bytes cut */
+    cut = cut && k < n;
+    if (cut) {
+        c.want = c.at + total;
+        c.piece = r[k];
+        c.piece.offset += c.at;
+        *cut_p = c;
+    }
+    msr_free(r);
+    msr_free(head);
+    return cut;
+}
+
+void msr_tckpt_cut_say(const msr_tckpt_cut_t *c, const char *what, const char *tensor, char *out,
+                       size_t len)
+{
+    if (c->want == 0)
+        snprintf(out, len,
+                 "%s is cut short inside its header and index: %" PRIu64 " bytes, of which the "
+                 "payload's header and index (from byte %" PRIu64 ") take %zu%s",
+                 what, c->size, c->at, c->head,
+                 c->size - c->at < MSR_TCKPT_PREFIX_LEN ? " or more" : "");
+    else
+        snprintf(out, len,
+                 "%s is cut short: %" PRIu64 " bytes, its index gives %" PRIu64
+                 "; the cut falls %s the piece %s%s%s(elements [%" PRIu64 ", %" PRIu64
+                 ") of the whole model, bytes [%" PRIu64 ", %" PRIu64 ") of the file)",
+                 what, c->size, c->want, c->piece.offset < c->size ? "inside" : "at the start of",
+                 tensor != NULL ? "of tensor " : "", tensor != NULL ? tensor : "",
+                 tensor != NULL ? " " : "", c->piece.lo, c->piece.lo + c->piece.n, c->piece.offset,
+                 c->piece.offset + 12 * c->piece.n);
+}
+
+int msr_tckpt_exit_status(msr_status_t st)
+{
+    switch (st) {
+    case MSR_OK:
+        return 0;
+    case MSR_ERR_CORRUPT:
+    case MSR_ERR_CONFIG:
+    case MSR_ERR_NOT_FOUND:
+        return 2;
+    default:
+        return 1;
+    }
 }

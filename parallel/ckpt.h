@@ -122,6 +122,40 @@ msr_status_t msr_tckpt_decode_head(const void *head, size_t hl, size_t total, co
                                    msr_tckpt_header_t *h_p, msr_tckpt_range_t **ranges_p,
                                    uint32_t *n_p);
 
+/* The payload length that a payload's header and range table (head, hl
+ * bytes, as msr_tckpt_head_len gives hl) imply: hl, then 12 bytes per
+ * element of every piece. Tells where a payload cut short was cut without
+ * the length its file's header records (msr_tckpt_decode_head then checks
+ * the table against it). MSR_ERR_CORRUPT: not a consistent header. */
+msr_status_t msr_tckpt_index_total(const void *head, size_t hl, uint64_t *total_p);
+
+/* Where a state file cut short was cut: libmsrun refuses such a file
+ * when it opens it (its length is not the one its header records), before
+ * any piece is read, so the payload's own index, as far as the file goes,
+ * says what the missing bytes held. */
+typedef struct msr_tckpt_cut {
+    uint64_t size;           /* the file's bytes */
+    uint64_t at;             /* its payload's first byte (after libmsrun's header) */
+    uint64_t want;           /* the file's bytes its index gives; 0: the cut is in that index */
+    size_t head;             /* the payload's header and index bytes (at least, want 0) */
+    msr_tckpt_range_t piece; /* the first piece the cut reaches; offset: in the file */
+} msr_tckpt_cut_t;
+
+/* Whether fd, a state file of size bytes, is shorter than its payload's
+ * index says: 1 with *cut_p, else 0 (not cut, or no payload's index as
+ * far as it goes: another fault). Reads fd (pread), nothing else. */
+int msr_tckpt_find_cut(int fd, uint64_t size, msr_tckpt_cut_t *cut_p);
+
+/* The sentence for cut c of the file named what, whose cut piece starts
+ * in the tensor named tensor: "WHAT is cut short: N bytes, its index
+ * gives M; the cut falls inside the piece of tensor T (elements [A, B) of
+ * the whole model, bytes [X, Y) of the file)" ("at the start of" when the
+ * cut is at its first byte; tensor NULL: "the piece (elements ..."), or
+ * "... cut short inside its header and index ..." when want is 0. Into
+ * out (len bytes). */
+void msr_tckpt_cut_say(const msr_tckpt_cut_t *c, const char *what, const char *tensor, char *out,
+                       size_t len);
+
 /* Whether piece r's params, m and v (contiguous, as in a payload) match
  * its CRC (always for version 2, which has none). */
 int msr_tckpt_piece_ok(const msr_tckpt_header_t *h, const msr_tckpt_range_t *r);
@@ -141,6 +175,17 @@ uint32_t msr_tckpt_piece_crc_start(const msr_tckpt_header_t *h, const msr_tckpt_
  * separated field: a message about other settings shows both from there
  * (a whole meta does not fit one error text). 0 when the first differs. */
 size_t msr_tckpt_meta_diff(const char *a, const char *b);
+
+/* The exit status of a program whose checkpoint read ended with st
+ * (docs/checkpoint.md, "Exit status"): 0 for MSR_OK; 2 (bad input) when
+ * the checkpoint itself is at fault, so the same files fail the same way
+ * on every retry: its bytes (MSR_ERR_CORRUPT: cut short, a damaged piece,
+ * index or header), its settings (MSR_ERR_CONFIG: another model's) or a
+ * file its commit record names that is not there (MSR_ERR_NOT_FOUND); 1
+ * for every other error,
+ * the machine's: an I/O error reading an intact file, memory, the store,
+ * a lost peer (the same files may load on a retry). */
+int msr_tckpt_exit_status(msr_status_t st);
 
 /* Every rank of ctx's job calls it with its flag (after a load: whether
  * it found its file damaged); *first_p is then, on every rank alike, the

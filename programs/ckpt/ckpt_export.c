@@ -178,7 +178,8 @@ static void show(const char *f)
         fclose(in);
 }
 
-/* The export run in the private folder tmp: 0, or 2 with its messages. */
+/* The export run in the private folder tmp: 0, or its exit status (2: bad
+ * input, 1: the machine failed, as train_gpt's) with its messages. */
 static int export_run(const char *dir, long long step, const char *meta, const char *file,
                       const char *tmp)
 {
@@ -217,19 +218,20 @@ static int export_run(const char *dir, long long step, const char *meta, const c
     }
     unlink(log);
     unlink(link);
-    return rc == 0 ? 0 : EXIT_BAD;
+    return rc == 0 ? 0 : rc == 1 ? 1 : EXIT_BAD;
 }
 
 int ckpt_export(const char *dir, long long step, const char *file)
 {
     char meta[4096], tmp[PATH_MAX];
     struct stat sb;
-    if (ckpt_check(dir, step) != 0)
-        return EXIT_BAD;
+    int rc = ckpt_check(dir, step);
+    if (rc != 0)
+        return rc;
     if (step < 0)
         step = ckpt_newest_step(dir);
-    if (ckpt_settings(dir, step, meta, sizeof meta) != 0)
-        return EXIT_BAD;
+    if ((rc = ckpt_settings(dir, step, meta, sizeof meta)) != 0)
+        return rc;
     if (stat(file, &sb) == 0 && S_ISDIR(sb.st_mode)) {
         fprintf(stderr, "msrun ckpt: cannot write %s: it is a directory\n", file);
         return EXIT_BAD;
@@ -240,7 +242,7 @@ int ckpt_export(const char *dir, long long step, const char *file)
         fprintf(stderr, "msrun ckpt: cannot write %s: %s\n", file, strerror(errno));
         return EXIT_BAD;
     }
-    int rc = export_run(dir, step, meta, file, tmp);
+    rc = export_run(dir, step, meta, file, tmp);
     rmdir(tmp);
     if (rc == 0)
         printf("exported the weights of step %lld of %s to %s\n", step, dir, file);

@@ -3,13 +3,16 @@
  * runtime). `msrun ckpt inspect DIR [--step N]` prints the step, who wrote
  * it, every tensor with its shape and bytes, and checks every piece's CRC
  * and that every element of the model is present (docs/checkpoint.md).
- * Exit 0: whole and intact; 2: bad input (the file and tensor named). */
+ * Exit 0: whole and intact; 2: bad input (the file and tensor named); 1:
+ * the machine failed (an I/O error, memory: msr_tckpt_exit_status). */
 #include <dirent.h>
+#include <fcntl.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 #include "base/alloc.h"
 #include "ckpt.h"
@@ -69,7 +72,28 @@ static void shard_free(shard_t *s)
     memset(s, 0, sizeof *s);
 }
 
-static int shard_read(const char *dir, long long step, int rank, shard_t *s)
+static const char *tensor_name(const msr_gpt_t *m, uint64_t g);
+
+/* When the file path (named what) is shorter than its index says, where
+ * the cut falls (msr_tckpt_cut_say; the piece's tensor of model m, or
+ * none when m is NULL) into out; else out is "". */
+static void cut_said(const char *path, const char *what, const msr_gpt_t *m, char *out, size_t len)
+{
+    struct stat sb;
+    msr_tckpt_cut_t c;
+    int fd = open(path, O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC);
+    out[0] = '\0';
+    if (fd >= 0 && fstat(fd, &sb) == 0 && S_ISREG(sb.st_mode) &&
+        msr_tckpt_find_cut(fd, (uint64_t)sb.st_size, &c))
+        msr_tckpt_cut_say(&c, what, m != NULL ? tensor_name(m, c.piece.lo) : NULL, out, len);
+    if (fd >= 0)
+        close(fd);
+}
+
+/* Reads rank's shard's index into s: 0, or the exit status with the
+ * error on stderr (a file cut short: where, its tensor of model m when
+ * not NULL). */
+static int shard_read(const char *dir, long long step, int rank, const msr_gpt_t *m, shard_t *s)
 {
     unsigned char fixed[MSR_TCKPT_PREFIX_LEN];
     uint64_t total = 0;
@@ -89,9 +113,13 @@ static int shard_read(const char *dir, long long step, int rank, shard_t *s)
     if (st == MSR_OK)
         st = msr_tckpt_decode_head(s->head, hl, (size_t)total, what, &s->h, &s->r, &s->n);
     if (st != MSR_OK) {
-        fprintf(stderr, "msrun ckpt: %s\n", msr_err_msg_or(st)); /* it names the file */
+        char cut[4600] = "", was[MSR_ERR_TEXT_MAX];
+        snprintf(was, sizeof was, "%s", msr_err_msg_or(st)); /* it names the file */
+        if (st == MSR_ERR_CORRUPT)
+            cut_said(what, what, m, cut, sizeof cut);
+        fprintf(stderr, "msrun ckpt: %s%s%s\n", was, cut[0] != '\0' ? ": " : "", cut);
         shard_free(s);
-        return -1;
+        return msr_tckpt_exit_status(st);
     }
     return 0;
 }
@@ -129,7 +157,7 @@ static const char *tensor_name(const msr_gpt_t *m, uint64_t g)
 }
 
 /* Reads and checks every piece of shard s (rank's), marking its elements
- * in have (one bit each). */
+ * in have (one bit each): 0, or the exit status with the piece named. */
 static int shard_check(const char *dir, long long step, int rank, const shard_t *s,
                        const msr_gpt_t *m, unsigned char *have, float *buf)
 {
@@ -154,7 +182,7 @@ static int shard_check(const char *dir, long long step, int rank, const shard_t 
                     dir, step, rank, tensor_name(m, r.lo), (unsigned long long)r.lo,
                     (unsigned long long)(r.lo + r.n),
                     st != MSR_OK ? msr_err_msg_or(st) : "does not match its CRC");
-            return -1;
+            return st != MSR_OK ? msr_tckpt_exit_status(st) : EXIT_BAD;
         }
         for (uint64_t i = r.lo; i < r.lo + r.n; i++)
             have[i / 8] |= (unsigned char)(1u << (i % 8));
@@ -201,8 +229,9 @@ static int inspect(const char *dir, long long step)
                 dir);
         return EXIT_BAD;
     }
-    if (shard_read(dir, step, 0, &s0) != 0)
-        return EXIT_BAD;
+    int rc = shard_read(dir, step, 0, NULL, &s0);
+    if (rc != 0)
+        return rc;
     if (shape_of(s0.h.meta, &cfg) != 0 ||
         msr_gpt_create_part(&cfg, &whole, MSR_GPT_NO_PARAMS | MSR_GPT_NO_GRADS, &m) != MSR_OK ||
         m->num_params + msr_moe_num_params(&cfg) != s0.h.num_params) {
@@ -227,43 +256,46 @@ static int inspect(const char *dir, long long step)
     size_t total = s0.h.num_params;
     unsigned char *have = msr_calloc(total / 8 + 1, 1);
     float *buf = msr_malloc(12 * (size_t)MSR_TCKPT_PIECE_MAX);
-    int bad = have == NULL || buf == NULL;
     uint64_t pieces = 0;
-    for (uint32_t r = 0; r < s0.h.world && !bad; r++) {
+    if (have == NULL || buf == NULL) {
+        fprintf(stderr, "msrun ckpt: out of memory to check a model of %zu elements\n", total);
+        rc = 1; /* the machine's, not the checkpoint's */
+    }
+    for (uint32_t r = 0; r < s0.h.world && rc == 0; r++) {
         shard_t s;
-        if (shard_read(dir, step, (int)r, &s) != 0) {
-            bad = 1;
+        if ((rc = shard_read(dir, step, (int)r, m, &s)) != 0)
             break;
-        }
-        bad = s.h.step != s0.h.step || s.h.world != s0.h.world || s.h.rank != r ||
-              strcmp(s.h.meta, s0.h.meta) != 0;
-        if (bad)
+        if (s.h.step != s0.h.step || s.h.world != s0.h.world || s.h.rank != r ||
+            strcmp(s.h.meta, s0.h.meta) != 0) {
             fprintf(stderr, "msrun ckpt: %s/step-%lld/rank-%u.bin is not of rank 0's checkpoint\n",
                     dir, step, r);
-        else
-            bad = shard_check(dir, step, (int)r, &s, m, have, buf) != 0;
+            rc = EXIT_BAD;
+        } else {
+            rc = shard_check(dir, step, (int)r, &s, m, have, buf);
+        }
         pieces += s.n;
         shard_free(&s);
     }
-    if (!bad) {
+    if (rc == 0) {
         say("%d tensors:\n", m->num_tensors + (total > m->num_params));
-        bad = report(m, total - m->num_params, have) != 0;
+        rc = report(m, total - m->num_params, have) != 0 ? EXIT_BAD : 0;
     }
-    if (!bad)
+    if (rc == 0)
         say("%u shards, %llu pieces: every checksum matches, every element present\n", s0.h.world,
             (unsigned long long)pieces);
     msr_free(buf);
     msr_free(have);
     msr_gpt_destroy(m);
     shard_free(&s0);
-    return bad ? EXIT_BAD : 0;
+    return rc;
 }
 
 int ckpt_settings(const char *dir, long long step, char *meta, size_t len)
 {
     shard_t s0;
-    if (shard_read(dir, step, 0, &s0) != 0)
-        return EXIT_BAD;
+    int rc = shard_read(dir, step, 0, NULL, &s0);
+    if (rc != 0)
+        return rc;
     snprintf(meta, len, "%s", s0.h.meta);
     shard_free(&s0);
     return 0;
@@ -283,10 +315,12 @@ static void usage(FILE *f)
                "       msrun ckpt export DIR [--step N] --safetensors FILE\n"
                "  inspect: prints the newest complete checkpoint under DIR (or step N): the\n"
                "  step, the world that saved it, every tensor with its shape and bytes; checks\n"
-               "  every piece's CRC and that every element is present (exit 2 if not)\n"
+               "  every piece's CRC and that every element is present (exit 2 if not:\n"
+               "  bad input; exit 1 when the machine fails, an I/O error or memory)\n"
                "  export: checks it as inspect does, then writes the whole model's weights\n"
                "  (F32, docs/checkpoint.md's names) to the safetensors file FILE, loaded by\n"
-               "  train_gpt as one process under msrun (exit 2 on bad input or failure)\n");
+               "  train_gpt as one process under msrun (exit 2 on bad input, 1 when the\n"
+               "  machine fails, as inspect)\n");
 }
 
 int main(int argc, char **argv)

@@ -264,8 +264,8 @@ const char *train_gpt_meta_to_resume(const job_t *job, const char *dir, int64_t 
 /* Restores the latest complete checkpoint under o->ckpt_dir, if any
  * (train_gpt_resume.c): *resumed_p tells whether one was. A load that
  * fails part way is followed by an older intact step loaded whole, or
- * ends the resume: MSR_ERR_CORRUPT or MSR_ERR_CONFIG (exit 2). Collective
- * over the job. */
+ * ends the resume: bad input (msr_tckpt_exit_status: exit 2), or the
+ * machine's error (exit 1, no older step tried). Collective over the job. */
 msr_status_t train_gpt_resume(const trainer_t *t, const job_t *job, const options_t *o,
                               const char *meta, int *resumed_p);
 /* The CPU trainer's restore (trainer_ops_t) for train_gpt_resume: arg is
@@ -280,9 +280,21 @@ msr_status_t train_gpt_cpu_restore(void *tr, const char *meta, int world, msr_tr
  * run's settings, names its tensors). A damaged step is refused, its fault
  * said naming the file and the tensor, and the search goes on to the next
  * older; *step_p is -1 when none is whole. Collective over the job (every
- * rank must call it; all get the same answer). Errors: the store's. */
+ * rank must call it; all get the same answer). Errors, on every rank at
+ * once: the store's, and the machine's on any rank (out of memory, an I/O
+ * error: never taken for damage; the other ranks' text names that rank). */
 msr_status_t train_gpt_latest_whole(const job_t *job, const char *dir, const char *meta,
                                     int64_t from, int64_t *step_p, int *world_p);
+
+/* A state file's read or open that failed with st: when st is
+ * MSR_ERR_CORRUPT because rank's file of step under dir is shorter than
+ * its index says (libmsrun refuses it when it is opened, before any piece
+ * is read), the error text goes on to say where the cut falls: the file's
+ * size, the size its index gives and the first piece the missing bytes
+ * cut, named by its tensor of the model meta describes (or its header and
+ * index, when the cut is in them). Returns st. */
+msr_status_t train_gpt_cut_err(msr_status_t st, const char *dir, int64_t step, int rank,
+                               const char *meta);
 
 /* Rank 0 (with --ckpt-dir) tells the coordinator that this generation
  * saves a checkpoint when a node waits to join (MSR_KEY_JOIN_SAVES), so

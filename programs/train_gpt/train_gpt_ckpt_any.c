@@ -6,9 +6,12 @@
  * step and of its rank of that world, every piece matches its CRC and
  * every file its own, and the pieces together hold every element of the
  * whole model. */
+#include <fcntl.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 #include "base/alloc.h"
 #include "base/crc32.h"
@@ -20,6 +23,41 @@
 #include "model/moe.h"
 #include "parallel/ckpt.h"
 #include "programs/train_gpt/train_gpt.h"
+
+static msr_gpt_t *whole_model(const char *meta);
+static const char *tensor_name(const msr_gpt_t *m, uint64_t g);
+
+/* train_gpt_cut_err with the whole model's tensor table m. */
+static msr_status_t cut_err(msr_status_t st, const char *dir, int64_t step, int rank,
+                            const msr_gpt_t *m)
+{
+    char path[4200], what[64], why[MSR_ERR_TEXT_MAX], was[MSR_ERR_TEXT_MAX];
+    struct stat sb;
+    if (st != MSR_ERR_CORRUPT)
+        return st;
+    snprintf(was, sizeof was, "%s", msr_err_msg_or(st)); /* the looking sets texts of its own */
+    snprintf(path, sizeof path, "%s/step-%lld/rank-%d.bin", dir, (long long)step, rank);
+    snprintf(what, sizeof what, "step-%lld/rank-%d.bin", (long long)step, rank);
+    int fd = open(path, O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC), cut = 0;
+    msr_tckpt_cut_t c;
+    if (fd >= 0 && fstat(fd, &sb) == 0 && S_ISREG(sb.st_mode) &&
+        (cut = msr_tckpt_find_cut(fd, (uint64_t)sb.st_size, &c)) != 0)
+        msr_tckpt_cut_say(&c, what, tensor_name(m, c.piece.lo), why, sizeof why);
+    if (fd >= 0)
+        close(fd);
+    return cut ? msr_err(st, "%s: %s", was, why) : msr_err(st, "%s", was);
+}
+
+msr_status_t train_gpt_cut_err(msr_status_t st, const char *dir, int64_t step, int rank,
+                               const char *meta)
+{
+    if (st != MSR_ERR_CORRUPT)
+        return st;
+    msr_gpt_t *m = whole_model(meta);
+    st = cut_err(st, dir, step, rank, m);
+    msr_gpt_destroy(m);
+    return st;
+}
 
 /* One shard's index: header and range table (head holds them). */
 typedef struct shard {
@@ -39,7 +77,8 @@ static void shard_free(shard_t *s)
 
 /* Reads and decodes the index of rank's shard of step (saved by world
  * ranks), checking that it says so. Errors name the file. */
-static msr_status_t shard_read(const char *dir, int64_t step, int rank, int world, shard_t *s)
+static msr_status_t shard_read(const char *dir, int64_t step, int rank, int world,
+                               const msr_gpt_t *m, shard_t *s)
 {
     unsigned char fixed[MSR_TCKPT_PREFIX_LEN];
     size_t hl = 0;
@@ -47,6 +86,7 @@ static msr_status_t shard_read(const char *dir, int64_t step, int rank, int worl
     memset(s, 0, sizeof *s);
     snprintf(what, sizeof what, "step-%lld/rank-%d.bin", (long long)step, rank);
     msr_status_t st = msr_ckpt_read_rank(NULL, dir, step, rank, 0, fixed, sizeof fixed, &s->total);
+    st = cut_err(st, dir, step, rank, m);
     if (st == MSR_OK && (st = msr_tckpt_head_len(fixed, sizeof fixed, &hl)) == MSR_OK &&
         (hl < sizeof fixed || hl > s->total))
         st = msr_err(MSR_ERR_CORRUPT, "%s has a header of %zu bytes in %llu", what, hl,
@@ -153,7 +193,7 @@ static msr_status_t step_covered(const char *dir, int64_t step, int world, uint6
     msr_status_t st = MSR_OK;
     for (int q = 0; q < world && st == MSR_OK; q++) {
         shard_t s;
-        if ((st = shard_read(dir, step, q, world, &s)) != MSR_OK)
+        if ((st = shard_read(dir, step, q, world, m, &s)) != MSR_OK)
             break;
         msr_tckpt_range_t *grown = msr_realloc_array(all, n + s.n + 1, sizeof *all);
         if (grown == NULL)
@@ -180,47 +220,82 @@ static msr_status_t step_covered(const char *dir, int64_t step, int world, uint6
     return st;
 }
 
-/* Whether step (saved by world ranks) is whole; collective over the job:
- * rank j checks the shards j, j + W, ... of it, rank 0 also that they
- * cover the model; the rank that finds damage says what. 1: whole, 0:
- * not, -1: the store failed. */
-static int step_whole(const job_t *job, const char *dir, int64_t step, int world,
-                      const msr_gpt_t *m, void *buf)
+/* This rank's verdict on step (saved by world ranks): 1 whole, 0 damaged
+ * (bad input: said here, naming the file), or the machine's error (its
+ * text set, not said: the caller ends the search with it). Rank j checks
+ * the shards j, j + W, ... of it, rank 0 also that they cover the model;
+ * buf NULL: this rank is out of memory for its read buffer. */
+static int32_t step_verdict(const job_t *job, const char *dir, int64_t step, int world,
+                            const msr_gpt_t *m, void *buf)
 {
     shard_t s0 = {0}; /* rank 0's: the model's size */
-    msr_status_t st = job->rank == 0 ? shard_read(dir, step, 0, world, &s0) : MSR_OK;
+    msr_status_t st =
+        buf == NULL      ? msr_err(MSR_ERR_NO_MEMORY,
+                                   "rank %d is out of memory for a read buffer of %zu bytes to check "
+                                        "step %lld under %s",
+                                   job->rank, MSR_TCKPT_READ_CHUNK, (long long)step, dir)
+        : job->rank == 0 ? shard_read(dir, step, 0, world, m, &s0)
+                         : MSR_OK;
     for (int q = job->rank; q < world && st == MSR_OK; q += job->world) {
         shard_t s;
-        if ((st = shard_read(dir, step, q, world, &s)) == MSR_OK)
+        if ((st = shard_read(dir, step, q, world, m, &s)) == MSR_OK)
             st = shard_check(dir, step, q, &s, m, buf);
         shard_free(&s);
     }
     if (st == MSR_OK && job->rank == 0)
         st = step_covered(dir, step, world, s0.h.num_params, m);
-    if (st != MSR_OK)
-        fprintf(stderr, "train_gpt: step %lld under %s is not usable on rank %d: %s\n",
-                (long long)step, dir, job->rank, msr_err_msg_or(st));
     shard_free(&s0);
-    int32_t ok = st == MSR_OK, *oks = msr_calloc((size_t)job->world, sizeof *oks);
-    if (oks == NULL) {
+    if (st == MSR_OK)
+        return 1;
+    if (msr_tckpt_exit_status(st) != EXIT_BAD_INPUT)
+        return st; /* the machine's: the step may be intact */
+    fprintf(stderr, "train_gpt: step %lld under %s is not usable on rank %d: %s\n", (long long)step,
+            dir, job->rank, msr_err_msg_or(st));
+    return 0;
+}
+
+/* Whether step (saved by world ranks) is whole (*whole_p); collective over
+ * the job, every rank with the same answer: the ranks share the shards
+ * out (step_verdict) and gather their verdicts. Errors, on every rank at
+ * once: a rank's own (out of memory, an I/O error: the machine's, never
+ * taken for damage; the others name that rank) or the gather's. */
+static msr_status_t step_whole(const job_t *job, const char *dir, int64_t step, int world,
+                               const msr_gpt_t *m, void *buf, int *whole_p)
+{
+    int32_t mine = step_verdict(job, dir, step, world, m, buf);
+    char why[MSR_ERR_TEXT_MAX] = "";
+    if (mine < 0)
+        snprintf(why, sizeof why, "%s", msr_err_msg_or(mine));
+    int32_t *all = msr_calloc((size_t)job->world, sizeof *all);
+    if (all == NULL) {
         /* a gather of no bytes: the others' gathers fail (the lengths
          * differ) instead of waiting for this rank's verdict */
         int32_t none;
         (void)msr_allgather(job->ctx, &none, 0, &none);
-        fprintf(stderr, "train_gpt: rank %d is out of memory for %d ranks' verdicts on step %lld\n",
-                job->rank, job->world, (long long)step);
-        return -1;
+        return msr_err(MSR_ERR_NO_MEMORY,
+                       "rank %d is out of memory for %d ranks' verdicts on step %lld", job->rank,
+                       job->world, (long long)step);
     }
-    if ((st = msr_allgather(job->ctx, &ok, sizeof ok, oks)) != MSR_OK) {
-        fprintf(stderr, "train_gpt: rank %d: agreeing whether step %lld is whole: %s: %s\n",
-                job->rank, (long long)step, msr_status_str(st), msr_err_msg_or(st));
-        msr_free(oks);
-        return -1;
+    msr_status_t st = msr_allgather(job->ctx, &mine, sizeof mine, all);
+    if (st != MSR_OK)
+        st = msr_err_call(st, "rank %d: agreeing whether step %lld is whole", job->rank,
+                          (long long)step);
+    int whole = 1, first = -1;
+    for (int q = 0; q < job->world && st == MSR_OK; q++) {
+        whole = whole && all[q] == 1;
+        if (first < 0 && all[q] < 0)
+            first = q;
     }
-    for (int q = 0; q < job->world; q++)
-        ok = ok && oks[q];
-    msr_free(oks);
-    return ok;
+    if (st == MSR_OK && first >= 0)
+        st = first == job->rank
+                 ? msr_err((msr_status_t)mine, "%s", why)
+                 : msr_err((msr_status_t)all[first],
+                           "rank %d could not check step %lld under %s (%s; its log says why)",
+                           first, (long long)step, dir, msr_status_str(all[first]));
+    msr_free(all);
+    if (st == MSR_OK)
+        *whole_p = whole;
+    return st;
 }
 
 /* The whole model's tensor table from this run's settings text (its
@@ -255,15 +330,14 @@ msr_status_t train_gpt_latest_whole(const job_t *job, const char *dir, const cha
     void *buf = msr_malloc(MSR_TCKPT_READ_CHUNK);
     int64_t step = from + 1, refused = -1;
     int world = 0, whole = 0;
-    msr_status_t st = buf != NULL ? MSR_OK : MSR_ERR_NO_MEMORY;
+    msr_status_t st = MSR_OK; /* buf NULL: every rank's step_whole fails, none waits */
     while (st == MSR_OK && !whole) {
         st = msr_ckpt_latest_any_before(job->ctx, dir, step, &step, &world);
         if (st != MSR_OK || step < 0)
             break;
-        whole = step_whole(job, dir, step, world, m, buf);
-        if (whole < 0)
-            st = MSR_ERR_IO;
-        else if (!whole && job->rank == 0)
+        if ((st = step_whole(job, dir, step, world, m, buf, &whole)) != MSR_OK)
+            break;
+        if (!whole && job->rank == 0)
             fprintf(stderr,
                     "train_gpt: refusing step %lld under %s: a shard of it is damaged (above); "
                     "looking for an older one\n",

@@ -18,6 +18,8 @@
 typedef struct fetch_arg {
     msr_ctx_t *ctx;
     const char *dir;
+    const char *meta; /* the settings resumed (restore_step's, while it runs): the
+                       * tensors a message about a file cut short names */
     int64_t step;
     int own_complete;          /* msr_ckpt_latest found this step complete for this world */
     uint64_t read;             /* bytes of payloads this rank read ... */
@@ -38,7 +40,8 @@ static msr_status_t fetch_payload(void *arg, int rank, void **buf_p, size_t *len
                           ? msr_ckpt_load(f->ctx, f->dir, f->step, buf_p, len_p)
                           : msr_ckpt_load_rank(f->ctx, f->dir, f->step, rank, buf_p, len_p);
     if (st != MSR_OK)
-        return msr_err_call(st, "reading rank %d's shard of step %lld under %s: %s", rank,
+        return msr_err_call(train_gpt_cut_err(st, f->dir, f->step, rank, f->meta),
+                            "reading rank %d's shard of step %lld under %s: %s", rank,
                             (long long)f->step, f->dir, msr_status_str(st));
     f->read += *len_p;
     f->seen += *len_p;
@@ -78,6 +81,7 @@ static msr_status_t read_payload(void *arg, int rank, uint64_t offset, void *buf
         int whole = f->own_complete && rank == msr_rank(f->ctx);
         st = msr_ckpt_reader_open(f->ctx, f->dir, f->step, rank, whole, &f->reader,
                                   &f->reader_total);
+        st = train_gpt_cut_err(st, f->dir, f->step, rank, f->meta);
         f->reader_rank = rank;
         f->reader_whole = whole;
     }
@@ -179,9 +183,9 @@ static msr_status_t restore_step(const trainer_t *t, const job_t *job, const opt
                                  const char *meta, int64_t step, int world, int own, fetch_arg_t *f)
 {
     /* rank r of the saving world wrote payload r, whatever its layout */
-    *f = (fetch_arg_t){job->ctx, o->ckpt_dir, step, own, 0, 0, NULL, -1, 0, 0, ""};
     char older[MSR_TCKPT_META_MAX]; /* the settings as checkpoints saved before said */
     const char *m = train_gpt_meta_to_resume(job, o->ckpt_dir, step, meta, older, sizeof older);
+    *f = (fetch_arg_t){job->ctx, o->ckpt_dir, m, step, own, 0, 0, NULL, -1, 0, 0, ""};
     msr_err_clear();
     msr_status_t st = t->ops->restore(t->tr, m, world, fetch_payload, f);
     msr_ckpt_reader_close(f->reader);
@@ -247,7 +251,8 @@ msr_status_t train_gpt_resume(const trainer_t *t, const job_t *job, const option
      * fails the load (as corrupt, or as of other settings when the damage
      * is in its settings' text), and the search that reads every rank's
      * state back refuses it (naming its file) and finds the step before */
-    if ((st == MSR_ERR_CORRUPT || st == MSR_ERR_CONFIG) && same == any) {
+    int bad = msr_tckpt_exit_status(st) == EXIT_BAD_INPUT; /* not the machine's fault */
+    if (bad && same == any) {
         int64_t failed = any;
         msr_status_t fst = find_latest(job, o, 1, &same, &any, &world);
         if (fst != MSR_OK)
@@ -257,13 +262,15 @@ msr_status_t train_gpt_resume(const trainer_t *t, const job_t *job, const option
         else
             refuse(job, o, failed, same == failed);
         any = same;
-    } else if (st == MSR_ERR_CORRUPT || st == MSR_ERR_CONFIG) {
+    } else if (bad) {
         /* another world size saved it: the same fallback, with a search
          * that checks every shard of a step and that they cover the model */
         int64_t failed = any;
         msr_status_t fst = train_gpt_latest_whole(job, o->ckpt_dir, meta, failed, &any, &world);
-        if (fst != MSR_OK)
+        if (fst != MSR_OK) { /* the machine's (damage only refuses a step): exit 1 */
+            fprintf(stderr, "train_gpt: %s: %s\n", msr_status_str(fst), msr_err_msg_or(fst));
             return fst;
+        }
         if (any >= 0 && any < failed)
             st = restore_step(t, job, o, meta, any, world, 0, &f);
         else

@@ -283,7 +283,7 @@ static int start_from_checkpoint(const trainer_t *t, const job_t *job, const opt
         return 0;
     msr_status_t st = train_gpt_resume(t, job, o, meta, &resumed);
     if (st != MSR_OK)
-        return st == MSR_ERR_CONFIG || st == MSR_ERR_CORRUPT ? EXIT_BAD_INPUT : 1;
+        return msr_tckpt_exit_status(st); /* 2: the checkpoint's fault, 1: the machine's */
     if (!resumed && job->rank == 0)
         fprintf(stderr, "train_gpt: no complete checkpoint under %s, starting at step 0\n",
                 o->ckpt_dir);

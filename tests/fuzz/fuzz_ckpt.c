@@ -4,7 +4,10 @@
  * bytes, that the header and range table alone decode to as well (a
  * partial reader's view), and that encode and decode back to the same, or
  * is refused with
- * MSR_ERR_CORRUPT; never a crash or a read past the input. Built two ways:
+ * MSR_ERR_CORRUPT; never a crash or a read past the input. The length the
+ * header and range table alone imply (msr_tckpt_index_total, how a resume
+ * says where a file cut short was cut) is the payload's own when it
+ * decodes, and any input's index gives a length or is refused. Built two ways:
  *   - with libFuzzer (MSRUN_FUZZ=ON, clang): fuzz_ckpt [corpus dirs]
  *   - as a replay driver in every build: fuzz_ckpt_replay FILE|DIR...
  * The input is a payload's bytes (copied to an 8-byte aligned buffer of
@@ -60,6 +63,8 @@ static void head_only(const void *buf, size_t size, const msr_tckpt_range_t *r, 
     if (st == MSR_ERR_NO_MEMORY)
         return;
     check(st == MSR_OK && gn == n);
+    uint64_t total = 0; /* the length the index implies: the payload's own */
+    check(msr_tckpt_index_total(buf, hl, &total) == MSR_OK && total == size);
     for (uint32_t k = 0; k < n; k++)
         check(got[k].lo == r[k].lo && got[k].n == r[k].n && got[k].offset == r[k].offset &&
               got[k].crc == r[k].crc && got[k].params == NULL &&
@@ -76,6 +81,13 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     msr_tckpt_header_t h;
     msr_tckpt_range_t *r = NULL;
     uint32_t n = 0;
+    size_t hl = 0;
+    uint64_t total = 0;
+    if (msr_tckpt_head_len(buf, size, &hl) == MSR_OK && hl <= size) {
+        /* a payload cut short: what its index alone implies */
+        msr_status_t ist = msr_tckpt_index_total(buf, hl, &total);
+        check(ist == MSR_OK || ist == MSR_ERR_CORRUPT);
+    }
     msr_status_t st = msr_tckpt_decode(buf, size, "fuzz", &h, &r, &n);
     check(st == MSR_OK || st == MSR_ERR_CORRUPT || st == MSR_ERR_NO_MEMORY);
     if (st == MSR_OK) {

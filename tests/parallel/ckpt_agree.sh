@@ -8,21 +8,13 @@ set -euo pipefail
 bin="$MSRUN_BUILD/bin"
 source "$(dirname "$0")/job_env.sh"
 job_test_setup
-# run FLAGS NOMEM: the job's exit status; its ranks' lines in $work/log
-run() {
-    local job=ckagree-$$-$RANDOM rc=0
-    jobs_started+=("$job")
-    timeout -k 5 30 "${msrun_cmd[@]}" --worker_num=2 --local_worker_num=2 --job_id="$job" \
-        "${worker_env[@]}" "$MSRUN_BUILD/tests/ckpt_agree_worker" "$@" >"$work/log" 2>&1 || rc=$?
-    kill_job "$job"
-    [[ $rc != 124 && $rc != 137 ]] || fail "flags '$1', rank $2 out of memory: a rank waits"
-    return $rc
-}
+source "$(dirname "$0")/ckpt_worker_env.sh"
+# run FLAGS NOMEM: the worker on 2 ranks (ckpt_worker)
+run() { ckpt_worker 2 30 ckpt_agree_worker "$@"; }
 expect_first() { # FLAGS FIRST: both ranks say FIRST
     run "$1" -1 || fail "flags '$1': failed: $(cat "$work/log")"
     for r in 0 1; do
-        grep -Eq "(^|\] )rank $r: first $2$" "$work/log" ||
-            fail "flags '$1': rank $r does not say first $2: $(cat "$work/log")"
+        said $r "first $2$" "flags '$1'"
     done
 }
 expect_first "" -1
@@ -35,9 +27,8 @@ for nomem in 0 1; do
     if run 1 "$nomem"; then
         fail "rank $nomem out of memory: the job succeeded: $(cat "$work/log")"
     fi
-    grep -Eq "(^|\] )rank $nomem: failed: .*rank $nomem is out of memory for 2 flags" "$work/log" ||
-        fail "rank $nomem out of memory: it does not say so: $(cat "$work/log")"
-    grep -Eq "(^|\] )rank $other: failed: .*rank $nomem gave 0 bytes" "$work/log" ||
-        fail "rank $nomem out of memory: rank $other does not name it: $(cat "$work/log")"
+    said "$nomem" "failed: .*rank $nomem is out of memory for 2 flags" \
+        "rank $nomem out of memory"
+    said "$other" "failed: .*rank $nomem gave 0 bytes" "rank $nomem out of memory"
 done
 echo "checkpoint load agreement: ok"

@@ -8,19 +8,9 @@ set -euo pipefail
 bin="$MSRUN_BUILD/bin"
 source "$(dirname "$0")/job_env.sh"
 job_test_setup
-# run ARGS...: the job's exit status; its ranks' lines in $work/log
-run() {
-    local job=ckgather-$$-$RANDOM rc=0
-    jobs_started+=("$job")
-    timeout -k 5 40 "${msrun_cmd[@]}" --worker_num=2 --local_worker_num=2 --job_id="$job" \
-        "${worker_env[@]}" "$MSRUN_BUILD/tests/ckpt_gather_worker" "$@" >"$work/log" 2>&1 || rc=$?
-    kill_job "$job"
-    [[ $rc != 124 && $rc != 137 ]] || fail "'$*': a rank waits: $(cat "$work/log")"
-    return $rc
-}
-said() { # RANK PATTERN WHAT: rank RANK's line matches PATTERN
-    grep -Eq "(^|\] )rank $1: $2" "$work/log" || fail "$3: rank $1 does not say '$2': $(cat "$work/log")"
-}
+source "$(dirname "$0")/ckpt_worker_env.sh"
+# run ARGS...: the worker on 2 ranks (ckpt_worker)
+run() { ckpt_worker 2 40 ckpt_gather_worker "$@"; }
 # no rank out of memory: both find step 1
 run latest "$work/none" -1 || fail "latest, no failure: failed: $(cat "$work/log")"
 said 0 "ok 1$" "latest, no failure"

@@ -300,8 +300,39 @@ static void test_seal(void)
     msr_free(sealed);
 }
 
+/* Whose fault a failed read is (the exit status), and the length a
+ * payload's header and range table alone imply (a file cut short). */
+static void test_exit_status_index_total(void)
+{
+    MSR_CHECK(msr_tckpt_exit_status(MSR_OK) == 0);
+    const msr_status_t input[] = {MSR_ERR_CORRUPT, MSR_ERR_CONFIG, MSR_ERR_NOT_FOUND};
+    const msr_status_t machine[] = {MSR_ERR_IO,         MSR_ERR_NO_MEMORY, MSR_ERR_TIMEOUT,
+                                    MSR_ERR_PEER_LOST,  MSR_ERR_SYSTEM,    MSR_ERR_INVALID_ARG,
+                                    MSR_ERR_PERMISSION, MSR_ERR_OVERFLOW};
+    for (size_t k = 0; k < sizeof input / sizeof *input; k++)
+        MSR_CHECK(msr_tckpt_exit_status(input[k]) == 2);
+    for (size_t k = 0; k < sizeof machine / sizeof *machine; k++)
+        MSR_CHECK(msr_tckpt_exit_status(machine[k]) == 1);
+    state_t s;
+    fill(&s, 9);
+    msr_tckpt_range_t r[3];
+    three_ranges(&s, r);
+    msr_tckpt_header_t h = header(2, 4);
+    void *buf;
+    size_t len, hl = 0;
+    uint64_t total = 0;
+    MSR_CHECK_OK(msr_tckpt_encode(&h, r, 3, &buf, &len));
+    MSR_CHECK_OK(msr_tckpt_head_len(buf, len, &hl));
+    MSR_CHECK_OK(msr_tckpt_index_total(buf, hl, &total));
+    MSR_CHECK(total == len); /* the bytes after hl are not needed */
+    MSR_CHECK_STATUS(msr_tckpt_index_total(buf, hl - 8, &total), MSR_ERR_CORRUPT);
+    MSR_CHECK_STATUS(msr_tckpt_index_total(buf, 20, &total), MSR_ERR_CORRUPT);
+    msr_free(buf);
+}
+
 static const msr_test_t tests[] = {
     {"seal", test_seal, 20},
+    {"exit_status_index_total", test_exit_status_index_total, 20},
     {"version2", test_version2, 20},
     {"piece_crcs", test_piece_crcs, 20},
     {"piece_bound", test_piece_bound, 20},
