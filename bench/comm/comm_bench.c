@@ -8,7 +8,10 @@
  * alltoall: * (n-1)/n; broadcast, reduce: * 1). broadcast_once times
  * single broadcasts, as a user makes one after a barrier: each call
  * follows a barrier, and only the broadcast is timed (no call overlaps
- * the next). bytes is the whole vector
+ * the next); its line adds cycle_us, the slowest rank's mean time of the
+ * barrier and the broadcast together (where ranks share cores, how long
+ * the broadcast's readers wait for the root is mostly how the barrier left
+ * them: the two figures tell it apart). bytes is the whole vector
  * (allgather: the gathered output; reduce_scatter: the input). Each size is
  * warmed up for 0.2 s, then timed over 2000, 200, 50 or 10 calls (below
  * 64 KiB, 1 MiB, 16 MiB, above), as the Open MPI reference does.
@@ -168,10 +171,11 @@ static int parse_args(int argc, char **argv, args_t *o)
 }
 
 /* Warm-up, then iters timed calls of op on a and b. *calls_p counts each
- * warm-up call too; *worst_p: the slowest rank's mean time per call.
- * broadcast_once: a barrier before each call, outside the timed part. */
+ * warm-up call too; worst_p[0]: the slowest rank's mean time per call.
+ * broadcast_once: a barrier before each call, outside the timed part;
+ * worst_p[1]: the slowest rank's mean time of both (else 0). */
 static msr_status_t time_op(msr_comm_t *comm, const char *op, char *a, char *b, size_t count,
-                            msr_dtype_t dt, long iters, long *calls_p, double *worst_p)
+                            msr_dtype_t dt, long iters, long *calls_p, double worst_p[2])
 {
     msr_status_t st = MSR_OK;
     int once = strcmp(op, "broadcast_once") == 0;
@@ -192,14 +196,17 @@ static msr_status_t time_op(msr_comm_t *comm, const char *op, char *a, char *b, 
     }
     if (st == MSR_OK)
         st = msr_comm_barrier(comm);
-    double t = 0;
+    double t = 0, cycle = 0;
     if (once) {
         for (long i = 0; i < iters && st == MSR_OK; i++) {
+            double c0 = now_s();
             st = msr_comm_barrier(comm);
             double t0 = now_s();
             if (st == MSR_OK)
                 st = run_op(comm, op, a, b, count, dt);
-            t += now_s() - t0;
+            double t1 = now_s();
+            t += t1 - t0;
+            cycle += t1 - c0;
         }
     } else {
         t = now_s();
@@ -207,9 +214,9 @@ static msr_status_t time_op(msr_comm_t *comm, const char *op, char *a, char *b, 
             st = run_op(comm, op, a, b, count, dt);
         t = now_s() - t;
     }
-    t /= (double)iters;
+    double mean[2] = {t / (double)iters, cycle / (double)iters};
     if (st == MSR_OK)
-        st = msr_comm_allreduce(comm, &t, worst_p, 1, MSR_DTYPE_F64, MSR_OP_MAX);
+        st = msr_comm_allreduce(comm, mean, worst_p, 2, MSR_DTYPE_F64, MSR_OP_MAX);
     return st;
 }
 
@@ -246,8 +253,9 @@ static int bench_size(msr_comm_t *comm, const args_t *o, const char *op, size_t 
                  : bytes < (16u << 20) ? 50
                                        : 10;
     long calls = iters + check;
-    double worst = 0;
-    msr_status_t st = time_op(comm, op, a, b, count, o->dt, iters, &calls, &worst);
+    double w[2] = {0, 0};
+    msr_status_t st = time_op(comm, op, a, b, count, o->dt, iters, &calls, w);
+    double worst = w[0];
     int64_t bad = 0, bad_all = 0;
     if (check && st == MSR_OK &&
         (bad = check_op(comm, op, (float *)a, (float *)b, count, &st)) >= 0)
@@ -264,8 +272,11 @@ static int bench_size(msr_comm_t *comm, const args_t *o, const char *op, size_t 
                     : strcmp(op, "barrier") == 0 ? 0.0
                                                  : 1.0;
     if (rank == 0) {
-        printf("op=%s np=%d bytes=%zu lat_us=%.2f busbw_GBs=%.3f calls=%ld\n", op, n, used,
+        printf("op=%s np=%d bytes=%zu lat_us=%.2f busbw_GBs=%.3f calls=%ld", op, n, used,
                worst * 1e6, worst > 0 ? (double)used / worst / 1e9 * factor : 0.0, calls);
+        if (strcmp(op, "broadcast_once") == 0)
+            printf(" cycle_us=%.2f", w[1] * 1e6);
+        printf("\n");
         fflush(stdout);
     }
     int rc = 0;

@@ -2,7 +2,7 @@
  * iteration counts and output lines, measured the same way (the slowest
  * rank's mean time per call; bus bandwidth by the nccl-tests convention;
  * broadcast_once: a barrier before each broadcast, only the broadcast
- * timed).
+ * timed, and cycle_us for the two together).
  * Run: mpirun --allow-run-as-root --oversubscribe -np N mpi_comm_bench
  *      [--op NAME[,NAME...]|all] [--sizes LIST] [--iters N] */
 #include <mpi.h>
@@ -101,12 +101,15 @@ int main(int argc, char **argv)
                 MPI_Allreduce(&mine, &done, 1, MPI_INT, MPI_MIN, MPI_COMM_WORLD);
             }
             MPI_Barrier(MPI_COMM_WORLD);
-            double t = 0;
+            double t = 0, cycle = 0;
             for (long i = 0; once && i < iters; i++) {
+                double c0 = MPI_Wtime();
                 MPI_Barrier(MPI_COMM_WORLD);
                 double t0 = MPI_Wtime();
                 run_op(op, a, b, (int)count, n);
-                t += MPI_Wtime() - t0;
+                double t1 = MPI_Wtime();
+                t += t1 - t0;
+                cycle += t1 - c0;
             }
             if (!once) {
                 t = MPI_Wtime();
@@ -114,16 +117,19 @@ int main(int argc, char **argv)
                     run_op(op, a, b, (int)count, n);
                 t = MPI_Wtime() - t;
             }
-            t /= (double)iters;
-            double worst;
-            MPI_Allreduce(&t, &worst, 1, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD);
+            double mean[2] = {t / (double)iters, cycle / (double)iters}, w[2];
+            MPI_Allreduce(mean, w, 2, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD);
+            double worst = w[0];
             double factor = strcmp(op, "allreduce") == 0 ? 2.0 * (n - 1) / n
                             : per_rank                   ? (double)(n - 1) / n
                             : strcmp(op, "barrier") == 0 ? 0.0
                                                          : 1.0;
             if (rank == 0) {
-                printf("op=%s np=%d bytes=%zu lat_us=%.2f busbw_GBs=%.3f\n", op, n, used,
-                       worst * 1e6, worst > 0 ? (double)used / worst / 1e9 * factor : 0.0);
+                printf("op=%s np=%d bytes=%zu lat_us=%.2f busbw_GBs=%.3f", op, n, used, worst * 1e6,
+                       worst > 0 ? (double)used / worst / 1e9 * factor : 0.0);
+                if (once)
+                    printf(" cycle_us=%.2f", w[1] * 1e6);
+                printf("\n");
                 fflush(stdout);
             }
             free(a);

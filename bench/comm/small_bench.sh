@@ -18,7 +18,11 @@
 # runs of the same length. broadcast_once is comm_bench's single
 # broadcast after a barrier (only the broadcast timed: no call overlaps the
 # next, as one broadcast of a stream does), the row to hold against the
-# one-way bound. The ping-pong runs before every round too, for
+# one-way bound; its row barrier+broadcast_once is the same calls timed
+# with the barrier (comm_bench's cycle_us, no bound): where ranks share
+# cores, a single broadcast's readers wait for the root as long as the
+# barrier left it off its core, so this row tells a slow broadcast from
+# time that moved between the two. The ping-pong runs before every round too, for
 # every size, and the bound is its best over all of them: on a virtual
 # machine the two CPUs' distance (one core's threads, one cache complex,
 # two) can change while the script runs, and a bound taken once can sit
@@ -107,10 +111,14 @@ runs = {}
 order = []
 for ln in open(lines):
     f = dict(kv.split("=", 1) for kv in ln.split())
-    key = (f["op"], int(f["np"]), int(f["bytes"]))
-    if key not in runs:
-        order.append(key)
-    runs.setdefault(key, {}).setdefault(f["impl"], []).append(float(f["lat_us"]))
+    rows = [(f["op"], f["lat_us"])]
+    if "cycle_us" in f:
+        rows.append(("barrier+" + f["op"], f["cycle_us"]))
+    for op, us in rows:
+        key = (op, int(f["np"]), int(f["bytes"]))
+        if key not in runs:
+            order.append(key)
+        runs.setdefault(key, {}).setdefault(f["impl"], []).append(float(us))
 for n in sorted(ex):
     print(f"bound (2 ranks) {n} line{'s' if n > 1 else ''} ({n * 64} B): exchange "
           f"{min(ex[n]):.3f} us, one way {min(ow[n]):.3f} us (pingpong best of {len(ex[n])} "
@@ -129,7 +137,7 @@ for key in order:
     ratio = f"{mb / ob:.2f}" if mb and ob else "—"
     table = ow if op.startswith("broadcast") else ex
     n = max(1, (b + 63) // 64)
-    bound = min(table[n]) if np_ == 2 and n in table else None
+    bound = min(table[n]) if np_ == 2 and n in table and "+" not in op else None
     vs = f"{mb / bound:.2f}" if bound and mb else "—"
     npc = f"{np_} ({np_ // ncores} per core)" if np_ > ncores else str(np_)
     print(f"| {op} | {npc} | {b} | {cell(mb)} | {cell(mm)} | {cell(ob)} | {cell(om)} "

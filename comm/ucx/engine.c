@@ -473,9 +473,10 @@ void ucx_engine_unref(ucx_engine_t *e)
     ucx_engine_unlock(e);
     if (!last)
         return;
-    MSR_DEBUG("comm: engine %s: %llu waits, %llu sleeps (%llu ended by the timer), %.1f ms "
-              "asleep",
-              e->uid, (unsigned long long)e->stat_waits, (unsigned long long)e->stat_sleeps,
+    MSR_DEBUG("comm: engine %s: %llu waits, %llu idle rounds held the core, %llu yielded it, "
+              "%llu sleeps (%llu ended by the timer), %.1f ms asleep",
+              e->uid, (unsigned long long)e->stat_waits, (unsigned long long)e->stat_held,
+              (unsigned long long)e->stat_yields, (unsigned long long)e->stat_sleeps,
               (unsigned long long)e->stat_sleep_timeouts, (double)e->stat_slept_ns / 1e6);
     ucx_engine_reap_orphans(e);
     close_endpoints(e);

@@ -137,17 +137,29 @@ msr_status_t ucx_engine_wait_locked(ucx_engine_t *e, ucx_req_t *r)
     e->stat_waits++;
     uint64_t idle_since = 0; /* when the current stretch without events began */
     unsigned iter = 0;
-    int yielding = 0; /* in the second phase of the current idle stretch */
+    /* Yielding: in the second phase of the current idle stretch. Without a
+     * spin phase (more ranks than cores) that is from the stretch's first
+     * idle round, not from the first clock reading 16 rounds on: a peer
+     * that shares the core (a broadcast's root, the last member of a
+     * barrier) runs only once this rank lets the core go, and 16 rounds of
+     * UCX progress before that is a spin it waits through. */
+    const int no_spin = e->spin_ns == 0;
+    int yielding = no_spin;
     while (r->pub.status == MSR_IN_PROGRESS) {
         int events = progress_all(e);
         if (r->pub.status != MSR_IN_PROGRESS)
             break;
         /* The clock is read every 16 rounds (a short wait never reads it). */
         if ((++iter & 15) != 0) {
-            if (events)
+            if (events) {
                 idle_since = 0;
-            else if (idle_since != 0 && yielding)
+                yielding = no_spin;
+            } else if (yielding) {
+                e->stat_yields++;
                 sched_yield();
+            } else {
+                e->stat_held++;
+            }
             continue;
         }
         uint64_t now = msr_now_ns();
@@ -171,7 +183,7 @@ msr_status_t ucx_engine_wait_locked(ucx_engine_t *e, ucx_req_t *r)
         }
         if (events) {
             idle_since = 0;
-            yielding = 0;
+            yielding = no_spin;
             continue;
         }
         if (idle_since == 0)
@@ -180,11 +192,15 @@ msr_status_t ucx_engine_wait_locked(ucx_engine_t *e, ucx_req_t *r)
         if (idle >= (e->shm_active ? e->shm_yield_ns : e->yield_ns)) {
             sleep_once(e, r->pub.deadline);
             idle_since = 0;
-            yielding = 0;
+            yielding = no_spin;
         } else {
             yielding = idle >= e->spin_ns; /* phase two: let the core go */
-            if (yielding)
+            if (yielding) {
+                e->stat_yields++;
                 sched_yield();
+            } else {
+                e->stat_held++;
+            }
         }
     }
     e->waiters--;

@@ -155,8 +155,10 @@ struct ucx_engine {
     uint64_t shm_yield_ns; /* the same while shared-memory operations run */
     msr_list_t free_reqs;
     int n_free_reqs;
-    /* for the debug line at the end */
+    /* for the debug line at the end; held: idle rounds of a wait that kept
+     * the core (the spin phase), yields: those that handed it over */
     uint64_t stat_waits, stat_sleeps, stat_sleep_timeouts, stat_slept_ns;
+    uint64_t stat_held, stat_yields;
 };
 
 typedef struct ucx_comm {

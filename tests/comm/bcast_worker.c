@@ -19,6 +19,14 @@
  *           now and then: every rank checks every value; first a member
  *           that stays away 100 ms before it folds an allreduce whose
  *           slots the root's next broadcasts share.
+ *   late    the readers wait on a late member: rotating roots that
+ *           stay away 2 ms before broadcasts of 1 byte to one past a
+ *           slot's size (each bound of the lined ring and the slots'
+ *           ring, and one past), and barriers that a rotating member enters 2 ms late.
+ *           Every reader checks every byte and the root it came from;
+ *           run_bcast.sh then checks in the engines' debug lines that
+ *           their waits, run without a spin phase, never held the core
+ *           in an idle round (docs/comm.md, "Progress and waiting").
  * A failed check prints the case and exits 1; rank 0 prints "ok MODE". */
 #include <stdarg.h>
 #include <stdint.h>
@@ -264,6 +272,41 @@ static void lag_round(msr_comm_t *world)
     msr_comm_destroy(c);
 }
 
+static void stay_away(void)
+{
+    struct timespec ts = {0, 2000000};
+    nanosleep(&ts, NULL);
+}
+
+static void mode_late(msr_comm_t *world)
+{
+    static const size_t sizes[] = {
+        1, 8, INLINE_BYTES, INLINE_BYTES + 1, LINE_DATA, LINE_DATA + 1, SLOT_BYTES, SLOT_BYTES + 1};
+    enum { NS = sizeof sizes / sizeof sizes[0] };
+    int n = msr_comm_size(world), me = msr_comm_rank(world);
+    unsigned char *buf = malloc(SLOT_BYTES + 1);
+    if (buf == NULL)
+        fail("out of memory");
+    for (uint64_t k = 0; k < 3 * NS; k++) {
+        size_t bytes = sizes[k % NS];
+        int root = (int)((k + k / NS) % (uint64_t)n);
+        snprintf(g_case, sizeof g_case, "late root %d, %zu bytes", root, bytes);
+        if (me == root) {
+            stay_away();
+            fill(buf, bytes, k, root);
+        } else {
+            memset(buf, 0, bytes);
+        }
+        OK(msr_comm_broadcast(world, buf, bytes, MSR_DTYPE_U8, root));
+        check(buf, bytes, k, root);
+        snprintf(g_case, sizeof g_case, "late barrier %llu", (unsigned long long)k);
+        if (me == (int)(k % (uint64_t)n))
+            stay_away();
+        OK(msr_comm_barrier(world));
+    }
+    free(buf);
+}
+
 static void mode_stress(msr_comm_t *world)
 {
     snprintf(g_case, sizeof g_case, "lagging fold");
@@ -283,7 +326,7 @@ static void mode_stress(msr_comm_t *world)
 int main(int argc, char **argv)
 {
     if (argc < 2) {
-        fprintf(stderr, "usage: bcast_worker ahead|stress\n");
+        fprintf(stderr, "usage: bcast_worker ahead|stress|late\n");
         return 2;
     }
     const char *mode = argv[1];
@@ -304,6 +347,8 @@ int main(int argc, char **argv)
         mode_ahead(world);
     else if (strcmp(mode, "stress") == 0)
         mode_stress(world);
+    else if (strcmp(mode, "late") == 0)
+        mode_late(world);
     else
         fail("unknown mode %s", mode);
     snprintf(g_case, sizeof g_case, "final barrier");

@@ -2,7 +2,9 @@
 # Runs tests/comm/bcast_worker MODE under the real msrun with NP ranks on
 # this host and checks that it passed (rank 0 prints "ok MODE"). Cleans up
 # every process of its job (found by the job id in their environment) and
-# the shared-memory files they left, whatever happens.
+# the shared-memory files they left, whatever happens. Mode late runs
+# without a spin phase (MSR_COMM_SPIN_US=0) and also checks every rank's
+# engine debug line: no idle round of a wait held the core, some yielded it.
 # Usage: run_bcast.sh MODE NP [LIMIT_SECONDS]  (MSRUN_BUILD: the build dir)
 set -u
 mode=$1
@@ -27,7 +29,11 @@ cleanup() {
 }
 trap cleanup EXIT
 
-"$build/bin/msrun" --worker_num="$np" --local_worker_num="$np" --job_id="$job" --grace_period=30 \
+# late: waits without a spin phase, and the engines' debug lines to count
+# their idle rounds
+env=()
+[ "$mode" = late ] && env=(MSR_COMM_SPIN_US=0 MSR_LOG_LEVEL=debug)
+env "${env[@]}" "$build/bin/msrun" --worker_num="$np" --local_worker_num="$np" --job_id="$job" --grace_period=30 \
     "$build/tests/bcast_worker" "$mode" >"$out/log" 2>&1 &
 pid=$!
 end=$((SECONDS + limit))
@@ -46,5 +52,16 @@ if [ $rc -ne 0 ] || ! grep -q "ok $mode" "$out/log"; then
     echo "---- output ----"
     cat "$out/log"
     exit 1
+fi
+if [ "$mode" = late ]; then
+    # every rank's engine: no idle round held the core, some yielded it
+    lines=$(grep -c "engine .*: [0-9]* waits, 0 idle rounds held the core, [1-9][0-9]* yielded it" \
+        "$out/log")
+    if [ "$lines" -ne "$np" ]; then
+        echo "FAIL: late with $np ranks: $lines of $np engines yielded in every idle round"
+        echo "---- engine lines ----"
+        grep "engine .* waits" "$out/log"
+        exit 1
+    fi
 fi
 echo "PASS: $mode with $np ranks"
