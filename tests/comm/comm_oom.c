@@ -5,7 +5,9 @@
  * first allocation of the call fails. Every member's call fails with
  * MSR_ERR_NO_MEMORY at once, not at the deadline (the communicators'
  * timeout is longer than the script allows), except a reduce's leaves,
- * whose part is a send that may finish first; everyone's barrier after it
+ * whose part is a send that may finish first, and a broadcast's members
+ * that wait on no failing member (none of their tree's ancestors fails:
+ * their part may finish before the notice comes); everyone's barrier after it
  * fails the same way. The failing members say out of memory (or, when
  * another failing member's notice came first, name it), the others name
  * one of them; at least one member's allocation failed; the world stays
@@ -44,6 +46,10 @@ static const oom_case_t cases[] = {
     {"reduce_scatter(ring)", "MSR_COMM_ALGO_REDUCE_SCATTER", "ring", REDUCE_SCATTER, MAX_COUNT,
      1u << 0},
     {"broadcast(binomial)", "MSR_COMM_ALGO_BROADCAST", "binomial", BROADCAST, 16, 1u << 3},
+    {"broadcast(binomial), the root", "MSR_COMM_ALGO_BROADCAST", "binomial", BROADCAST, 16,
+     1u << 0},
+    {"broadcast(binomial), an inner member", "MSR_COMM_ALGO_BROADCAST", "binomial", BROADCAST, 16,
+     1u << 2},
     {"reduce(binomial)", "MSR_COMM_ALGO_REDUCE", "binomial", REDUCE, 256, 1u << 1},
     {"reduce(chain)", "MSR_COMM_ALGO_REDUCE", "chain", REDUCE, MAX_COUNT, 1u << 2},
     {"alltoall(in place)", NULL, NULL, ALLTOALL, 256, 1u << 1},
@@ -119,8 +125,32 @@ static void check_failed(const oom_case_t *k, const char *what, msr_status_t st,
         check_named(k->name, k->who, msr_last_error());
 }
 
+/* Whether a broadcast's member me (root 0) receives through a failing
+ * member: the binomial tree's parent of vr is vr with its lowest set bit
+ * cleared (comm/ucx/coll_rooted.c). */
+static int bcast_waits_on(int me, unsigned who)
+{
+    for (int v = me; v != 0;) {
+        v &= v - 1;
+        if (who >> v & 1u)
+            return 1;
+    }
+    return 0;
+}
+
+/* Whether a member that is not failing must see the call itself fail. */
+static int call_must_fail(const oom_case_t *k, int me)
+{
+    if (k->call == REDUCE)
+        return me == 0;
+    if (k->call == BROADCAST)
+        return bcast_waits_on(me, k->who);
+    return 1;
+}
+
 /* The failing members' allocation fails inside the call. A member whose
- * part is only sends (a reduce's leaves) may finish first; every other
+ * part is only sends (a reduce's leaves) or that waits on no failing
+ * member (a broadcast's other branches) may finish first; every other
  * member's call fails, and so does everyone's barrier on the communicator
  * after it (the failing members are no longer in it), at once. */
 static void one_case(msr_comm_t *world, const oom_case_t *k)
@@ -136,7 +166,7 @@ static void one_case(msr_comm_t *world, const oom_case_t *k)
     msr_alloc_fail_at(-1);
     if (k->who == (1u << me) && !fired)
         fail("no allocation was failed (the call returned %s)", msr_status_name(st));
-    if (st != MSR_OK || k->call != REDUCE || me == 0 || mine)
+    if (st != MSR_OK || mine || call_must_fail(k, me))
         check_failed(k, "the call", st, (int)fired);
     char err[256];
     snprintf(err, sizeof err, "%s", st == MSR_OK ? "finished its part" : msr_last_error());
