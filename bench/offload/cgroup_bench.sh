@@ -19,6 +19,7 @@ model=("$@")
 [[ ${#model[@]} -gt 0 ]] || model=(--layers 8 --channels 640 --heads 8 --seq 64 --micro-batch 2)
 bin="$build/bin/train_gpt"
 [[ -x "$bin" ]] || { echo "no $bin: build first" >&2; exit 1; }
+# shellcheck source=bench/offload/cgroup_env.sh
 source "$(dirname "$0")/cgroup_env.sh"
 own=""
 if [[ -z "$dir" ]]; then

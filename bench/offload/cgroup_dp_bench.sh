@@ -41,6 +41,7 @@ done
 bin="$build/bin/train_gpt"
 msrun="$build/bin/msrun"
 [[ -x "$bin" && -x "$msrun" ]] || { echo "no $bin or $msrun: build first" >&2; exit 1; }
+# shellcheck source=bench/offload/cgroup_env.sh
 source "$here/cgroup_env.sh"
 own=""
 if [[ -z "$dir" ]]; then
@@ -52,9 +53,8 @@ cg="$cg_parent/msrun-dp-bench-$$"
 job=cgroup-dp-bench-$$
 cleanup() {
     local p r
-    for p in $(grep -lsa "MSR_JOB_ID=$job" /proc/[0-9]*/environ 2>/dev/null | cut -d/ -f3); do
-        kill -KILL "$p" 2>/dev/null || true
-    done
+    grep -lsa "MSR_JOB_ID=$job" /proc/[0-9]*/environ 2>/dev/null | cut -d/ -f3 |
+        while read -r p; do kill -KILL "$p" 2>/dev/null || true; done
     for ((r = 0; r < ranks; r++)); do
         [[ ! -d "$cg-rank$r" ]] || rmdir "$cg-rank$r" 2>/dev/null || true
     done

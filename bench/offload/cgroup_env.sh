@@ -1,3 +1,5 @@
+# shellcheck shell=bash
+# shellcheck disable=SC2034 # the variables are for the scripts that source this
 # Shared by the cgroup benches (sourced): finds this shell's memory cgroup
 # and the files that limit and report a child of it. cgroup v2's memory.max
 # and memory.peak where the v2 hierarchy has the memory controller, else
