@@ -19,7 +19,8 @@
 #   (block inputs, buckets, buffers) must fit in the rest of the quarter.
 #   ACTS=1: a third row per stage, the block inputs on disk too
 #   (activations=disk:DIR; needs --recompute full in the model's options).
-# Prints a table; docs/performance.md "Under a memory limit" has results.
+# Prints a table; docs/performance.md "A quarter of the state per rank" has
+# results.
 set -euo pipefail
 here=$(dirname "$0")
 build=${1:-build}
