@@ -270,11 +270,13 @@ msr_status_t msr_dp_create(const msr_dp_config_t *cfg, msr_comm_t *comm, msr_gpt
         goto err_free;
     if (cfg->zero >= 3 && (dp->pshard = msr_calloc(dp->shard_count + 1, sizeof(float))) == NULL)
         goto err_free;
-    if (!msr_dp_init_left(cfg))
+    /* below ZeRO-3 the parameters' offload seeds the blocks into its file */
+    if (!msr_dp_init_left(cfg) && (cfg->params_offload.mode == MSR_OFFLOAD_NONE || cfg->zero >= 3))
         msr_dp_init_params(dp, seed);
     dp->hooks = (msr_gpt_hooks_t){dp, msr_dp_hook_acquire, msr_dp_hook_release,
                                   msr_dp_hook_grads_ready, msr_dp_hook_poll};
-    if ((st = msr_dp_offload_attach(dp)) != MSR_OK || (st = msr_dp_params_attach(dp)) != MSR_OK)
+    if ((st = msr_dp_offload_attach(dp)) != MSR_OK ||
+        (st = msr_dp_params_attach(dp, seed)) != MSR_OK)
         goto err_free;
     *dp_p = dp;
     return MSR_OK;

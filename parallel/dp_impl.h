@@ -81,11 +81,13 @@ msr_status_t msr_dp_offload_attach(msr_dp_t *dp);
 msr_status_t msr_dp_offload_update(msr_dp_t *dp);
 
 /* The blocks' parameters moved to their file when cfg.params_offload asks
- * for the disk (dp_params.c; MSR_OK and nothing done otherwise); the
+ * for the disk (dp_params.c; MSR_OK and nothing done otherwise; below
+ * ZeRO-3 they are seeded from seed a block at a time, straight into the
+ * file, and the rest of the flat buffer with them); the
  * hooks' part (a block segment pointed at its buffer, read ahead in the
  * pass's direction; and given back); the step's AdamW, after
  * msr_adamw_begin, a block at a time; the whole parameters into out. */
-msr_status_t msr_dp_params_attach(msr_dp_t *dp);
+msr_status_t msr_dp_params_attach(msr_dp_t *dp, uint64_t seed);
 void msr_dp_params_detach(msr_dp_t *dp);
 msr_status_t msr_dp_params_acquire(msr_dp_t *dp, int s, msr_gpt_pass_t pass);
 msr_status_t msr_dp_params_release(msr_dp_t *dp, int s);

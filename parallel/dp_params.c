@@ -90,6 +90,29 @@ static msr_status_t put_all(msr_dp_t *dp)
     return st;
 }
 
+/* ZeRO 0-2 at the start: the parameters from seed, the blocks' straight
+ * into the file through one block's scratch buffer, so that the flat
+ * buffer's blocks are never touched and a rank never holds every block,
+ * not even at the start (under a memory limit of the parameters' bytes
+ * it would not start). The same numbers as msr_gpt_init_params. */
+static msr_status_t seed_all(msr_dp_t *dp, uint64_t seed)
+{
+    msr_gpt_t *m = dp->model;
+    size_t n = dp->pblk_n, lo = dp->pblk_lo, hi = lo + (size_t)layers(dp) * n;
+    msr_gpt_init_range(m, seed, 0, lo, m->params);
+    msr_gpt_init_range(m, seed, hi, m->num_params, m->params + hi);
+    float *tmp = msr_calloc(n, sizeof(float));
+    if (tmp == NULL)
+        return msr_err(MSR_ERR_NO_MEMORY, "offload: out of memory for a block's parameters");
+    msr_status_t st = MSR_OK;
+    for (size_t l = 0; l < (size_t)layers(dp) && st == MSR_OK; l++) {
+        msr_gpt_init_range(m, seed, lo + l * n, lo + (l + 1) * n, tmp);
+        st = msr_params_put(dp->params_off, l, tmp);
+    }
+    msr_free(tmp);
+    return st;
+}
+
 /* ZeRO-3: each block's owned elements, contiguous in the shard space
  * (the units are in flat order: all of a replicated block's), and the
  * store's block size, the largest share. */
@@ -111,7 +134,7 @@ static msr_status_t z3_layout(msr_dp_t *dp)
     return MSR_OK;
 }
 
-msr_status_t msr_dp_params_attach(msr_dp_t *dp)
+msr_status_t msr_dp_params_attach(msr_dp_t *dp, uint64_t seed)
 {
     const msr_offload_config_t *cfg = &dp->cfg.params_offload;
     if (cfg->mode == MSR_OFFLOAD_NONE)
@@ -141,7 +164,7 @@ msr_status_t msr_dp_params_attach(msr_dp_t *dp)
         return msr_err(MSR_ERR_NO_MEMORY, "offload: out of memory");
     st = msr_params_create(cfg, dp->pblk_n, (size_t)L, &dp->params_off);
     if (st == MSR_OK)
-        st = put_all(dp);
+        st = z3 ? put_all(dp) : seed_all(dp, seed);
     if (st == MSR_OK && z3) /* the first forward's first gather reads it */
         st = msr_params_prefetch(dp->params_off, 0);
     if (st != MSR_OK)

@@ -19,28 +19,15 @@ model=("$@")
 [[ ${#model[@]} -gt 0 ]] || model=(--layers 8 --channels 640 --heads 8 --seq 64 --micro-batch 2)
 bin="$build/bin/train_gpt"
 [[ -x "$bin" ]] || { echo "no $bin: build first" >&2; exit 1; }
-[[ $(id -u) -eq 0 ]] || { echo "skip: a memory cgroup needs root" >&2; exit 77; }
-# this process's memory cgroup, and the file that limits a child of it
-if [[ -f /sys/fs/cgroup/cgroup.controllers ]] && grep -qw memory /sys/fs/cgroup/cgroup.controllers; then
-    parent=/sys/fs/cgroup$(sed -n 's/^0:://p' /proc/self/cgroup)
-    limit_file=memory.max
-    peak_file=memory.peak
-    echo "+memory" >"$parent/cgroup.subtree_control" 2>/dev/null || true
-elif [[ -d /sys/fs/cgroup/memory ]]; then
-    parent=/sys/fs/cgroup/memory$(sed -n 's/^[0-9]*:memory://p' /proc/self/cgroup)
-    limit_file=memory.limit_in_bytes
-    peak_file=memory.max_usage_in_bytes
-else
-    echo "skip: no memory cgroup here" >&2
-    exit 77
-fi
+# shellcheck source=bench/offload/cgroup_env.sh
+source "$(dirname "$0")/cgroup_env.sh"
 own=""
 if [[ -z "$dir" ]]; then
     dir=$(mktemp -d)
     own=$dir
 fi
 tmp=$(mktemp -d)
-cg="$parent/msrun-offload-bench-$$"
+cg="$cg_parent/msrun-offload-bench-$$"
 cleanup() {
     [[ -d "$cg" ]] && rmdir "$cg" 2>/dev/null
     rm -rf "$tmp" "$dir/dd.bin"
@@ -53,14 +40,12 @@ trap cleanup EXIT
 limited() {
     local limit=$1 rc=0
     shift
-    mkdir "$cg"
-    echo "$limit" >"$cg/$limit_file"
-    [[ -f "$cg/memory.swappiness" ]] && echo 0 >"$cg/memory.swappiness"
+    cg_make "$cg" "$limit"
     bash -c 'echo $$ >"$1/cgroup.procs" && shift && exec "$@"' _ "$cg" timeout 1200 "$bin" \
         "${model[@]}" --steps "$steps" "$@" >/dev/null 2>"$tmp/err" || rc=$?
     local ms peak
     ms=$(sed -n 's/.*after the first: \([0-9.]*\) ms\/step.*/\1/p' "$tmp/err")
-    peak=$(cat "$cg/$peak_file" 2>/dev/null || echo 0)
+    peak=$(cat "$cg/$cg_peak_file" 2>/dev/null || echo 0)
     rmdir "$cg"
     echo "$rc ${ms:--} $peak"
 }

@@ -6,7 +6,8 @@
 # recompute, with every offload at once and under ZeRO 1 and 2; every
 # block's
 # parameters read back ahead of its forward, its backward and its update,
-# none unasked for; fewer parameter bytes resident; the files 0600, kept on
+# none unasked for; fewer parameter bytes resident, from the start (the
+# blocks never all in memory); the files 0600, kept on
 # request, else removed; runs stopped and resumed with the offload on and
 # off, in both directions, end as one never stopped; the refusals exit 2
 # by name; a missing directory and a block changed underneath are clear
@@ -82,6 +83,19 @@ offload_read_ahead both-dp 2 2
 pbytes() { sed -n 's/.*rank 0 zero 0: params \([0-9]*\) .*/\1/p' "$work/$1.out"; }
 [[ -n "$(pbytes one-threads)" && $(pbytes one-threads) -lt $(pbytes one) ]] ||
     fail "params $(pbytes one-threads) bytes with offload, $(pbytes one) without"
+# nor at the start: the blocks are seeded into the file one at a time, so
+# with --steps 0 (the initial parameters only) the peak RSS is below the
+# same run's without offload by at least half the bytes the offload moves
+# (8 blocks of 12.6 MB); seeding them all first would peak above it
+init=(--layers 8 --channels 512 --heads 8 --seq 16 --micro-batch 2 --steps 0 --report)
+peak() { # ARGS...: "peak-RSS-bytes params-bytes" of train_gpt --steps 0
+    timeout 60 "$bin/train_gpt" "${init[@]}" "$@" 2>&1 >/dev/null |
+        sed -n 's/.* params \([0-9]*\) .*peak RSS \([0-9]*\) KiB.*/\2 \1/p' | awk '{ print $1 * 1024, $2 }'
+}
+read -r rss_mem p_mem < <(peak) || fail "no --report without offload"
+read -r rss_off p_off < <(peak --offload "$pdisk") || fail "no --report with offload"
+[[ $((rss_mem - rss_off)) -ge $(((p_mem - p_off) / 2)) ]] ||
+    fail "at the start: peak RSS $rss_off bytes with offload, $rss_mem without, $((p_mem - p_off)) moved"
 
 # kept on request: one per rank, 0600 whatever the umask
 (umask 000 && offload_run keep 2 --dp 2 --offload "$pdisk" --offload-keep)

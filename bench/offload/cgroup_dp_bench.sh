@@ -1,0 +1,140 @@
+#!/usr/bin/env bash
+# Data parallel under a real memory limit (issue 45 point 4): a job of
+# RANKS ranks under msrun, each worker moved into a memory cgroup of its own
+# (cgroup_rank.sh) whose limit is a quarter of the model's full training
+# state (16 bytes a parameter in fp32: parameters, gradients, m and v) per
+# rank. For ZeRO 2 and 3 the job runs in memory (stopped by the limit) and
+# with the blocks' parameters and the moments on disk (--offload
+# params=disk:DIR,optimizer=disk:DIR); each row prints every rank's cgroup
+# peak, the step time and the bound: max(compute: the in-memory step
+# without a limit, the offloaded bytes of every rank over the disk's read
+# and write bandwidth, measured by dd in the same run).
+#
+# usage: bench/offload/cgroup_dp_bench.sh [BUILD_DIR] [DIR] [STEPS] [RANKS] [MODEL ARGS...]
+#   DIR: the files' directory, on the disk to measure (default: a new one
+#   under $TMPDIR); RANKS: 2 to 4 (2); ZERO="2 3": the stages to run.
+#   The default model (75.8 M parameters) runs under full recompute with
+#   1 MiB buckets and 1 MiB chunks of the moments: a rank's gradient shard
+#   (4 bytes a parameter over dp) stays resident, so what else it keeps
+#   (block inputs, buckets, buffers) must fit in the rest of the quarter.
+#   ACTS=1: a third row per stage, the block inputs on disk too
+#   (activations=disk:DIR; needs --recompute full in the model's options).
+# Prints a table; docs/performance.md "A quarter of the state per rank" has
+# results.
+set -euo pipefail
+here=$(dirname "$0")
+build=${1:-build}
+dir=${2:-}
+steps=${3:-4}
+ranks=${4:-2}
+shift $(($# < 4 ? $# : 4))
+model=("$@")
+[[ ${#model[@]} -gt 0 ]] ||
+    model=(--layers 24 --channels 512 --heads 8 --seq 64 --micro-batch 2 --recompute full --bucket-mb 1)
+[[ $steps =~ ^[0-9]+$ && $steps -ge 2 ]] || { echo "STEPS '$steps' is not an integer >= 2" >&2; exit 2; }
+[[ $ranks =~ ^[2-4]$ ]] || { echo "RANKS '$ranks' is not 2, 3 or 4" >&2; exit 2; }
+zeros=${ZERO:-2 3}
+modes="memory disk"
+case ${ACTS:-0} in 0) ;; 1) modes+=" disk+acts" ;; *) echo "ACTS='$ACTS' is not 0 or 1" >&2; exit 2 ;; esac
+for z in $zeros; do
+    [[ $z == 2 || $z == 3 ]] || { echo "ZERO='$zeros': each stage must be 2 or 3" >&2; exit 2; }
+done
+bin="$build/bin/train_gpt"
+msrun="$build/bin/msrun"
+[[ -x "$bin" && -x "$msrun" ]] || { echo "no $bin or $msrun: build first" >&2; exit 1; }
+# shellcheck source=bench/offload/cgroup_env.sh
+source "$here/cgroup_env.sh"
+own=""
+if [[ -z "$dir" ]]; then
+    dir=$(mktemp -d)
+    own=$dir
+fi
+tmp=$(mktemp -d)
+cg="$cg_parent/msrun-dp-bench-$$"
+job=cgroup-dp-bench-$$
+cleanup() {
+    local p r
+    grep -lsa "MSR_JOB_ID=$job" /proc/[0-9]*/environ 2>/dev/null | cut -d/ -f3 |
+        while read -r p; do kill -KILL "$p" 2>/dev/null || true; done
+    for ((r = 0; r < ranks; r++)); do
+        [[ ! -d "$cg-rank$r" ]] || rmdir "$cg-rank$r" 2>/dev/null || true
+    done
+    rm -rf "$tmp" "$dir/dd.bin"
+    [[ -z "$own" ]] || rm -rf "$own"
+}
+trap cleanup EXIT
+
+# job LIMIT ARGS...: train_gpt on $ranks ranks, each in a cgroup of LIMIT
+# bytes (0: none); output in $tmp/out; prints "exit ms/step peaks rss-max"
+# (peaks: every rank's cgroup peak in MB, joined by /; - without a limit)
+job() {
+    local limit=$1 rc=0 r peaks="" ms rss launch=()
+    shift
+    if [[ $limit -gt 0 ]]; then
+        for ((r = 0; r < ranks; r++)); do cg_make "$cg-rank$r" "$limit"; done
+        launch=("$here/cgroup_rank.sh" "$cg")
+    fi
+    timeout -k 5 1200 "$msrun" --worker_num="$ranks" --local_worker_num="$ranks" --job_id="$job" \
+        "${launch[@]}" "$bin" "${model[@]}" --steps "$steps" --report "$@" >"$tmp/out" 2>&1 || rc=$?
+    for ((r = 0; r < ranks && limit > 0; r++)); do
+        peaks+=$(awk -v p="$(cat "$cg-rank$r/$cg_peak_file")" 'BEGIN { printf "%.1f", p / 1e6 }')
+        [[ $r -eq $((ranks - 1)) ]] || peaks+=/
+        rmdir "$cg-rank$r"
+    done
+    ms=$(sed -n 's/.*after the first: \([0-9.]*\) ms\/step.*/\1/p' "$tmp/out")
+    rss=$(sed -n 's/.*peak RSS \([0-9]*\) KiB.*/\1/p' "$tmp/out" | sort -n | tail -1)
+    echo "$rc ${ms:--} ${peaks:--} ${rss:--}"
+}
+# the model's shape, from train_gpt's first line
+"$bin" "${model[@]}" --steps 0 >/dev/null 2>"$tmp/err" ||
+    { echo "train_gpt ${model[*]}: $(tail -3 "$tmp/err")" >&2; exit 1; }
+read -r P L C T < <(sed -n 's/^train_gpt: model of \([0-9]*\) parameters (layers \([0-9]*\) channels \([0-9]*\) heads [0-9]* seq \([0-9]*\)).*/\1 \2 \3 \4/p' "$tmp/err")
+state=$((16 * P))
+limit=$((state / 4))
+blk=$(((P - (256 + T + 2) * C) / L)) # one block's parameters (a byte vocabulary)
+# the disk's bandwidth for a step's bytes of every rank at ZeRO 2 (the most)
+# a block input: micro-batch x seq x channels floats, from the model's options
+mbatch=$(awk '{ for (i = 1; i < NF; i++) if ($i == "--micro-batch") v = $(i + 1) } END { print v ? v : 8 }' <<<"${model[*]}")
+io_bytes() { # ZERO MODE: every rank's bytes read and written a step, "read write"
+    local share=$blk shard=$(((P + ranks - 1) / ranks)) acts=0
+    [[ $1 -lt 3 ]] || share=$(((blk + ranks - 1) / ranks))
+    [[ $2 != disk+acts ]] || acts=$((L * ((4 * mbatch * T * C + 4095) / 4096 * 4096)))
+    local b=$(((4 * share + 4095) / 4096 * 4096))
+    echo "$((ranks * (3 * L * b + 8 * shard + acts))) $((ranks * (L * b + 8 * shard + acts)))"
+}
+read -r most _ < <(io_bytes 2 disk+acts)
+mb=$(((most + 4194303) / 4194304))
+dd_s() { sed -n 's/.* copied, \([0-9.e-]*\) s,.*/\1/p'; }
+w_s=$(dd if=/dev/zero of="$dir/dd.bin" bs=4M count="$mb" oflag=direct conv=fsync 2>&1 | dd_s)
+r_s=$(dd if="$dir/dd.bin" of=/dev/null bs=4M iflag=direct 2>&1 | dd_s)
+rm -f "$dir/dd.bin"
+wbw=$(awk -v b="$((mb * 4194304))" -v s="$w_s" 'BEGIN { printf "%.0f", b / s }')
+rbw=$(awk -v b="$((mb * 4194304))" -v s="$r_s" 'BEGIN { printf "%.0f", b / s }')
+awk -v P="$P" -v S="$state" -v L="$limit" -v n="$ranks" -v w="$wbw" -v r="$rbw" 'BEGIN {
+    printf "model: %d parameters, full training state %.1f MB; %d ranks, each limited to %.1f MB (a quarter)\n",
+        P, S / 1e6, n, L / 1e6
+    printf "disk (dd, direct, 4 MiB blocks): write %.0f MB/s, read %.0f MB/s\n", w / 1e6, r / 1e6 }'
+printf '| %4s | %-9s | %4s | %9s | %-23s | %12s | %8s | %8s | %7s |\n' zero mode exit "ms/step" \
+    "cgroup peak MB per rank" "peak RSS MB" "I/O ms" "bound ms" "x bound"
+printf '|------|-----------|------|-----------|-------------------------|--------------|----------|----------|---------|\n'
+off="params=disk:$dir,optimizer=disk:$dir"
+for z in $zeros; do
+    read -r rc_free ms_free _ _ < <(job 0 --zero "$z")
+    [[ $rc_free -eq 0 && $ms_free != - ]] ||
+        { echo "zero $z without a limit failed ($rc_free): $(tail -3 "$tmp/out")" >&2; exit 1; }
+    for mode in $modes; do
+        read -r rd wr < <(io_bytes "$z" "$mode")
+        io=$(awk -v rd="$rd" -v wr="$wr" -v r="$rbw" -v w="$wbw" 'BEGIN { printf "%.1f", 1000 * (rd / r + wr / w) }')
+        args=(--zero "$z")
+        [[ $mode != disk ]] || args+=(--offload "$off" --offload-chunk 1048576)
+        [[ $mode != disk+acts ]] || args+=(--offload "$off,activations=disk:$dir" --offload-chunk 1048576)
+        read -r rc ms peaks rss < <(job "$limit" "${args[@]}")
+        [[ $rc -eq 0 || $mode == memory ]] || echo "zero $z on disk: $(grep -i 'error\|killed\|exit' "$tmp/out" | tail -3)" >&2
+        awk -v z="$z" -v m="$mode" -v rc="$rc" -v ms="$ms" -v p="$peaks" -v rss="$rss" -v c="$ms_free" \
+            -v io="$io" 'BEGIN { b = c > io ? c : io; mio = m != "memory" ? sprintf("%.1f", io) : "-"
+            r = rss == "-" ? "-" : sprintf("%.1f", rss * 1024 / 1e6)
+            x = ms == "-" ? "-" : sprintf("%.2f", ms / b); t = ms == "-" ? "-" : sprintf("%.1f", ms)
+            printf "| %4s | %-9s | %4s | %9s | %-23s | %12s | %8s | %8.1f | %7s |\n", z, m, rc, t, p, r, mio, b, x }'
+    done
+done
+echo "bound: max(compute: the in-memory step without a limit ($steps steps, the mean after the first), the I/O)"
