@@ -42,6 +42,7 @@ __attribute__((target("avx2"))) static void from_f32_avx2(uint16_t *dst, const f
             _mm_packus_epi32(_mm256_castsi256_si128(r), _mm256_extracti128_si256(r, 1));
         _mm_storeu_si128((__m128i *)(dst + i), packed);
     }
+    _mm256_zeroupper(); /* see from_f32_avx512bf16 */
     msr_bf16_from_f32_n_scalar(dst + i, src + i, n - i);
 }
 
@@ -67,6 +68,11 @@ from_f32_avx512bf16(uint16_t *dst, const float *src, size_t n)
         __m512bh r = _mm512_cvtne2ps_pbh(_mm512_castsi512_ps(hi), _mm512_castsi512_ps(lo));
         _mm512_storeu_si512((void *)(dst + i), (__m512i)r);
     }
+    /* The upper halves cleared before the tail: GCC leaves them dirty
+     * across its tail call to the scalar loop, and the caller's SSE code
+     * (a softmax calling this a row at a time) then ran several times
+     * slower, libm's expf most of all. */
+    _mm256_zeroupper();
     msr_bf16_from_f32_n_scalar(dst + i, src + i, n - i);
 }
 
@@ -78,6 +84,7 @@ __attribute__((target("avx2"))) static void to_f32_avx2(float *dst, const uint16
         __m256i x = _mm256_slli_epi32(_mm256_cvtepu16_epi32(h), 16);
         _mm256_storeu_ps(dst + i, _mm256_castsi256_ps(x));
     }
+    _mm256_zeroupper(); /* see from_f32_avx512bf16 */
     msr_f32_from_bf16_n_scalar(dst + i, src + i, n - i);
 }
 
