@@ -6,8 +6,8 @@
  * the float kernels' leading `msr_products_t *pr,` parameter and nothing in
  * double. OPERAND and OPERAND_AGAIN are msr_products_operand and _again
  * (NULL and nothing in double), ROUND(dst, at, src, n) rounds src's n
- * elements into dst + at unless dst is NULL (nothing in double): a kernel rounds what it
- * writes for the product that reads it next. The math
+ * elements into dst + at unless dst is NULL (nothing in double): a kernel
+ * rounds what it writes for the product that reads it next. The math
  * functions come from <tgmath.h>, so exp(x) is expf(x) for a float x;
  * constants are cast to real (R(...)) so no expression silently widens to
  * double in the float build.
