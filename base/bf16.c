@@ -1,4 +1,5 @@
-/* bfloat16 conversions of arrays: scalar, and AVX2 chosen at run time. */
+/* bfloat16 conversions of arrays: scalar, AVX2 and (to bf16) AVX512-BF16,
+ * chosen at run time. */
 #include "base/bf16.h"
 
 #include "base/cpu_features.h"
@@ -41,6 +42,37 @@ __attribute__((target("avx2"))) static void from_f32_avx2(uint16_t *dst, const f
             _mm_packus_epi32(_mm256_castsi256_si128(r), _mm256_extracti128_si256(r, 1));
         _mm_storeu_si128((__m128i *)(dst + i), packed);
     }
+    _mm256_zeroupper(); /* see from_f32_avx512bf16 */
+    msr_bf16_from_f32_n_scalar(dst + i, src + i, n - i);
+}
+
+/* 32 floats at a time on the bf16 units' own conversion (vcvtne2ps2bf16:
+ * RNE, a NaN made quiet with its sign and top half kept, as the scalar
+ * rule), except that it reads a subnormal input as zero: a block of 32
+ * holding one (exponent 0, mantissa not) goes through the scalar rule
+ * instead, as does the tail. */
+__attribute__((target("avx512f,avx512bf16"))) static void
+from_f32_avx512bf16(uint16_t *dst, const float *src, size_t n)
+{
+    const __m512i exp = _mm512_set1_epi32(0x7f800000), man = _mm512_set1_epi32(0x007fffff);
+    size_t i = 0;
+    for (; i + 32 <= n; i += 32) {
+        __m512i lo = _mm512_loadu_si512((const void *)(src + i));
+        __m512i hi = _mm512_loadu_si512((const void *)(src + i + 16));
+        __mmask16 sub_lo = _mm512_mask_test_epi32_mask(_mm512_testn_epi32_mask(lo, exp), lo, man);
+        __mmask16 sub_hi = _mm512_mask_test_epi32_mask(_mm512_testn_epi32_mask(hi, exp), hi, man);
+        if ((sub_lo | sub_hi) != 0) {
+            msr_bf16_from_f32_n_scalar(dst + i, src + i, 32);
+            continue;
+        }
+        __m512bh r = _mm512_cvtne2ps_pbh(_mm512_castsi512_ps(hi), _mm512_castsi512_ps(lo));
+        _mm512_storeu_si512((void *)(dst + i), (__m512i)r);
+    }
+    /* The upper halves cleared before the tail: GCC leaves them dirty
+     * across its tail call to the scalar loop, and the caller's SSE code
+     * (a softmax calling this a row at a time) then ran several times
+     * slower, libm's expf most of all. */
+    _mm256_zeroupper();
     msr_bf16_from_f32_n_scalar(dst + i, src + i, n - i);
 }
 
@@ -52,6 +84,7 @@ __attribute__((target("avx2"))) static void to_f32_avx2(float *dst, const uint16
         __m256i x = _mm256_slli_epi32(_mm256_cvtepu16_epi32(h), 16);
         _mm256_storeu_ps(dst + i, _mm256_castsi256_ps(x));
     }
+    _mm256_zeroupper(); /* see from_f32_avx512bf16 */
     msr_f32_from_bf16_n_scalar(dst + i, src + i, n - i);
 }
 
@@ -62,11 +95,22 @@ static int use_avx2(void)
     unsigned f = 0;
     return msr_cpu_features_get(&f) == MSR_OK && (f & MSR_CPU_AVX2);
 }
+
+/* The same for the bf16 units' conversion (avx512f and avx512_bf16). */
+static int use_avx512bf16(void)
+{
+    unsigned f = 0, want = MSR_CPU_AVX512F | MSR_CPU_AVX512_BF16;
+    return msr_cpu_features_get(&f) == MSR_OK && (f & want) == want;
+}
 #endif
 
 void msr_bf16_from_f32_n(uint16_t *dst, const float *src, size_t n)
 {
 #ifdef MSR_BF16_X86
+    if (use_avx512bf16()) {
+        from_f32_avx512bf16(dst, src, n);
+        return;
+    }
     if (use_avx2()) {
         from_f32_avx2(dst, src, n);
         return;

@@ -6,9 +6,11 @@
  * round like any other value (no flush to zero). bf16 -> fp32 is exact.
  * The communicator's bf16 reductions (comm/reduce.c) convert with these.
  *
- * The array forms use AVX2 where msr_cpu_features_get() reports it (the
- * build needs no -mavx2) and give the same bits as the scalar forms on
- * every path. Any thread may call them; dst and src must not overlap. */
+ * The array forms use AVX2 where msr_cpu_features_get() reports it, and
+ * to bf16 the bf16 units' own conversion where it reports avx512f and
+ * avx512_bf16 (the build needs no -mavx2 or -mavx512bf16); they give the
+ * same bits as the scalar forms on every path. Any thread may call them; dst and src must not
+ * overlap. */
 #ifndef MSR_BASE_BF16_H
 #define MSR_BASE_BF16_H
 

@@ -10,7 +10,13 @@
 #include "base/log.h"
 #include "model/gemm_bf16_impl.h"
 
-#define CACHE_SLOTS 16
+/* The model's products take 22 shapes a step (the default GPT: five
+ * linear layers' forward and two backward products each, attention's six),
+ * more under tp, cp or with experts; with fewer slots than shapes the
+ * round robin evicts every primitive before its next use and each product
+ * builds its primitive again. A lookup is a linear scan of the keys, far
+ * cheaper than the smallest product. */
+#define CACHE_SLOTS 64
 
 typedef struct prim_key {
     int trans_a, trans_b, M, N, K, lda, ldb, ldc;

@@ -2,8 +2,11 @@
 #include "model/layers.h"
 
 #include <cblas.h>
+#include <stdint.h>
 #include <string.h>
 #include <tgmath.h>
+
+#include "base/bf16.h"
 
 #define R(x) ((real)(x))
 
@@ -16,6 +19,13 @@
     msr_products_sgemm(pr, (ta) == CblasTrans, (tb) == CblasTrans, __VA_ARGS__)
 #define LINEAR          msr_products_linear
 #define LINEAR_BACKWARD msr_products_linear_backward
+#define OPERAND         msr_products_operand
+#define OPERAND_AGAIN   msr_products_operand_again
+#define ROUND(dst, at, src, n)                             \
+    do {                                                   \
+        if ((dst) != NULL)                                 \
+            msr_bf16_from_f32_n((dst) + (at), (src), (n)); \
+    } while (0)
 #define LAYERS_OWN_GELU 1 /* model/gelu.c */
 #define LAYERS_OWN_NORM 1 /* model/norm.c */
 #include "model/layers_impl.h"
@@ -23,6 +33,9 @@
 #undef LAYERS_OWN_NORM
 #undef LINEAR
 #undef LINEAR_BACKWARD
+#undef OPERAND
+#undef OPERAND_AGAIN
+#undef ROUND
 #undef real
 #undef LAYER
 #undef PRODUCTS
@@ -34,10 +47,17 @@
 #define LAYER(name) msr_##name##_f64
 #define PRODUCTS
 #define PASS_PR
-#define GEMM(pr, ...) cblas_dgemm(CblasRowMajor, __VA_ARGS__)
+#define GEMM(pr, ...)             cblas_dgemm(CblasRowMajor, __VA_ARGS__)
+/* no bf16 operands in double */
+#define OPERAND(pr, src, n)       ((uint16_t *)NULL)
+#define OPERAND_AGAIN(pr, src, n) ((void)0)
+#define ROUND(dst, at, src, n)    ((void)(dst))
 #include "model/layers_impl.h"
 #undef real
 #undef LAYER
 #undef PRODUCTS
 #undef PASS_PR
 #undef GEMM
+#undef OPERAND
+#undef OPERAND_AGAIN
+#undef ROUND

@@ -20,6 +20,7 @@
 #ifndef MSR_MODEL_LAYERS_H
 #define MSR_MODEL_LAYERS_H
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -127,7 +128,9 @@ void msr_products_linear_backward(msr_products_t *p, float *dinp, float *dweight
  * The handover lasts for the next product of p only: msr_products_linear
  * with inp == src and N * IC == n takes it (and rounds only the weight),
  * msr_products_linear_backward with dout == src and N * OC == n likewise
- * (and rounds only inp and the weight);
+ * (and rounds only inp and the weight), msr_products_sgemm with A == src,
+ * its storage packed (lda its row length) and n elements, transposed or
+ * not (and rounds only B);
  * any other product, or another call of this, drops it, so nothing may
  * write src or call p between the kernel and its product. Returns NULL
  * (nothing handed over: the kernel writes fp32 only) for NULL, an fp32
@@ -135,6 +138,12 @@ void msr_products_linear_backward(msr_products_t *p, float *dinp, float *dweight
  * product of that size grows it), so the scratch and its --report bytes
  * stay those of the products. */
 uint16_t *msr_products_operand(msr_products_t *p, const float *src, size_t n);
+/* Hands src's rounding (n elements) over for one more product, when the
+ * product just run took it as handed over (which leaves it in place):
+ * true then, and the next product takes it under the rule above; false
+ * otherwise (nothing handed over: the next product rounds src itself).
+ * src must not have changed since it was rounded. */
+bool msr_products_operand_again(msr_products_t *p, const float *src, size_t n);
 
 /* msr_layernorm_forward, and out16 (N,C) = out rounded to bf16 in the same
  * pass (a row at a time); msr_gelu_forward and out16 (n) likewise. out16

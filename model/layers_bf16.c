@@ -22,6 +22,8 @@ struct msr_products {
     size_t a_cap, b_cap;   /* their sizes, in elements */
     const float *ready;    /* the fp32 operand whose rounding a holds for the next product, */
     size_t ready_n;        /* its elements (msr_products_operand); NULL: none */
+    const float *held;     /* the operand whose handed rounding the last product took and */
+    size_t held_n;         /* left in a (msr_products_operand_again); NULL: none */
     msr_status_t status;   /* the first failure (MSR_OK: none) */
     /* the weights' roundings kept for a step (msr_products_keep_weights) */
     const float *w_base; /* the parameters whose weights may be kept; NULL: none */
@@ -254,15 +256,29 @@ uint16_t *msr_products_operand(msr_products_t *p, const float *src, size_t n)
         return NULL;
     p->ready = src;
     p->ready_n = n;
+    p->held = NULL; /* a is the caller's to write now */
     return p->a;
 }
 
+bool msr_products_operand_again(msr_products_t *p, const float *src, size_t n)
+{
+    if (p == NULL || p->held == NULL || p->held != src || p->held_n != n)
+        return false;
+    p->ready = src;
+    p->ready_n = n;
+    return true;
+}
+
 /* Whether a holds the rounding of inp (n elements) for this product; the
- * handover lasts one product, whichever it is */
+ * handover lasts one product, whichever it is. Every product calls this
+ * first: one that takes the handover leaves it in a (held, for
+ * msr_products_operand_again), any other overwrites a. */
 static bool take_ready(msr_products_t *p, const float *inp, size_t n)
 {
     bool ready = p->ready != NULL && p->ready == inp && p->ready_n == n;
     p->ready = NULL;
+    p->held = ready ? inp : NULL;
+    p->held_n = ready ? n : 0;
     return ready;
 }
 
@@ -270,8 +286,15 @@ void msr_products_sgemm(msr_products_t *p, int trans_a, int trans_b, int M, int 
                         float alpha, const float *A, int lda, const float *B, int ldb, float beta,
                         float *C, int ldc)
 {
-    if (p != NULL)
-        p->ready = NULL;
+    /* the stored shapes: A (M,K) or (K,M) when transposed, B (K,N) or (N,K) */
+    int ar = trans_a ? K : M, ac = trans_a ? M : K;
+    int br = trans_b ? N : K, bc = trans_b ? K : N;
+    /* A's rounding may already be in a (msr_products_operand), when A's
+     * rows are packed (lda == ac) as a handed-over operand's are */
+    bool ready = p != NULL && M > 0 && N > 0 && K > 0 &&
+                 take_ready(p, lda == ac ? A : NULL, (size_t)ar * (size_t)ac);
+    if (p != NULL && !ready)
+        take_ready(p, NULL, 0);
     if (p == NULL || p->precision == MSR_PRECISION_FP32) {
         cblas_sgemm(CblasRowMajor, trans_a ? CblasTrans : CblasNoTrans,
                     trans_b ? CblasTrans : CblasNoTrans, M, N, K, alpha, A, lda, B, ldb, beta, C,
@@ -285,11 +308,13 @@ void msr_products_sgemm(msr_products_t *p, int trans_a, int trans_b, int M, int 
     }
     if (M == 0 || N == 0)
         return;
-    /* the stored shapes: A (M,K) or (K,M) when transposed, B (K,N) or (N,K) */
-    int ar = trans_a ? K : M, ac = trans_a ? M : K;
-    int br = trans_b ? N : K, bc = trans_b ? K : N;
-    if (!round_operands(p, A, lda, ar, ac, B, ldb, br, bc))
+    if (ready) {
+        if (!reserve_both(p, (size_t)ar * (size_t)ac, (size_t)br * (size_t)bc))
+            return;
+        round_rows(p->b, B, ldb, br, bc);
+    } else if (!round_operands(p, A, lda, ar, ac, B, ldb, br, bc)) {
         return;
+    }
     msr_status_t st = msr_gemm_bf16(p->gemm, trans_a != 0, trans_b != 0, M, N, K, alpha, p->a,
                                     ac > 0 ? ac : 1, p->b, bc > 0 ? bc : 1, beta, C, ldc);
     if (st != MSR_OK)

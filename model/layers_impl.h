@@ -4,7 +4,10 @@
  * msr_name_f64. GEMM(pr, ...) is msr_products_sgemm (the products context
  * pr picks fp32 or bf16 operands) or cblas_dgemm (pr dropped); PRODUCTS is
  * the float kernels' leading `msr_products_t *pr,` parameter and nothing in
- * double. The math
+ * double. OPERAND and OPERAND_AGAIN are msr_products_operand and _again
+ * (NULL and nothing in double), ROUND(dst, at, src, n) rounds src's n
+ * elements into dst + at unless dst is NULL (nothing in double): a kernel
+ * rounds what it writes for the product that reads it next. The math
  * functions come from <tgmath.h>, so exp(x) is expf(x) for a float x;
  * constants are cast to real (R(...)) so no expression silently widens to
  * double in the float build.
@@ -158,6 +161,8 @@ void LAYER(attention_gqa_forward)(PRODUCTS real *out, real *att, const real *qkv
             real *a = att + ((size_t)b * NH + h) * T * T;       /* (T,T) */
             real *o = out + (size_t)b * T * C + (size_t)h * HS; /* (T,HS), row stride C */
             GEMM(pr, CblasNoTrans, CblasTrans, T, T, HS, scale, q, C3, k, C3, R(0), a, T);
+            /* each row rounded as it is finished, for att V */
+            uint16_t *a16 = OPERAND(pr, a, (size_t)T * T);
             for (int i = 0; i < T; i++) {
                 real *row = a + (size_t)i * T; /* (T) */
                 real mx = row[0];
@@ -173,6 +178,7 @@ void LAYER(attention_gqa_forward)(PRODUCTS real *out, real *att, const real *qkv
                     row[j] *= inv;
                 for (int j = i + 1; j < T; j++)
                     row[j] = 0;
+                ROUND(a16, (size_t)i * T, row, (size_t)T);
             }
             GEMM(pr, CblasNoTrans, CblasNoTrans, T, HS, T, R(1), a, T, v, C3, R(0), o, C);
         }
@@ -212,6 +218,9 @@ void LAYER(attention_gqa_backward)(PRODUCTS real *dqkv, real *scratch, const rea
             const real *d = dout + (size_t)b * T * C + (size_t)h * HS; /* (T,HS), stride C */
             real *da = scratch;                                        /* (T,T) */
             GEMM(pr, CblasNoTrans, CblasTrans, T, T, HS, R(1), d, C, v, C3, R(0), da, T);
+            /* each row of dpre rounded as it is finished, for both of its
+             * products (dQ's, then dK's on its transpose) */
+            uint16_t *da16 = OPERAND(pr, da, (size_t)T * T);
             for (int i = 0; i < T; i++) {
                 const real *arow = a + (size_t)i * T; /* (T) */
                 real *drow = da + (size_t)i * T;      /* (T) */
@@ -222,8 +231,10 @@ void LAYER(attention_gqa_backward)(PRODUCTS real *dqkv, real *scratch, const rea
                     drow[j] = arow[j] * (drow[j] - dot);
                 for (int j = i + 1; j < T; j++)
                     drow[j] = 0;
+                ROUND(da16, (size_t)i * T, drow, (size_t)T);
             }
             GEMM(pr, CblasNoTrans, CblasNoTrans, T, HS, T, scale, da, T, k, C3, R(1), dq, C3);
+            OPERAND_AGAIN(pr, da, (size_t)T * T);
             GEMM(pr, CblasTrans, CblasNoTrans, T, HS, T, scale, da, T, q, C3, R(1), dk, C3);
             GEMM(pr, CblasTrans, CblasNoTrans, T, HS, T, R(1), a, T, d, C, R(1), dv, C3);
         }

@@ -14,7 +14,9 @@
 # WARMUP. The median over the rounds is printed, with the load average.
 # With BASE, another build (say, the commit before a change), each round
 # also runs BASE's train_gpt --precision bf16 right after BUILD's, so that
-# the two builds alternate under the same load; its row is added.
+# the two builds alternate under the same load; its row is added. Each
+# train_gpt runs on its own build's lib/ (a copy of a build directory
+# keeps the RUNPATH of the one it was copied from).
 #
 #   bench/train/bf16_speed.sh [BUILD] [CORE] [STEPS] [ROUNDS] [BASE]
 # (BUILD defaults to build, CORE to 0, STEPS to 4, ROUNDS to 1, BASE to
@@ -36,9 +38,13 @@ trap 'rm -rf "$work"' EXIT
 model=(--layers 6 --channels 384 --heads 6 --seq 256 --micro-batch 4 --threads 1)
 tokens=$((steps * 4 * 256))
 
-# cpu_seconds PRECISION STEPS [BIN]: user + system seconds of one train_gpt run
+# cpu_seconds PRECISION STEPS [BIN]: user + system seconds of one train_gpt run,
+# with BIN's own build's libmsrun (its RUNPATH names the build it was linked
+# in: a copy of an old build would otherwise run the new library)
 cpu_seconds() {
-    timeout 900 /usr/bin/time -f "%U %S" -o "$work/time" taskset -c "$core" "${3:-$bin}" \
+    local b=${3:-$bin}
+    timeout 900 /usr/bin/time -f "%U %S" -o "$work/time" taskset -c "$core" \
+        env LD_LIBRARY_PATH="$(dirname "$(dirname "$b")")/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}" "$b" \
         "${model[@]}" --precision "$1" --steps "$2" >/dev/null 2>"$work/err" ||
         { echo "train_gpt --precision $1 failed: $(cat "$work/err")" >&2; exit 1; }
     awk '{ print $1 + $2 }' "$work/time"

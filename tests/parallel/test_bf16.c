@@ -3,7 +3,9 @@
  *
  * Conversions: every edge (RNE ties both ways, the largest finite and one
  * past it, infinities, subnormals, NaNs, -0) on the scalar, the array and
- * the dispatched (AVX2 where present) forms, and random bit patterns
+ * the dispatched forms (AVX512-BF16 where present, then AVX2 with it masked
+ * off; a subnormal alone in a block of normal numbers, which the bf16
+ * units' conversion reads as zero), and random bit patterns
  * against an independent reference that picks the nearer neighbour in
  * double: truncation instead of rounding fails both.
  *
@@ -72,25 +74,37 @@ static uint16_t ref_round(float f)
     return (lo & 1) ? hi : lo;
 }
 
-/* x through every form: scalar, the scalar loop, the dispatched loop at
- * each position of an 8-lane vector and in the tail */
+/* x through every form: scalar, the scalar loop, the dispatched loop in
+ * every lane of two 32-lane blocks (AVX512-BF16), of 8-lane vectors (AVX2)
+ * and in the tail; then alone among normal numbers (1.0) at each position
+ * of a block, where one lane's subnormal must not pass the others by */
 static void check_round(uint32_t x, uint16_t want)
 {
-    float in[21];
-    uint16_t out[21];
+    enum { LANES = 75, BLOCK = 32 };
+    float in[LANES];
+    uint16_t out[LANES];
     MSR_CHECK_MSG(msr_bf16_from_f32(float_of(x)) == want, "0x%08x -> 0x%04x, want 0x%04x", x,
                   msr_bf16_from_f32(float_of(x)), want);
-    for (int i = 0; i < 21; i++)
+    for (int i = 0; i < LANES; i++)
         in[i] = float_of(x);
     for (int scalar = 0; scalar < 2; scalar++) {
         memset(out, 0xa5, sizeof out);
         if (scalar)
-            msr_bf16_from_f32_n_scalar(out, in, 21);
+            msr_bf16_from_f32_n_scalar(out, in, LANES);
         else
-            msr_bf16_from_f32_n(out, in, 21);
-        for (int i = 0; i < 21; i++)
+            msr_bf16_from_f32_n(out, in, LANES);
+        for (int i = 0; i < LANES; i++)
             MSR_CHECK_MSG(out[i] == want, "%s loop [%d]: 0x%08x -> 0x%04x, want 0x%04x",
                           scalar ? "scalar" : "dispatched", i, x, out[i], want);
+    }
+    for (int at = 0; at < BLOCK; at++) {
+        for (int i = 0; i < BLOCK; i++)
+            in[i] = i == at ? float_of(x) : 1.0f;
+        memset(out, 0xa5, sizeof out);
+        msr_bf16_from_f32_n(out, in, BLOCK);
+        for (int i = 0; i < BLOCK; i++)
+            MSR_CHECK_MSG(out[i] == (i == at ? want : 0x3f80),
+                          "0x%08x at [%d] among 1.0: [%d] -> 0x%04x", x, at, i, out[i]);
     }
 }
 
@@ -127,6 +141,14 @@ static void test_round_edges(void)
         MSR_CHECK_MSG(ref_round(float_of(cases[i].in)) == cases[i].want,
                       "the test's reference disagrees on 0x%08x", cases[i].in);
     }
+}
+
+/* the same on the AVX2 loop, the bf16 units' conversion masked off (the
+ * scalar loop where the CPU has no AVX2) */
+static void test_round_edges_avx2(void)
+{
+    setenv("MSRUN_CPU_DISABLE", "avx512_bf16", 1);
+    test_round_edges();
 }
 
 /* bf16 -> fp32 of all 65,536 values: exact (the bits shifted up), and
@@ -180,6 +202,12 @@ static void test_round_random(void)
     free(x);
     free(a);
     free(s);
+}
+
+static void test_round_random_avx2(void)
+{
+    setenv("MSRUN_CPU_DISABLE", "avx512_bf16", 1);
+    test_round_random();
 }
 
 /* ---- CPU features ---- */
@@ -521,6 +549,8 @@ static const msr_test_t tests[] = {
     {"round_edges", test_round_edges, 10},
     {"widen_all", test_widen_all, 10},
     {"round_random", test_round_random, 20},
+    {"round_edges_avx2", test_round_edges_avx2, 10},
+    {"round_random_avx2", test_round_random_avx2, 20},
     {"features_detect", test_features_detect, 10},
     {"features_parse", test_features_parse, 10},
     {"features_mask", test_features_mask, 10},
