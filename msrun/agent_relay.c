@@ -1,6 +1,7 @@
 /* The agent's relays (issue 40): the link to this node's relay (--relay,
  * or its group's relay under --relays), opened with the loop's other
- * parts and closed once the node has left; and, on a group's first node,
+ * parts and closed once the node has left, and the store proxy's channel
+ * to it (the node's progress); and, on a group's first node,
  * the group's relay served by a thread of this msrun (over TLS when the
  * node's options give it). Which calls go
  * through the link, and the fall back to the coordinator when one fails,
@@ -121,6 +122,18 @@ int msr_agent_relay_open(agent_t *a)
         MSR_OK) {
         fprintf(stderr, "msrun: error: cannot create the link to the relay %s: %s\n", a->relay_addr,
                 msr_err_msg());
+        return 1;
+    }
+    return 0;
+}
+
+int msr_agent_relay_proxy(agent_t *a)
+{
+    if (a->relay_link == NULL)
+        return 0;
+    if (msr_proxy_set_relay(a->proxy, a->relay_addr, a->o->tls_server_name) != MSR_OK) {
+        fprintf(stderr, "msrun: error: cannot create the proxy's channel to the relay %s: %s\n",
+                a->relay_addr, msr_err_msg());
         return 1;
     }
     return 0;

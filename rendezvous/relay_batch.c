@@ -205,16 +205,19 @@ static void send_batch(msr_relay_t *r, size_t first, size_t n)
 /* Moves to the front of queue[from, nqueue) at most MSR_RELAY_BATCH_MAX
  * calls of distinct nodes (the rest keep their order behind them): a batch
  * holds one call a node, and a node may have two calls queued (it gave up
- * on one through a relay below, now dead, and called again). Returns how
- * many; 0 only when memory ran out. */
+ * on one through a relay below, now dead, and called again). Progress
+ * calls go in batches of their own: answered at once, they would end the
+ * long polls of the heartbeats beside them. Returns how many; 0 only when
+ * memory ran out. */
 static size_t pick_batch(msr_relay_t *r, size_t from)
 {
     msr_map_t seen;
     memset(&seen, 0, sizeof seen);
     size_t n = 0;
+    int progress = r->queue[from].method == MSR_RPC_PROGRESS;
     for (size_t k = from; k < r->nqueue && n < MSR_RELAY_BATCH_MAX; k++) {
         entry_t *e = &r->queue[k];
-        if (msr_map_get(&seen, e->key) != NULL)
+        if ((e->method == MSR_RPC_PROGRESS) != progress || msr_map_get(&seen, e->key) != NULL)
             continue; /* the next batch takes it */
         if (msr_map_put(&seen, e->key, e, NULL) != MSR_OK)
             break;

@@ -195,8 +195,8 @@ static void on_call(void *arg, msr_rpc_call_t *call, msr_rpc_method_t method, Pr
     }
     if (!msr_relay_method_relayed(method)) {
         msr_rpc_call_fail(call, MSR_RPC_UNIMPLEMENTED,
-                          "a relay serves Join, Heartbeat, Report, Leave and a lower relay's "
-                          "Relay; call the coordinator for %s",
+                          "a relay serves Join, Heartbeat, Report, Leave, Progress and a lower "
+                          "relay's Relay; call the coordinator for %s",
                           msr_rpc_methods[method].name);
         return;
     }
