@@ -4,7 +4,7 @@
 # carries the nodes' progress to the coordinator, which shows each rank's
 # step (/api/job); the relay killed mid-job: each node says its progress
 # goes to the coordinator now, and every rank's step still advances there;
-# the job ends well.
+# the job ends well; the same through the relays of --relays.
 . "$(dirname "$0")/lib.sh"
 unset MSRUN_MASTER_ADDR MSRUN_MASTER_PORT MSRUN_TOKEN MSRUN_TOKEN_FILE MSRUN_JOB_ID MSRUN_RELAY \
     MSRUN_RELAYS
@@ -81,4 +81,24 @@ for n in 0 1; do
     expect_code 0 "node $n after its relay died"
 done
 ok "the relay killed mid-job: progress went on by the coordinator, the job ended well"
+
+# 3. --relays 2 over 4 nodes: each group's progress through the relay its
+#    first node serves; the job ends well (the relays stop with the nodes)
+rm -f "$TMP/stop"
+port=$(free_port --consecutive 5)
+port=${port%%$'\n'*}
+DPORT=$((port + 4))
+for r in 0 1 2 3; do
+    start_node "$r" --master_addr=127.0.0.1 --master_port="$port" --job_id=groups \
+        --worker_num=4 --local_worker_num=1 --node_rank="$r" --cluster_time_out=60 --relays=2 \
+        --dashboard_port="$DPORT" "$TMP/steps.sh"
+done
+steps_over 10 10 10 10 || fail "the ranks' steps through --relays: $(cat "$TMP/job.json")"
+grep -q "no answer from" "$TMP"/node[0-3].err && fail "a node left its relay in a job without failures"
+touch "$TMP/stop"
+for n in 0 1 2 3; do
+    wait_pid "$(eval echo "\$PID$n")" 60
+    expect_code 0 "node $n of --relays 2"
+done
+ok "--relays 2: each group's progress through its relay, the job ended well"
 no_leftovers "relay progress"
