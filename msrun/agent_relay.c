@@ -89,10 +89,9 @@ static void relay_srv_stop(agent_t *a)
     a->relay_srv = NULL;
     atomic_store(&r->stop, 1);
     pthread_join(r->thread, NULL);
-    uint64_t calls, batches;
-    msr_relay_counts(msr_relay_server_relay(r->server), &calls, &batches);
-    MSR_INFO("%s: stopping after relaying %llu calls in %llu batches", r->id,
-             (unsigned long long)calls, (unsigned long long)batches);
+    char sent[200];
+    msr_relay_describe(msr_relay_server_relay(r->server), sent, sizeof sent);
+    MSR_INFO("%s: stopping after relaying %s", r->id, sent);
     relay_srv_free(r);
 }
 
@@ -131,6 +130,8 @@ int msr_agent_relay_proxy(agent_t *a)
 {
     if (a->relay_link == NULL)
         return 0;
+    a->reports.relay = a->relay_link;
+    a->reports.relay_failed = &a->relay_failed;
     if (msr_proxy_set_relay(a->proxy, a->relay_addr, a->o->tls_server_name) != MSR_OK) {
         fprintf(stderr, "msrun: error: cannot create the proxy's channel to the relay %s: %s\n",
                 a->relay_addr, msr_err_msg());
@@ -141,6 +142,7 @@ int msr_agent_relay_proxy(agent_t *a)
 
 void msr_agent_relay_close(agent_t *a)
 {
+    a->reports.relay = NULL;
     msr_link_destroy(a->relay_link);
     a->relay_link = NULL;
     relay_srv_stop(a);

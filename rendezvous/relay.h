@@ -51,6 +51,11 @@ const char *msr_relay_id(const msr_relay_t *relay);
 /* Calls relayed and batches sent so far. */
 void msr_relay_counts(const msr_relay_t *relay, uint64_t *calls_p, uint64_t *batches_p);
 
+/* What the relay sent so far, for its last words: "N calls in M batches
+ * (Join a, Heartbeat b, Report c, Leave d, Progress e)", into out (len
+ * bytes, cut short to fit). */
+void msr_relay_describe(const msr_relay_t *relay, char *out, size_t len);
+
 /* Batches sent and not yet answered. */
 size_t msr_relay_in_flight(const msr_relay_t *relay);
 
