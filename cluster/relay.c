@@ -231,6 +231,8 @@ static const char *node_id_of(msr_rpc_method_t m, const ProtobufCMessage *req)
         return ((const Msr__ReportRequest *)req)->node_id;
     case MSR_RPC_LEAVE:
         return ((const Msr__LeaveRequest *)req)->node_id;
+    case MSR_RPC_PROGRESS:
+        return ((const Msr__ProgressRequest *)req)->node_id;
     default:
         return NULL;
     }

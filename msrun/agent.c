@@ -412,6 +412,8 @@ static int loop_setup(agent_t *a)
         fprintf(stderr, "msrun: error: cannot start the store proxy for the workers\n");
         return 1;
     }
+    if (msr_agent_relay_proxy(a) != 0)
+        return 1;
     /* the run's history beside its logs, for `msrun board` (a failure only
      * costs the history) */
     if (a->files.log_dir_fd >= 0 &&

@@ -1,5 +1,6 @@
 /* The agent's calls to the coordinator: Join, the Heartbeat (with the
- * output lines of the ranks the coordinator asked for) and Leave. Their
+ * output lines of the ranks the coordinator asked for) and Leave, through
+ * the node's relay while it answers. Their
  * answers are decoded into events for the node's machine. */
 #include <stdio.h>
 #include <string.h>
@@ -244,7 +245,14 @@ void msr_agent_leave(agent_t *a)
     req.node_id = a->node_id;
     req.reason = a->node.leave_reason;
     ProtobufCMessage *resp = NULL;
-    if (msr_link_call_sync(a->link, MSR_RPC_LEAVE, &req.base, 2000, 0, &resp) == MSR_OK)
+    msr_link_t *via = membership_link(a);
+    msr_status_t st = msr_link_call_sync(via, MSR_RPC_LEAVE, &req.base, 2000, 0, &resp);
+    if (st != MSR_OK && st != MSR_ERR_NOT_FOUND && via != a->link) {
+        /* the relay did not take it: the coordinator itself */
+        MSR_DEBUG("leave through %s: %s; to the coordinator", a->relay_name, msr_err_msg());
+        st = msr_link_call_sync(a->link, MSR_RPC_LEAVE, &req.base, 2000, 0, &resp);
+    }
+    if (st == MSR_OK)
         msr_rpc_message_free(resp);
     else
         MSR_DEBUG("leave: %s", msr_err_msg());

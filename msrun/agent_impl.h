@@ -128,6 +128,9 @@ void msr_agent_leave(agent_t *a);
  * printed). close: destroys both (the link's calls cancelled, the relay's
  * nodes sent to the coordinator); again does nothing. */
 int msr_agent_relay_open(agent_t *a);
+/* The store proxy's progress through the node's relay, if it has one: 0,
+ * or 1 (said on stderr) when its channel cannot be made. */
+int msr_agent_relay_proxy(agent_t *a);
 void msr_agent_relay_close(agent_t *a);
 
 /* agent_prof.c: --profile_launch. start: once the job's directory exists

@@ -1,6 +1,7 @@
 /* The agent's relays (issue 40): the link to this node's relay (--relay,
  * or its group's relay under --relays), opened with the loop's other
- * parts and closed once the node has left; and, on a group's first node,
+ * parts and closed once the node has left, and the store proxy's channel
+ * to it (the node's progress); and, on a group's first node,
  * the group's relay served by a thread of this msrun (over TLS when the
  * node's options give it). Which calls go
  * through the link, and the fall back to the coordinator when one fails,
@@ -88,10 +89,9 @@ static void relay_srv_stop(agent_t *a)
     a->relay_srv = NULL;
     atomic_store(&r->stop, 1);
     pthread_join(r->thread, NULL);
-    uint64_t calls, batches;
-    msr_relay_counts(msr_relay_server_relay(r->server), &calls, &batches);
-    MSR_INFO("%s: stopping after relaying %llu calls in %llu batches", r->id,
-             (unsigned long long)calls, (unsigned long long)batches);
+    char sent[200];
+    msr_relay_describe(msr_relay_server_relay(r->server), sent, sizeof sent);
+    MSR_INFO("%s: stopping after relaying %s", r->id, sent);
     relay_srv_free(r);
 }
 
@@ -126,8 +126,23 @@ int msr_agent_relay_open(agent_t *a)
     return 0;
 }
 
+int msr_agent_relay_proxy(agent_t *a)
+{
+    if (a->relay_link == NULL)
+        return 0;
+    a->reports.relay = a->relay_link;
+    a->reports.relay_failed = &a->relay_failed;
+    if (msr_proxy_set_relay(a->proxy, a->relay_addr, a->o->tls_server_name) != MSR_OK) {
+        fprintf(stderr, "msrun: error: cannot create the proxy's channel to the relay %s: %s\n",
+                a->relay_addr, msr_err_msg());
+        return 1;
+    }
+    return 0;
+}
+
 void msr_agent_relay_close(agent_t *a)
 {
+    a->reports.relay = NULL;
     msr_link_destroy(a->relay_link);
     a->relay_link = NULL;
     relay_srv_stop(a);

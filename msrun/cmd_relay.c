@@ -142,10 +142,9 @@ static int relay_run(relay_args_t *a)
         msr_rpc_loop_poll(loop, msr_deadline_in_ms(5)); /* what arrives meanwhile: one batch */
         msr_relay_server_flush(server);
     }
-    uint64_t calls, batches;
-    msr_relay_counts(msr_relay_server_relay(server), &calls, &batches);
-    MSR_INFO("relay %s: stopping after relaying %llu calls in %llu batches", id,
-             (unsigned long long)calls, (unsigned long long)batches);
+    char sent[200];
+    msr_relay_describe(msr_relay_server_relay(server), sent, sizeof sent);
+    MSR_INFO("relay %s: stopping after relaying %s", id, sent);
     rc = 0;
 out:
     msr_relay_server_destroy(server);

@@ -391,9 +391,9 @@ static const msr_opt_t opt_defs[] = {
     /* relays (issue 40) */
     {.name = "relay", .kind = MSR_OPT_STRING, .env = "MSRUN_RELAY", .dest = D(relay),
      .def = "none", .metavar = "HOST:PORT",
-     .help = "send this node's joins and heartbeats through the relay at HOST:PORT (`msrun "
-             "relay`), which batches them for the coordinator; when the relay fails, the node "
-             "calls the coordinator itself."},
+     .help = "send this node's joins, heartbeats, progress, exit reports and leave through the "
+             "relay at HOST:PORT (`msrun relay`), which batches them for the coordinator; when "
+             "the relay fails, the node calls the coordinator itself."},
     {.name = "relays", .kind = MSR_OPT_INT, .min = 1, .max = MSR_RELAY_SUBTREE_MAX,
      .choices = relays_words, .env = "MSRUN_RELAYS", .dest = D(relays), .def = "auto",
      .metavar = "K|auto|off",

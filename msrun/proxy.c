@@ -196,11 +196,70 @@ static void progress_done(msr_rpc_async_t *async)
         pthread_mutex_unlock(&p->progress_lock);
         if (show)
             show_stragglers(p, (const Msr__ProgressResponse *)async->resp);
+    } else if (u->via_relay && !atomic_load(&p->stop)) {
+        /* the relay is gone, cannot reach the coordinator or does not
+         * serve this node: the coordinator gets this call at once, and the
+         * node's progress from now on */
+        MSR_WARN("no answer from the relay at %s to the node's progress (%s): sending it to the "
+                 "coordinator directly",
+                 msr_rpc_channel_target(p->relay), async->err);
+        p->relay_failed = 1;
+        u->again = u->sent;
+        u->again_len = u->sent_len;
+        u->sent = NULL;
+        p->progress_next = msr_now_ns();
     } else {
         MSR_DEBUG("progress upstream: %s", async->err);
     }
+    msr_free(u->sent);
+    u->sent = NULL;
     msr_rpc_async_cleanup(async);
     u->busy = 0;
+}
+
+/* Starts u's call of req, to the node's relay while it answers, else
+ * upstream. */
+static void progress_start(msr_proxy_t *p, struct progress_up *u, const ProtobufCMessage *req,
+                           uint64_t now)
+{
+    pthread_mutex_lock(&p->up_lock);
+    msr_rpc_channel_t *relay = p->relay_failed ? NULL : p->relay;
+    pthread_mutex_unlock(&p->up_lock);
+    memset(&u->async, 0, sizeof u->async);
+    u->proxy = p;
+    u->via_relay = relay != NULL;
+    u->sent = NULL;
+    if (relay != NULL) { /* kept for the coordinator, should the relay not answer */
+        u->sent_len = protobuf_c_message_get_packed_size(req);
+        if ((u->sent = msr_malloc(u->sent_len ? u->sent_len : 1)) == NULL)
+            return;
+        protobuf_c_message_pack(req, u->sent);
+    }
+    u->async.method = MSR_RPC_PROGRESS;
+    u->async.deadline = msr_deadline_in_ms(5000);
+    u->async.done = progress_done;
+    if (msr_rpc_call_start(relay ? relay : msr_proxy_up(p), p->loop, &u->async, req) == MSR_OK) {
+        u->busy = 1;
+        p->progress_last = now;
+        atomic_fetch_add(&p->calls_up, 1);
+    } else {
+        msr_free(u->sent);
+        u->sent = NULL;
+    }
+}
+
+/* The call the relay did not answer, sent upstream. */
+static void progress_again(msr_proxy_t *p, struct progress_up *u, uint64_t now)
+{
+    const char *nul = NULL;
+    ProtobufCMessage *req =
+        msr_rpc_request_unpack_checked(MSR_RPC_PROGRESS, u->again, u->again_len, &nul);
+    msr_free(u->again);
+    u->again = NULL;
+    if (req == NULL)
+        return; /* out of memory: these reports are lost, as when the call fails */
+    progress_start(p, u, req, now);
+    msr_rpc_message_free(req);
 }
 
 /* Sends the node's reports upstream when the interval is up (one call in
@@ -210,6 +269,10 @@ static void progress_cron(msr_proxy_t *p, uint64_t now)
     if (now < p->progress_next || p->progress_up.busy || atomic_load(&p->stop))
         return;
     p->progress_next = now + MSR_PROXY_PROGRESS_MS * 1000000ull;
+    if (p->progress_up.again != NULL) {
+        progress_again(p, &p->progress_up, now);
+        return;
+    }
     Msr__ProgressRequest req = MSR__PROGRESS_REQUEST__INIT;
     pthread_mutex_lock(&p->progress_lock);
     /* nothing new: only node 0 asks, for stragglers, and only in a job
@@ -229,19 +292,8 @@ static void progress_cron(msr_proxy_t *p, uint64_t now)
     req.dropped = p->progress.dropped;
     p->progress.dropped = 0;
     pthread_mutex_unlock(&p->progress_lock);
-    if (st != MSR_OK)
-        return;
-    struct progress_up *u = &p->progress_up;
-    memset(&u->async, 0, sizeof u->async);
-    u->proxy = p;
-    u->async.method = MSR_RPC_PROGRESS;
-    u->async.deadline = msr_deadline_in_ms(5000);
-    u->async.done = progress_done;
-    if (msr_rpc_call_start(msr_proxy_up(p), p->loop, &u->async, &req.base) == MSR_OK) {
-        u->busy = 1;
-        p->progress_last = now;
-        atomic_fetch_add(&p->calls_up, 1);
-    }
+    if (st == MSR_OK)
+        progress_start(p, &p->progress_up, &req.base, now);
     msr_progress_request_cleanup(&req);
 }
 
@@ -528,6 +580,8 @@ void msr_proxy_stop(msr_proxy_t *p)
     msr_heap_cleanup(&p->timers);
     msr_heap_cleanup(&p->retries);
     msr_rpc_channel_destroy(p->up);
+    msr_rpc_channel_destroy(p->relay);
+    msr_free(p->progress_up.again);
     for (int i = 0; i < p->nold; i++)
         msr_rpc_channel_destroy(p->old[i]);
     msr_free(p->old);
@@ -540,6 +594,22 @@ void msr_proxy_stop(msr_proxy_t *p)
     if (unlink(p->socket_path) != 0 && errno != ENOENT)
         MSR_DEBUG("cannot remove %s: %s", p->socket_path, strerror(errno));
     msr_free(p);
+}
+
+msr_status_t msr_proxy_set_relay(msr_proxy_t *p, const char *target, const char *server_name)
+{
+    msr_rpc_tls_t tls = p->tls;
+    tls.server_name = server_name;
+    msr_rpc_channel_t *ch = NULL;
+    if (p->relay != NULL) /* read without the lock: only this thread writes it */
+        return MSR_ERR_INVALID_ARG;
+    msr_status_t st = msr_rpc_channel_create_tls(target, p->token, &tls, &ch);
+    if (st != MSR_OK)
+        return st;
+    pthread_mutex_lock(&p->up_lock);
+    p->relay = ch;
+    pthread_mutex_unlock(&p->up_lock);
+    return MSR_OK;
 }
 
 msr_rpc_channel_t *msr_proxy_up(msr_proxy_t *p)

@@ -29,6 +29,15 @@ msr_status_t msr_proxy_start(const char *socket_path, const char *upstream, cons
  * those in flight finish where they were sent. The agent's thread. */
 msr_status_t msr_proxy_retarget(msr_proxy_t *proxy, const char *upstream);
 
+/* The node's progress goes to the relay at target ("host:port"; same token
+ * and TLS, its certificate checked against server_name when not NULL),
+ * which batches it with its subtree's (docs/architecture.md, "Relays"),
+ * until a call through it fails: that call, and every one after it, then
+ * goes upstream. Once, before the node has joined; the agent's thread.
+ * MSR_ERR_INVALID_ARG when called twice or a TLS file cannot be read,
+ * MSR_ERR_NO_MEMORY. */
+msr_status_t msr_proxy_set_relay(msr_proxy_t *proxy, const char *target, const char *server_name);
+
 /* Fails what is held, stops the thread, removes the socket, frees. NULL is
  * fine. */
 void msr_proxy_stop(msr_proxy_t *proxy);

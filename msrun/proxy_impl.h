@@ -100,8 +100,18 @@ struct msr_proxy {
     struct progress_up {
         msr_rpc_async_t async;
         msr_proxy_t *proxy;
-        int busy; /* in flight */
+        int busy;      /* in flight */
+        int via_relay; /* sent to the node's relay */
+        uint8_t *sent; /* its request, packed, while it goes through the relay */
+        size_t sent_len;
+        uint8_t *again; /* a request the relay did not answer: the next send */
+        size_t again_len;
     } progress_up;
+    /* The node's relay (--relay, --relays): progress goes there until one
+     * of its calls fails, then to the coordinator (as joins do). relay is
+     * set under up_lock; relay_failed is the proxy thread's. */
+    msr_rpc_channel_t *relay;
+    int relay_failed;
     struct named {
         int generation, rank;
     } named[256]; /* stragglers shown */

@@ -1,6 +1,6 @@
-/* Workers' exits reported to the coordinator, each kept until it is
- * acknowledged: a coordinator that restarts meanwhile still hears of it.
- * Retries are due times the agent's one timer serves (msr_reports_cron). */
+/* Workers' exits reported to the coordinator (through the node's relay
+ * while it answers), each kept until it is acknowledged: a coordinator that restarts meanwhile
+ * still hears of it. Retries are due times the agent's one timer serves (msr_reports_cron). */
 #include "launcher/report.h"
 
 #include <ctype.h>
@@ -24,6 +24,7 @@ typedef struct report {
     double time;
     char reason[128];
     int after_peer_lost;
+    int via_relay; /* the call in flight went to the node's relay */
     char *tail[MSR_TAIL_LINES];
     int ntail;
 } report_t;
@@ -48,6 +49,20 @@ static void report_done(msr_rpc_async_t *as, void *arg)
 {
     report_t *r = arg;
     msr_reports_t *rs = r->rs;
+    if (r->via_relay && as->status != MSR_OK && as->status != MSR_ERR_NOT_FOUND &&
+        !rs->node->finished) {
+        /* the relay is gone, cannot reach the coordinator or does not
+         * serve this node: this report and the node's calls from now on
+         * go to the coordinator */
+        if (!*rs->relay_failed)
+            MSR_WARN("no answer from the relay to the report of rank %d's exit (%s): calling the "
+                     "coordinator directly",
+                     r->rank, as->err);
+        *rs->relay_failed = 1;
+        r->retry_at = msr_now_ns();
+        rs->retry_armed(rs->arg);
+        return;
+    }
     if (as->status == MSR_OK || rs->node->finished || as->status == MSR_ERR_NOT_FOUND ||
         as->status == MSR_ERR_CANCELED) {
         if (as->status != MSR_OK && !rs->node->finished)
@@ -82,7 +97,9 @@ static void report_send(report_t *r)
     req.generation = r->generation;
     req.exit = &f;
     r->retry_at = 0;
-    if (msr_link_call(rs->link, MSR_RPC_REPORT, &req.base, 5000, 1, report_done, r) != MSR_OK)
+    r->via_relay = rs->relay != NULL && !*rs->relay_failed;
+    if (msr_link_call(r->via_relay ? rs->relay : rs->link, MSR_RPC_REPORT, &req.base, 5000, 1,
+                      report_done, r) != MSR_OK)
         r->retry_at = msr_now_ns() + 200 * NS_PER_MS;
 }
 

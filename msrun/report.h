@@ -18,6 +18,11 @@ typedef struct msr_reports {
     const msr_node_t *node; /* this node's rank, and whether it finished */
     const char *node_id, *host;
     msr_link_t *link; /* where the reports go; set once it exists */
+    /* the node's relay (--relay, --relays): the reports go there while
+     * *relay_failed is 0; a report through it that fails sets it and goes
+     * to link at once. NULL: none */
+    msr_link_t *relay;
+    int *relay_failed;
     /* a retry was armed: the agent's timer must serve it */
     void (*retry_armed)(void *arg);
     void *arg;

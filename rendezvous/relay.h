@@ -31,7 +31,8 @@ typedef void (*msr_relay_done_t)(void *arg, int code, const char *message, const
 msr_status_t msr_relay_create(msr_rpc_loop_t *loop, msr_rpc_channel_t *up, const char *relay_id,
                               uint32_t subtree, msr_relay_t **relay_p);
 
-/* Queues a node's call (Join, Heartbeat, Report or Leave; req packed now,
+/* Queues a node's call (Join, Heartbeat, Report, Leave or Progress; req
+ * packed now,
  * still the caller's). done(arg, ...) runs once: with the node's answer, or
  * with the batch's failure (UNAVAILABLE when the coordinator cannot be
  * reached: the node then calls the coordinator itself). MSR_ERR_INVALID_ARG
@@ -39,9 +40,9 @@ msr_status_t msr_relay_create(msr_rpc_loop_t *loop, msr_rpc_channel_t *up, const
 msr_status_t msr_relay_submit(msr_relay_t *relay, msr_rpc_method_t method,
                               const ProtobufCMessage *req, msr_relay_done_t done, void *arg);
 
-/* Sends what is queued, as batches of at most MSR_RELAY_BATCH_MAX calls.
- * A call whose batch cannot be started is answered at once with
- * UNAVAILABLE. */
+/* Sends what is queued, as batches of at most MSR_RELAY_BATCH_MAX calls
+ * (Progress calls in batches of their own). A call whose batch cannot be started is answered at
+ * once with UNAVAILABLE. */
 void msr_relay_flush(msr_relay_t *relay);
 
 /* The relay's id. */
@@ -49,6 +50,11 @@ const char *msr_relay_id(const msr_relay_t *relay);
 
 /* Calls relayed and batches sent so far. */
 void msr_relay_counts(const msr_relay_t *relay, uint64_t *calls_p, uint64_t *batches_p);
+
+/* What the relay sent so far, for its last words: "N calls in M batches
+ * (Join a, Heartbeat b, Report c, Leave d, Progress e)", into out (len
+ * bytes, cut short to fit). */
+void msr_relay_describe(const msr_relay_t *relay, char *out, size_t len);
 
 /* Batches sent and not yet answered. */
 size_t msr_relay_in_flight(const msr_relay_t *relay);
@@ -77,8 +83,8 @@ msr_status_t msr_relay_submit_from(msr_relay_t *relay, msr_rpc_method_t method,
 /* The reason msr_relay_batch_check gives when memory ran out. */
 #define MSR_RELAY_NO_MEMORY "out of memory"
 
-/* Whether a relay carries calls of method m (Join, Heartbeat, Report and
- * Leave). */
+/* Whether a relay carries calls of method m (Join, Heartbeat, Report,
+ * Leave and Progress). */
 int msr_relay_method_relayed(msr_rpc_method_t m);
 
 /* The node a relayed call is for, as a key: "id:<node id>", or for a first
@@ -89,7 +95,9 @@ void msr_relay_call_key(msr_rpc_method_t m, const ProtobufCMessage *req, char *k
  * no more calls than its subtree, a subtree of at most subtree_max nodes,
  * its calls crossing at most MSR_RELAY_LEVELS_MAX relays (its depth + 1,
  * plus levels_above: the relays still above the checker), relayed methods
- * only, each call unpacking (no NUL byte in a string) and one call per
+ * only, Progress calls alone or none (a Progress call is answered at once,
+ * which would end the long polls of heartbeats beside it), each call
+ * unpacking (no NUL byte in a string) and one call per
  * node. Unpacks call k into reqs[k] (n_calls slots, NULL first; what was
  * unpacked is the caller's to free, whatever the result). 0, or -1 with
  * why filled (MSR_RELAY_NO_MEMORY when memory ran out). */
@@ -146,7 +154,8 @@ void msr_relay_cover_drop_node(msr_relay_cover_t *cover, const char *node_key);
 /* ---- the relay agent's server ---- */
 
 /* A relay agent's server: its nodes call it as they would call the
- * coordinator (Join, Heartbeat, Report and Leave, with the job token); each
+ * coordinator (Join, Heartbeat, Report, Leave and Progress, with the job
+ * token); each
  * call is queued on a relay (above) and answered with the coordinator's
  * answer to it. Relays of a lower level call it too (Relay): their batch
  * is checked as the coordinator would (msr_relay_batch_check, its subtree

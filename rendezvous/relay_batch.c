@@ -40,7 +40,8 @@ struct msr_relay {
     batch_t *flying; /* in flight */
     size_t nflying;
     int destroying;
-    uint64_t calls, batches; /* sent */
+    uint64_t calls, batches;                  /* sent */
+    uint64_t by_method[MSR_RPC_METHOD_COUNT]; /* calls sent, by method */
 };
 
 msr_status_t msr_relay_create(msr_rpc_loop_t *loop, msr_rpc_channel_t *up, const char *relay_id,
@@ -188,6 +189,8 @@ static void send_batch(msr_relay_t *r, size_t first, size_t n)
     if (st == MSR_OK) {
         r->calls += n;
         r->batches++;
+        for (size_t k = 0; k < n; k++)
+            r->by_method[b->e[k].method]++;
         b->next = r->flying;
         r->flying = b;
         r->nflying++;
@@ -205,16 +208,19 @@ static void send_batch(msr_relay_t *r, size_t first, size_t n)
 /* Moves to the front of queue[from, nqueue) at most MSR_RELAY_BATCH_MAX
  * calls of distinct nodes (the rest keep their order behind them): a batch
  * holds one call a node, and a node may have two calls queued (it gave up
- * on one through a relay below, now dead, and called again). Returns how
- * many; 0 only when memory ran out. */
+ * on one through a relay below, now dead, and called again). Progress
+ * calls go in batches of their own: answered at once, they would end the
+ * long polls of the heartbeats beside them. Returns how many; 0 only when
+ * memory ran out. */
 static size_t pick_batch(msr_relay_t *r, size_t from)
 {
     msr_map_t seen;
     memset(&seen, 0, sizeof seen);
     size_t n = 0;
+    int progress = r->queue[from].method == MSR_RPC_PROGRESS;
     for (size_t k = from; k < r->nqueue && n < MSR_RELAY_BATCH_MAX; k++) {
         entry_t *e = &r->queue[k];
-        if (msr_map_get(&seen, e->key) != NULL)
+        if ((e->method == MSR_RPC_PROGRESS) != progress || msr_map_get(&seen, e->key) != NULL)
             continue; /* the next batch takes it */
         if (msr_map_put(&seen, e->key, e, NULL) != MSR_OK)
             break;
@@ -257,6 +263,19 @@ void msr_relay_counts(const msr_relay_t *r, uint64_t *calls_p, uint64_t *batches
 {
     *calls_p = r->calls;
     *batches_p = r->batches;
+}
+
+void msr_relay_describe(const msr_relay_t *r, char *out, size_t len)
+{
+    snprintf(out, len,
+             "%llu calls in %llu batches (Join %llu, Heartbeat %llu, Report %llu, Leave %llu, "
+             "Progress %llu)",
+             (unsigned long long)r->calls, (unsigned long long)r->batches,
+             (unsigned long long)r->by_method[MSR_RPC_JOIN],
+             (unsigned long long)r->by_method[MSR_RPC_HEARTBEAT],
+             (unsigned long long)r->by_method[MSR_RPC_REPORT],
+             (unsigned long long)r->by_method[MSR_RPC_LEAVE],
+             (unsigned long long)r->by_method[MSR_RPC_PROGRESS]);
 }
 
 size_t msr_relay_in_flight(const msr_relay_t *r)

@@ -9,7 +9,8 @@
 
 int msr_relay_method_relayed(msr_rpc_method_t m)
 {
-    return m == MSR_RPC_JOIN || m == MSR_RPC_HEARTBEAT || m == MSR_RPC_REPORT || m == MSR_RPC_LEAVE;
+    return m == MSR_RPC_JOIN || m == MSR_RPC_HEARTBEAT || m == MSR_RPC_REPORT ||
+           m == MSR_RPC_LEAVE || m == MSR_RPC_PROGRESS;
 }
 
 void msr_relay_call_key(msr_rpc_method_t m, const ProtobufCMessage *req, char *key, size_t len)
@@ -26,6 +27,8 @@ void msr_relay_call_key(msr_rpc_method_t m, const ProtobufCMessage *req, char *k
         id = ((const Msr__HeartbeatRequest *)req)->node_id;
     } else if (m == MSR_RPC_REPORT) {
         id = ((const Msr__ReportRequest *)req)->node_id;
+    } else if (m == MSR_RPC_PROGRESS) {
+        id = ((const Msr__ProgressRequest *)req)->node_id;
     } else {
         id = ((const Msr__LeaveRequest *)req)->node_id;
     }
@@ -73,14 +76,23 @@ int msr_relay_batch_check(const Msr__RelayRequest *req, uint32_t subtree_max, ui
     msr_map_t seen;
     memset(&seen, 0, sizeof seen);
     int rc = 0;
+    int progress = req->calls[0]->method == MSR_RPC_PROGRESS;
     for (size_t k = 0; rc == 0 && k < req->n_calls; k++) {
         const Msr__RelayCall *e = req->calls[k];
         msr_rpc_method_t m = (msr_rpc_method_t)e->method;
         if (e->method >= MSR_RPC_METHOD_COUNT || !msr_relay_method_relayed(m)) {
             snprintf(why, wlen,
-                     "relay %s: call %zu has method %u; a relay carries Join, Heartbeat, Report "
-                     "and Leave only",
+                     "relay %s: call %zu has method %u; a relay carries Join, Heartbeat, Report, "
+                     "Leave and Progress only",
                      rid, k, e->method);
+            rc = -1;
+            break;
+        }
+        if ((m == MSR_RPC_PROGRESS) != progress) {
+            snprintf(why, wlen,
+                     "relay %s: calls 0 and %zu are %s and %s; Progress calls go in batches of "
+                     "their own (answered at once, they would end the others' long polls)",
+                     rid, k, msr_rpc_methods[req->calls[0]->method].name, msr_rpc_methods[m].name);
             rc = -1;
             break;
         }

@@ -16,6 +16,7 @@ struct msr_relay_server {
     msr_relay_t *relay;
     uint32_t subtree;
     msr_relay_cover_t cover;       /* the relays under this one and the nodes it serves */
+    int stopping;                  /* destroy began: calls still dispatched are refused */
     char me[MSR_RELAY_ID_MAX + 8]; /* "relay <id>", for messages */
 };
 
@@ -189,14 +190,20 @@ out:
 static void on_call(void *arg, msr_rpc_call_t *call, msr_rpc_method_t method, ProtobufCMessage *req)
 {
     msr_relay_server_t *s = arg;
+    if (s->stopping) {
+        /* a call that arrived as the server stops: its relay may be gone
+         * already; the node (or lower relay) calls elsewhere */
+        msr_rpc_call_fail(call, MSR_RPC_UNAVAILABLE, "the relay is shutting down");
+        return;
+    }
     if (method == MSR_RPC_RELAY) {
         on_child_batch(s, call, (const Msr__RelayRequest *)req);
         return;
     }
     if (!msr_relay_method_relayed(method)) {
         msr_rpc_call_fail(call, MSR_RPC_UNIMPLEMENTED,
-                          "a relay serves Join, Heartbeat, Report, Leave and a lower relay's "
-                          "Relay; call the coordinator for %s",
+                          "a relay serves Join, Heartbeat, Report, Leave, Progress and a lower "
+                          "relay's Relay; call the coordinator for %s",
                           msr_rpc_methods[method].name);
         return;
     }
@@ -301,7 +308,9 @@ void msr_relay_server_destroy(msr_relay_server_t *s)
     if (s == NULL)
         return;
     /* the relay first: its calls answered CANCELLED while the server's
-     * calls can still be answered; then the server (it polls the loop) */
+     * calls can still be answered; then the server (it polls the loop,
+     * which may still dispatch calls that arrived meanwhile: refused) */
+    s->stopping = 1;
     msr_relay_cancel(s->relay);
     uint64_t limit = msr_deadline_in_ms(5000);
     while (msr_relay_in_flight(s->relay) > 0 && !msr_deadline_passed(limit))

@@ -2670,9 +2670,38 @@ test: ^test_relay_tree$
 file: rendezvous/relay_batch.c
 test: ^test_relay_tree$
 <<<
-        if (msr_map_get(&seen, e->key) != NULL)
+        if ((e->method == MSR_RPC_PROGRESS) != progress || msr_map_get(&seen, e->key) != NULL)
 ===
-        if (0)
+        if ((e->method == MSR_RPC_PROGRESS) != progress)
+>>>
+
+@ relay.progress_beside_heartbeats
+file: rendezvous/relay_batch.c
+test: ^test_relay_rpc$
+<<<
+        if ((e->method == MSR_RPC_PROGRESS) != progress || msr_map_get(&seen, e->key) != NULL)
+===
+        if (progress < 0 || msr_map_get(&seen, e->key) != NULL)
+>>>
+
+@ relay.progress_mixed_accepted
+file: rendezvous/relay_check.c
+test: ^test_relay$
+<<<
+        if ((m == MSR_RPC_PROGRESS) != progress) {
+===
+        if (progress < 0) {
+>>>
+
+@ relay.progress_foreign_node
+file: cluster/relay.c
+test: ^test_relay$
+<<<
+    case MSR_RPC_PROGRESS:
+        return ((const Msr__ProgressRequest *)req)->node_id;
+===
+    case MSR_RPC_PROGRESS:
+        return NULL;
 >>>
 
 @ relay.batch_bound_off_by_one

@@ -76,9 +76,7 @@ static double http_get(int port, const char *path, size_t *bytes_p)
     return (double)(msr_now_ns() - t0) / 1e6;
 }
 
-/* One Progress call per node: each of its ranks a window of step times
- * ending at step, and a loss. */
-static int progress_round(sim_t *s, int64_t step)
+int rdzv_progress_round(sim_t *s, int64_t step, rdzv_send_t send, void *arg)
 {
     enum { W = 20 };
     static double times[W];
@@ -113,7 +111,8 @@ static int progress_round(sim_t *s, int64_t step)
         req.n_steps = (size_t)R;
         req.steps = repp;
         /* the request is packed when the call starts: the arrays are reused */
-        rc = rdzv_start_op(s, s->direct ? n * R : n, n, MSR_RPC_PROGRESS, &req.base);
+        rc = send ? send(s, n, &req.base, arg)
+                  : rdzv_start_op(s, s->direct ? n * R : n, n, MSR_RPC_PROGRESS, &req.base);
     }
     free(reps);
     free(repp);
@@ -135,7 +134,7 @@ int rdzv_dashboard_phase(sim_t *s, int port)
 {
     int64_t step = 19;
     for (int r = 0; r < 3; r++, step += 20)
-        if (progress_round(s, step) != 0 || rdzv_drain(s) != 0)
+        if (rdzv_progress_round(s, step, NULL, NULL) != 0 || rdzv_drain(s) != 0)
             return -1;
     const char *paths[2] = {"/api/job", "/metrics"};
     double idle[2][5], busy[2][5];
@@ -150,7 +149,7 @@ int rdzv_dashboard_phase(sim_t *s, int port)
         }
         for (int k = 0; k < 5; k++, step += 20) {
             usleep(250000);
-            if (progress_round(s, step) != 0)
+            if (rdzv_progress_round(s, step, NULL, NULL) != 0)
                 return -1;
             /* the calls are sent as the loop polls: start them, then ask */
             msr_rpc_loop_poll(s->loop, msr_deadline_in_ms(0));

@@ -4,10 +4,12 @@
  * its own. With --relay_levels L > 1 the relays of the first level send
  * their batches to relay agents' servers (msr_relay_server_t, on this
  * process's loop) of F relays each, and so on up to level L, whose relays
- * alone call the coordinator. */
+ * alone call the coordinator. With --progress the nodes then send rounds
+ * of Progress through the first level's relays. */
 #include <stdio.h>
 #include <stdlib.h>
 
+#include "base/time.h"
 #include "rdzv_scale_impl.h"
 #include "rendezvous/relay.h"
 
@@ -35,6 +37,8 @@ static void node_answered(void *arg, int code, const char *message, const uint8_
         sim_fail(s, "a relayed call", node, message);
         return;
     }
+    if (s->entry_method == MSR_RPC_PROGRESS)
+        return;
     if (s->entry_method == MSR_RPC_JOIN) {
         Msr__JoinResponse *j =
             (Msr__JoinResponse *)msr_rpc_response_unpack(MSR_RPC_JOIN, resp, len);
@@ -182,6 +186,47 @@ static int relay_round(sim_t *s, msr_relay_t **relays, node_arg_t *args, msr_rpc
     return rdzv_drain(s);
 }
 
+/* The first level's relays and the nodes' arguments, for relay_send. */
+typedef struct relay_sink {
+    msr_relay_t **relays;
+    node_arg_t *args;
+} relay_sink_t;
+
+/* A node's Progress queued at its relay (rdzv_send_t). */
+static int relay_send(sim_t *s, int node, const ProtobufCMessage *req, void *arg)
+{
+    relay_sink_t *k = arg;
+    if (msr_relay_submit(k->relays[node / s->relay], MSR_RPC_PROGRESS, req, node_answered,
+                         &k->args[node]) != MSR_OK)
+        return -1;
+    s->pending++;
+    return 0;
+}
+
+/* --progress: s->progress rounds of every node's Progress, each relay's
+ * share of a round sent as one batch (their own: no heartbeat is held
+ * beside them), and the coordinator's CPU over them. */
+static int relay_progress(sim_t *s, msr_relay_t **relays, node_arg_t *args)
+{
+    int nrel = (s->nodes + s->relay - 1) / s->relay;
+    relay_sink_t sink = {relays, args};
+    s->entry_method = MSR_RPC_PROGRESS;
+    double cpu0 = rdzv_coord_cpu_ms(s);
+    uint64_t t0 = msr_now_ns();
+    for (int r = 0; r < s->progress; r++) {
+        if (rdzv_progress_round(s, 19 + 20 * (int64_t)r, relay_send, &sink) != 0)
+            return -1;
+        for (int k = 0; k < nrel; k++)
+            msr_relay_flush(relays[k]);
+        if (rdzv_drain(s) != 0)
+            return -1;
+    }
+    s->progress_ns = msr_now_ns() - t0;
+    s->progress_cpu_ms = rdzv_coord_cpu_ms(s) - cpu0;
+    rdzv_progress_line(s, (double)s->progress_ns / 1e6, s->progress_cpu_ms);
+    return 0;
+}
+
 /* Relay mode: every relay sends its nodes' joins as one batch, then their
  * ready heartbeats as one batch (held until the job forms), through the
  * relay code of rendezvous/relay.h; every node must then have a distinct
@@ -206,6 +251,8 @@ int rdzv_relay_join(sim_t *s)
         rc = relay_round(s, relays, args, MSR_RPC_JOIN, rdzv_make_join);
     if (rc == 0)
         rc = relay_round(s, relays, args, MSR_RPC_HEARTBEAT, rdzv_make_heartbeat);
+    if (rc == 0 && s->progress > 0)
+        rc = relay_progress(s, relays, args);
     for (int r = 0; relays && r < nrel; r++)
         msr_relay_destroy(relays[r]);
     rdzv_drain(s); /* what a failure left in flight comes back cancelled */

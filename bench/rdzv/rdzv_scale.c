@@ -32,7 +32,7 @@
  *   rdzv_scale [--nodes 16,128,1024] [--ranks 8] [--bytes 64]
  *              [--mode lazy|allgather] [--direct] [--window 1024]
  *              [--conns N] [--dashboard] [--relay F] [--relay_levels L]
- *              [--model_relay F NODES,...] [--rtt_us 100]
+ *              [--model_relay F NODES,...] [--rtt_us 100] [--progress ROUNDS]
  *
  * --model_relay F NODES,...: after the runs of --nodes (direct), runs
  * NODES through relays of F, fits the coordinator's costs to both and
@@ -41,6 +41,13 @@
  * network's round trip, an assumption). With --relay_levels L > 1 NODES
  * also run through L levels, and the model has a column for them.
  *
+ * --progress ROUNDS: after the run, every node sends ROUNDS rounds of
+ *   Progress calls (each of its ranks a window of 20 step times and a
+ *   loss, as a node's proxy sends once a second): on its own connection,
+ *   or with --relay through its relay, each relay's share of a round one
+ *   batch (the best case: a relay's nodes all report within one of its
+ *   polls). A line gives the coordinator's connections (the sockets it
+ *   holds, its listening ones included) and its CPU per node and round.
  * --window: at most this many connections are being made at once (0: all
  * at once). A burst of more SYNs than the coordinator's listen backlog
  * (net.core.somaxconn caps it) loses some, and each costs the client a
@@ -66,6 +73,7 @@
  * the steps of each run; the simulated nodes' calls are rdzv_calls.c's,
  * the relays rdzv_relay.c's, the dashboard rdzv_dashboard.c's and the
  * model rdzv_model.c's. */
+#include <dirent.h>
 #include <errno.h>
 #include <limits.h>
 #include <signal.h>
@@ -134,6 +142,58 @@ static double cpu_ms(pid_t pid)
         sscanf(p + 2, "%*c %*d %*d %*d %*d %*d %*u %*u %*u %*u %*u %llu %llu", &ut, &st) != 2)
         return -1;
     return (double)(ut + st) * 1000.0 / (double)sysconf(_SC_CLK_TCK);
+}
+
+double rdzv_coord_cpu_ms(const sim_t *s)
+{
+    return cpu_ms(s->coord);
+}
+
+/* The sockets process pid holds (its listening ones and one per
+ * connection); -1 if unknown. */
+static int socket_count(pid_t pid)
+{
+    char path[64], link[64];
+    snprintf(path, sizeof path, "/proc/%d/fd", (int)pid);
+    DIR *d = opendir(path);
+    if (d == NULL)
+        return -1;
+    int n = 0;
+    for (struct dirent *e; (e = readdir(d)) != NULL;) {
+        char fd[320];
+        snprintf(fd, sizeof fd, "%s/%s", path, e->d_name);
+        ssize_t len = readlink(fd, link, sizeof link - 1);
+        if (len > 0 && (link[len] = '\0', strncmp(link, "socket:", 7) == 0))
+            n++;
+    }
+    closedir(d);
+    return n;
+}
+
+void rdzv_progress_line(const sim_t *s, double wall_ms, double cpu)
+{
+    char mode[16];
+    snprintf(mode, sizeof mode, "relay%d", s->relay);
+    printf("nodes=%-5d ranks=%-6d progress: mode=%-9s conns=%-5d coord_sockets=%-5d rounds=%-3d "
+           "wall_ms=%-8.1f coord_cpu_ms=%-7.0f coord_cpu_us_per_node_round=%.1f\n",
+           s->nodes, s->nodes * s->ranks, s->relay ? mode : "direct", s->nch,
+           socket_count(s->coord), s->progress, wall_ms, cpu,
+           cpu * 1000.0 / ((double)s->nodes * s->progress));
+    fflush(stdout);
+}
+
+/* --progress without relays: s->progress rounds of every node's Progress
+ * on its own connection, and the coordinator's CPU over them. */
+static int direct_progress(sim_t *s)
+{
+    double cpu0 = cpu_ms(s->coord);
+    uint64_t t0 = msr_now_ns();
+    s->entry_method = MSR_RPC_PROGRESS;
+    for (int r = 0; r < s->progress; r++)
+        if (rdzv_progress_round(s, 19 + 20 * (int64_t)r, NULL, NULL) != 0 || rdzv_drain(s) != 0)
+            return -1;
+    rdzv_progress_line(s, (double)(msr_now_ns() - t0) / 1e6, cpu_ms(s->coord) - cpu0);
+    return 0;
 }
 
 /* How a step of a run ended: STEP_FAIL prints the run's error (s->err)
@@ -277,6 +337,11 @@ static int run_steps(sim_t *s, pid_t coord, int window, int dash)
     step = join_step(s);
     if (step != STEP_OK)
         return step;
+    /* the relays' progress rounds (within the join step): not the join's */
+    t.tc += s->progress_ns;
+    t.t0 += s->progress_ns;
+    t.cpu_start += s->progress_cpu_ms;
+    t.cpu_t0 += s->progress_cpu_ms;
     t.t1 = msr_now_ns();
     t.cpu_t1 = cpu_ms(coord);
     int ok = exchange_step(s);
@@ -285,6 +350,8 @@ static int run_steps(sim_t *s, pid_t coord, int window, int dash)
     if (!ok)
         return STEP_FAIL;
     print_run(s, &t, coordinator_peak_kb(s->ch[0]));
+    if (s->progress > 0 && !s->relay && direct_progress(s) != 0)
+        return STEP_FAIL;
     if (s->dashboard && rdzv_dashboard_phase(s, dash) != 0) {
         if (!s->failed)
             snprintf(s->err, sizeof s->err, "the dashboard did not answer");
@@ -294,14 +361,16 @@ static int run_steps(sim_t *s, pid_t coord, int window, int dash)
 }
 
 static int run_one(const char *msrun, int nodes, int ranks, int bytes, int direct, int dashboard,
-                   int lazy, int max_conns, int window, int relay, int levels)
+                   int lazy, int max_conns, int window, int relay, int levels, int progress)
 {
     sim_t s;
     sim_init(&s, nodes, ranks, bytes, direct, dashboard, lazy, max_conns, relay, levels);
+    s.progress = progress;
     int world = nodes * ranks, port = 0, step = STEP_QUIT, dash = dashboard ? rdzv_free_port() : 0;
     pid_t coord = start_coordinator(msrun, world, ranks, dash, &port);
     if (coord < 0)
         return 1;
+    s.coord = coord;
     char target[64];
     snprintf(target, sizeof target, "127.0.0.1:%d", port);
     s.ch = calloc((size_t)s.nch, sizeof *s.ch);
@@ -335,6 +404,7 @@ typedef struct args {
     const char *list;       /* --nodes */
     const char *relay_list; /* --model_relay's NODES,...; NULL: none */
     int ranks, bytes, direct, dashboard, lazy, window, conns, relay, model_relay, levels;
+    int progress; /* --progress */
     double rtt_us;
 } args_t;
 
@@ -363,6 +433,8 @@ static int parse_args(int argc, char **argv, args_t *a)
             a->conns = atoi(argv[++i]);
         else if (strcmp(argv[i], "--relay") == 0 && i + 1 < argc)
             a->relay = atoi(argv[++i]);
+        else if (strcmp(argv[i], "--progress") == 0 && i + 1 < argc)
+            a->progress = atoi(argv[++i]);
         else if (strcmp(argv[i], "--relay_levels") == 0 && i + 1 < argc)
             a->levels = atoi(argv[++i]);
         else if (strcmp(argv[i], "--model_relay") == 0 && i + 2 < argc) {
@@ -379,7 +451,7 @@ static int parse_args(int argc, char **argv, args_t *a)
             fprintf(stderr, "usage: rdzv_scale [--nodes 16,128,1024] [--ranks 8] [--bytes 64] "
                             "[--mode lazy|allgather] [--direct] [--window 1024] [--conns N] "
                             "[--dashboard] [--relay F] [--relay_levels L] "
-                            "[--model_relay F NODES,...] "
+                            "[--model_relay F NODES,...] [--progress ROUNDS] "
                             "[--rtt_us 100]\n");
             return 2;
         }
@@ -395,8 +467,8 @@ static int check_args(const args_t *a)
         fprintf(stderr, "rdzv_scale: --ranks must be >= 1 and --bytes >= 4\n");
         return 2;
     }
-    if (a->window < 0 || a->conns < 0) {
-        fprintf(stderr, "rdzv_scale: --window and --conns must be >= 0\n");
+    if (a->window < 0 || a->conns < 0 || a->progress < 0 || a->progress > 1000) {
+        fprintf(stderr, "rdzv_scale: --window and --conns must be >= 0, --progress 0 to 1000\n");
         return 2;
     }
     if (a->model_relay < 0 || a->model_relay > MSR_RELAY_BATCH_MAX || a->rtt_us < 0 ||
@@ -472,7 +544,7 @@ static int run_all(const char *msrun, const args_t *a)
     for (const char *p = a->list; *p;) {
         int nodes = atoi(p);
         if (nodes > 0 && run_one(msrun, nodes, a->ranks, a->bytes, a->direct, a->dashboard, a->lazy,
-                                 a->conns, a->window, a->relay, a->levels) != 0)
+                                 a->conns, a->window, a->relay, a->levels, a->progress) != 0)
             rc = 1;
         p = strchr(p, ',');
         if (p == NULL)
@@ -485,7 +557,7 @@ static int run_all(const char *msrun, const args_t *a)
         for (const char *p = a->relay_list; rc == 0 && p && *p;) {
             int nodes = atoi(p);
             if (nodes > 0 && run_one(msrun, nodes, a->ranks, a->bytes, 0, 0, 1, a->conns, a->window,
-                                     a->model_relay, pass ? a->levels : 1) != 0)
+                                     a->model_relay, pass ? a->levels : 1, 0) != 0)
                 rc = 1;
             p = strchr(p, ',');
             p = p ? p + 1 : NULL;

@@ -7,6 +7,7 @@
 
 #include <stddef.h>
 #include <stdint.h>
+#include <sys/types.h>
 
 #include "rendezvous/rpc.h"
 
@@ -20,6 +21,12 @@ typedef struct sim {
     void (*after_poll)(struct sim *s); /* relay mode: the upper relays' flush */
     void *upper;                       /* relay mode: rdzv_relay.c's upper levels */
     int *node_rank;                    /* relay mode: each node's rank in the formed job */
+    int progress; /* --progress: rounds of every node's Progress after the run */
+    pid_t coord;  /* the coordinator's process */
+    /* --relay --progress: the rounds' wall time (ns) and the coordinator's
+     * CPU (ms), sent within the join step and taken out of its times */
+    uint64_t progress_ns;
+    double progress_cpu_ms;
     int nch; /* connections: clients share them round robin past the limit */
     msr_rpc_loop_t *loop;
     msr_rpc_channel_t **ch;
@@ -57,6 +64,21 @@ int rdzv_exchange_all(sim_t *s, Msr__Contribution **eptr);
  * top level of a run of nodes has. */
 int rdzv_relay_join(sim_t *s);
 int rdzv_relay_top(int nodes, int relay, int levels);
+
+/* rdzv_scale.c. coord_cpu_ms: the CPU time (user + system) the
+ * coordinator has used, in ms; -1 if unknown. progress_line: prints the
+ * line of s->progress rounds that took wall_ms and cpu_ms of the
+ * coordinator's CPU. */
+double rdzv_coord_cpu_ms(const sim_t *s);
+void rdzv_progress_line(const sim_t *s, double wall_ms, double cpu_ms);
+
+/* rdzv_dashboard.c. progress_round: one Progress call per node, each of
+ * its ranks a window of step times ending at step and a loss (as a node's
+ * proxy sends once a second), made by send(s, node, req, arg) (which
+ * counts it in s->pending), or when send is NULL on the node's channel;
+ * 0 or -1. */
+typedef int (*rdzv_send_t)(sim_t *s, int node, const ProtobufCMessage *req, void *arg);
+int rdzv_progress_round(sim_t *s, int64_t step, rdzv_send_t send, void *arg);
 
 /* rdzv_dashboard.c. free_port: a TCP port free on loopback now, or -1.
  * dashboard_phase: the dashboard's line for the job formed on s, its

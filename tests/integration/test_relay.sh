@@ -19,7 +19,8 @@ start_relay() {
     RELAY_PORT=$(awk '/^port/ { print $2 }' "$TMP/$1.ready")
 }
 
-# 1. a job through a relay: both nodes' joins and heartbeats relayed
+# 1. a job through a relay: both nodes' joins, heartbeats, exit reports and
+#    leaves relayed
 port=$(free_port)
 start_relay r1 "$port"
 common=(--master_addr=127.0.0.1 --master_port="$port" --worker_num=4 --local_worker_num=2
@@ -35,6 +36,9 @@ wait_pid "$RELAY_PID" 20
 expect_code 0 "the relay"
 grep -qE "relaying [1-9][0-9]* calls in [1-9][0-9]* batches" "$TMP/r1.err" ||
     fail "the relay relayed nothing: $(cat "$TMP/r1.err")"
+# the workers' four exit reports and both leaves went through it too
+grep -qE "\(Join [1-9][0-9]*, Heartbeat [1-9][0-9]*, Report ([4-9]|[1-9][0-9]+), Leave 2, " \
+    "$TMP/r1.err" || fail "the exits and leaves did not go through the relay: $(cat "$TMP/r1.err")"
 grep -q "no answer from the relay" "$TMP/node0.err" "$TMP/node1.err" &&
     fail "a node left the relay in a job without failures"
 ok "two nodes joined and ran a job through a relay"

@@ -7,6 +7,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "base/buf.h"
 #include "base/time.h"
 #include "cluster/coord.h"
 #include "rendezvous/rpc.h"
@@ -66,10 +67,34 @@ static Msr__HeartbeatRequest beat_req(sim_t *s, int n, uint32_t wait_ms)
     return r;
 }
 
-/* The batch of relay rid for nodes[0..n): each node's join (method JOIN)
- * or heartbeat (HEARTBEAT, wait_ms); bufs holds the packed requests. */
-static void relay_call(msr_coord_t *co, tcall_t *c, sim_t *s, const char *rid, uint32_t subtree,
-                       msr_rpc_method_t m, const int *nodes, int n, uint32_t wait_ms)
+/* Node n's progress: its ranks 2n and 2n + 1 at step step, in generation 0. */
+typedef struct progress_msg {
+    Msr__StepReport reps[2], *repp[2];
+    Msr__ProgressRequest req;
+} progress_msg_t;
+
+static void progress_req(sim_t *s, int n, int64_t step, progress_msg_t *p)
+{
+    msr__progress_request__init(&p->req);
+    for (int i = 0; i < 2; i++) {
+        msr__step_report__init(&p->reps[i]);
+        p->reps[i].rank = 2 * n + i;
+        p->reps[i].step = step;
+        p->reps[i].step_time = 0.1;
+        p->reps[i].steps = 1;
+        p->repp[i] = &p->reps[i];
+    }
+    p->req.node_id = s->ids[n];
+    p->req.generation = 0;
+    p->req.n_steps = 2;
+    p->req.steps = p->repp;
+}
+
+/* The batch of relay rid for nodes[0..n): call k of method ms[k], a join,
+ * a heartbeat (wait_ms) or progress (at step 100 + the node); bufs holds
+ * the packed requests. */
+static void relay_calls(msr_coord_t *co, tcall_t *c, sim_t *s, const char *rid, uint32_t subtree,
+                        const msr_rpc_method_t *ms, const int *nodes, int n, uint32_t wait_ms)
 {
     static uint8_t bufs[NMAX][256];
     static Msr__RelayCall calls[NMAX];
@@ -78,12 +103,16 @@ static void relay_call(msr_coord_t *co, tcall_t *c, sim_t *s, const char *rid, u
     for (int k = 0; k < n; k++) {
         Msr__JoinRequest j = join_req(s, nodes[k], -1);
         Msr__HeartbeatRequest h = beat_req(s, nodes[k], wait_ms);
-        const ProtobufCMessage *req = m == MSR_RPC_JOIN ? &j.base : &h.base;
+        progress_msg_t p;
+        progress_req(s, nodes[k], 100 + nodes[k], &p);
+        const ProtobufCMessage *req = ms[k] == MSR_RPC_JOIN        ? &j.base
+                                      : ms[k] == MSR_RPC_HEARTBEAT ? &h.base
+                                                                   : &p.req.base;
         size_t len = protobuf_c_message_get_packed_size(req);
         MSR_CHECK(len <= sizeof bufs[0]);
         protobuf_c_message_pack(req, bufs[k]);
         msr__relay_call__init(&calls[k]);
-        calls[k].method = (uint32_t)m;
+        calls[k].method = (uint32_t)ms[k];
         calls[k].request.data = bufs[k];
         calls[k].request.len = len;
         callp[k] = &calls[k];
@@ -94,6 +123,17 @@ static void relay_call(msr_coord_t *co, tcall_t *c, sim_t *s, const char *rid, u
     r.n_calls = (size_t)n;
     r.calls = callp;
     msr_tcall_call(co, c, MSR_RPC_RELAY, &r.base);
+}
+
+/* relay_calls with every call of method m. */
+static void relay_call(msr_coord_t *co, tcall_t *c, sim_t *s, const char *rid, uint32_t subtree,
+                       msr_rpc_method_t m, const int *nodes, int n, uint32_t wait_ms)
+{
+    static msr_rpc_method_t ms[NMAX];
+    MSR_CHECK(n <= NMAX);
+    for (int k = 0; k < n; k++)
+        ms[k] = m;
+    relay_calls(co, c, s, rid, subtree, ms, nodes, n, wait_ms);
 }
 
 /* Entry k of an answered batch, unpacked as a response of m (or NULL when
@@ -313,7 +353,8 @@ static void test_bad_batches(void)
     r.calls = &rcp;
     rc.method = MSR_RPC_STATUS;
     msr_tcall_call(co, &c, MSR_RPC_RELAY, &r.base);
-    check_refused(&c, "call 0 has method 4; a relay carries Join, Heartbeat, Report and Leave");
+    check_refused(&c, "call 0 has method 4; a relay carries Join, Heartbeat, Report, Leave and "
+                      "Progress only");
     rc.method = MSR_RPC_JOIN;
     rc.request.data = junk;
     rc.request.len = sizeof junk;
@@ -486,7 +527,72 @@ static void test_node_behind_relay_dies(void)
     msr_coord_destroy(co);
 }
 
+/* The step the coordinator shows for rank (its /api/job), -1 when none. */
+static long long rank_step(msr_coord_t *co, int rank)
+{
+    msr_buf_t b = MSR_BUF_INIT;
+    MSR_CHECK_OK(msr_coord_render_job(co, &b));
+    char want[48];
+    snprintf(want, sizeof want, "{\"rank\":%d,\"node\":", rank);
+    const char *at = strstr(b.data, want);
+    long long step = -1;
+    if (at == NULL || sscanf(at + strlen(want), "%*d,\"step\":%lld", &step) != 1)
+        step = -1;
+    msr_buf_cleanup(&b);
+    return step;
+}
+
+/* Progress through relays: a batch of several nodes' reports answered
+ * entry by entry, each rank's step applied as a direct call's; an entry
+ * for a node the relay does not serve refused alone (not applied); a
+ * batch mixing Progress with heartbeats refused whole. */
+static void test_progress(void)
+{
+    static sim_t s;
+    msr_coord_t *co = sim_start(&s, 4, 600000);
+    relay_join(co, &s, "a", 0, 3);
+    direct_join(co, &s, 3, -1);
+    tcall_t c = {0};
+    int mine[] = {0, 1, 2};
+    relay_call(co, &c, &s, "a", 3, MSR_RPC_HEARTBEAT, mine, 3, 0);
+    MSR_CHECK_EQ(direct_beat(co, &s, 3, NULL), MSR__JOB_STATE__JOB_RUNNING);
+    relay_call(co, &c, &s, "a", 3, MSR_RPC_PROGRESS, mine, 3, 0);
+    int code;
+    const char *msg;
+    for (int k = 0; k < 3; k++) {
+        ProtobufCMessage *r = entry(&c, (size_t)k, MSR_RPC_PROGRESS, &code, &msg);
+        MSR_CHECK_MSG(r != NULL, "node %d's progress: %d %s", k, code, msg);
+        msr_rpc_message_free(r);
+    }
+    for (int rank = 0; rank < 6; rank++)
+        MSR_CHECK_EQ(rank_step(co, rank), 100 + rank / 2);
+    /* node 3 joined directly: a's report for it is refused, node 0's kept */
+    int foreign[] = {3, 0};
+    relay_call(co, &c, &s, "a", 3, MSR_RPC_PROGRESS, foreign, 2, 0);
+    MSR_CHECK(entry(&c, 0, MSR_RPC_PROGRESS, &code, &msg) == NULL);
+    MSR_CHECK_MSG(code == MSR_RPC_FAILED_PRECONDITION &&
+                      strstr(msg, "relay a does not serve node") && strstr(msg, "joined directly"),
+                  "%d %s", code, msg);
+    ProtobufCMessage *r = entry(&c, 1, MSR_RPC_PROGRESS, &code, &msg);
+    MSR_CHECK_MSG(r != NULL, "node 0 beside a refused entry: %d %s", code, msg);
+    msr_rpc_message_free(r);
+    MSR_CHECK_EQ(rank_step(co, 6), -1);
+    MSR_CHECK_EQ(rank_step(co, 7), -1);
+    /* Progress beside a heartbeat, either first: refused whole */
+    msr_rpc_method_t pb[] = {MSR_RPC_PROGRESS, MSR_RPC_HEARTBEAT};
+    msr_rpc_method_t bp[] = {MSR_RPC_HEARTBEAT, MSR_RPC_PROGRESS};
+    int two[] = {0, 1};
+    relay_calls(co, &c, &s, "a", 3, pb, two, 2, 0);
+    check_refused(&c, "calls 0 and 1 are Progress and Heartbeat; Progress calls go in batches of "
+                      "their own");
+    relay_calls(co, &c, &s, "a", 3, bp, two, 2, 0);
+    check_refused(&c, "calls 0 and 1 are Heartbeat and Progress");
+    msr_tcall_reset(&c);
+    msr_coord_destroy(co);
+}
+
 static const msr_test_t tests[] = {
+    {"progress", test_progress, 10},
     {"same_as_direct", test_same_as_direct, 10},
     {"batch_bounds", test_batch_bounds, 20},
     {"bad_batches", test_bad_batches, 10},

@@ -3,7 +3,7 @@
  * a batch the coordinator refuses answers each of its calls with why; a
  * relay that goes away mid-join leaves its nodes free to join directly;
  * nodes calling a relay agent's server over sockets, and that relay dying
- * mid-join. */
+ * mid-join; progress sent in batches of its own. */
 #include <pthread.h>
 #include <signal.h>
 #include <stdio.h>
@@ -38,6 +38,12 @@ static void answered(void *arg, int code, const char *message, const uint8_t *re
         ProtobufCMessage *m = msr_rpc_response_unpack(MSR_RPC_JOIN, resp, len);
         MSR_CHECK(m != NULL);
         snprintf(n->id, sizeof n->id, "%s", ((Msr__JoinResponse *)m)->node_id);
+        msr_rpc_message_free(m);
+        return;
+    }
+    if (n->expect == MSR_RPC_PROGRESS) {
+        ProtobufCMessage *m = msr_rpc_response_unpack(MSR_RPC_PROGRESS, resp, len);
+        MSR_CHECK(m != NULL);
         msr_rpc_message_free(m);
         return;
     }
@@ -101,7 +107,71 @@ static void submit_beat(msr_relay_t *r, node_t *n)
     MSR_CHECK_OK(msr_relay_submit(r, MSR_RPC_HEARTBEAT, &h.base, answered, n));
 }
 
+/* n's progress (its one rank at step 7), answered to p (n's id). */
+static void submit_progress(msr_relay_t *r, const node_t *n, node_t *p)
+{
+    Msr__StepReport rep = MSR__STEP_REPORT__INIT, *repp = &rep;
+    rep.rank = n->index;
+    rep.step = 7;
+    Msr__ProgressRequest req = MSR__PROGRESS_REQUEST__INIT;
+    req.node_id = (char *)n->id;
+    req.n_steps = 1;
+    req.steps = &repp;
+    p->index = n->index;
+    p->answered = 0;
+    p->expect = MSR_RPC_PROGRESS;
+    MSR_CHECK_OK(msr_relay_submit(r, MSR_RPC_PROGRESS, &req.base, answered, p));
+}
+
 /* ---- tests ---- */
+
+/* Progress queued between long-polled heartbeats (a job of 4 that 3 nodes
+ * do not form holds them) goes up in a batch of its own: every node's
+ * progress is answered while the heartbeats stay held. */
+static void test_progress_own_batch(void)
+{
+    msr_tserved_t s;
+    msr_tserved_start_nodes(&s, 4);
+    msr_rpc_loop_t *loop;
+    msr_rpc_channel_t *ch;
+    MSR_CHECK_OK(msr_rpc_loop_create(&loop));
+    MSR_CHECK_OK(msr_rpc_channel_create_own(s.target, "tok", &ch));
+    msr_relay_t *r;
+    MSR_CHECK_OK(msr_relay_create(loop, ch, "a", 3, &r));
+    node_t n[3], p[3];
+    memset(n, 0, sizeof n);
+    memset(p, 0, sizeof p);
+    for (int k = 0; k < 3; k++) {
+        n[k].index = k;
+        submit_join(r, &n[k], 4);
+    }
+    msr_relay_flush(r);
+    wait_answered(loop, n, 3);
+    for (int k = 0; k < 3; k++) {
+        MSR_CHECK_MSG(n[k].code == 0, "join %d: %d %s", k, n[k].code, n[k].message);
+        if (k < 2)
+            submit_beat(r, &n[k]);
+        submit_progress(r, &n[k], &p[k]);
+    }
+    uint64_t calls0, batches0, calls, batches;
+    msr_relay_counts(r, &calls0, &batches0);
+    msr_relay_flush(r);
+    msr_relay_counts(r, &calls, &batches);
+    MSR_CHECK_EQ(calls - calls0, 5);
+    MSR_CHECK_EQ(batches - batches0, 2);
+    wait_answered(loop, p, 3);
+    for (int k = 0; k < 3; k++)
+        MSR_CHECK_MSG(p[k].code == 0, "progress %d: %d %s", k, p[k].code, p[k].message);
+    MSR_CHECK_MSG(!n[0].answered && !n[1].answered, "the held heartbeats were answered");
+    MSR_CHECK_EQ(msr_relay_in_flight(r), 1);
+    msr_relay_cancel(r);
+    wait_answered(loop, n, 2);
+    MSR_CHECK(n[0].code == MSR_RPC_CANCELLED && n[1].code == MSR_RPC_CANCELLED);
+    msr_relay_destroy(r);
+    msr_rpc_channel_destroy(ch);
+    msr_rpc_loop_destroy(loop);
+    msr_tserved_stop(&s);
+}
 
 /* Four nodes through two relays of two: the job forms, every node hears
  * it from its relay with a rank of its own. */
@@ -320,6 +390,7 @@ static void test_relay_server(void)
 
 static const msr_test_t tests[] = {
     {"relay_server", test_relay_server, 60},
+    {"progress_own_batch", test_progress_own_batch, 30},
     {"two_relays", test_two_relays, 30},
     {"refused_batch", test_refused_batch, 30},
     {"relay_gone_mid_join", test_relay_gone_mid_join, 30},
