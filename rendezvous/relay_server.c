@@ -129,7 +129,8 @@ static void child_answered(void *arg, int code, const char *message, const uint8
     if (code != 0) {
         slot->message = msr_strdup(message ? message : "");
     } else if ((slot->resp = msr_malloc(len ? len : 1)) != NULL) {
-        memcpy(slot->resp, resp, len);
+        if (len > 0) /* an empty answer (a Leave's, a Progress's) may come as NULL */
+            memcpy(slot->resp, resp, len);
         slot->len = len;
     } else {
         slot->code = MSR_RPC_RESOURCE_EXHAUSTED;
