@@ -125,19 +125,40 @@ static void submit_progress(msr_relay_t *r, const node_t *n, node_t *p)
 
 /* ---- tests ---- */
 
+/* A coordinator for a job of nodes and one relay (id, subtree) in front of
+ * it on a loop of its own. */
+typedef struct one_relay {
+    msr_tserved_t s;
+    msr_rpc_loop_t *loop;
+    msr_rpc_channel_t *ch;
+    msr_relay_t *r;
+} one_relay_t;
+
+static void one_relay_start(one_relay_t *o, int nodes, const char *id, uint32_t subtree)
+{
+    msr_tserved_start_nodes(&o->s, nodes);
+    MSR_CHECK_OK(msr_rpc_loop_create(&o->loop));
+    MSR_CHECK_OK(msr_rpc_channel_create_own(o->s.target, "tok", &o->ch));
+    MSR_CHECK_OK(msr_relay_create(o->loop, o->ch, id, subtree, &o->r));
+}
+
+static void one_relay_stop(one_relay_t *o)
+{
+    msr_relay_destroy(o->r);
+    msr_rpc_channel_destroy(o->ch);
+    msr_rpc_loop_destroy(o->loop);
+    msr_tserved_stop(&o->s);
+}
+
 /* Progress queued between long-polled heartbeats (a job of 4 that 3 nodes
  * do not form holds them) goes up in a batch of its own: every node's
  * progress is answered while the heartbeats stay held. */
 static void test_progress_own_batch(void)
 {
-    msr_tserved_t s;
-    msr_tserved_start_nodes(&s, 4);
-    msr_rpc_loop_t *loop;
-    msr_rpc_channel_t *ch;
-    MSR_CHECK_OK(msr_rpc_loop_create(&loop));
-    MSR_CHECK_OK(msr_rpc_channel_create_own(s.target, "tok", &ch));
-    msr_relay_t *r;
-    MSR_CHECK_OK(msr_relay_create(loop, ch, "a", 3, &r));
+    one_relay_t o;
+    one_relay_start(&o, 4, "a", 3);
+    msr_rpc_loop_t *loop = o.loop;
+    msr_relay_t *r = o.r;
     node_t n[3], p[3];
     memset(n, 0, sizeof n);
     memset(p, 0, sizeof p);
@@ -167,10 +188,7 @@ static void test_progress_own_batch(void)
     msr_relay_cancel(r);
     wait_answered(loop, n, 2);
     MSR_CHECK(n[0].code == MSR_RPC_CANCELLED && n[1].code == MSR_RPC_CANCELLED);
-    msr_relay_destroy(r);
-    msr_rpc_channel_destroy(ch);
-    msr_rpc_loop_destroy(loop);
-    msr_tserved_stop(&s);
+    one_relay_stop(&o);
 }
 
 /* Four nodes through two relays of two: the job forms, every node hears
@@ -223,14 +241,10 @@ static void test_two_relays(void)
  * refuses the batch and each call hears why. */
 static void test_refused_batch(void)
 {
-    msr_tserved_t s;
-    msr_tserved_start_nodes(&s, 4);
-    msr_rpc_loop_t *loop;
-    msr_rpc_channel_t *ch;
-    MSR_CHECK_OK(msr_rpc_loop_create(&loop));
-    MSR_CHECK_OK(msr_rpc_channel_create_own(s.target, "tok", &ch));
-    msr_relay_t *r;
-    MSR_CHECK_OK(msr_relay_create(loop, ch, "liar", 1, &r));
+    one_relay_t o;
+    one_relay_start(&o, 4, "liar", 1);
+    msr_rpc_loop_t *loop = o.loop;
+    msr_relay_t *r = o.r;
     node_t n[2];
     memset(n, 0, sizeof n);
     for (int k = 0; k < 2; k++) {
@@ -248,10 +262,7 @@ static void test_refused_batch(void)
     Msr__StatusRequest st = MSR__STATUS_REQUEST__INIT;
     MSR_CHECK_STATUS(msr_relay_submit(r, MSR_RPC_STATUS, &st.base, answered, &n[0]),
                      MSR_ERR_INVALID_ARG);
-    msr_relay_destroy(r);
-    msr_rpc_channel_destroy(ch);
-    msr_rpc_loop_destroy(loop);
-    msr_tserved_stop(&s);
+    one_relay_stop(&o);
 }
 
 /* A relay goes away while its nodes' ready heartbeats are held: they are

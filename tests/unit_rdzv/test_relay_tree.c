@@ -279,37 +279,66 @@ static msr_status_t raw_batch(const char *target, const char *id, uint32_t subtr
     return st;
 }
 
+/* A coordinator for a job of 8 nodes and a middle relay "mid" (subtree)
+ * in front of it. */
+typedef struct mid_relay {
+    msr_tserved_t s;
+    msr_trelay_t mid;
+} mid_relay_t;
+
+static void mid_start(mid_relay_t *m, int subtree)
+{
+    msr_tserved_start_nodes(&m->s, 8);
+    msr_trelay_start(&m->mid, m->s.target, "tok", "mid", subtree);
+}
+
+static void mid_stop(mid_relay_t *m)
+{
+    msr_trelay_stop(&m->mid);
+    msr_tserved_stop(&m->s);
+}
+
+/* raw_batch's call, which must be answered with its entry accepted (what
+ * names it in the failure). */
+static void batch_ok(const char *target, const char *id, uint32_t subtree, uint32_t depth,
+                     int index, const char *what)
+{
+    char why[400];
+    int code = -1;
+    MSR_CHECK_OK(raw_batch(target, id, subtree, depth, index, &code, why, sizeof why));
+    MSR_CHECK_MSG(code == 0, "%s: %d %s", what, code, why);
+}
+
+/* raw_batch's call, which must be refused whole: its message in why. */
+static void batch_refused(const char *target, const char *id, uint32_t subtree, uint32_t depth,
+                          int index, char *why, size_t wlen)
+{
+    int code = -1;
+    MSR_CHECK(raw_batch(target, id, subtree, depth, index, &code, why, wlen) != MSR_OK);
+}
+
 /* The bounds of a lower relay's batch at a middle relay (subtree 3) and at
  * the coordinator: a subtree at the middle's and one past, a depth at the
  * bound and one past (the middle adds its own level). */
 static void test_batch_bounds(void)
 {
-    msr_tserved_t s;
-    msr_tserved_start_nodes(&s, 8);
-    msr_trelay_t mid;
-    msr_trelay_start(&mid, s.target, "tok", "mid", 3);
+    mid_relay_t m;
+    mid_start(&m, 3);
+    const char *mid = m.mid.target, *top_target = m.s.target;
     char why[400];
-    int code = -1;
-    MSR_CHECK_OK(raw_batch(mid.target, "low", 3, 0, 0, &code, why, sizeof why));
-    MSR_CHECK_MSG(code == 0, "subtree 3 under a middle of 3: %d %s", code, why);
-    MSR_CHECK(raw_batch(mid.target, "low", 4, 0, 1, &code, why, sizeof why) != MSR_OK);
+    batch_ok(mid, "low", 3, 0, 0, "subtree 3 under a middle of 3");
+    batch_refused(mid, "low", 4, 0, 1, why, sizeof why);
     MSR_CHECK_MSG(strstr(why, "1 calls for a subtree of 4 nodes") && strstr(why, "at most 3"), "%s",
                   why);
     uint32_t top = MSR_RELAY_LEVELS_MAX - 2; /* crosses low, mid and... the last level */
-    MSR_CHECK_OK(raw_batch(mid.target, "low", 3, top, 2, &code, why, sizeof why));
-    MSR_CHECK_MSG(code == 0, "depth %u under a middle: %d %s", top, code, why);
-    MSR_CHECK(raw_batch(mid.target, "low", 3, top + 1, 3, &code, why, sizeof why) != MSR_OK);
+    batch_ok(mid, "low", 3, top, 2, "the deepest batch under a middle");
+    batch_refused(mid, "low", 3, top + 1, 3, why, sizeof why);
     MSR_CHECK_MSG(strstr(why, "a call crosses at most"), "%s", why);
     /* straight to the coordinator: depth LEVELS_MAX - 1 is its bound */
-    MSR_CHECK_OK(
-        raw_batch(s.target, "low2", 1, MSR_RELAY_LEVELS_MAX - 1, 4, &code, why, sizeof why));
-    MSR_CHECK_MSG(code == 0, "depth %d at the coordinator: %d %s", MSR_RELAY_LEVELS_MAX - 1, code,
-                  why);
-    MSR_CHECK(raw_batch(s.target, "low2", 1, MSR_RELAY_LEVELS_MAX, 5, &code, why, sizeof why) !=
-              MSR_OK);
+    batch_ok(top_target, "low2", 1, MSR_RELAY_LEVELS_MAX - 1, 4, "the deepest at the coordinator");
+    batch_refused(top_target, "low2", 1, MSR_RELAY_LEVELS_MAX, 5, why, sizeof why);
     MSR_CHECK_MSG(strstr(why, "a call crosses at most"), "%s", why);
-    msr_trelay_stop(&mid);
-    msr_tserved_stop(&s);
+    mid_stop(&m);
 }
 
 /* The relays under a middle relay (subtree 4) cover its subtree at most:
@@ -318,32 +347,25 @@ static void test_batch_bounds(void)
  * second growing past it; a relay's batches again are not counted twice. */
 static void test_lower_cover(void)
 {
-    msr_tserved_t s;
-    msr_tserved_start_nodes(&s, 8);
-    msr_trelay_t mid;
-    msr_trelay_start(&mid, s.target, "tok", "mid", 4);
+    mid_relay_t m;
+    mid_start(&m, 4);
+    const char *mid = m.mid.target;
     char why[400];
-    int code = -1;
-    MSR_CHECK_OK(raw_batch(mid.target, "low-a", 2, 0, 0, &code, why, sizeof why));
-    MSR_CHECK_MSG(code == 0, "low-a, nodes 1-2 of 4: %d %s", code, why);
-    MSR_CHECK_OK(raw_batch(mid.target, "low-b", 2, 0, 1, &code, why, sizeof why));
-    MSR_CHECK_MSG(code == 0, "low-b, nodes 3-4 of 4: %d %s", code, why);
-    MSR_CHECK_OK(raw_batch(mid.target, "low-a", 2, 0, 2, &code, why, sizeof why));
-    MSR_CHECK_MSG(code == 0, "low-a again: %d %s", code, why);
-    MSR_CHECK(raw_batch(mid.target, "low-c", 1, 0, 3, &code, why, sizeof why) != MSR_OK);
+    batch_ok(mid, "low-a", 2, 0, 0, "low-a, nodes 1-2 of 4");
+    batch_ok(mid, "low-b", 2, 0, 1, "low-b, nodes 3-4 of 4");
+    batch_ok(mid, "low-a", 2, 0, 2, "low-a again");
+    batch_refused(mid, "low-c", 1, 0, 3, why, sizeof why);
     MSR_CHECK_MSG(strstr(why, "relay low-c: its subtree of 1 nodes would cover nodes 5 to 5 "
                               "of relay mid") &&
                       strstr(why, "node 5 lies outside relay mid's subtree"),
                   "%s", why);
-    MSR_CHECK(raw_batch(mid.target, "low-b", 3, 0, 4, &code, why, sizeof why) != MSR_OK);
+    batch_refused(mid, "low-b", 3, 0, 4, why, sizeof why);
     MSR_CHECK_MSG(strstr(why, "relay low-b: its subtree of 3 nodes would cover nodes 3 to 5") &&
                       strstr(why, "node 5 lies outside relay mid's subtree"),
                   "%s", why);
     /* refused, nothing recorded: low-b still covers exactly nodes 3-4 */
-    MSR_CHECK_OK(raw_batch(mid.target, "low-b", 2, 0, 5, &code, why, sizeof why));
-    MSR_CHECK_MSG(code == 0, "low-b back at 2: %d %s", code, why);
-    msr_trelay_stop(&mid);
-    msr_tserved_stop(&s);
+    batch_ok(mid, "low-b", 2, 0, 5, "low-b back at 2");
+    mid_stop(&m);
 }
 
 /* One node's two calls queued on a relay (it called again before the
@@ -423,15 +445,14 @@ static void replaced_under(const char *parent, const char *name, uint32_t bound)
     MSR_CHECK_MSG(c.code == 0, "join through old: %d %s", c.code, c.message);
     beat_start(via, loop, &c); /* held: the job needs 8 nodes */
     char why[400], past[64];
-    int code = -1;
     snprintf(past, sizeof past, "node %llu lies outside %s", (unsigned long long)bound + 1, name);
-    MSR_CHECK(raw_batch(parent, "extra", 1, 0, 1, &code, why, sizeof why) != MSR_OK);
+    batch_refused(parent, "extra", 1, 0, 1, why, sizeof why);
     MSR_CHECK_MSG(strstr(why, past), "one past beside old: %s", why);
     msr_trelay_kill(&old);
     msr_tnode_calls_wait(loop, &c, 1);
     MSR_CHECK_MSG(c.code != 0, "a heartbeat through a dead relay succeeded");
     batch_accepted(parent, "new", bound, 2);
-    MSR_CHECK(raw_batch(parent, "extra", 1, 0, 3, &code, why, sizeof why) != MSR_OK);
+    batch_refused(parent, "extra", 1, 0, 3, why, sizeof why);
     MSR_CHECK_MSG(strstr(why, past), "one past beside new: %s", why);
     msr_rpc_channel_destroy(via);
     msr_rpc_loop_destroy(loop);
@@ -440,13 +461,11 @@ static void replaced_under(const char *parent, const char *name, uint32_t bound)
 
 static void test_replaced_relay(void)
 {
+    mid_relay_t m;
+    mid_start(&m, 3);
+    replaced_under(m.mid.target, "relay mid", 3);
+    mid_stop(&m);
     msr_tserved_t s;
-    msr_tserved_start_nodes(&s, 8);
-    msr_trelay_t mid;
-    msr_trelay_start(&mid, s.target, "tok", "mid", 3);
-    replaced_under(mid.target, "relay mid", 3);
-    msr_trelay_stop(&mid);
-    msr_tserved_stop(&s);
     msr_tserved_start_nodes(&s, 8); /* a coordinator that saw no relay */
     replaced_under(s.target, "the coordinator", MSR_RELAY_SUBTREE_MAX);
     msr_tserved_stop(&s);
@@ -466,18 +485,14 @@ static void own_join(msr_rpc_channel_t *ch, msr_rpc_loop_t *loop, msr_tnode_call
  * relay of 1 laid after them. */
 static void test_own_nodes(void)
 {
-    msr_tserved_t s;
-    msr_tserved_start_nodes(&s, 8);
-    msr_trelay_t mid;
-    msr_trelay_start(&mid, s.target, "tok", "mid", 3);
+    mid_relay_t m;
+    mid_start(&m, 3);
     char why[400];
-    int code = -1;
-    MSR_CHECK_OK(raw_batch(mid.target, "low", 2, 0, 0, &code, why, sizeof why));
-    MSR_CHECK_MSG(code == 0, "low, nodes 1-2 of 3: %d %s", code, why);
+    batch_ok(m.mid.target, "low", 2, 0, 0, "low, nodes 1-2 of 3");
     msr_rpc_loop_t *loop;
     msr_rpc_channel_t *ch;
     MSR_CHECK_OK(msr_rpc_loop_create(&loop));
-    MSR_CHECK_OK(msr_rpc_channel_create_own(mid.target, "tok", &ch));
+    MSR_CHECK_OK(msr_rpc_channel_create_own(m.mid.target, "tok", &ch));
     msr_tnode_call_t c[2];
     memset(c, 0, sizeof c);
     own_join(ch, loop, &c[0], 0);
@@ -490,14 +505,13 @@ static void test_own_nodes(void)
                   "%s", c[1].message);
     own_join(ch, loop, &c[0], 0); /* again, under its id now */
     MSR_CHECK_MSG(c[0].code == 0, "mid's own node joining again: %d %s", c[0].code, c[0].message);
-    MSR_CHECK(raw_batch(mid.target, "low-2", 1, 0, 2, &code, why, sizeof why) != MSR_OK);
+    batch_refused(m.mid.target, "low-2", 1, 0, 2, why, sizeof why);
     MSR_CHECK_MSG(strstr(why, "would cover nodes 4 to 4 of relay mid") &&
                       strstr(why, "the nodes it serves itself 1): node 4 lies outside"),
                   "%s", why);
     msr_rpc_channel_destroy(ch);
     msr_rpc_loop_destroy(loop);
-    msr_trelay_stop(&mid);
-    msr_tserved_stop(&s);
+    mid_stop(&m);
 }
 
 static const msr_test_t tests[] = {
