@@ -27,7 +27,10 @@ static void worker_report(const char *program, const char *fmt, va_list ap)
 }
 
 /* Defines fail(FMT, ...): the report of PROGRAM, then EXIT(1) (exit, or
- * _exit where the program's threads must not run the exit handlers). */
+ * _exit where the program's threads must not run the exit handlers), and
+ * worker_world(CTX_P, NP): a worker's start (msr_init into *CTX_P, g_rank,
+ * stdout line-buffered) and its world communicator, which must have NP
+ * ranks where NP > 0. */
 #define WORKER_FAIL(program, exit_fn)                                                       \
     static void fail(const char *fmt, ...) __attribute__((format(printf, 1, 2), noreturn)); \
     static void fail(const char *fmt, ...)                                                  \
@@ -37,6 +40,18 @@ static void worker_report(const char *program, const char *fmt, va_list ap)
         worker_report(program, fmt, ap);                                                    \
         va_end(ap);                                                                         \
         exit_fn(1);                                                                         \
+    }                                                                                       \
+    static msr_comm_t *worker_world(msr_ctx_t **ctx_p, int np) __attribute__((unused));     \
+    static msr_comm_t *worker_world(msr_ctx_t **ctx_p, int np)                              \
+    {                                                                                       \
+        OK(msr_init(ctx_p));                                                                \
+        g_rank = msr_rank(*ctx_p);                                                          \
+        setvbuf(stdout, NULL, _IOLBF, 0);                                                   \
+        msr_comm_t *world;                                                                  \
+        OK(msr_comm_world(*ctx_p, &world));                                                 \
+        if (np > 0 && msr_comm_size(world) != np)                                           \
+            fail("needs %d ranks", np);                                                     \
+        return world;                                                                       \
     }
 
 #endif

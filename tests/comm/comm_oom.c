@@ -233,13 +233,7 @@ static void request_case(msr_comm_t *world)
 int main(void)
 {
     msr_ctx_t *ctx;
-    OK(msr_init(&ctx));
-    g_rank = msr_rank(ctx);
-    setvbuf(stdout, NULL, _IOLBF, 0);
-    msr_comm_t *world;
-    OK(msr_comm_world(ctx, &world));
-    if (msr_comm_size(world) != NP)
-        fail("needs %d ranks", NP);
+    msr_comm_t *world = worker_world(&ctx, NP);
     for (size_t i = 0; i < sizeof g_send / sizeof g_send[0]; i++)
         g_send[i] = (float)(i % 7);
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++)

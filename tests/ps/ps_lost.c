@@ -198,11 +198,7 @@ int main(int argc, char **argv)
     }
     int sync = strcmp(argv[1], "sync") == 0, killsend = strcmp(argv[1], "killsend") == 0;
     msr_ctx_t *ctx;
-    OK(msr_init(&ctx));
-    g_rank = msr_rank(ctx);
-    setvbuf(stdout, NULL, _IOLBF, 0);
-    msr_comm_t *world;
-    OK(msr_comm_world(ctx, &world));
+    msr_comm_t *world = worker_world(&ctx, 0);
     msr_ps_t *ps;
     OK(msr_ps_create(world, 0, MSR_PS_STALENESS_ENV, &ps));
     int W = msr_ps_workers(ps), w = msr_ps_role_rank(ps);

@@ -224,13 +224,7 @@ static void ucx_refuses(msr_comm_t *world)
 int main(void)
 {
     msr_ctx_t *ctx;
-    OK(msr_init(&ctx));
-    g_rank = msr_rank(ctx);
-    setvbuf(stdout, NULL, _IOLBF, 0);
-    msr_comm_t *world;
-    OK(msr_comm_world(ctx, &world));
-    if (msr_comm_size(world) != NP)
-        fail("needs %d ranks", NP);
+    msr_comm_t *world = worker_world(&ctx, NP);
     const int self[] = {0}, low[] = {-1}, high[] = {NP}, twice[] = {1, 1};
     const int every[] = {1, 2, 3, 1};
     refused(world, "n -1", -1, every, 0);
