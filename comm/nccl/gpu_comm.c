@@ -33,20 +33,28 @@ static msr_status_t watch_post(gpu_comm_t *gc)
     return st;
 }
 
-/* Tells the other members that this one gave up: a receive that cannot
- * match, with a deadline already passed, fails the host communicator,
- * which sends its members an abort notice (comm/ucx: ucx_comm_fail). */
-static void break_host(gpu_comm_t *gc)
+/* Tells the other members that this one gave up, and why: the host
+ * communicator fails with st, which sends its members an abort notice
+ * naming this rank (comm/ucx: ucx_comm_give_up). A status the host
+ * communicator does not give up for (a refused argument) falls back to a
+ * receive that cannot match with a deadline already passed: its timeout
+ * fails the host communicator and tells the members the same way. */
+static void break_host(gpu_comm_t *gc, msr_status_t st, const char *why)
 {
     msr_comm_t *h = gc->host;
     if (h == NULL || msr_comm_status(h) != MSR_OK)
         return;
-    int64_t keep = msr_comm_timeout(h);
-    msr_comm_set_timeout(h, 0);
-    unsigned char b;
-    msr_status_t st = msr_comm_recv(h, &b, 1, MSR_DTYPE_U8, msr_comm_rank(h), GPU_TAG_BREAK);
-    msr_comm_set_timeout(h, keep);
-    MSR_DEBUG("comm: device communicator: told the members it gave up (%s)", msr_status_name(st));
+    msr_comm_give_up(h, st, why);
+    if (msr_comm_status(h) == MSR_OK) {
+        int64_t keep = msr_comm_timeout(h);
+        msr_comm_set_timeout(h, 0);
+        unsigned char b;
+        /* MSR_ERR_TIMEOUT, by construction */
+        (void)msr_comm_recv(h, &b, 1, MSR_DTYPE_U8, msr_comm_rank(h), GPU_TAG_BREAK);
+        msr_comm_set_timeout(h, keep);
+    }
+    MSR_DEBUG("comm: device communicator: told the members it gave up (%s)",
+              msr_status_name(msr_comm_status(h)));
 }
 
 /* The watch ended: the host communicator broke under us. Lock held. */
@@ -200,6 +208,7 @@ void gpu_comm_fail(gpu_comm_t *gc, msr_status_t st, int notify, const char *fmt,
     va_end(ap);
     if (!msr_comm_break(gc->comm, st))
         return; /* broken before: the first failure did the rest */
+    msr_comm_broken_why(gc->comm, why);
     MSR_DEBUG("comm: %s device communicator broken (%s): %s",
               gc->kind == GPU_KIND_NCCL ? "nccl" : "staged", msr_status_name(st), why);
     if (gc->nc) {
@@ -209,7 +218,7 @@ void gpu_comm_fail(gpu_comm_t *gc, msr_status_t st, int notify, const char *fmt,
         gc->nc = NULL;
     }
     if (notify)
-        break_host(gc);
+        break_host(gc, st, why);
     msr_list_t *pos, *tmp;
     msr_list_for_each_safe(pos, tmp, &gc->active)
     {

@@ -24,6 +24,7 @@ typedef struct gpu_fake {
     msr_status_t async_status;
     unsigned long long refuse_count; /* NCCL calls with this count: MSR_ERR_INVALID_ARG */
     int unique_id_fails;
+    int alloc_fails; /* the next host_alloc or device_alloc: MSR_ERR_NO_MEMORY (and back to 0) */
     const msr_gpu_api_t *real; /* for unique ids from NCCL itself, when there is one */
     /* what happened */
     _Atomic int aborts, finalizes, destroys, inits, splits, ops;
