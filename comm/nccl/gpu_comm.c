@@ -183,6 +183,14 @@ void gpu_req_fail(gpu_req_t *r, msr_status_t st, const char *why)
         msr_comm_wait(r->host_req);
         r->host_req = NULL;
     }
+    if (r->len_req) {
+        msr_comm_wait(r->len_req);
+        r->len_req = NULL;
+    }
+    if (r->deferred) {
+        r->deferred = 0;
+        gc->deferred--;
+    }
     /* Copies or NCCL kernels queued before the failure may still run: the
      * event tells when they are done. */
     if (r->pinned || r->tmp) {
@@ -294,7 +302,9 @@ int gpu_progress(gpu_comm_t *gc)
     {
         gpu_req_t *r = MSR_CONTAINER_OF(pos, gpu_req_t, link);
         msr_status_t st = gc->kind == GPU_KIND_STAGED ? gpu_staged_step(r, &may_post)
-                                                      : gc->api->event_query(gc->api, r->event);
+                                                      : gpu_nccl_step(r, &may_post);
+        if (r->pub.status != MSR_IN_PROGRESS)
+            return 1; /* the step broke the communicator: every request failed */
         if (st == MSR_OK) {
             r->pub.status = MSR_OK;
             gpu_req_leave(r);
@@ -312,8 +322,10 @@ int gpu_progress(gpu_comm_t *gc)
             continue;
         }
         if (st == MSR_ERR_TRUNCATED || st == MSR_ERR_INVALID_ARG) {
-            /* a staged receive of the wrong size: the host communicator
-             * stays usable, and so does this one */
+            /* a receive of the wrong size (staged: the host communicator's
+             * receive; nccl: the lengths told, nothing queued), or an
+             * argument NCCL refused: the host communicator stays usable,
+             * and so does this one */
             gpu_req_fail(r, st, msr_last_error());
             done = 1;
             continue;

@@ -163,33 +163,35 @@ msr_status_t gpu_op_run(msr_comm_t *comm, const msr_coll_args_t *a, uint64_t dea
     return st;
 }
 
+/* Whether r's last part is queued on its stream (its event recorded). */
+static int on_device(const gpu_req_t *r)
+{
+    return r->gc->kind == GPU_KIND_STAGED ? r->stage == GPU_STAGE_H2D : !r->deferred;
+}
+
 msr_status_t gpu_op_wait_stream(msr_comm_req_t *pub, void *stream)
 {
     gpu_req_t *r = (gpu_req_t *)pub;
     gpu_comm_t *gc = r->gc;
     msr_status_t st = MSR_OK;
-    if (gc->kind == GPU_KIND_STAGED) {
-        /* The copies back are queued only once the host part is done: wait
-         * for that here (its deadline bounds it). */
-        pthread_mutex_lock(&gc->lock);
-        gc->api->set_device(gc->api, gc->device);
-        while (r->pub.status == MSR_IN_PROGRESS && r->stage != GPU_STAGE_H2D) {
-            gpu_progress(gc);
-            if (r->pub.status != MSR_IN_PROGRESS || r->stage == GPU_STAGE_H2D)
-                break;
-            pthread_mutex_unlock(&gc->lock);
-            struct timespec ts = {0, 20000};
-            nanosleep(&ts, NULL);
-            pthread_mutex_lock(&gc->lock);
-        }
-        pthread_mutex_unlock(&gc->lock);
-    }
+    /* The staged copies back are queued only once the host part is done,
+     * and a deferred NCCL operation once the lengths are told: wait for
+     * that here (its deadline bounds it). */
     pthread_mutex_lock(&gc->lock);
+    gc->api->set_device(gc->api, gc->device);
+    while (r->pub.status == MSR_IN_PROGRESS && !on_device(r)) {
+        gpu_progress(gc);
+        if (r->pub.status != MSR_IN_PROGRESS || on_device(r))
+            break;
+        pthread_mutex_unlock(&gc->lock);
+        struct timespec ts = {0, 20000};
+        nanosleep(&ts, NULL);
+        pthread_mutex_lock(&gc->lock);
+    }
     if (r->pub.status != MSR_IN_PROGRESS && r->pub.status != MSR_OK) {
         st = r->pub.status;
         msr_err_set("%s", r->pub.error[0] ? r->pub.error : msr_status_str(st));
     } else if (r->event) {
-        gc->api->set_device(gc->api, gc->device);
         st = gc->api->stream_wait_event(gc->api, stream, r->event);
     }
     pthread_mutex_unlock(&gc->lock);
