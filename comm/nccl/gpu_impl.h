@@ -118,6 +118,11 @@ struct gpu_comm {
     uint64_t spin_ns; /* a wait polls this long before it naps */
 };
 
+/* staged: the communicator's cached pinned block grows in units of this
+ * many bytes (a request that finds it busy gets a block of its own, of
+ * its exact size) */
+#define GPU_STAGED_UNIT ((size_t)64 << 10)
+
 /* staged: where a request is */
 typedef enum gpu_stage {
     GPU_STAGE_D2H = 0, /* copies to host memory queued, the event recorded */

@@ -128,6 +128,7 @@ static msr_status_t host_alloc(const msr_gpu_api_t *g, size_t bytes, void **p)
     if (*p == NULL)
         return MSR_ERR_NO_MEMORY;
     FAKE(g)->host_live++;
+    FAKE(g)->host_last = bytes;
     return MSR_OK;
 }
 

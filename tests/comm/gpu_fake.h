@@ -29,6 +29,7 @@ typedef struct gpu_fake {
     /* what happened */
     _Atomic int aborts, finalizes, destroys, inits, splits, ops;
     _Atomic int host_live, dev_live, events_live, streams_live, comms_live;
+    size_t host_last;                   /* bytes of the last host_alloc */
     unsigned char id[MSR_GPU_ID_BYTES]; /* the id the last comm_init got */
     int in_group;                       /* between group_start and group_end */
     void *group_nc;                     /* a communicator the group used */
