@@ -76,6 +76,10 @@ msr_status_t gpu_op_post(msr_comm_t *comm, msr_comm_req_t **req_p, const msr_col
         gpu_req_release(r);
         goto err_give_up;
     }
+    /* a deferred send or receive whose peer's length is already here is
+     * queued now rather than at the next wait or test */
+    if (r->deferred)
+        gpu_progress(gc);
     pthread_mutex_unlock(&gc->lock);
     *req_p = &r->pub;
     return MSR_OK;
