@@ -80,10 +80,11 @@ static void one_case(msr_comm_t *world, const oom_case_t *k, int who)
     msr_comm_t *d = gfw_make(world, &f, 0);
     CHECK(strcmp(msr_comm_backend(d), k->staged ? "staged" : "nccl") == 0);
     msr_comm_set_timeout(d, 300000);
+    /* made, and past its first barrier, on every member before any fails:
+     * a member leaves the world's barrier only once all have entered it */
     if (k->staged)
-        OK(msr_comm_barrier(d)); /* made on every member before any fails */
-    else
-        OK(msr_comm_barrier(world));
+        OK(msr_comm_barrier(d)); /* a hung NCCL one never finishes it */
+    OK(msr_comm_barrier(world));
     float *in = xmalloc((size_t)n * COUNT * 4), *out = xmalloc((size_t)n * COUNT * 4);
     gfw_fill(MSR_DTYPE_F32, in, (size_t)n * COUNT, me, 1, MSR_OP_SUM);
     memcpy(out, in, (size_t)n * COUNT * 4);
