@@ -110,6 +110,21 @@ void gfw_mode_one(msr_ctx_t *ctx, msr_comm_t *world)
         gfw_vs_rooted(&p, MSR_DTYPE_BF16, MSR_OP_SUM, 100, 0, 1);
         gfw_vs_alltoall(&p, MSR_DTYPE_U8, 100, 1); /* nccl: in place through a device copy */
         gfw_vs_alltoallv(&p, MSR_DTYPE_F32, 7);    /* nccl: a group of send and recv */
+        setcase("one rank, %s: send to itself, and of the wrong length",
+                staged ? "staged" : "nccl");
+        float out[100], in[100];
+        gfw_fill(MSR_DTYPE_F32, out, 100, 0, 5, MSR_OP_SUM);
+        msr_comm_req_t *q[2];
+        OK(msr_comm_isend(d, out, 100, MSR_DTYPE_F32, 0, 0, &q[0]));
+        OK(msr_comm_irecv(d, in, 100, MSR_DTYPE_F32, 0, 0, &q[1]));
+        OK(msr_comm_wait_all(q, 2));
+        gfw_same(in, out, sizeof out, "send to itself");
+        OK(msr_comm_isend(d, out, 4, MSR_DTYPE_F32, 0, 0, &q[0]));
+        EXPECT(msr_comm_recv(d, in, 2, MSR_DTYPE_F32, 0, 0), MSR_ERR_TRUNCATED);
+        /* nccl: the send fails too (it never reaches NCCL); staged: the host
+         * communicator's send is delivered, cut */
+        EXPECT(msr_comm_wait(q[0]), staged ? MSR_OK : MSR_ERR_TRUNCATED);
+        EXPECT(msr_comm_status(d), MSR_OK);
         OK(msr_comm_barrier(d));
         msr_comm_destroy(d);
         CHECK(f.host_live == 0 && f.dev_live == 0 && f.events_live == 0 && f.comms_live == 0);
