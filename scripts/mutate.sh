@@ -1961,6 +1961,30 @@ test: ^gpu_fake_nccl_np3$
                 mine = gpu_settle(gc, gc->nc, deadline);
 >>>
 
+@ comm.nccl.p2p_lengths_not_compared
+file: comm/nccl/nccl.c
+test: ^gpu_fake_lengths_np3$
+<<<
+    if (mine == peer)
+        return MSR_OK;
+===
+    if (mine == peer || mine != peer)
+        return MSR_OK;
+>>>
+
+@ comm.nccl.oom_does_not_give_up
+file: comm/nccl/gpu_ops.c
+test: ^gpu_fake_oom_np4$
+<<<
+err_give_up:
+    if (st == MSR_ERR_NO_MEMORY)
+        give_up_locked(gc, st);
+===
+err_give_up:
+    if (st == MSR_ERR_INVALID_ARG)
+        give_up_locked(gc, st);
+>>>
+
 @ plan.time.rows_cost_ignored
 file: planner/plan_cost.c
 test: ^test_parallel_plan_time$

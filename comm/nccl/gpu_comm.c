@@ -33,20 +33,28 @@ static msr_status_t watch_post(gpu_comm_t *gc)
     return st;
 }
 
-/* Tells the other members that this one gave up: a receive that cannot
- * match, with a deadline already passed, fails the host communicator,
- * which sends its members an abort notice (comm/ucx: ucx_comm_fail). */
-static void break_host(gpu_comm_t *gc)
+/* Tells the other members that this one gave up, and why: the host
+ * communicator fails with st, which sends its members an abort notice
+ * naming this rank (comm/ucx: ucx_comm_give_up). A status the host
+ * communicator does not give up for (a refused argument) falls back to a
+ * receive that cannot match with a deadline already passed: its timeout
+ * fails the host communicator and tells the members the same way. */
+static void break_host(gpu_comm_t *gc, msr_status_t st, const char *why)
 {
     msr_comm_t *h = gc->host;
     if (h == NULL || msr_comm_status(h) != MSR_OK)
         return;
-    int64_t keep = msr_comm_timeout(h);
-    msr_comm_set_timeout(h, 0);
-    unsigned char b;
-    msr_status_t st = msr_comm_recv(h, &b, 1, MSR_DTYPE_U8, msr_comm_rank(h), GPU_TAG_BREAK);
-    msr_comm_set_timeout(h, keep);
-    MSR_DEBUG("comm: device communicator: told the members it gave up (%s)", msr_status_name(st));
+    msr_comm_give_up(h, st, why);
+    if (msr_comm_status(h) == MSR_OK) {
+        int64_t keep = msr_comm_timeout(h);
+        msr_comm_set_timeout(h, 0);
+        unsigned char b;
+        /* MSR_ERR_TIMEOUT, by construction */
+        (void)msr_comm_recv(h, &b, 1, MSR_DTYPE_U8, msr_comm_rank(h), GPU_TAG_BREAK);
+        msr_comm_set_timeout(h, keep);
+    }
+    MSR_DEBUG("comm: device communicator: told the members it gave up (%s)",
+              msr_status_name(msr_comm_status(h)));
 }
 
 /* The watch ended: the host communicator broke under us. Lock held. */
@@ -175,6 +183,14 @@ void gpu_req_fail(gpu_req_t *r, msr_status_t st, const char *why)
         msr_comm_wait(r->host_req);
         r->host_req = NULL;
     }
+    if (r->len_req) {
+        msr_comm_wait(r->len_req);
+        r->len_req = NULL;
+    }
+    if (r->deferred) {
+        r->deferred = 0;
+        gc->deferred--;
+    }
     /* Copies or NCCL kernels queued before the failure may still run: the
      * event tells when they are done. */
     if (r->pinned || r->tmp) {
@@ -200,6 +216,7 @@ void gpu_comm_fail(gpu_comm_t *gc, msr_status_t st, int notify, const char *fmt,
     va_end(ap);
     if (!msr_comm_break(gc->comm, st))
         return; /* broken before: the first failure did the rest */
+    msr_comm_broken_why(gc->comm, why);
     MSR_DEBUG("comm: %s device communicator broken (%s): %s",
               gc->kind == GPU_KIND_NCCL ? "nccl" : "staged", msr_status_name(st), why);
     if (gc->nc) {
@@ -209,7 +226,7 @@ void gpu_comm_fail(gpu_comm_t *gc, msr_status_t st, int notify, const char *fmt,
         gc->nc = NULL;
     }
     if (notify)
-        break_host(gc);
+        break_host(gc, st, why);
     msr_list_t *pos, *tmp;
     msr_list_for_each_safe(pos, tmp, &gc->active)
     {
@@ -285,7 +302,9 @@ int gpu_progress(gpu_comm_t *gc)
     {
         gpu_req_t *r = MSR_CONTAINER_OF(pos, gpu_req_t, link);
         msr_status_t st = gc->kind == GPU_KIND_STAGED ? gpu_staged_step(r, &may_post)
-                                                      : gc->api->event_query(gc->api, r->event);
+                                                      : gpu_nccl_step(r, &may_post);
+        if (r->pub.status != MSR_IN_PROGRESS)
+            return 1; /* the step broke the communicator: every request failed */
         if (st == MSR_OK) {
             r->pub.status = MSR_OK;
             gpu_req_leave(r);
@@ -303,8 +322,10 @@ int gpu_progress(gpu_comm_t *gc)
             continue;
         }
         if (st == MSR_ERR_TRUNCATED || st == MSR_ERR_INVALID_ARG) {
-            /* a staged receive of the wrong size: the host communicator
-             * stays usable, and so does this one */
+            /* a receive of the wrong size (staged: the host communicator's
+             * receive; nccl: the lengths told, nothing queued), or an
+             * argument NCCL refused: the host communicator stays usable,
+             * and so does this one */
             gpu_req_fail(r, st, msr_last_error());
             done = 1;
             continue;

@@ -71,8 +71,10 @@ msr_status_t gpu_decide(const gpu_member_t *m, int n, gpu_kind_t *kind_p, char *
 
 /* p2p tags the device backends use on their own host communicator (the
  * user's tags never reach it) */
-#define GPU_TAG_WATCH 1
-#define GPU_TAG_BREAK 2
+#define GPU_TAG_WATCH    1
+#define GPU_TAG_BREAK    2
+#define GPU_TAG_LEN_SEND 3 /* nccl: a send's length, to its receiver */
+#define GPU_TAG_LEN_RECV 4 /* nccl: a receive's length, to its sender */
 
 typedef struct gpu_comm gpu_comm_t;
 typedef struct gpu_req gpu_req_t;
@@ -104,6 +106,7 @@ struct gpu_comm {
                         * parent outlives NCCL's late store into it) */
     void *scratch;     /* nccl: a few device bytes for the barrier */
     msr_list_t active; /* requests in flight, in the order they were posted */
+    int deferred;      /* nccl: requests posted but not yet queued on the device */
     void **events;     /* free events */
     int n_events, cap_events;
     void *pinned; /* staged: one cached pinned block */
@@ -114,6 +117,11 @@ struct gpu_comm {
     int closed;
     uint64_t spin_ns; /* a wait polls this long before it naps */
 };
+
+/* staged: the communicator's cached pinned block grows in units of this
+ * many bytes (a request that finds it busy gets a block of its own, of
+ * its exact size) */
+#define GPU_STAGED_UNIT ((size_t)64 << 10)
 
 /* staged: where a request is */
 typedef enum gpu_stage {
@@ -135,6 +143,12 @@ struct gpu_req {
     int pinned_cached; /* it is gc->pinned */
     uint64_t *hv;      /* staged alltoallv: the host operation's count arrays */
     void *tmp;         /* nccl: device scratch (in-place alltoall) */
+    /* nccl: not queued on the device yet (a send or receive until both
+     * sides' lengths agree, and every request posted after one); queued in
+     * the order posted, so NCCL sees every member's calls in its order */
+    int deferred;
+    msr_comm_req_t *len_req; /* nccl send/recv: the peer's length arriving */
+    uint64_t len_mine, len_peer;
 };
 
 /* gpu_comm.c */
@@ -171,10 +185,22 @@ msr_status_t gpu_event_get(gpu_comm_t *gc, void **event_p);
 
 /* nccl.c */
 extern const msr_comm_backend_ops_t gpu_nccl_ops;
-/* Queues r's operation on its stream and records r->event. Lock held.
- * Returns an argument error before anything was queued (r not started), or
- * MSR_OK / another status with r started (r->pub.status says). */
+/* Starts r: queues its operation on its stream and records r->event, or,
+ * for a send or receive (and anything posted while one waits), defers it:
+ * a send and its receive first tell each other their lengths over the
+ * host communicator (NCCL would hang, or cut the message short, where
+ * they differ). Lock held. Returns an argument error or MSR_ERR_NO_MEMORY
+ * before anything was queued (r not started), or MSR_OK / another status
+ * with r started (r->pub.status says). */
 msr_status_t gpu_nccl_start(gpu_req_t *r);
+/* Moves r on: a deferred request is queued once it may be (*may_post's
+ * GPU_POST_COLL bit: no earlier request is still deferred; r clears it
+ * while it stays deferred) and, for a send or receive, both lengths are
+ * known and equal; lengths that differ fail r alone with
+ * MSR_ERR_TRUNCATED, saying both, on both sides. Returns MSR_IN_PROGRESS,
+ * MSR_OK once r's event is done, or a failure (r is then still in the
+ * list: the caller fails it). Lock held. */
+msr_status_t gpu_nccl_step(gpu_req_t *r, int *may_post);
 /* Makes the NCCL communicator of gc (member 0's unique id through the store
  * under key) and polls its initialization. Collective over gc->host. */
 msr_status_t gpu_nccl_attach(gpu_comm_t *gc, int64_t key);

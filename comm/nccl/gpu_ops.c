@@ -16,6 +16,20 @@
 
 /* ---- requests ---- */
 
+/* This member cannot take part in an operation it was called for: out of
+ * memory before the operation's place in the order was taken. The others
+ * would wait for it until their deadline: the communicator breaks with st
+ * and tells them now (gpu_comm_fail: NCCL aborted, the host communicator
+ * failed naming this rank). msr_last_error() keeps this member's reason.
+ * Lock held. */
+static void give_up_locked(gpu_comm_t *gc, msr_status_t st)
+{
+    char why[160];
+    snprintf(why, sizeof why, "%s", msr_last_error());
+    gpu_comm_fail(gc, st, 1, "%s", why);
+    msr_err_set("%s", why);
+}
+
 msr_status_t gpu_op_post(msr_comm_t *comm, msr_comm_req_t **req_p, const msr_coll_args_t *a,
                          uint64_t deadline)
 {
@@ -28,7 +42,10 @@ msr_status_t gpu_op_post(msr_comm_t *comm, msr_comm_req_t **req_p, const msr_col
     }
     gpu_req_t *r = msr_calloc(1, sizeof *r);
     if (r == NULL) {
-        msr_err_set("out of memory for a request");
+        msr_err_set("%s: out of memory for a request", comm->ops->name);
+        pthread_mutex_lock(&gc->lock);
+        give_up_locked(gc, MSR_ERR_NO_MEMORY);
+        pthread_mutex_unlock(&gc->lock);
         return MSR_ERR_NO_MEMORY;
     }
     r->gc = gc;
@@ -41,29 +58,35 @@ msr_status_t gpu_op_post(msr_comm_t *comm, msr_comm_req_t **req_p, const msr_col
     r->stream = a->stream ? a->stream : comm->own_stream;
     msr_list_init(&r->link);
     pthread_mutex_lock(&gc->lock);
-    msr_status_t st = msr_comm_status(comm);
-    if (st != MSR_OK) {
-        msr_err_set("the communicator is broken (%s)", msr_status_str(st));
+    msr_status_t st = msr_comm_check_usable(comm, comm->ops->name);
+    if (st != MSR_OK)
         goto err_unlock;
-    }
     st = gc->api->set_device(gc->api, gc->device);
     if (st != MSR_OK)
         goto err_unlock;
     st = gpu_event_get(gc, &r->event);
     if (st != MSR_OK)
-        goto err_unlock;
+        goto err_give_up;
     msr_list_push_back(&gc->active, &r->link);
     st = gc->kind == GPU_KIND_NCCL ? gpu_nccl_start(r) : gpu_staged_start(r);
     if (r->pub.status == MSR_IN_PROGRESS && st != MSR_OK) {
-        /* not started: the request goes, the communicator stays usable */
+        /* not started: the request goes; a refused argument leaves the
+         * communicator usable, a lack of memory gives up on it */
         gpu_req_leave(r);
         gpu_req_release(r);
-        goto err_unlock;
+        goto err_give_up;
     }
+    /* a deferred send or receive whose peer's length is already here is
+     * queued now rather than at the next wait or test */
+    if (r->deferred)
+        gpu_progress(gc);
     pthread_mutex_unlock(&gc->lock);
     *req_p = &r->pub;
     return MSR_OK;
 
+err_give_up:
+    if (st == MSR_ERR_NO_MEMORY)
+        give_up_locked(gc, st);
 err_unlock:
     pthread_mutex_unlock(&gc->lock);
     msr_free(r);
@@ -144,37 +167,54 @@ msr_status_t gpu_op_run(msr_comm_t *comm, const msr_coll_args_t *a, uint64_t dea
     return st;
 }
 
+/* Whether r's last part is queued on its stream (its event recorded). */
+static int on_device(const gpu_req_t *r)
+{
+    return r->gc->kind == GPU_KIND_STAGED ? r->stage == GPU_STAGE_H2D : !r->deferred;
+}
+
 msr_status_t gpu_op_wait_stream(msr_comm_req_t *pub, void *stream)
 {
     gpu_req_t *r = (gpu_req_t *)pub;
     gpu_comm_t *gc = r->gc;
     msr_status_t st = MSR_OK;
-    if (gc->kind == GPU_KIND_STAGED) {
-        /* The copies back are queued only once the host part is done: wait
-         * for that here (its deadline bounds it). */
-        pthread_mutex_lock(&gc->lock);
-        gc->api->set_device(gc->api, gc->device);
-        while (r->pub.status == MSR_IN_PROGRESS && r->stage != GPU_STAGE_H2D) {
-            gpu_progress(gc);
-            if (r->pub.status != MSR_IN_PROGRESS || r->stage == GPU_STAGE_H2D)
-                break;
-            pthread_mutex_unlock(&gc->lock);
-            struct timespec ts = {0, 20000};
-            nanosleep(&ts, NULL);
-            pthread_mutex_lock(&gc->lock);
-        }
-        pthread_mutex_unlock(&gc->lock);
-    }
+    /* The staged copies back are queued only once the host part is done,
+     * and a deferred NCCL operation once the lengths are told: wait for
+     * that here (its deadline bounds it). */
     pthread_mutex_lock(&gc->lock);
+    gc->api->set_device(gc->api, gc->device);
+    while (r->pub.status == MSR_IN_PROGRESS && !on_device(r)) {
+        gpu_progress(gc);
+        if (r->pub.status != MSR_IN_PROGRESS || on_device(r))
+            break;
+        pthread_mutex_unlock(&gc->lock);
+        struct timespec ts = {0, 20000};
+        nanosleep(&ts, NULL);
+        pthread_mutex_lock(&gc->lock);
+    }
     if (r->pub.status != MSR_IN_PROGRESS && r->pub.status != MSR_OK) {
         st = r->pub.status;
         msr_err_set("%s", r->pub.error[0] ? r->pub.error : msr_status_str(st));
     } else if (r->event) {
-        gc->api->set_device(gc->api, gc->device);
         st = gc->api->stream_wait_event(gc->api, stream, r->event);
     }
     pthread_mutex_unlock(&gc->lock);
     return st;
+}
+
+/* ops->give_up: comm.c ran out of memory for an operation's arguments
+ * (alltoallv's counts) before the backend saw it. */
+static void gpu_op_give_up(msr_comm_t *comm, msr_status_t st, const char *why)
+{
+    gpu_comm_t *gc = comm->be;
+    if (st == MSR_ERR_CANCELED || st == MSR_ERR_INVALID_ARG || st == MSR_ERR_TRUNCATED)
+        return;
+    char mine[160]; /* why may be msr_last_error()'s own buffer */
+    snprintf(mine, sizeof mine, "%s", why);
+    pthread_mutex_lock(&gc->lock);
+    msr_err_set("%s", mine);
+    give_up_locked(gc, st);
+    pthread_mutex_unlock(&gc->lock);
 }
 
 /* ---- split, close, release ---- */
@@ -340,6 +380,7 @@ const msr_comm_backend_ops_t gpu_nccl_ops = {
     .close = gpu_op_close,
     .release = gpu_op_release,
     .wait_stream = gpu_op_wait_stream,
+    .give_up = gpu_op_give_up,
 };
 
 const msr_comm_backend_ops_t gpu_staged_ops = {
@@ -353,4 +394,5 @@ const msr_comm_backend_ops_t gpu_staged_ops = {
     .close = gpu_op_close,
     .release = gpu_op_release,
     .wait_stream = gpu_op_wait_stream,
+    .give_up = gpu_op_give_up,
 };

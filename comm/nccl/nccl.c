@@ -195,7 +195,10 @@ static msr_status_t issue(gpu_req_t *r)
     return MSR_ERR_INVALID_ARG;
 }
 
-msr_status_t gpu_nccl_start(gpu_req_t *r)
+/* Queues r's calls on its stream and records r->event. Returns an
+ * argument error or MSR_ERR_NO_MEMORY before anything was queued (r not
+ * started), else MSR_OK: r queued, or the communicator failed with r. */
+static msr_status_t queue(gpu_req_t *r)
 {
     gpu_comm_t *gc = r->gc;
     const msr_gpu_api_t *api = gc->api;
@@ -214,4 +217,102 @@ msr_status_t gpu_nccl_start(gpu_req_t *r)
         gpu_comm_fail(gc, st, 1, "nccl: queueing an operation: %s", why);
     }
     return MSR_OK;
+}
+
+/* A send and its receive tell each other their lengths in bytes over the
+ * host communicator (the tags keep the two directions apart; each pair of
+ * members matches them in order, as NCCL matches its sends and receives).
+ * Lock held. */
+static msr_status_t lengths_post(gpu_req_t *r)
+{
+    gpu_comm_t *gc = r->gc;
+    msr_comm_t *h = gc->host;
+    const msr_coll_args_t *a = &r->pub.args;
+    int send = a->coll == MSR_COLL_SEND;
+    r->len_mine = a->count * msr_dtype_size(a->dtype);
+    int64_t left =
+        r->pub.deadline == MSR_DEADLINE_NEVER ? -1 : msr_deadline_left_ms(r->pub.deadline);
+    msr_comm_set_timeout(h, left == 0 ? 1 : left);
+    msr_status_t st = msr_comm_isend(h, &r->len_mine, 1, MSR_DTYPE_I64, a->root,
+                                     send ? GPU_TAG_LEN_SEND : GPU_TAG_LEN_RECV, &r->host_req);
+    if (st != MSR_OK)
+        return st;
+    st = msr_comm_irecv(h, &r->len_peer, 1, MSR_DTYPE_I64, a->root,
+                        send ? GPU_TAG_LEN_RECV : GPU_TAG_LEN_SEND, &r->len_req);
+    if (st != MSR_OK) {
+        /* eight bytes go out at once, or the host communicator is broken:
+         * either way this wait is short */
+        char why[200];
+        snprintf(why, sizeof why, "%s", msr_last_error());
+        msr_comm_wait(r->host_req);
+        r->host_req = NULL;
+        msr_err_set("%s", why);
+    }
+    return st;
+}
+
+/* MSR_OK once both lengths are known and equal; MSR_ERR_TRUNCATED, saying
+ * both, where they differ. Lock held. */
+static msr_status_t lengths_check(gpu_req_t *r)
+{
+    msr_status_t st = MSR_OK;
+    if (r->len_req)
+        st = msr_comm_test(&r->len_req); /* NULL once finished */
+    if (st == MSR_OK && r->host_req)
+        st = msr_comm_test(&r->host_req);
+    if (st != MSR_OK)
+        return st;
+    const msr_coll_args_t *a = &r->pub.args;
+    unsigned long long mine = r->len_mine, peer = r->len_peer;
+    if (mine == peer)
+        return MSR_OK;
+    if (a->coll == MSR_COLL_SEND)
+        msr_err_set("send: rank %d posted a receive of %llu bytes for this message of %llu",
+                    a->root, peer, mine);
+    else if (peer > mine)
+        msr_err_set("recv: the message from rank %d has %llu bytes, more than the buffer's %llu",
+                    a->root, peer, mine);
+    else
+        msr_err_set("recv: the message from rank %d has %llu bytes, fewer than the %llu expected",
+                    a->root, peer, mine);
+    return MSR_ERR_TRUNCATED;
+}
+
+msr_status_t gpu_nccl_start(gpu_req_t *r)
+{
+    gpu_comm_t *gc = r->gc;
+    msr_coll_t c = r->pub.args.coll;
+    if (c == MSR_COLL_SEND || c == MSR_COLL_RECV) {
+        msr_status_t st = lengths_post(r);
+        if (st != MSR_OK)
+            return st;
+    } else if (gc->deferred == 0) {
+        return queue(r);
+    }
+    r->deferred = 1;
+    gc->deferred++;
+    return MSR_OK;
+}
+
+msr_status_t gpu_nccl_step(gpu_req_t *r, int *may_post)
+{
+    gpu_comm_t *gc = r->gc;
+    const msr_gpu_api_t *api = gc->api;
+    if (!r->deferred)
+        return api->event_query(api, r->event);
+    if (!(*may_post & GPU_POST_COLL))
+        return MSR_IN_PROGRESS; /* an earlier request is queued first */
+    msr_status_t st = lengths_check(r);
+    if (st == MSR_IN_PROGRESS)
+        *may_post &= ~GPU_POST_COLL;
+    if (st != MSR_OK)
+        return st;
+    r->deferred = 0;
+    gc->deferred--;
+    st = queue(r);
+    if (st != MSR_OK)
+        return st;
+    if (r->pub.status != MSR_IN_PROGRESS)
+        return r->pub.status; /* the communicator failed with it */
+    return api->event_query(api, r->event);
 }

@@ -66,7 +66,7 @@ static msr_status_t get_block(gpu_req_t *r, size_t len)
         return MSR_OK;
     if (!gc->pinned_busy) {
         if (gc->pinned_len < len) {
-            size_t want = (len + 65535) & ~(size_t)65535;
+            size_t want = (len + GPU_STAGED_UNIT - 1) & ~(GPU_STAGED_UNIT - 1);
             void *p = NULL;
             msr_status_t st = api->host_alloc(api, want, &p);
             if (st != MSR_OK)

@@ -110,12 +110,25 @@ static msr_status_t stream_wait_event(const msr_gpu_api_t *g, void *stream, void
     return stream && event ? MSR_OK : MSR_ERR_INVALID_ARG;
 }
 
+/* The allocation alloc_fails asks to fail. */
+static int alloc_refused(gpu_fake_t *f, const char *what, size_t bytes)
+{
+    if (!f->alloc_fails)
+        return 0;
+    f->alloc_fails = 0;
+    msr_err_set("fake: %s of %zu bytes: out of memory", what, bytes);
+    return 1;
+}
+
 static msr_status_t host_alloc(const msr_gpu_api_t *g, size_t bytes, void **p)
 {
+    if (alloc_refused(FAKE(g), "cudaHostAlloc", bytes))
+        return MSR_ERR_NO_MEMORY;
     *p = malloc(bytes ? bytes : 1);
     if (*p == NULL)
         return MSR_ERR_NO_MEMORY;
     FAKE(g)->host_live++;
+    FAKE(g)->host_last = bytes;
     return MSR_OK;
 }
 
@@ -129,6 +142,8 @@ static void host_free(const msr_gpu_api_t *g, void *p)
 
 static msr_status_t device_alloc(const msr_gpu_api_t *g, size_t bytes, void **p)
 {
+    if (alloc_refused(FAKE(g), "cudaMalloc", bytes))
+        return MSR_ERR_NO_MEMORY;
     *p = malloc(bytes ? bytes : 1);
     if (*p == NULL)
         return MSR_ERR_NO_MEMORY;

@@ -24,10 +24,12 @@ typedef struct gpu_fake {
     msr_status_t async_status;
     unsigned long long refuse_count; /* NCCL calls with this count: MSR_ERR_INVALID_ARG */
     int unique_id_fails;
+    int alloc_fails; /* the next host_alloc or device_alloc: MSR_ERR_NO_MEMORY (and back to 0) */
     const msr_gpu_api_t *real; /* for unique ids from NCCL itself, when there is one */
     /* what happened */
     _Atomic int aborts, finalizes, destroys, inits, splits, ops;
     _Atomic int host_live, dev_live, events_live, streams_live, comms_live;
+    size_t host_last;                   /* bytes of the last host_alloc */
     unsigned char id[MSR_GPU_ID_BYTES]; /* the id the last comm_init got */
     int in_group;                       /* between group_start and group_end */
     void *group_nc;                     /* a communicator the group used */

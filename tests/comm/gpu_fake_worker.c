@@ -9,6 +9,8 @@
  *                through the store (NCCL's own where it can make one, else a
  *                fake), non-blocking init, split, dup, refused arguments,
  *                tags, orderly close (finalize, destroy, no abort)
+ *   lengths      NCCL sends and receives of lengths that differ: both
+ *                sides fail at once, the communicator stays usable
  *   one          one rank: NCCL and staged moving data (alltoall in place,
  *                alltoallv as a group)
  *   choice       the backend decision and its failures on every member
@@ -23,6 +25,8 @@
  *   kill         (nccl) the last rank SIGKILLs itself: the others fail with
  *                MSR_ERR_PEER_LOST, not at their deadline
  *   killstaged   the same on the staged backend, during transfers
+ *   oom          a member out of memory inside a collective (nccl and
+ *                staged): every member fails at once, naming it
  * Rank 0 prints "ok MODE" at the end; a failed check prints the case and
  * exits 1. */
 #include "gpu_fake_worker.h"
@@ -142,7 +146,7 @@ int main(int argc, char **argv)
     if (argc < 2) {
         fprintf(stderr, "usage: gpu_fake_worker "
                         "staged|nccl|one|choice|timeout|notify|asyncerr|inittimeout|kill|"
-                        "killstaged\n");
+                        "killstaged|oom|lengths\n");
         return 2;
     }
     const char *mode = argv[1];
@@ -177,6 +181,10 @@ int main(int argc, char **argv)
         gfw_mode_kill(ctx, world, 0);
     else if (strcmp(mode, "killstaged") == 0)
         gfw_mode_kill(ctx, world, 1);
+    else if (strcmp(mode, "oom") == 0)
+        gfw_mode_oom(ctx, world);
+    else if (strcmp(mode, "lengths") == 0)
+        gfw_mode_lengths(ctx, world);
     else
         fail("unknown mode %s", mode);
     setcase("final barrier");

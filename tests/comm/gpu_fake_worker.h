@@ -68,10 +68,12 @@ void gfw_mode_staged(msr_ctx_t *ctx, msr_comm_t *world);           /* gpu_fake_w
 void gfw_mode_nccl(msr_ctx_t *ctx, msr_comm_t *world);             /* gpu_fake_worker_nccl.c */
 void gfw_mode_one(msr_ctx_t *ctx, msr_comm_t *world);              /* gpu_fake_worker_nccl.c */
 void gfw_mode_choice(msr_ctx_t *ctx, msr_comm_t *world);           /* gpu_fake_worker_nccl.c */
+void gfw_mode_lengths(msr_ctx_t *ctx, msr_comm_t *world);          /* gpu_fake_worker_nccl.c */
 void gfw_mode_timeout(msr_ctx_t *ctx, msr_comm_t *world);          /* gpu_fake_worker_fail.c */
 void gfw_mode_notify(msr_ctx_t *ctx, msr_comm_t *world);           /* gpu_fake_worker_fail.c */
 void gfw_mode_asyncerr(msr_ctx_t *ctx, msr_comm_t *world);         /* gpu_fake_worker_fail.c */
 void gfw_mode_inittimeout(msr_ctx_t *ctx, msr_comm_t *world);      /* gpu_fake_worker_fail.c */
 void gfw_mode_kill(msr_ctx_t *ctx, msr_comm_t *world, int staged); /* gpu_fake_worker_fail.c */
+void gfw_mode_oom(msr_ctx_t *ctx, msr_comm_t *world);              /* gpu_fake_worker_oom.c */
 
 #endif

@@ -110,6 +110,21 @@ void gfw_mode_one(msr_ctx_t *ctx, msr_comm_t *world)
         gfw_vs_rooted(&p, MSR_DTYPE_BF16, MSR_OP_SUM, 100, 0, 1);
         gfw_vs_alltoall(&p, MSR_DTYPE_U8, 100, 1); /* nccl: in place through a device copy */
         gfw_vs_alltoallv(&p, MSR_DTYPE_F32, 7);    /* nccl: a group of send and recv */
+        setcase("one rank, %s: send to itself, and of the wrong length",
+                staged ? "staged" : "nccl");
+        float out[100], in[100];
+        gfw_fill(MSR_DTYPE_F32, out, 100, 0, 5, MSR_OP_SUM);
+        msr_comm_req_t *q[2];
+        OK(msr_comm_isend(d, out, 100, MSR_DTYPE_F32, 0, 0, &q[0]));
+        OK(msr_comm_irecv(d, in, 100, MSR_DTYPE_F32, 0, 0, &q[1]));
+        OK(msr_comm_wait_all(q, 2));
+        gfw_same(in, out, sizeof out, "send to itself");
+        OK(msr_comm_isend(d, out, 4, MSR_DTYPE_F32, 0, 0, &q[0]));
+        EXPECT(msr_comm_recv(d, in, 2, MSR_DTYPE_F32, 0, 0), MSR_ERR_TRUNCATED);
+        /* nccl: the send fails too (it never reaches NCCL); staged: the host
+         * communicator's send is delivered, cut */
+        EXPECT(msr_comm_wait(q[0]), staged ? MSR_OK : MSR_ERR_TRUNCATED);
+        EXPECT(msr_comm_status(d), MSR_OK);
         OK(msr_comm_barrier(d));
         msr_comm_destroy(d);
         CHECK(f.host_live == 0 && f.dev_live == 0 && f.events_live == 0 && f.comms_live == 0);
@@ -195,3 +210,101 @@ void gfw_mode_choice(msr_ctx_t *ctx, msr_comm_t *world)
 }
 
 /* NCCL operations that never finish. */
+
+/* The message sizes (bytes) sent to the right and the receive buffers that
+ * do not fit them: longer by a little, into none, shorter, and longer by a
+ * little past a MiB (as comm_worker's p2p lengths on the host). */
+static const size_t cut_sent[] = {16, 8, 8, (1u << 20) + 8, 1u << 20};
+static const size_t cut_room[] = {8, 0, 16, 1u << 20, (1u << 20) + 8};
+
+/* The receive's error names the sender and both sizes, as the host
+ * communicator's does; the send's names the receiver and both sizes. */
+static void expect_cut(msr_status_t st, int recv, int peer, size_t sent, size_t room)
+{
+    if (st != MSR_ERR_TRUNCATED)
+        fail("%s of %zu bytes into %zu: %s, expected MSR_ERR_TRUNCATED", recv ? "recv" : "send",
+             sent, room, msr_status_name(st));
+    char want[160];
+    if (!recv)
+        snprintf(want, sizeof want,
+                 "send: rank %d posted a receive of %zu bytes for this message of %zu", peer, room,
+                 sent);
+    else if (sent > room)
+        snprintf(want, sizeof want,
+                 "recv: the message from rank %d has %zu bytes, more than the buffer's %zu", peer,
+                 sent, room);
+    else
+        snprintf(want, sizeof want,
+                 "recv: the message from rank %d has %zu bytes, fewer than the %zu expected", peer,
+                 sent, room);
+    if (strstr(msr_last_error(), want) == NULL)
+        fail("%zu bytes into %zu: the error does not say \"%s\"", sent, room, want);
+    g_checks++;
+}
+
+/* NCCL sends and receives whose lengths differ: both sides fail with
+ * MSR_ERR_TRUNCATED at once (NCCL would hang or cut the message short),
+ * nothing reaches NCCL, the communicator stays usable; lengths that agree
+ * reach NCCL in the order posted, collectives posted behind them too. */
+void gfw_mode_lengths(msr_ctx_t *ctx, msr_comm_t *world)
+{
+    (void)ctx;
+    gpu_fake_t f;
+    gpu_fake_init(&f);
+    f.devices = 8; /* a GPU per rank */
+    f.settle_polls = 2;
+    int n = msr_comm_size(world), me = msr_comm_rank(world);
+    int right = (me + 1) % n, left = (me + n - 1) % n;
+    setcase("make");
+    msr_comm_t *d = gfw_make(world, &f, 0);
+    CHECK(strcmp(msr_comm_backend(d), "nccl") == 0);
+    msr_comm_set_timeout(d, 300000); /* past the test's limit: no wait ends at it */
+    size_t most = (1u << 20) + 8;
+    unsigned char *out = xmalloc(most), *in = xmalloc(most);
+    memset(out, me + 1, most);
+    for (int nb = 0; nb < 2; nb++)
+        for (size_t k = 0; k < sizeof cut_sent / sizeof cut_sent[0]; k++) {
+            setcase("%zu bytes into %zu, %s", cut_sent[k], cut_room[k], nb ? "irecv" : "recv");
+            int ops0 = f.ops;
+            msr_comm_req_t *s = NULL, *q = NULL;
+            OK(msr_comm_isend(d, out, cut_sent[k], MSR_DTYPE_U8, right, 0, &s));
+            msr_status_t st;
+            if (nb) {
+                OK(msr_comm_irecv(d, in, cut_room[k], MSR_DTYPE_U8, left, 0, &q));
+                st = msr_comm_wait(q);
+            } else {
+                st = msr_comm_recv(d, in, cut_room[k], MSR_DTYPE_U8, left, 0);
+            }
+            expect_cut(st, 1, left, cut_sent[k], cut_room[k]);
+            expect_cut(msr_comm_wait(s), 0, right, cut_sent[k], cut_room[k]);
+            CHECK(f.ops == ops0); /* nothing reached NCCL */
+            EXPECT(msr_comm_status(d), MSR_OK);
+            OK(msr_comm_barrier(world));
+        }
+    setcase("at the bound, and a collective posted behind the transfers");
+    int ops0 = f.ops;
+    msr_comm_req_t *q[3];
+    OK(msr_comm_irecv(d, in, most, MSR_DTYPE_U8, left, 0, &q[0]));
+    OK(msr_comm_isend(d, out, most, MSR_DTYPE_U8, right, 0, &q[1]));
+    OK(msr_comm_iallreduce(d, out, in, 16, MSR_DTYPE_F32, MSR_OP_SUM, &q[2]));
+    void *side = NULL;
+    OK(f.api.stream_create(&f.api, &side));
+    OK(msr_comm_wait_stream(q[2], side)); /* waits until it is queued */
+    OK(msr_comm_wait_all(q, 3));
+    CHECK(f.ops == ops0 + 3);
+    setcase("blocking, each way round");
+    if (me % 2 == 0) {
+        OK(msr_comm_send(d, out, 1000, MSR_DTYPE_F32, right, 0));
+        OK(msr_comm_recv(d, in, 1000, MSR_DTYPE_F32, left, 0));
+    } else {
+        OK(msr_comm_recv(d, in, 1000, MSR_DTYPE_F32, left, 0));
+        OK(msr_comm_send(d, out, 1000, MSR_DTYPE_F32, right, 0));
+    }
+    OK(msr_comm_barrier(d));
+    msr_comm_destroy(d);
+    f.api.stream_destroy(&f.api, side);
+    CHECK(f.aborts == 0 && f.comms_live == 0);
+    CHECK(f.dev_live == 0 && f.events_live == 0 && f.streams_live == 0);
+    free(out);
+    free(in);
+}

@@ -1,6 +1,7 @@
 /* gpu_fake_worker's staged mode: the staged backend against the host
  * communicator on the same inputs, bit for bit (its checks are shared with
  * the nccl modes). */
+#include "comm/nccl/gpu_impl.h"
 #include "gpu_fake_worker.h"
 
 /* ---- the staged backend against the host communicator ---- */
@@ -255,6 +256,68 @@ static void battery(pair_t *p, const char *label)
     vs_p2p(p);
 }
 
+/* A ring of c-byte transfers, blocking (even ranks send first, odd ones
+ * receive first), so each transfer has the cached block to itself. */
+static void vs_ring(pair_t *p, size_t c)
+{
+    int n = p->n, to = (p->me + 1) % n, from = (p->me + n - 1) % n;
+    unsigned char *out = xmalloc(c), *got = xmalloc(c), *want = xmalloc(c);
+    gfw_fill(MSR_DTYPE_U8, out, c, p->me, 9, MSR_OP_SUM);
+    gfw_fill(MSR_DTYPE_U8, want, c, from, 9, MSR_OP_SUM);
+    for (int step = 0; step < 2; step++) {
+        if ((p->me + step) % 2 == 0)
+            OK(msr_comm_send(p->d, out, c, MSR_DTYPE_U8, to, 0));
+        else
+            OK(msr_comm_recv(p->d, got, c, MSR_DTYPE_U8, from, 0));
+    }
+    gfw_same(got, want, c, "p2p ring");
+    free(out);
+    free(got);
+    free(want);
+}
+
+/* Every collective, each on a fresh communicator, with its pinned block
+ * exactly the staging unit (GPU_STAGED_UNIT bytes), then one element (a
+ * byte) per block past it: the cached block is made one unit long at the
+ * unit and two units long one past it; the results are the host
+ * communicator's, bit for bit. */
+static void at_unit(msr_comm_t *world, gpu_fake_t *f)
+{
+    int n = msr_comm_size(world), me = msr_comm_rank(world);
+    const size_t u = GPU_STAGED_UNIT;
+    static const char *const names[] = {"allreduce",        "reduce_scatter", "allgather",
+                                        "broadcast/reduce", "alltoall",       "send/recv"};
+    for (int past = 0; past < 2; past++)
+        for (int k = 0; k < 6; k++) {
+            int blocks = k == 1 || k == 2 || k == 4; /* a block per rank */
+            if (blocks && u % (size_t)n)
+                continue; /* no count puts n blocks exactly at the unit */
+            size_t c = (blocks ? u / (size_t)n : u) + (size_t)past;
+            setcase("at the staging unit: %s of %zu bytes%s", names[k], c,
+                    blocks ? " per rank" : "");
+            msr_comm_t *d = gfw_make(world, f, MSR_COMM_STAGED);
+            pair_t p = {world, d, n, me};
+            f->host_last = 0;
+            if (k == 0)
+                gfw_vs_allreduce(&p, MSR_DTYPE_U8, MSR_OP_SUM, c, past);
+            else if (k == 1)
+                gfw_vs_reduce_scatter(&p, MSR_DTYPE_U8, MSR_OP_SUM, c, past);
+            else if (k == 2)
+                gfw_vs_allgather(&p, MSR_DTYPE_U8, c, past);
+            else if (k == 3)
+                gfw_vs_rooted(&p, MSR_DTYPE_U8, MSR_OP_MAX, c, n - 1, past);
+            else if (k == 4)
+                gfw_vs_alltoall(&p, MSR_DTYPE_U8, c, past);
+            else
+                vs_ring(&p, c);
+            if (f->host_last != u * (size_t)(1 + past))
+                fail("the pinned block has %zu bytes, want %zu", f->host_last,
+                     u * (size_t)(1 + past));
+            g_checks++;
+            msr_comm_destroy(d);
+        }
+}
+
 void gfw_mode_staged(msr_ctx_t *ctx, msr_comm_t *world)
 {
     gpu_fake_t f;
@@ -284,6 +347,7 @@ void gfw_mode_staged(msr_ctx_t *ctx, msr_comm_t *world)
     battery(&p, "staged world (on the caller's stream)");
     OK(msr_comm_set_stream(d, NULL));
     CHECK(msr_comm_stream(d) == own);
+    at_unit(world, &f);
     setcase("in flight");
     vs_inflight(&p, side);
 
