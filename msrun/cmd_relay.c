@@ -3,6 +3,7 @@
  * to the coordinator in batches, handing each node its answer. */
 #include "launcher/commands.h"
 
+#include <inttypes.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -145,7 +146,8 @@ static int relay_run(relay_args_t *a)
     }
     char sent[200];
     msr_relay_describe(msr_relay_server_relay(server), sent, sizeof sent);
-    MSR_INFO("relay %s: stopping after relaying %s", id, sent);
+    MSR_INFO("relay %s: stopping after relaying %s; forwarded %" PRIu64 " store calls", id, sent,
+             msr_relay_server_forwarded(server));
     rc = 0;
 out:
     msr_relay_server_destroy(server);

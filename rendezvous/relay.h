@@ -205,6 +205,9 @@ const msr_relay_t *msr_relay_server_relay(const msr_relay_server_t *server);
 /* The store calls forwarded upstream and not yet answered (any thread). */
 size_t msr_relay_server_forwarding(const msr_relay_server_t *server);
 
+/* The store calls forwarded upstream so far (the loop's thread). */
+uint64_t msr_relay_server_forwarded(const msr_relay_server_t *server);
+
 /* Stops serving: the nodes' calls still waiting are cancelled (the nodes
  * hear it and go to the coordinator), and the server freed. Polls the loop
  * itself. NULL does nothing. */

@@ -20,6 +20,7 @@ struct msr_relay_server {
     msr_rpc_channel_t *up;   /* the relay's one connection upstream (the caller's) */
     msr_list_t forwards;     /* store calls forwarded and not yet answered */
     atomic_size_t nforwards; /* how many: read by any thread */
+    uint64_t forwarded;      /* store calls forwarded so far (the loop's thread) */
     uint32_t subtree;
     msr_relay_cover_t cover;       /* the relays under this one and the nodes it serves */
     int stopping;                  /* destroy began: calls still dispatched are refused */
@@ -252,6 +253,7 @@ static void forward_start(msr_relay_server_t *s, msr_rpc_call_t *call, msr_rpc_m
     }
     msr_list_push_back(&s->forwards, &f->link);
     atomic_fetch_add(&s->nforwards, 1);
+    s->forwarded++;
 }
 
 static void on_call(void *arg, msr_rpc_call_t *call, msr_rpc_method_t method, ProtobufCMessage *req)
@@ -379,6 +381,11 @@ const msr_relay_t *msr_relay_server_relay(const msr_relay_server_t *s)
 size_t msr_relay_server_forwarding(const msr_relay_server_t *s)
 {
     return atomic_load(&s->nforwards);
+}
+
+uint64_t msr_relay_server_forwarded(const msr_relay_server_t *s)
+{
+    return s->forwarded;
 }
 
 void msr_relay_server_flush(msr_relay_server_t *s)

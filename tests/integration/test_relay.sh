@@ -5,7 +5,8 @@
 # the job ends well; a node behind a relay killed: it is found lost as a
 # direct node is, and the job (no restarts) fails naming it; the relay
 # dead when the workers exit: their exit reports reach the coordinator
-# directly.
+# directly; libmsrun workers' allgathers and barriers forwarded by the
+# relay, every one the coordinator served.
 . "$(dirname "$0")/lib.sh"
 unset MSRUN_MASTER_ADDR MSRUN_MASTER_PORT MSRUN_TOKEN MSRUN_TOKEN_FILE MSRUN_JOB_ID MSRUN_RELAY
 use_token_file
@@ -143,3 +144,31 @@ grep -q "exited with code 3" "$TMP/node0.err" "$TMP/node1.err" ||
 kill -9 "$RELAY_PID"
 wait_pid "$RELAY_PID" 20
 ok "a dead relay when workers exit: their exit reports reached the coordinator directly"
+
+# 5. libmsrun workers under the relay: their nodes' allgathers and barriers
+#    (the proxies' upstream calls) go through it, forwarded one by one: it
+#    forwards at least as many store calls as the coordinator served
+#    Allgather and Barrier calls (rank 0 asks it directly at the end)
+port=$(free_port)
+start_relay r5 "$port"
+common=(--master_addr=127.0.0.1 --master_port="$port" --worker_num=4 --local_worker_num=2
+    --job_id=relaystore --cluster_time_out=60 --relay="127.0.0.1:$RELAY_PORT")
+start_node 0 "${common[@]}" "$BUILD/tests/batch_worker"
+start_node 1 "${common[@]}" "$BUILD/tests/batch_worker"
+wait_pid "$PID0" 60
+expect_code 0 "node 0's store calls through the relay"
+wait_pid "$PID1" 60
+expect_code 0 "node 1's store calls through the relay"
+kill -TERM "$RELAY_PID"
+wait_pid "$RELAY_PID" 20
+expect_code 0 "the relay"
+read -r ag ba < <(sed -n 's/.*COUNTS allgather=\([0-9]*\) barrier=\([0-9]*\).*/\1 \2/p' \
+    "$TMP/node0.out" "$TMP/node1.out")
+[ -n "$ag" ] && [ "$ag" -gt 0 ] && [ "$ba" -gt 0 ] ||
+    fail "no counts from rank 0: $(cat "$TMP/node0.out" "$TMP/node1.out")"
+fwd=$(sed -n 's/.*forwarded \([0-9]*\) store calls.*/\1/p' "$TMP/r5.err")
+[ -n "$fwd" ] && [ "$fwd" -ge $((ag + ba)) ] ||
+    fail "the relay forwarded ${fwd:-no} store calls, the coordinator served $ag allgathers and $ba barriers: $(cat "$TMP/r5.err")"
+grep -q "no answer from the relay" "$TMP/node0.err" "$TMP/node1.err" &&
+    fail "a node left the relay in a job without failures"
+ok "libmsrun workers' store calls through a relay: $fwd forwarded, $ag allgathers and $ba barriers served"
