@@ -5,7 +5,8 @@
  * coordinator's own errors and refuses a wrong token as it does; the
  * coordinator holds one connection, the top relay's, for every node under
  * it; a leaf, and a middle relay, killed while a call waits through them
- * end that call with UNAVAILABLE; a node's store proxy sends its workers'
+ * end that call with UNAVAILABLE; a node giving up on its call cancels it
+ * up the tree; a node's store proxy sends its workers'
  * calls through its relay and, once the relay is killed mid-get, to the
  * coordinator, the get still answered. */
 #include <pthread.h>
@@ -35,15 +36,22 @@ static void op_done(msr_rpc_async_t *a)
     ((op_t *)a)->done = 1;
 }
 
-static void op_start(msr_rpc_channel_t *ch, msr_rpc_loop_t *loop, op_t *o, msr_rpc_method_t m,
-                     const ProtobufCMessage *req)
+/* Starts o as a call of m with req on ch, with a deadline in ms. */
+static void op_start_in(msr_rpc_channel_t *ch, msr_rpc_loop_t *loop, op_t *o, msr_rpc_method_t m,
+                        const ProtobufCMessage *req, int64_t ms)
 {
     memset(o, 0, sizeof *o);
     o->a.method = m;
-    o->a.deadline = msr_deadline_in_ms(20000);
+    o->a.deadline = msr_deadline_in_ms(ms);
     o->a.wait_for_ready = 1;
     o->a.done = op_done;
     MSR_CHECK_OK(msr_rpc_call_start(ch, loop, &o->a, req));
+}
+
+static void op_start(msr_rpc_channel_t *ch, msr_rpc_loop_t *loop, op_t *o, msr_rpc_method_t m,
+                     const ProtobufCMessage *req)
+{
+    op_start_in(ch, loop, o, m, req, 20000);
 }
 
 /* Polls loop until every op of o[0..n) is done (20 s at most). */
@@ -329,6 +337,28 @@ static void test_relay_killed_mid_call(void)
     tree_stop(&t);
 }
 
+/* A node gives up on a get waiting through leaf a (a minute's wait):
+ * both relays cancel their calls upstream at once, and neither forwards
+ * anything after it. */
+static void test_node_gives_up(void)
+{
+    tree_t t;
+    tree_start(&t);
+    op_t o;
+    Msr__GetRequest r = MSR__GET_REQUEST__INIT;
+    r.key = "never";
+    r.wait_ms = 60000;
+    op_start_in(t.cha, t.loop, &o, MSR_RPC_GET, &r.base, 60000);
+    forwarding_wait(t.loop, &t.mid, 1);
+    msr_rpc_async_cancel(&o.a);
+    ops_wait(t.loop, &o, 1);
+    MSR_CHECK_EQ(o.a.status, MSR_ERR_CANCELED);
+    msr_rpc_async_cleanup(&o.a);
+    forwarding_wait(t.loop, &t.la, 0);
+    forwarding_wait(t.loop, &t.mid, 0);
+    tree_stop(&t);
+}
+
 /* ---- a node's store proxy under a relay ---- */
 
 /* The proxy's socket, named by the runner's process, which removes it at
@@ -383,6 +413,7 @@ static const msr_test_t tests[] = {
     {"same_errors", test_same_errors, 60},
     {"connections_at_relays", test_connections_at_relays, 60},
     {"relay_killed_mid_call", test_relay_killed_mid_call, 60},
+    {"node_gives_up", test_node_gives_up, 60},
     {"proxy_falls_back", test_proxy_falls_back, 60},
 };
 
