@@ -128,8 +128,9 @@ static void barrier_start(msr_rpc_channel_t *ch, msr_rpc_loop_t *loop, op_t *o, 
     op_start(ch, loop, o, MSR_RPC_BARRIER, &r.base);
 }
 
-/* Established TCP connections whose local port is port: the connections
- * a server on this host holds (its listening socket is not one). */
+/* Established TCP connections whose local end is 127.0.0.1:port: the
+ * connections a server on loopback holds (its listening socket is not
+ * one). */
 static int connections_to(int port)
 {
     const char *files[] = {"/proc/net/tcp", "/proc/net/tcp6"};
@@ -145,7 +146,8 @@ static int connections_to(int port)
             if (sscanf(line, " %*d: %127s %127s %x", local, remote, &st) != 3)
                 continue; /* the header */
             const char *colon = strrchr(local, ':');
-            if (colon && strtol(colon + 1, NULL, 16) == port && st == 1)
+            if (colon && colon - local >= 8 && strncmp(colon - 8, "0100007F", 8) == 0 &&
+                strtol(colon + 1, NULL, 16) == port && st == 1)
                 n++;
         }
         fclose(fp);
