@@ -6,6 +6,7 @@
  * node's options give it). Which calls go
  * through the link, and the fall back to the coordinator when one fails,
  * are agent_calls.c's (the relay's side is rendezvous/relay.h). */
+#include <inttypes.h>
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdio.h>
@@ -91,7 +92,8 @@ static void relay_srv_stop(agent_t *a)
     pthread_join(r->thread, NULL);
     char sent[200];
     msr_relay_describe(msr_relay_server_relay(r->server), sent, sizeof sent);
-    MSR_INFO("%s: stopping after relaying %s", r->id, sent);
+    MSR_INFO("%s: stopping after relaying %s; forwarded %" PRIu64 " store calls", r->id, sent,
+             msr_relay_server_forwarded(r->server));
     relay_srv_free(r);
 }
 

@@ -3,6 +3,7 @@
  * to the coordinator in batches, handing each node its answer. */
 #include "launcher/commands.h"
 
+#include <inttypes.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -71,11 +72,12 @@ static void relay_usage(FILE *out)
                  "\n"
                  "Serves as a relay between nodes and the job's coordinator: nodes started\n"
                  "with --relay HOST:PORT send it their joins and heartbeats, which it passes on\n"
-                 "in batches (docs/architecture.md, \"Relays\"). Relays of a lower level may\n"
-                 "send it their batches too, and --coordinator may name a relay of a higher\n"
-                 "level: a tree of at most 4 levels. The coordinator stays the one authority;\n"
-                 "when the relay (or one above it) ends, its nodes call the coordinator\n"
-                 "directly.\n"
+                 "in batches (docs/architecture.md, \"Relays\"), and their workers' store\n"
+                 "calls, which it forwards one by one over its one connection upstream.\n"
+                 "Relays of a lower level may send it their batches too, and --coordinator\n"
+                 "may name a relay of a higher level: a tree of at most 4 levels. The\n"
+                 "coordinator stays the one authority; when the relay (or one above it) ends,\n"
+                 "its nodes call the coordinator directly.\n"
                  "Runs until SIGINT or SIGTERM.\n"
                  "\n"
                  "Exit status: 0 when stopped by a signal, 1 when it could not start, 2 for bad\n"
@@ -144,7 +146,8 @@ static int relay_run(relay_args_t *a)
     }
     char sent[200];
     msr_relay_describe(msr_relay_server_relay(server), sent, sizeof sent);
-    MSR_INFO("relay %s: stopping after relaying %s", id, sent);
+    MSR_INFO("relay %s: stopping after relaying %s; forwarded %" PRIu64 " store calls", id, sent,
+             msr_relay_server_forwarded(server));
     rc = 0;
 out:
     msr_relay_server_destroy(server);

@@ -392,14 +392,16 @@ static const msr_opt_t opt_defs[] = {
     {.name = "relay", .kind = MSR_OPT_STRING, .env = "MSRUN_RELAY", .dest = D(relay),
      .def = "none", .metavar = "HOST:PORT",
      .help = "send this node's joins, heartbeats, progress, exit reports and leave through the "
-             "relay at HOST:PORT (`msrun relay`), which batches them for the coordinator; when "
+             "relay at HOST:PORT (`msrun relay`), which batches them for the coordinator, and "
+             "its workers' store calls, which the relay forwards over its one connection; when "
              "the relay fails, the node calls the coordinator itself."},
     {.name = "relays", .kind = MSR_OPT_INT, .min = 1, .max = MSR_RELAY_SUBTREE_MAX,
      .choices = relays_words, .env = "MSRUN_RELAYS", .dest = D(relays), .def = "auto",
      .metavar = "K|auto|off",
      .help = "the node of every K-th node rank (0, K, 2K...) serves a relay inside its msrun, "
              "on port master_port + 2 + node_rank / K (master_port + 1 is torch's), and the nodes of its group send their "
-             "joins and heartbeats through it (when it fails, the coordinator directly). Its "
+             "joins, heartbeats and store calls through it (when it fails, the coordinator "
+             "directly). Its "
              "host: --relays_host, else the group's first host in Slurm's node list, or the "
              "coordinator's when that is a loopback address; none otherwise, nor without "
              "--node_rank. A --hostfile/--host launch passes each host its group's. auto: K = "

@@ -33,9 +33,11 @@ msr_status_t msr_proxy_retarget(msr_proxy_t *proxy, const char *upstream);
  * and TLS, its certificate checked against server_name when not NULL),
  * which batches it with its subtree's (docs/architecture.md, "Relays"),
  * until a call through it fails: that call, and every one after it, then
- * goes upstream. Once, before the node has joined; the agent's thread.
- * MSR_ERR_INVALID_ARG when called twice or a TLS file cannot be read,
- * MSR_ERR_NO_MEMORY. */
+ * goes upstream. The workers' store calls go there too (the relay
+ * forwards them over its one connection) until one finds the relay gone
+ * (UNAVAILABLE) or not forwarding (UNIMPLEMENTED): that call is sent
+ * upstream again, and every one after it goes there. Once, before the node has joined; the agent's
+ * thread. MSR_ERR_INVALID_ARG when called twice or a TLS file cannot be read, MSR_ERR_NO_MEMORY. */
 msr_status_t msr_proxy_set_relay(msr_proxy_t *proxy, const char *target, const char *server_name);
 
 /* Fails what is held, stops the thread, removes the socket, frees. NULL is

@@ -17,6 +17,7 @@ typedef struct fetch_up {
     msr_rpc_async_t async;
     msr_proxy_t *proxy;
     int generation;
+    int via_relay; /* sent to the node's relay */
     uint32_t n;
     uint32_t *indices;
     msr_list_t link; /* in proxy->fetch_ups */
@@ -127,6 +128,7 @@ static void up_done(msr_rpc_async_t *a)
 {
     fetch_up_t *u = MSR_CONTAINER_OF(a, fetch_up_t, async);
     msr_proxy_t *p = u->proxy;
+    int relay_gone = msr_proxy_relay_gave_up(p, u->via_relay, a); /* ask the coordinator */
     up_absorb(p, u);
     /* Every worker waiting on this name is answered now, or asks again
      * for what it still misses, or fails with the upstream's reason when
@@ -148,7 +150,7 @@ static void up_done(msr_rpc_async_t *a)
          * coordinator: ask again while the caller's own wait allows */
         uint64_t deadline = w->deadline;
         int again = !atomic_load(&p->stop) &&
-                    (a->status == MSR_OK ||
+                    (a->status == MSR_OK || relay_gone ||
                      ((a->status == MSR_ERR_TIMEOUT || a->status == MSR_ERR_UNREACHABLE) &&
                       msr_deadline_left_ms(deadline) > 100));
         if (again && send_missing(p, w, deadline) == MSR_OK)
@@ -202,7 +204,8 @@ static msr_status_t send_missing(msr_proxy_t *p, fetch_wait_t *w, uint64_t deadl
     int64_t left = msr_deadline_left_ms(deadline);
     r.wait_ms = left > (int64_t)UINT32_MAX - 1 ? UINT32_MAX - 1 : left > 0 ? (uint32_t)left : 0;
     msr_list_push_back(&p->fetch_ups, &u->link);
-    if (msr_rpc_call_start(msr_proxy_up(p), p->loop, &u->async, &r.base) != MSR_OK) {
+    msr_rpc_channel_t *ch = msr_proxy_store_channel(p, &u->via_relay);
+    if (msr_rpc_call_start(ch, p->loop, &u->async, &r.base) != MSR_OK) {
         msr_list_remove(&u->link);
         goto err_marks;
     }

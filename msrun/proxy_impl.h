@@ -44,6 +44,7 @@ typedef struct fwd {
     ProtobufCMessage *req; /* its request (the call's, alive while held) */
     group_t *group;        /* or a group */
     uint64_t deadline;
+    int via_relay;     /* its last attempt went to the node's relay */
     msr_timer_t retry; /* armed while waiting to send again */
     msr_list_t link;
 } fwd_t;
@@ -107,9 +108,10 @@ struct msr_proxy {
         uint8_t *again; /* a request the relay did not answer: the next send */
         size_t again_len;
     } progress_up;
-    /* The node's relay (--relay, --relays): progress goes there until one
-     * of its calls fails, then to the coordinator (as joins do). relay is
-     * set under up_lock; relay_failed is the proxy thread's. */
+    /* The node's relay (--relay, --relays): progress and the workers'
+     * store calls go there until one of its calls finds it gone, then to
+     * the coordinator (as joins do). relay is set under up_lock;
+     * relay_failed is the proxy thread's. */
     msr_rpc_channel_t *relay;
     int relay_failed;
     struct named {
@@ -147,6 +149,14 @@ struct msr_proxy {
 msr_rpc_channel_t *msr_proxy_up(msr_proxy_t *p);
 
 /* proxy_up.c */
+/* The channel a store call goes on: the node's relay while it answers
+ * (*via_relay_p 1), else upstream. */
+msr_rpc_channel_t *msr_proxy_store_channel(msr_proxy_t *p, int *via_relay_p);
+/* Whether a's failure, on a call sent to the node's relay (via_relay),
+ * says the relay is gone, shutting down, cut off from the coordinator or
+ * does not forward the method: the relay is then given up for good (said
+ * once) and 1 returned, for the call to be sent upstream again. */
+int msr_proxy_relay_gave_up(msr_proxy_t *p, int via_relay, const msr_rpc_async_t *a);
 void msr_proxy_stamp_request(msr_proxy_t *p, msr_rpc_method_t method, ProtobufCMessage *req);
 /* A worker's call held here, charged one call and keeps bytes (what it
  * keeps beyond its record: its request, copies) plus its record and

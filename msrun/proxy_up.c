@@ -110,6 +110,29 @@ void msr_proxy_group_free(msr_proxy_t *p, group_t *g)
 
 /* ---- upstream ---- */
 
+msr_rpc_channel_t *msr_proxy_store_channel(msr_proxy_t *p, int *via_relay_p)
+{
+    pthread_mutex_lock(&p->up_lock);
+    msr_rpc_channel_t *relay = p->relay_failed ? NULL : p->relay;
+    pthread_mutex_unlock(&p->up_lock);
+    *via_relay_p = relay != NULL;
+    return relay ? relay : msr_proxy_up(p);
+}
+
+int msr_proxy_relay_gave_up(msr_proxy_t *p, int via_relay, const msr_rpc_async_t *a)
+{
+    if (!via_relay || a->status == MSR_OK || atomic_load(&p->stop))
+        return 0;
+    if (a->grpc_code != MSR_RPC_UNAVAILABLE && a->grpc_code != MSR_RPC_UNIMPLEMENTED)
+        return 0;
+    if (!p->relay_failed)
+        MSR_WARN("no answer from the relay at %s to a worker's %s (%s): the store's calls go to "
+                 "the coordinator directly",
+                 msr_rpc_channel_target(p->relay), msr_rpc_methods[a->method].name, a->err);
+    p->relay_failed = 1;
+    return 1;
+}
+
 int msr_proxy_fwd_wanted(const fwd_t *f)
 {
     if (f->group == NULL)
@@ -148,8 +171,14 @@ static void fwd_done(msr_rpc_async_t *a)
 {
     fwd_t *f = MSR_CONTAINER_OF(a, fwd_t, async);
     msr_proxy_t *p = f->proxy;
-    if (a->status == MSR_ERR_UNREACHABLE && !atomic_load(&p->stop) && msr_proxy_fwd_wanted(f) &&
-        msr_deadline_left_ms(f->deadline) > 100) {
+    if (msr_proxy_relay_gave_up(p, f->via_relay, a) && msr_proxy_fwd_wanted(f)) {
+        /* sent to the coordinator at once (a write carries its ids: one
+         * the relay delivered before it died is applied once) */
+        msr_rpc_async_cleanup(a);
+        if (msr_heap_push(&p->retries, &f->retry, msr_now_ns()) == MSR_OK)
+            return;
+    } else if (a->status == MSR_ERR_UNREACHABLE && !atomic_load(&p->stop) &&
+               msr_proxy_fwd_wanted(f) && msr_deadline_left_ms(f->deadline) > 100) {
         /* The coordinator went away mid-call (it may be restarting): send
          * again shortly; the workers keep waiting within their deadline. */
         msr_rpc_async_cleanup(a);
@@ -171,13 +200,14 @@ msr_status_t msr_proxy_fwd_start(fwd_t *f)
 {
     msr_proxy_t *p = f->proxy;
     msr_status_t st;
+    msr_rpc_channel_t *ch = msr_proxy_store_channel(p, &f->via_relay);
     f->async.deadline = f->deadline;
     f->async.wait_for_ready = 1;
     f->async.done = fwd_done;
     f->async.raw = 1;
     group_t *g = f->group;
     if (g == NULL) {
-        st = msr_rpc_call_start(msr_proxy_up(p), p->loop, &f->async, f->req);
+        st = msr_rpc_call_start(ch, p->loop, &f->async, f->req);
     } else if (g->method == MSR_RPC_BARRIER) {
         Msr__BarrierRequest r = MSR__BARRIER_REQUEST__INIT;
         r.generation = g->generation;
@@ -185,7 +215,7 @@ msr_status_t msr_proxy_fwd_start(fwd_t *f)
         r.count = g->count;
         r.weight = g->arrived;
         r.wait_ms = wait_left(f->deadline);
-        st = msr_rpc_call_start(msr_proxy_up(p), p->loop, &f->async, &r.base);
+        st = msr_rpc_call_start(ch, p->loop, &f->async, &r.base);
     } else if (g->method == MSR_RPC_PUBLISH) {
         Msr__PublishRequest r = MSR__PUBLISH_REQUEST__INIT;
         Msr__Contribution **entries = msr_calloc(g->arrived, sizeof *entries);
@@ -204,7 +234,7 @@ msr_status_t msr_proxy_fwd_start(fwd_t *f)
         /* one id per group: a retry after a lost coordinator is applied once */
         r.client_id = p->client_id;
         r.request_id = g->request_id;
-        st = msr_rpc_call_start(msr_proxy_up(p), p->loop, &f->async, &r.base);
+        st = msr_rpc_call_start(ch, p->loop, &f->async, &r.base);
         msr_free(entries);
     } else {
         Msr__AllgatherRequest r = MSR__ALLGATHER_REQUEST__INIT;
@@ -223,7 +253,7 @@ msr_status_t msr_proxy_fwd_start(fwd_t *f)
         r.n_entries = n;
         r.entries = entries;
         r.wait_ms = wait_left(f->deadline);
-        st = msr_rpc_call_start(msr_proxy_up(p), p->loop, &f->async, &r.base);
+        st = msr_rpc_call_start(ch, p->loop, &f->async, &r.base);
         msr_free(entries);
     }
     if (st == MSR_OK)

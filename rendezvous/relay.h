@@ -87,6 +87,12 @@ msr_status_t msr_relay_submit_from(msr_relay_t *relay, msr_rpc_method_t method,
  * Leave and Progress). */
 int msr_relay_method_relayed(msr_rpc_method_t m);
 
+/* Whether a relay agent's server forwards calls of method m upstream one
+ * by one, unbatched: the store's calls (Set, Get, Add, CompareSet,
+ * Delete, Barrier, Allgather, Publish, Fetch, NumKeys), which may wait
+ * long and are answered each on its own. */
+int msr_relay_method_forwarded(msr_rpc_method_t m);
+
 /* The node a relayed call is for, as a key: "id:<node id>", or for a first
  * Join "hp:<host> <pid>". */
 void msr_relay_call_key(msr_rpc_method_t m, const ProtobufCMessage *req, char *key, size_t len);
@@ -163,7 +169,13 @@ void msr_relay_cover_drop_node(msr_relay_cover_t *cover, const char *node_key);
  * answered entry by entry once all its calls are. The nodes it serves
  * itself count against its subtree with its lower relays
  * (msr_relay_cover_node): a node past it is refused alone with
- * FAILED_PRECONDITION (it calls the coordinator). Other methods are
+ * FAILED_PRECONDITION (it calls the coordinator). The store's calls
+ * (msr_relay_method_forwarded) are sent upstream one by one over up, with
+ * the node's deadline, and answered with the coordinator's answer
+ * unchanged (its bytes, or its code and message), so the coordinator sees
+ * the relay's one connection and not one per node; a node giving up
+ * cancels its call upstream, and the server's stop answers those in
+ * flight UNAVAILABLE (the node calls the coordinator). Other methods are
  * refused with UNIMPLEMENTED. */
 typedef struct msr_relay_server msr_relay_server_t;
 
@@ -189,6 +201,12 @@ void msr_relay_server_flush(msr_relay_server_t *server);
 
 /* The server's relay, for its counts. */
 const msr_relay_t *msr_relay_server_relay(const msr_relay_server_t *server);
+
+/* The store calls forwarded upstream and not yet answered (any thread). */
+size_t msr_relay_server_forwarding(const msr_relay_server_t *server);
+
+/* The store calls forwarded upstream so far (the loop's thread). */
+uint64_t msr_relay_server_forwarded(const msr_relay_server_t *server);
 
 /* Stops serving: the nodes' calls still waiting are cancelled (the nodes
  * hear it and go to the coordinator), and the server freed. Polls the loop

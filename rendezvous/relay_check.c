@@ -13,6 +13,25 @@ int msr_relay_method_relayed(msr_rpc_method_t m)
            m == MSR_RPC_LEAVE || m == MSR_RPC_PROGRESS;
 }
 
+int msr_relay_method_forwarded(msr_rpc_method_t m)
+{
+    switch (m) {
+    case MSR_RPC_SET:
+    case MSR_RPC_GET:
+    case MSR_RPC_ADD:
+    case MSR_RPC_COMPARE_SET:
+    case MSR_RPC_DELETE:
+    case MSR_RPC_BARRIER:
+    case MSR_RPC_ALLGATHER:
+    case MSR_RPC_PUBLISH:
+    case MSR_RPC_FETCH:
+    case MSR_RPC_NUM_KEYS:
+        return 1;
+    default:
+        return 0;
+    }
+}
+
 void msr_relay_call_key(msr_rpc_method_t m, const ProtobufCMessage *req, char *key, size_t len)
 {
     const char *id = NULL;

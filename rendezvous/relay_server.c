@@ -1,11 +1,14 @@
 /* A relay agent's server: its nodes' membership calls relayed to the
- * coordinator in batches (relay.h). */
+ * coordinator in batches, their store calls forwarded one by one over the
+ * same connection (relay.h). */
+#include <stdatomic.h>
 #include <stdio.h>
 #include <string.h>
 
 #include <grpc/slice.h>
 
 #include "base/alloc.h"
+#include "base/list.h"
 #include "base/log.h"
 #include "base/time.h"
 #include "rendezvous/relay.h"
@@ -14,6 +17,10 @@ struct msr_relay_server {
     msr_rpc_loop_t *loop;
     msr_rpc_server_t *rpc;
     msr_relay_t *relay;
+    msr_rpc_channel_t *up;   /* the relay's one connection upstream (the caller's) */
+    msr_list_t forwards;     /* store calls forwarded and not yet answered */
+    atomic_size_t nforwards; /* how many: read by any thread */
+    uint64_t forwarded;      /* store calls forwarded so far (the loop's thread) */
     uint32_t subtree;
     msr_relay_cover_t cover;       /* the relays under this one and the nodes it serves */
     int stopping;                  /* destroy began: calls still dispatched are refused */
@@ -28,6 +35,15 @@ typedef struct node_call {
     msr_rpc_method_t method;
     char key[256]; /* the node's msr_relay_call_key */
 } node_call_t;
+
+/* A node's store call forwarded upstream alone (its answer is its own: a
+ * Get or a Barrier may wait long, which would hold a batch). head.method
+ * is the call's; head.call is NULL once the node gave up. */
+typedef struct forward {
+    node_call_t head;
+    msr_rpc_async_t async;
+    msr_list_t link;
+} forward_t;
 
 /* A lower relay's batch being relayed: its calls queued on this relay,
  * answered when all of them are. */
@@ -167,6 +183,7 @@ static void on_child_batch(msr_relay_server_t *s, msr_rpc_call_t *call,
         goto out;
     }
     cb->head.call = call;
+    cb->head.method = MSR_RPC_RELAY;
     cb->server = s;
     snprintf(cb->relay_id, sizeof cb->relay_id, "%s", req->relay_id);
     cb->n = req->n_calls;
@@ -188,6 +205,57 @@ out:
     msr_free(reqs);
 }
 
+/* The coordinator's answer to a forwarded store call, handed to the node
+ * unchanged (bytes, or code and message). A call the relay's stop
+ * cancelled is answered UNAVAILABLE, as when the relay is gone: the node
+ * sends it to the coordinator itself. */
+static void forward_done(msr_rpc_async_t *a)
+{
+    forward_t *f = MSR_CONTAINER_OF(a, forward_t, async);
+    msr_relay_server_t *s = f->head.server;
+    msr_list_remove(&f->link);
+    atomic_fetch_sub(&s->nforwards, 1);
+    if (f->head.call != NULL) {
+        msr_rpc_call_set_data(f->head.call, NULL);
+        if (s->stopping && a->status == MSR_ERR_CANCELED)
+            msr_rpc_call_fail(f->head.call, MSR_RPC_UNAVAILABLE, "%s is shutting down", s->me);
+        else
+            msr_rpc_call_forward(f->head.call, a);
+    }
+    msr_rpc_async_cleanup(a);
+    msr_free(f);
+}
+
+/* A node's store call sent upstream alone over the relay's connection,
+ * with the node's deadline; the coordinator checks it as a direct call. */
+static void forward_start(msr_relay_server_t *s, msr_rpc_call_t *call, msr_rpc_method_t method,
+                          const ProtobufCMessage *req)
+{
+    forward_t *f = msr_calloc(1, sizeof *f);
+    if (f == NULL) {
+        msr_rpc_call_fail(call, MSR_RPC_RESOURCE_EXHAUSTED, "relay out of memory");
+        return;
+    }
+    f->head.call = call;
+    f->head.server = s;
+    f->head.method = method;
+    f->async.method = method;
+    f->async.deadline = msr_rpc_call_deadline(call);
+    f->async.raw = 1;
+    f->async.done = forward_done;
+    msr_rpc_call_set_data(call, f);
+    if (msr_rpc_call_start(s->up, s->loop, &f->async, req) != MSR_OK) {
+        msr_rpc_call_set_data(call, NULL);
+        msr_free(f);
+        msr_rpc_call_fail(call, MSR_RPC_UNAVAILABLE, "%s cannot forward %s upstream", s->me,
+                          msr_rpc_methods[method].name);
+        return;
+    }
+    msr_list_push_back(&s->forwards, &f->link);
+    atomic_fetch_add(&s->nforwards, 1);
+    s->forwarded++;
+}
+
 static void on_call(void *arg, msr_rpc_call_t *call, msr_rpc_method_t method, ProtobufCMessage *req)
 {
     msr_relay_server_t *s = arg;
@@ -201,10 +269,14 @@ static void on_call(void *arg, msr_rpc_call_t *call, msr_rpc_method_t method, Pr
         on_child_batch(s, call, (const Msr__RelayRequest *)req);
         return;
     }
+    if (msr_relay_method_forwarded(method)) {
+        forward_start(s, call, method, req);
+        return;
+    }
     if (!msr_relay_method_relayed(method)) {
         msr_rpc_call_fail(call, MSR_RPC_UNIMPLEMENTED,
-                          "a relay serves Join, Heartbeat, Report, Leave, Progress and a lower "
-                          "relay's Relay; call the coordinator for %s",
+                          "a relay serves Join, Heartbeat, Report, Leave, Progress, the store's "
+                          "calls and a lower relay's Relay; call the coordinator for %s",
                           msr_rpc_methods[method].name);
         return;
     }
@@ -244,6 +316,11 @@ static void on_cancel(void *arg, msr_rpc_call_t *call)
     if (nc == NULL)
         return;
     nc->call = NULL;
+    if (msr_relay_method_forwarded(nc->method)) {
+        /* its upstream call ends too; forward_done frees it */
+        msr_rpc_async_cancel(&((forward_t *)nc)->async);
+        return;
+    }
     /* the node, or the lower relay, is gone (or its link is): it no longer
      * counts, and counts again with its next call */
     if (nc->server != NULL)
@@ -270,6 +347,8 @@ msr_status_t msr_relay_server_create_tls(msr_rpc_loop_t *loop, const char *addre
     if (s == NULL)
         return MSR_ERR_NO_MEMORY;
     s->loop = loop;
+    s->up = up;
+    msr_list_init(&s->forwards);
     s->subtree = subtree;
     snprintf(s->me, sizeof s->me, "relay %s", relay_id ? relay_id : "");
     msr_relay_cover_init(&s->cover);
@@ -299,6 +378,16 @@ const msr_relay_t *msr_relay_server_relay(const msr_relay_server_t *s)
     return s->relay;
 }
 
+size_t msr_relay_server_forwarding(const msr_relay_server_t *s)
+{
+    return atomic_load(&s->nforwards);
+}
+
+uint64_t msr_relay_server_forwarded(const msr_relay_server_t *s)
+{
+    return s->forwarded;
+}
+
 void msr_relay_server_flush(msr_relay_server_t *s)
 {
     msr_relay_flush(s->relay);
@@ -313,8 +402,14 @@ void msr_relay_server_destroy(msr_relay_server_t *s)
      * which may still dispatch calls that arrived meanwhile: refused) */
     s->stopping = 1;
     msr_relay_cancel(s->relay);
+    msr_list_t *pos, *tmp;
+    msr_list_for_each_safe(pos, tmp, &s->forwards)
+    {
+        msr_rpc_async_cancel(&MSR_CONTAINER_OF(pos, forward_t, link)->async);
+    }
     uint64_t limit = msr_deadline_in_ms(5000);
-    while (msr_relay_in_flight(s->relay) > 0 && !msr_deadline_passed(limit))
+    while ((msr_relay_in_flight(s->relay) > 0 || !msr_list_empty(&s->forwards)) &&
+           !msr_deadline_passed(limit))
         msr_rpc_loop_poll(s->loop, msr_deadline_in_ms(50));
     msr_relay_destroy(s->relay);
     msr_rpc_server_destroy(s->rpc);

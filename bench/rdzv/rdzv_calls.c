@@ -135,6 +135,14 @@ int rdzv_drain(sim_t *s)
     return s->failed ? -1 : 0;
 }
 
+int rdzv_node_client(const sim_t *s, int n)
+{
+    long long span = 1; /* the nodes under one top relay */
+    for (int l = 0; l < s->levels && span <= s->nodes; l++)
+        span *= s->relay;
+    return s->relay ? (int)(n / span) : n;
+}
+
 /* Sends, for node n, a Fetch of the entries indices[0..k) (distinct, in the
  * job) of the addresses. */
 static int fetch_op(sim_t *s, int n, const uint32_t *indices, size_t k)
@@ -145,7 +153,7 @@ static int fetch_op(sim_t *s, int n, const uint32_t *indices, size_t k)
     f.indices = (uint32_t *)indices;
     f.n_indices = k;
     f.wait_ms = 60000;
-    return rdzv_start_op(s, n, n, MSR_RPC_FETCH, &f.base);
+    return rdzv_start_op(s, rdzv_node_client(s, n), n, MSR_RPC_FETCH, &f.base);
 }
 
 /* The exchange of addresses fetched on first use (rdzv_scale.c's header): what
@@ -160,7 +168,7 @@ int rdzv_lazy_exchange(sim_t *s, Msr__Contribution **eptr)
         p.name = "scale";
         p.n_entries = (size_t)R;
         p.entries = eptr + (size_t)n * R;
-        if (rdzv_start_op(s, n, n, MSR_RPC_PUBLISH, &p.base) != 0)
+        if (rdzv_start_op(s, rdzv_node_client(s, n), n, MSR_RPC_PUBLISH, &p.base) != 0)
             return -1;
     }
     if (rdzv_drain(s) != 0)
@@ -182,7 +190,7 @@ int rdzv_lazy_exchange(sim_t *s, Msr__Contribution **eptr)
         a.generation = 0;
         a.key = key;
         a.delta = R;
-        if (rdzv_start_op(s, n, n, MSR_RPC_ADD, &a.base) != 0) {
+        if (rdzv_start_op(s, rdzv_node_client(s, n), n, MSR_RPC_ADD, &a.base) != 0) {
             free(own);
             return -1;
         }
@@ -197,7 +205,7 @@ int rdzv_lazy_exchange(sim_t *s, Msr__Contribution **eptr)
         b.count = world;
         b.weight = (uint32_t)R;
         b.wait_ms = 60000;
-        if (rdzv_start_op(s, n, n, MSR_RPC_BARRIER, &b.base) != 0)
+        if (rdzv_start_op(s, rdzv_node_client(s, n), n, MSR_RPC_BARRIER, &b.base) != 0)
             return -1;
     }
     if (rdzv_drain(s) != 0)
@@ -208,7 +216,7 @@ int rdzv_lazy_exchange(sim_t *s, Msr__Contribution **eptr)
         Msr__GetRequest g = MSR__GET_REQUEST__INIT;
         g.generation = 0;
         g.key = key;
-        if (rdzv_start_op(s, n, n, MSR_RPC_GET, &g.base) != 0)
+        if (rdzv_start_op(s, rdzv_node_client(s, n), n, MSR_RPC_GET, &g.base) != 0)
             return -1;
         /* the ring's and the leaders' neighbours off this node */
         uint32_t prev = (uint32_t)((n + N - 1) % N), next = (uint32_t)((n + 1) % N);

@@ -22,8 +22,10 @@
  *     connection of its own, sends its nodes' joins as one Relay call,
  *     then their ready heartbeats as one (held until the job forms), as
  *     a relay agent does; every node must get a rank of its own. The
- *     coordinator's code paths are the real ones. No exchange follows (a
- *     relay carries membership calls, not the store's).
+ *     coordinator's code paths are the real ones. The exchange of --mode
+ *     lazy follows, each node's calls on its top relay's connection, as a
+ *     relay forwards its nodes' store calls (one by one, unchanged, over
+ *     its one connection upstream).
  *   --relay_levels L (with --relay or --model_relay; default 1): L levels
  *     of relays of fan-in F, the first level's sending to relay agents'
  *     servers of the second (in this process, on its loop) and so on; the
@@ -267,9 +269,9 @@ static int join_step(sim_t *s)
     return rdzv_drain(s) != 0 ? STEP_FAIL : STEP_OK;
 }
 
-/* The exchange: every rank contributes `bytes`, starting with its index.
- * Relay mode measures the rendezvous (join and formation) alone: a relay
- * carries membership calls, not the store's. 1 when it went well. */
+/* The exchange: every rank contributes `bytes`, starting with its index
+ * (in relay mode over the relays' connections: rdzv_node_client). 1 when
+ * it went well. */
 static int exchange_step(sim_t *s)
 {
     int world = s->nodes * s->ranks, bytes = s->bytes;
@@ -285,9 +287,7 @@ static int exchange_step(sim_t *s)
         entries[r].data.len = (size_t)bytes;
         eptr[r] = &entries[r];
     }
-    int ok = s->relay  ? 1
-             : s->lazy ? rdzv_lazy_exchange(s, eptr) == 0
-                       : rdzv_exchange_all(s, eptr) == 0;
+    int ok = s->lazy ? rdzv_lazy_exchange(s, eptr) == 0 : rdzv_exchange_all(s, eptr) == 0;
     free(payload);
     free(entries);
     free(eptr);
@@ -306,7 +306,7 @@ static void print_run(const sim_t *s, const run_times_t *t, uint64_t peak)
     snprintf(mode, sizeof mode, "relay%.0d", s->levels > 1 ? s->levels : 0);
     printf("nodes=%-5d ranks=%-6d conns=%-5d mode=%-9s connect_ms=%-7.1f join_ms=%-7.1f "
            "exchange_ms=%-8.1f "
-           "total_ms=%-8.1f coord_cpu_ms=%-7.0f coord_cpu_us_per_node=%-6.0f "
+           "total_ms=%-8.1f coord_sockets=%-5d coord_cpu_ms=%-7.0f coord_cpu_us_per_node=%-6.0f "
            "(connect %.0f join %.0f exchange %.0f) "
            "coord_peak_rss_MiB=%-6.1f per_rank_us=%.1f\n",
            nodes, world, s->nch,
@@ -314,9 +314,9 @@ static void print_run(const sim_t *s, const run_times_t *t, uint64_t peak)
            : s->lazy   ? "lazy"
            : s->direct ? "ag-direct"
                        : "allgather",
-           conn_ms, join_ms, ag_ms, total, cpu, cpu * 1000.0 / nodes, cpu_conn * 1000.0 / nodes,
-           cpu_join * 1000.0 / nodes, cpu_ex * 1000.0 / nodes, (double)peak / 1024.0,
-           total * 1000.0 / world);
+           conn_ms, join_ms, ag_ms, total, socket_count(s->coord), cpu, cpu * 1000.0 / nodes,
+           cpu_conn * 1000.0 / nodes, cpu_join * 1000.0 / nodes, cpu_ex * 1000.0 / nodes,
+           (double)peak / 1024.0, total * 1000.0 / world);
     fflush(stdout);
     rdzv_model_record(&(measured_t){nodes, relay, s->levels, cpu_conn * 1000.0 / nodes,
                                     cpu_join * 1000.0 / nodes, join_ms, conn_ms + join_ms});
@@ -480,10 +480,10 @@ static int check_args(const args_t *a)
         return 2;
     }
     if (a->relay < 0 || a->relay > MSR_RELAY_BATCH_MAX ||
-        (a->relay && (a->direct || a->dashboard))) {
+        (a->relay && (a->direct || a->dashboard || !a->lazy))) {
         fprintf(stderr,
                 "rdzv_scale: --relay takes 1 to %d nodes a relay (0: none), without "
-                "--direct or --dashboard\n",
+                "--direct, --dashboard or --mode allgather\n",
                 MSR_RELAY_BATCH_MAX);
         return 2;
     }

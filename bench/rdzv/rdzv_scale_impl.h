@@ -52,6 +52,10 @@ typedef struct measured {
  * the caller's to set). lazy_exchange, exchange_all: the exchange of the
  * addresses in eptr[nodes * ranks] (see rdzv_scale.c's header); 0 or -1. */
 int rdzv_start_op(sim_t *s, int client, int node, msr_rpc_method_t m, const ProtobufCMessage *req);
+/* The client whose connection carries node n's store calls: its own, or
+ * in relay mode its top relay's (a relay forwards its nodes' store calls
+ * over its one connection upstream). */
+int rdzv_node_client(const sim_t *s, int n);
 int rdzv_drain(sim_t *s);
 const ProtobufCMessage *rdzv_make_join(sim_t *s, int n, void *space);
 const ProtobufCMessage *rdzv_make_heartbeat(sim_t *s, int n, void *space);

@@ -1,0 +1,428 @@
+/* The store's calls through relays (rendezvous/relay.h, docs/architecture.md
+ * "Relays") against a coordinator on loopback: nodes under two leaf relays
+ * of a middle relay set, get, add and meet at a barrier, a get waiting
+ * under one leaf for a set under the other; a relay answers with the
+ * coordinator's own errors and refuses a wrong token as it does; the
+ * coordinator holds one connection, the top relay's, for every node under
+ * it; a leaf, and a middle relay, killed while a call waits through them
+ * end that call with UNAVAILABLE; a node giving up on its call cancels it
+ * up the tree; a node's store proxy sends its workers'
+ * calls through its relay and, once the relay is killed mid-get, to the
+ * coordinator, the get still answered. */
+#include <pthread.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "base/time.h"
+#include "cluster/server.h"
+#include "launcher/proxy.h"
+#include "rendezvous/relay.h"
+#include "rendezvous/rpc.h"
+#include "tests/runner.h"
+#include "tests/unit_rdzv/fixtures.h"
+
+/* ---- a store call and its answer ---- */
+
+typedef struct op {
+    msr_rpc_async_t a;
+    int done;
+} op_t;
+
+static void op_done(msr_rpc_async_t *a)
+{
+    ((op_t *)a)->done = 1;
+}
+
+/* Starts o as a call of m with req on ch, with a deadline in ms. */
+static void op_start_in(msr_rpc_channel_t *ch, msr_rpc_loop_t *loop, op_t *o, msr_rpc_method_t m,
+                        const ProtobufCMessage *req, int64_t ms)
+{
+    memset(o, 0, sizeof *o);
+    o->a.method = m;
+    o->a.deadline = msr_deadline_in_ms(ms);
+    o->a.wait_for_ready = 1;
+    o->a.done = op_done;
+    MSR_CHECK_OK(msr_rpc_call_start(ch, loop, &o->a, req));
+}
+
+static void op_start(msr_rpc_channel_t *ch, msr_rpc_loop_t *loop, op_t *o, msr_rpc_method_t m,
+                     const ProtobufCMessage *req)
+{
+    op_start_in(ch, loop, o, m, req, 20000);
+}
+
+/* Polls loop until every op of o[0..n) is done (20 s at most). */
+static void ops_wait(msr_rpc_loop_t *loop, op_t *o, int n)
+{
+    uint64_t limit = msr_deadline_in_ms(20000);
+    for (int k = 0; k < n; k++)
+        while (!o[k].done) {
+            MSR_CHECK_MSG(!msr_deadline_passed(limit), "call %d unanswered in 20 s", k);
+            msr_rpc_loop_poll(loop, msr_deadline_in_ms(100));
+        }
+}
+
+static void set_start(msr_rpc_channel_t *ch, msr_rpc_loop_t *loop, op_t *o, const char *key,
+                      const char *value)
+{
+    Msr__SetRequest r = MSR__SET_REQUEST__INIT;
+    r.key = (char *)key;
+    r.value.data = (uint8_t *)value;
+    r.value.len = strlen(value);
+    op_start(ch, loop, o, MSR_RPC_SET, &r.base);
+}
+
+static void get_start(msr_rpc_channel_t *ch, msr_rpc_loop_t *loop, op_t *o, const char *key,
+                      uint32_t wait_ms)
+{
+    Msr__GetRequest r = MSR__GET_REQUEST__INIT;
+    r.key = (char *)key;
+    r.wait_ms = wait_ms;
+    op_start(ch, loop, o, MSR_RPC_GET, &r.base);
+}
+
+/* A set answered OK. */
+static void set_ok(msr_rpc_channel_t *ch, msr_rpc_loop_t *loop, const char *key, const char *value)
+{
+    op_t o;
+    set_start(ch, loop, &o, key, value);
+    ops_wait(loop, &o, 1);
+    MSR_CHECK_MSG(o.a.status == MSR_OK, "set %s: %s", key, o.a.err);
+    msr_rpc_async_cleanup(&o.a);
+}
+
+/* A finished get's value must be want. */
+static void get_check(op_t *o, const char *want)
+{
+    MSR_CHECK_MSG(o->a.status == MSR_OK, "get: %d %s", o->a.grpc_code, o->a.err);
+    const Msr__GetResponse *g = (const Msr__GetResponse *)o->a.resp;
+    MSR_CHECK_EQ(g->value.len, strlen(want));
+    MSR_CHECK(memcmp(g->value.data, want, g->value.len) == 0);
+    msr_rpc_async_cleanup(&o->a);
+}
+
+static int64_t add(msr_rpc_channel_t *ch, msr_rpc_loop_t *loop, const char *key, int64_t delta)
+{
+    Msr__AddRequest r = MSR__ADD_REQUEST__INIT;
+    r.key = (char *)key;
+    r.delta = delta;
+    op_t o;
+    op_start(ch, loop, &o, MSR_RPC_ADD, &r.base);
+    ops_wait(loop, &o, 1);
+    MSR_CHECK_MSG(o.a.status == MSR_OK, "add %s: %s", key, o.a.err);
+    int64_t v = ((const Msr__AddResponse *)o.a.resp)->value;
+    msr_rpc_async_cleanup(&o.a);
+    return v;
+}
+
+static void barrier_start(msr_rpc_channel_t *ch, msr_rpc_loop_t *loop, op_t *o, const char *name,
+                          uint32_t count)
+{
+    Msr__BarrierRequest r = MSR__BARRIER_REQUEST__INIT;
+    r.name = (char *)name;
+    r.count = count;
+    r.wait_ms = 15000;
+    op_start(ch, loop, o, MSR_RPC_BARRIER, &r.base);
+}
+
+/* Established TCP connections whose local end is 127.0.0.1:port: the
+ * connections a server on loopback holds (its listening socket is not
+ * one). */
+static int connections_to(int port)
+{
+    const char *files[] = {"/proc/net/tcp", "/proc/net/tcp6"};
+    int n = 0;
+    for (size_t f = 0; f < 2; f++) {
+        FILE *fp = fopen(files[f], "r");
+        if (fp == NULL)
+            continue;
+        char line[512];
+        while (fgets(line, sizeof line, fp)) {
+            char local[128], remote[128];
+            unsigned st;
+            if (sscanf(line, " %*d: %127s %127s %x", local, remote, &st) != 3)
+                continue; /* the header */
+            const char *colon = strrchr(local, ':');
+            if (colon && colon - local >= 8 && strncmp(colon - 8, "0100007F", 8) == 0 &&
+                strtol(colon + 1, NULL, 16) == port && st == 1)
+                n++;
+        }
+        fclose(fp);
+    }
+    return n;
+}
+
+/* ---- a tree: leaves a and b under mid, under the coordinator ---- */
+
+typedef struct tree {
+    msr_tserved_t s;
+    msr_trelay_t mid, la, lb;
+    msr_rpc_loop_t *loop;
+    msr_rpc_channel_t *cha, *chb, *direct;
+} tree_t;
+
+static void tree_start(tree_t *t)
+{
+    msr_tserved_start_nodes(&t->s, 4);
+    msr_trelay_start(&t->mid, t->s.target, "tok", "mid", 4);
+    msr_trelay_start(&t->la, t->mid.target, "tok", "leaf-a", 2);
+    msr_trelay_start(&t->lb, t->mid.target, "tok", "leaf-b", 2);
+    MSR_CHECK_OK(msr_rpc_loop_create(&t->loop));
+    MSR_CHECK_OK(msr_rpc_channel_create_own(t->la.target, "tok", &t->cha));
+    MSR_CHECK_OK(msr_rpc_channel_create_own(t->lb.target, "tok", &t->chb));
+    MSR_CHECK_OK(msr_rpc_channel_create_own(t->s.target, "tok", &t->direct));
+}
+
+static void tree_stop(tree_t *t)
+{
+    msr_rpc_channel_destroy(t->cha);
+    msr_rpc_channel_destroy(t->chb);
+    msr_rpc_channel_destroy(t->direct);
+    msr_rpc_loop_destroy(t->loop);
+    msr_trelay_stop(&t->la);
+    msr_trelay_stop(&t->lb);
+    msr_trelay_stop(&t->mid);
+    msr_tserved_stop(&t->s);
+}
+
+/* Set, get and add through the tree, and the direct view of the same
+ * keys; a get waiting under leaf a for a set under leaf b; a barrier of
+ * two, one under each leaf. */
+static void test_tree_store(void)
+{
+    tree_t t;
+    tree_start(&t);
+    set_ok(t.cha, t.loop, "k", "v-a");
+    op_t g[3];
+    get_start(t.chb, t.loop, &g[0], "k", 0);
+    get_start(t.direct, t.loop, &g[1], "k", 0);
+    ops_wait(t.loop, g, 2);
+    get_check(&g[0], "v-a");
+    get_check(&g[1], "v-a");
+    MSR_CHECK_EQ(add(t.cha, t.loop, "n", 2), 2);
+    MSR_CHECK_EQ(add(t.chb, t.loop, "n", 3), 5);
+    MSR_CHECK_EQ(add(t.direct, t.loop, "n", 0), 5);
+
+    get_start(t.cha, t.loop, &g[2], "late", 15000); /* waits at the coordinator */
+    set_ok(t.chb, t.loop, "late", "v-b");
+    ops_wait(t.loop, &g[2], 1);
+    get_check(&g[2], "v-b");
+
+    op_t b[2];
+    barrier_start(t.cha, t.loop, &b[0], "meet", 2);
+    barrier_start(t.chb, t.loop, &b[1], "meet", 2);
+    ops_wait(t.loop, b, 2);
+    for (int k = 0; k < 2; k++) {
+        MSR_CHECK_MSG(b[k].a.status == MSR_OK, "barrier %d: %s", k, b[k].a.err);
+        msr_rpc_async_cleanup(&b[k].a);
+    }
+    tree_stop(&t);
+}
+
+/* A relay's errors are the coordinator's: a missing key, a write the
+ * store refuses, and a call with a wrong token, each with the code (and
+ * for the store's errors the message) of the same call made directly. */
+static void test_same_errors(void)
+{
+    tree_t t;
+    tree_start(&t);
+    op_t o[2];
+    get_start(t.cha, t.loop, &o[0], "missing", 0);
+    get_start(t.direct, t.loop, &o[1], "missing", 0);
+    ops_wait(t.loop, o, 2);
+    MSR_CHECK_EQ(o[0].a.grpc_code, MSR_RPC_NOT_FOUND);
+    MSR_CHECK_EQ(o[0].a.grpc_code, o[1].a.grpc_code);
+    MSR_CHECK_STR(o[0].a.err, o[1].a.err);
+    msr_rpc_async_cleanup(&o[0].a);
+    msr_rpc_async_cleanup(&o[1].a);
+
+    set_start(t.cha, t.loop, &o[0], "", "v"); /* an empty key */
+    set_start(t.direct, t.loop, &o[1], "", "v");
+    ops_wait(t.loop, o, 2);
+    MSR_CHECK(o[0].a.status != MSR_OK);
+    MSR_CHECK_EQ(o[0].a.grpc_code, o[1].a.grpc_code);
+    MSR_CHECK_STR(o[0].a.err, o[1].a.err);
+    msr_rpc_async_cleanup(&o[0].a);
+    msr_rpc_async_cleanup(&o[1].a);
+
+    msr_rpc_channel_t *bad_relay, *bad_direct;
+    MSR_CHECK_OK(msr_rpc_channel_create_own(t.la.target, "wrong", &bad_relay));
+    MSR_CHECK_OK(msr_rpc_channel_create_own(t.s.target, "wrong", &bad_direct));
+    set_start(bad_relay, t.loop, &o[0], "k", "v");
+    set_start(bad_direct, t.loop, &o[1], "k", "v");
+    ops_wait(t.loop, o, 2);
+    MSR_CHECK(o[0].a.status != MSR_OK);
+    MSR_CHECK_EQ(o[0].a.grpc_code, o[1].a.grpc_code);
+    msr_rpc_async_cleanup(&o[0].a);
+    msr_rpc_async_cleanup(&o[1].a);
+    get_start(t.direct, t.loop, &o[0], "k", 0); /* neither was applied */
+    ops_wait(t.loop, o, 1);
+    MSR_CHECK_EQ(o[0].a.grpc_code, MSR_RPC_NOT_FOUND);
+    msr_rpc_async_cleanup(&o[0].a);
+    msr_rpc_channel_destroy(bad_relay);
+    msr_rpc_channel_destroy(bad_direct);
+    tree_stop(&t);
+}
+
+/* Six nodes (a connection each) calling through the tree: the coordinator
+ * holds one connection, mid's, and mid two, its leaves'; the same six
+ * calling directly make six at the coordinator. */
+static void test_connections_at_relays(void)
+{
+    enum { NODES = 6 };
+    tree_t t;
+    tree_start(&t);
+    msr_rpc_channel_t *via[NODES], *direct[NODES];
+    for (int k = 0; k < NODES; k++) {
+        MSR_CHECK_OK(msr_rpc_channel_create_own(k % 2 ? t.lb.target : t.la.target, "tok", &via[k]));
+        char key[16];
+        snprintf(key, sizeof key, "via%d", k);
+        set_ok(via[k], t.loop, key, "v");
+    }
+    MSR_CHECK_EQ(connections_to(t.s.port), 1);
+    MSR_CHECK_EQ(connections_to(t.mid.port), 2);
+    MSR_CHECK_EQ(connections_to(t.la.port), NODES / 2);
+    for (int k = 0; k < NODES; k++) {
+        MSR_CHECK_OK(msr_rpc_channel_create_own(t.s.target, "tok", &direct[k]));
+        char key[16];
+        snprintf(key, sizeof key, "direct%d", k);
+        set_ok(direct[k], t.loop, key, "v");
+    }
+    MSR_CHECK_EQ(connections_to(t.s.port), 1 + NODES);
+    for (int k = 0; k < NODES; k++) {
+        msr_rpc_channel_destroy(via[k]);
+        msr_rpc_channel_destroy(direct[k]);
+    }
+    tree_stop(&t);
+}
+
+/* Polls loop until relay r forwards n calls (20 s at most). */
+static void forwarding_wait(msr_rpc_loop_t *loop, const msr_trelay_t *r, size_t n)
+{
+    uint64_t limit = msr_deadline_in_ms(20000);
+    while (msr_relay_server_forwarding(r->server) != n) {
+        MSR_CHECK_MSG(!msr_deadline_passed(limit), "relay forwards %zu calls, not %zu",
+                      msr_relay_server_forwarding(r->server), n);
+        msr_rpc_loop_poll(loop, msr_deadline_in_ms(20));
+    }
+}
+
+/* A leaf killed while a get waits through it, then mid killed while a
+ * barrier waits through leaf b and mid: each call ends UNAVAILABLE long
+ * before its wait, and the store still answers directly. */
+static void test_relay_killed_mid_call(void)
+{
+    tree_t t;
+    tree_start(&t);
+    op_t o;
+    get_start(t.cha, t.loop, &o, "never", 15000);
+    forwarding_wait(t.loop, &t.la, 1);
+    forwarding_wait(t.loop, &t.mid, 1);
+    msr_trelay_kill(&t.la);
+    ops_wait(t.loop, &o, 1);
+    MSR_CHECK_MSG(o.a.grpc_code == MSR_RPC_UNAVAILABLE, "%d %s", o.a.grpc_code, o.a.err);
+    msr_rpc_async_cleanup(&o.a);
+    forwarding_wait(t.loop, &t.mid, 0); /* the get ended upstream too */
+
+    barrier_start(t.chb, t.loop, &o, "alone", 2);
+    forwarding_wait(t.loop, &t.lb, 1);
+    forwarding_wait(t.loop, &t.mid, 1);
+    msr_trelay_kill(&t.mid);
+    ops_wait(t.loop, &o, 1);
+    MSR_CHECK_MSG(o.a.grpc_code == MSR_RPC_UNAVAILABLE, "%d %s", o.a.grpc_code, o.a.err);
+    msr_rpc_async_cleanup(&o.a);
+    forwarding_wait(t.loop, &t.lb, 0);
+    set_ok(t.direct, t.loop, "after", "v");
+    tree_stop(&t);
+}
+
+/* A node gives up on a get waiting through leaf a (a minute's wait):
+ * both relays cancel their calls upstream at once, and neither forwards
+ * anything after it. */
+static void test_node_gives_up(void)
+{
+    tree_t t;
+    tree_start(&t);
+    op_t o;
+    Msr__GetRequest r = MSR__GET_REQUEST__INIT;
+    r.key = "never";
+    r.wait_ms = 60000;
+    op_start_in(t.cha, t.loop, &o, MSR_RPC_GET, &r.base, 60000);
+    forwarding_wait(t.loop, &t.mid, 1);
+    msr_rpc_async_cancel(&o.a);
+    ops_wait(t.loop, &o, 1);
+    MSR_CHECK_EQ(o.a.status, MSR_ERR_CANCELED);
+    msr_rpc_async_cleanup(&o.a);
+    forwarding_wait(t.loop, &t.la, 0);
+    forwarding_wait(t.loop, &t.mid, 0);
+    tree_stop(&t);
+}
+
+/* ---- a node's store proxy under a relay ---- */
+
+/* The proxy's socket, named by the runner's process, which removes it at
+ * the end even when a test failed. */
+static char sock_path[64];
+
+/* Two workers of a node whose proxy has relay r: a set and a get go
+ * through r (the coordinator holds r's connection only); r is killed while
+ * a worker's get waits through it; the get goes to the coordinator, and
+ * the other worker's set (sent directly now) answers it. */
+static void test_proxy_falls_back(void)
+{
+    msr_tserved_t s;
+    msr_trelay_t r;
+    msr_tserved_start_nodes(&s, 2);
+    msr_trelay_start(&r, s.target, "tok", "r", 2);
+    unlink(sock_path);
+    msr_proxy_t *p;
+    MSR_CHECK_OK(msr_proxy_start(sock_path, s.target, "tok", NULL, 2, NULL, &p));
+    MSR_CHECK_OK(msr_proxy_set_relay(p, r.target, NULL));
+    msr_rpc_loop_t *loop;
+    msr_rpc_channel_t *w[2];
+    char path[80];
+    snprintf(path, sizeof path, "unix:%s", sock_path);
+    MSR_CHECK_OK(msr_rpc_loop_create(&loop));
+    for (int k = 0; k < 2; k++)
+        MSR_CHECK_OK(msr_rpc_channel_create_own(path, "tok", &w[k]));
+
+    set_ok(w[0], loop, "k", "v0");
+    op_t o;
+    get_start(w[1], loop, &o, "k", 0);
+    ops_wait(loop, &o, 1);
+    get_check(&o, "v0");
+    MSR_CHECK_EQ(connections_to(s.port), 1); /* the relay's */
+
+    get_start(w[0], loop, &o, "late", 15000);
+    forwarding_wait(loop, &r, 1);
+    msr_trelay_kill(&r);
+    set_ok(w[1], loop, "late", "v1");
+    ops_wait(loop, &o, 1);
+    get_check(&o, "v1");
+    for (int k = 0; k < 2; k++)
+        msr_rpc_channel_destroy(w[k]);
+    msr_rpc_loop_destroy(loop);
+    msr_proxy_stop(p);
+    msr_trelay_stop(&r);
+    msr_tserved_stop(&s);
+}
+
+static const msr_test_t tests[] = {
+    {"tree_store", test_tree_store, 60},
+    {"same_errors", test_same_errors, 60},
+    {"connections_at_relays", test_connections_at_relays, 60},
+    {"relay_killed_mid_call", test_relay_killed_mid_call, 60},
+    {"node_gives_up", test_node_gives_up, 60},
+    {"proxy_falls_back", test_proxy_falls_back, 60},
+};
+
+int main(int argc, char **argv)
+{
+    snprintf(sock_path, sizeof sock_path, "/tmp/msr-relay-store-%d.sock", (int)getpid());
+    int rc = MSR_TEST_MAIN(argc, argv, tests); /* gRPC starts in each test's process */
+    unlink(sock_path);
+    return rc;
+}
