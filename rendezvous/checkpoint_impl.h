@@ -14,8 +14,7 @@
 #include "base/log.h"
 #include "msrun/checkpoint.h"
 
-#define CKPT_MAGIC  "MSRCKPT1"
-#define CKPT_HEADER 48
+#define CKPT_MAGIC "MSRCKPT1"
 
 typedef struct ckpt_header {
     uint32_t rank, world;

@@ -271,7 +271,7 @@ static msr_status_t reader_open(const char *dir, int64_t step, int rank, int che
  * MSR_ERR_IO on a failed read (the text names the file). */
 static msr_status_t direct_fill(msr_ckpt_reader_t *r, off_t pos, size_t want, int ahead)
 {
-    const off_t pg = (off_t)CKPT_DIRECT_ALIGN, end = CKPT_HEADER + (off_t)r->h.len;
+    const off_t pg = (off_t)CKPT_DIRECT_ALIGN, end = MSR_CKPT_HEADER_LEN + (off_t)r->h.len;
     off_t a = pos / pg * pg;
     ssize_t got;
     r->stage_len = 0;
@@ -390,10 +390,10 @@ msr_status_t msr_ckpt_reader_read_crc(msr_ckpt_reader_t *r, uint64_t offset, voi
     /* a resharded load reads the pieces it needs a chunk at a time, most
      * often one after the other: read_chunks keeps the disk ahead of them
      * in the file, past this read */
-    msr_status_t st = r->dfd >= 0
-                          ? direct_chunks(r, (off_t)(CKPT_HEADER + offset), buf, len, want)
-                          : ckpt_read_chunks(r->fd, r->path, (off_t)(CKPT_HEADER + offset), buf,
-                                             len, CKPT_HEADER + (off_t)r->h.len, 0, want);
+    msr_status_t st =
+        r->dfd >= 0 ? direct_chunks(r, (off_t)(MSR_CKPT_HEADER_LEN + offset), buf, len, want)
+                    : ckpt_read_chunks(r->fd, r->path, (off_t)(MSR_CKPT_HEADER_LEN + offset), buf,
+                                       len, MSR_CKPT_HEADER_LEN + (off_t)r->h.len, 0, want);
     if (st == MSR_OK)
         st = reader_crc(r, offset, buf, len, want);
     if (st == MSR_OK && crc_p != NULL)

@@ -168,12 +168,12 @@ static void read_parts(int64_t step, int direct)
     MSR_CHECK_OK(msr_init(&ctx));
     MSR_CHECK_OK(msr_ckpt_save(ctx, dir, step, state, len, 0));
     /* [offset, offset + n) of the state; offsets count from the state's
-     * start, the file's header (CKPT_HEADER bytes) before it */
+     * start, the file's header (MSR_CKPT_HEADER_LEN bytes) before it */
     const size_t parts[][2] = {{0, 1},
-                               {1, blk - CKPT_HEADER - 2},
-                               {blk - CKPT_HEADER - 1, 2},
-                               {stage - CKPT_HEADER - 5, 10},
-                               {stage - CKPT_HEADER - 1, stage + 2},
+                               {1, blk - MSR_CKPT_HEADER_LEN - 2},
+                               {blk - MSR_CKPT_HEADER_LEN - 1, 2},
+                               {stage - MSR_CKPT_HEADER_LEN - 5, 10},
+                               {stage - MSR_CKPT_HEADER_LEN - 1, stage + 2},
                                {3, 2 * stage + 7},
                                {len - 1, 1},
                                {0, len},
@@ -181,9 +181,9 @@ static void read_parts(int64_t step, int direct)
                                 * staging buffer), the second across its
                                 * end, then back before it, then at the
                                 * file's end (a short read ahead) */
-                               {stage - CKPT_HEADER - 2500, 1000},
-                               {stage - CKPT_HEADER - 1500, 1000},
-                               {stage - CKPT_HEADER - 500, 1000},
+                               {stage - MSR_CKPT_HEADER_LEN - 2500, 1000},
+                               {stage - MSR_CKPT_HEADER_LEN - 1500, 1000},
+                               {stage - MSR_CKPT_HEADER_LEN - 500, 1000},
                                {10, 5},
                                {15, 7},
                                {len - 3, 2},
@@ -212,7 +212,7 @@ static void read_parts(int64_t step, int direct)
     char path[128], name[64];
     snprintf(path, sizeof path, "%s/step-%lld/rank-0.bin", dir, (long long)step);
     snprintf(name, sizeof name, "step-%lld/rank-0.bin does not match its CRC", (long long)step);
-    const off_t bad[] = {(off_t)stage - 1, (off_t)stage, (off_t)(CKPT_HEADER + len - 1)};
+    const off_t bad[] = {(off_t)stage - 1, (off_t)stage, (off_t)(MSR_CKPT_HEADER_LEN + len - 1)};
     for (size_t k = 0; k < sizeof bad / sizeof bad[0]; k++) {
         int fd = open(path, O_RDWR | O_CLOEXEC);
         unsigned char b;
@@ -298,7 +298,7 @@ static void test_read_ahead(void)
     at -= piece; /* the read that failed */
     MSR_CHECK_EQ(st, MSR_ERR_CORRUPT);
     MSR_CHECK(strstr(msr_last_error(), "step-6/rank-0.bin ends early") != NULL);
-    MSR_CHECK(at + piece > cut - CKPT_HEADER && at <= cut - CKPT_HEADER);
+    MSR_CHECK(at + piece > cut - MSR_CKPT_HEADER_LEN && at <= cut - MSR_CKPT_HEADER_LEN);
     msr_ckpt_reader_close(rd);
     msr_finalize(ctx);
     free(got);
