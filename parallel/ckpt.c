@@ -11,6 +11,8 @@
 #include "base/err.h"
 #include "base/status.h"
 #include "model/err_call.h"
+#include "model/gpt.h"
+#include "msrun/checkpoint.h"
 
 #define PAYLOAD_MAGIC    "MSRTRN03"
 #define PAYLOAD_VERSION  3u
@@ -414,36 +416,18 @@ msr_status_t msr_tckpt_index_total(const void *head, size_t hl, uint64_t *total_
     return MSR_OK;
 }
 
-/* How far into a state file its payload may start: libmsrun's header
- * comes first; the payload is found by its magic, so that this module
- * does not restate that header's layout. */
-#define CUT_SCAN 256
-
-/* The payload's first byte in fd (its magic at an 8-byte boundary within
- * its first CUT_SCAN bytes, which *scan_p holds, *got_p of them): 0, or -1
- * when it is not there. */
-static int payload_at(int fd, unsigned char *scan, ssize_t *got_p, uint64_t *at_p)
-{
-    ssize_t got = pread(fd, scan, CUT_SCAN, 0);
-    uint64_t at = 0;
-    while (got > 0 && at + 8 <= (uint64_t)got && memcmp(scan + at, PAYLOAD_MAGIC, 8) != 0 &&
-           memcmp(scan + at, PAYLOAD_MAGIC_V2, 8) != 0)
-        at += 8;
-    *got_p = got;
-    *at_p = at;
-    return got > 0 && at + 8 <= (uint64_t)got ? 0 : -1;
-}
-
 int msr_tckpt_find_cut(int fd, uint64_t size, msr_tckpt_cut_t *cut_p)
 {
-    unsigned char scan[CUT_SCAN];
-    ssize_t got;
-    msr_tckpt_cut_t c = {.size = size, .head = MSR_TCKPT_PREFIX_LEN};
-    if (payload_at(fd, scan, &got, &c.at) != 0)
+    /* the payload follows libmsrun's header (msrun/checkpoint.h) */
+    unsigned char prefix[MSR_TCKPT_PREFIX_LEN];
+    msr_tckpt_cut_t c = {.size = size, .at = MSR_CKPT_HEADER_LEN, .head = MSR_TCKPT_PREFIX_LEN};
+    if (size < c.at + 8) /* cut before the payload's magic: nothing to say more from */
         return 0;
-    if (size - c.at >= MSR_TCKPT_PREFIX_LEN &&
-        (c.at + MSR_TCKPT_PREFIX_LEN > (uint64_t)got ||
-         msr_tckpt_head_len(scan + c.at, MSR_TCKPT_PREFIX_LEN, &c.head) != MSR_OK))
+    size_t got = size - c.at < sizeof prefix ? (size_t)(size - c.at) : sizeof prefix;
+    if (pread(fd, prefix, got, (off_t)c.at) != (ssize_t)got ||
+        (memcmp(prefix, PAYLOAD_MAGIC, 8) != 0 && memcmp(prefix, PAYLOAD_MAGIC_V2, 8) != 0))
+        return 0;
+    if (got == sizeof prefix && msr_tckpt_head_len(prefix, sizeof prefix, &c.head) != MSR_OK)
         return 0;
     if (size - c.at < c.head) { /* the pieces' offsets are past the cut too */
         *cut_p = c;
@@ -490,6 +474,24 @@ void msr_tckpt_cut_say(const msr_tckpt_cut_t *c, const char *what, const char *t
                  tensor != NULL ? "of tensor " : "", tensor != NULL ? tensor : "",
                  tensor != NULL ? " " : "", c->piece.lo, c->piece.lo + c->piece.n, c->piece.offset,
                  c->piece.offset + 12 * c->piece.n);
+}
+
+const char *msr_tckpt_tensor_name(const struct msr_gpt *m, uint64_t g)
+{
+    for (int k = 0; m != NULL && k < m->num_tensors; k++)
+        if (g >= m->tensors[k].offset && g < m->tensors[k].offset + m->tensors[k].count)
+            return m->tensors[k].name;
+    return m != NULL ? "experts" : "?";
+}
+
+int msr_tckpt_explain_cut(void *arg, int fd, uint64_t size, const char *what, char *out, size_t len)
+{
+    const msr_gpt_t *m = arg;
+    msr_tckpt_cut_t c;
+    if (!msr_tckpt_find_cut(fd, size, &c))
+        return 0;
+    msr_tckpt_cut_say(&c, what, m != NULL ? msr_tckpt_tensor_name(m, c.piece.lo) : NULL, out, len);
+    return 1;
 }
 
 int msr_tckpt_exit_status(msr_status_t st)

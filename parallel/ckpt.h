@@ -53,6 +53,8 @@
 #include "msrun/base.h"
 #include "msrun/store.h"
 
+struct msr_gpt; /* model/gpt.h */
+
 #define MSR_TCKPT_META_MAX   4096
 /* The most elements of one piece (12 MiB of parameters and moments): the
  * unit of a CRC and of a partial read, so a reader's buffer is bounded. */
@@ -155,6 +157,19 @@ int msr_tckpt_find_cut(int fd, uint64_t size, msr_tckpt_cut_t *cut_p);
  * out (len bytes). */
 void msr_tckpt_cut_say(const msr_tckpt_cut_t *c, const char *what, const char *tensor, char *out,
                        size_t len);
+
+/* The tensor of whole model m's table (model/gpt.h) that holds the
+ * whole model's flat element g (ckpt_map.h's numbering): its name, or
+ * "experts" past the table's elements; "?" when m is NULL. */
+const char *msr_tckpt_tensor_name(const struct msr_gpt *m, uint64_t g);
+
+/* A msr_ckpt_cut_fn (msrun/checkpoint.h: msr_ckpt_latest_explain) for the
+ * trainer's state files: with arg a whole model (const msr_gpt_t *; NULL:
+ * pieces named by their elements only), when msr_tckpt_find_cut finds fd
+ * cut short, msr_tckpt_cut_say's sentence about `what` into out, 1; else
+ * 0. Reads fd only. */
+int msr_tckpt_explain_cut(void *arg, int fd, uint64_t size, const char *what, char *out,
+                          size_t len);
 
 /* Whether piece r's params, m and v (contiguous, as in a payload) match
  * its CRC (always for version 2, which has none). */

@@ -35,9 +35,9 @@ static void put64(unsigned char *p, uint64_t v)
         p[i] = (unsigned char)(v >> (8 * i));
 }
 
-static void header_pack(const ckpt_header_t *h, unsigned char out[CKPT_HEADER])
+static void header_pack(const ckpt_header_t *h, unsigned char out[MSR_CKPT_HEADER_LEN])
 {
-    memset(out, 0, CKPT_HEADER);
+    memset(out, 0, MSR_CKPT_HEADER_LEN);
     memcpy(out, CKPT_MAGIC, 8);
     put32(out + 8, 1); /* version */
     put32(out + 12, h->rank);
@@ -288,7 +288,7 @@ msr_status_t msr_ckpt_save(msr_ctx_t *ctx, const char *dir, int64_t step, const 
     ckpt_header_t h = {
         (uint32_t)msr_rank(ctx), (uint32_t)msr_world_size(ctx), msr_generation(ctx), step, len,
         msr_crc32(0, data, len)};
-    unsigned char hb[CKPT_HEADER];
+    unsigned char hb[MSR_CKPT_HEADER_LEN];
     header_pack(&h, hb);
     char name[64];
     snprintf(name, sizeof name, "rank-%d.bin", msr_rank(ctx));

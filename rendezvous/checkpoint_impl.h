@@ -14,8 +14,7 @@
 #include "base/log.h"
 #include "msrun/checkpoint.h"
 
-#define CKPT_MAGIC  "MSRCKPT1"
-#define CKPT_HEADER 48
+#define CKPT_MAGIC "MSRCKPT1"
 
 typedef struct ckpt_header {
     uint32_t rank, world;
@@ -30,9 +29,15 @@ typedef struct ckpt_header {
  * CKPT_DIRECT_STAGE bytes at a time, into a buffer of that size. */
 #define CKPT_DIRECT_ALIGN ((size_t)4096)
 #define CKPT_DIRECT_STAGE ((size_t)4 << 20)
+/* A staging buffer's alignment: a huge page's (x86-64's 2 MiB), so that
+ * its pages can be huge ones (checkpoint_reader.c). */
+#define CKPT_STAGE_ALIGN  ((size_t)2 << 20)
 
 /* Whether reader r reads past the page cache (for tests). */
 int msr_ckpt_reader_direct(const msr_ckpt_reader_t *r);
+/* Reader r's staging buffer, NULL when it reads through the cache (for
+ * tests). */
+const void *msr_ckpt_reader_stage(const msr_ckpt_reader_t *r);
 
 /* checkpoint_read.c's, for the reader (checkpoint_reader.c); each says
  * what it does where it is defined. */

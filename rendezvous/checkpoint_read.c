@@ -39,7 +39,7 @@ static uint64_t get64(const unsigned char *p)
     return v;
 }
 
-static int header_unpack(const unsigned char in[CKPT_HEADER], ckpt_header_t *h)
+static int header_unpack(const unsigned char in[MSR_CKPT_HEADER_LEN], ckpt_header_t *h)
 {
     if (memcmp(in, CKPT_MAGIC, 8) != 0 || get32(in + 8) != 1)
         return -1;
@@ -78,7 +78,7 @@ int msr_ckpt_have_step(msr_ctx_t *ctx, const char *dir, int64_t step)
     msr_status_t st = open_ckpt_file(path, &fd);
     if (st != MSR_OK)
         return st == MSR_ERR_CORRUPT ? -1 : 0;
-    unsigned char hb[CKPT_HEADER];
+    unsigned char hb[MSR_CKPT_HEADER_LEN];
     ckpt_header_t h;
     int ok = msr_read_full(fd, hb, sizeof hb) == MSR_OK && header_unpack(hb, &h) == 0 &&
              h.step == step && h.rank == (uint32_t)msr_rank(ctx) &&
@@ -145,10 +145,10 @@ msr_status_t ckpt_open_state(const char *dir, int64_t step, int rank, int world,
         }
         return io_error("cannot open", path);
     }
-    unsigned char hb[CKPT_HEADER];
+    unsigned char hb[MSR_CKPT_HEADER_LEN];
     struct stat sb;
     if (msr_read_full(fd, hb, sizeof hb) != MSR_OK || header_unpack(hb, h_p) != 0 ||
-        fstat(fd, &sb) != 0 || (uint64_t)sb.st_size != CKPT_HEADER + h_p->len ||
+        fstat(fd, &sb) != 0 || (uint64_t)sb.st_size != MSR_CKPT_HEADER_LEN + h_p->len ||
         h_p->step != step || h_p->rank != (uint32_t)rank ||
         (world >= 0 && h_p->world != (uint32_t)world)) {
         msr_err_set("checkpoint: %s is not rank %d's state of step %" PRId64 "%s", path, rank, step,
@@ -247,8 +247,8 @@ static msr_status_t load_file(const char *dir, int64_t step, int rank, int world
                      path, h.len);
         goto out;
     }
-    st = ckpt_read_chunks(fd, path, CKPT_HEADER, data, (size_t)h.len, CKPT_HEADER + (off_t)h.len, 0,
-                          &crc);
+    st = ckpt_read_chunks(fd, path, MSR_CKPT_HEADER_LEN, data, (size_t)h.len,
+                          MSR_CKPT_HEADER_LEN + (off_t)h.len, 0, &crc);
     if (st == MSR_OK && crc != h.crc)
         st = msr_err(MSR_ERR_CORRUPT, "checkpoint: %s does not match its CRC", path);
     if (st != MSR_OK) {
@@ -263,10 +263,42 @@ out:
     return st;
 }
 
+/* What a program says about its state files cut short (msr_ckpt_cut_fn
+ * and its argument); fn NULL: nothing. */
+typedef struct cut_explainer {
+    msr_ckpt_cut_fn fn;
+    void *arg;
+} cut_explainer_t;
+
+/* After ckpt_open_state refused step's state file of this rank at path:
+ * when the file is a regular one shorter than its header gives, appends
+ * what x says about it to the error text. */
+static void explain_cut(const cut_explainer_t *x, msr_ctx_t *ctx, int64_t step, const char *path)
+{
+    unsigned char hb[MSR_CKPT_HEADER_LEN];
+    ckpt_header_t h;
+    struct stat sb;
+    char what[64], why[MSR_ERR_TEXT_MAX], was[MSR_ERR_TEXT_MAX];
+    if (x->fn == NULL)
+        return;
+    int fd = -1;
+    if (open_ckpt_file(path, &fd) != MSR_OK)
+        return;
+    snprintf(what, sizeof what, "step-%" PRId64 "/rank-%d.bin", step, msr_rank(ctx));
+    if (fstat(fd, &sb) == 0 && msr_read_full(fd, hb, sizeof hb) == MSR_OK &&
+        header_unpack(hb, &h) == 0 && h.len <= UINT64_MAX - MSR_CKPT_HEADER_LEN &&
+        (uint64_t)sb.st_size < MSR_CKPT_HEADER_LEN + h.len &&
+        x->fn(x->arg, fd, (uint64_t)sb.st_size, what, why, sizeof why) == 1) {
+        snprintf(was, sizeof was, "%s", msr_last_error());
+        msr_err_set("%s: %s", was, why);
+    }
+    close(fd);
+}
+
 /* Whether this rank's state of step reads back whole (header, length and
  * CRC), read through a buffer of one chunk (the state is not held); on
- * failure msr_last_error() says why. */
-static int verify_own(msr_ctx_t *ctx, const char *dir, int64_t step)
+ * failure msr_last_error() says why, and what x says of a file cut short. */
+static int verify_own(msr_ctx_t *ctx, const char *dir, int64_t step, const cut_explainer_t *x)
 {
     char path[4200];
     int fd;
@@ -274,14 +306,16 @@ static int verify_own(msr_ctx_t *ctx, const char *dir, int64_t step)
     uint32_t crc = 0;
     msr_status_t st =
         ckpt_open_state(dir, step, msr_rank(ctx), msr_world_size(ctx), path, sizeof path, &fd, &h);
+    if (st == MSR_ERR_CORRUPT)
+        explain_cut(x, ctx, step, path);
     if (st != MSR_OK)
         return 0;
     void *chunk = malloc(CKPT_CHUNK);
     if (chunk == NULL)
         st = msr_err(MSR_ERR_NO_MEMORY, "checkpoint: out of memory to check %s", path);
     else
-        st = ckpt_read_chunks(fd, path, CKPT_HEADER, chunk, (size_t)h.len,
-                              CKPT_HEADER + (off_t)h.len, 1, &crc);
+        st = ckpt_read_chunks(fd, path, MSR_CKPT_HEADER_LEN, chunk, (size_t)h.len,
+                              MSR_CKPT_HEADER_LEN + (off_t)h.len, 1, &crc);
     if (st == MSR_OK && crc != h.crc)
         st = msr_err(MSR_ERR_CORRUPT, "checkpoint: %s does not match its CRC", path);
     free(chunk);
@@ -326,8 +360,9 @@ static void own_offers(msr_ctx_t *ctx, const char *dir, int64_t mine[CKPT_OFFER]
     free(steps);
 }
 
-/* msr_ckpt_latest, and with verify 0 msr_ckpt_latest_unchecked. */
-static msr_status_t latest(msr_ctx_t *ctx, const char *dir, int verify, int64_t *step_p)
+/* msr_ckpt_latest_explain, and with verify 0 msr_ckpt_latest_unchecked. */
+static msr_status_t latest(msr_ctx_t *ctx, const char *dir, int verify, const cut_explainer_t *x,
+                           int64_t *step_p)
 {
     if (ctx == NULL || dir == NULL || step_p == NULL) {
         msr_err_set("checkpoint: bad arguments");
@@ -375,7 +410,7 @@ static msr_status_t latest(msr_ctx_t *ctx, const char *dir, int verify, int64_t 
         }
         /* Complete everywhere: every rank reads its state back before the
          * job trusts it; a corrupt one sends all ranks to the next. */
-        int32_t ok = verify_own(ctx, dir, cand), *oks = NULL;
+        int32_t ok = verify_own(ctx, dir, cand, x), *oks = NULL;
         if (!ok)
             MSR_WARN("checkpoint: step %" PRId64 " is not usable on rank %d: %s", cand,
                      msr_rank(ctx), msr_last_error());
@@ -416,12 +451,21 @@ static msr_status_t latest(msr_ctx_t *ctx, const char *dir, int verify, int64_t 
 
 msr_status_t msr_ckpt_latest(msr_ctx_t *ctx, const char *dir, int64_t *step_p)
 {
-    return latest(ctx, dir, 1, step_p);
+    const cut_explainer_t none = {NULL, NULL};
+    return latest(ctx, dir, 1, &none, step_p);
+}
+
+msr_status_t msr_ckpt_latest_explain(msr_ctx_t *ctx, const char *dir, msr_ckpt_cut_fn cut_fn,
+                                     void *arg, int64_t *step_p)
+{
+    const cut_explainer_t x = {cut_fn, arg};
+    return latest(ctx, dir, 1, &x, step_p);
 }
 
 msr_status_t msr_ckpt_latest_unchecked(msr_ctx_t *ctx, const char *dir, int64_t *step_p)
 {
-    return latest(ctx, dir, 0, step_p);
+    const cut_explainer_t none = {NULL, NULL};
+    return latest(ctx, dir, 0, &none, step_p);
 }
 
 msr_status_t msr_ckpt_load(msr_ctx_t *ctx, const char *dir, int64_t step, void **data_p,

@@ -12,6 +12,7 @@
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <unistd.h>
 
 #include "base/crc32.h"
@@ -105,14 +106,37 @@ static void *ahead_main(void *arg)
     return NULL;
 }
 
+/* A staging buffer (CKPT_DIRECT_STAGE bytes; free it), aligned to a huge
+ * page and advised to be backed by huge pages: every O_DIRECT read pins
+ * the buffer's pages for the disk, which takes the kernel a page-table
+ * walk per page, 1024 for a 4 MiB read of 4 KiB pages, 2 of huge ones,
+ * and a fresh buffer's first touch faults once per page likewise. The
+ * advice is a hint: where the kernel has no huge page to give, the
+ * buffer is of small pages and reads the same. NULL: out of memory. */
+static void *stage_alloc(void)
+{
+    void *p = NULL;
+    if (posix_memalign(&p, CKPT_STAGE_ALIGN, CKPT_DIRECT_STAGE) != 0)
+        return NULL;
+#ifdef MADV_HUGEPAGE
+    (void)madvise(p, CKPT_DIRECT_STAGE, MADV_HUGEPAGE);
+#endif
+    return p;
+}
+
+const void *msr_ckpt_reader_stage(const msr_ckpt_reader_t *r)
+{
+    return r != NULL ? r->stage : NULL;
+}
+
 /* Starts r's read-ahead thread and its buffer; where either cannot be had
  * the reader reads only what it is asked (a->started stays 0). The thread
  * takes no signals: they go to the program's own threads. */
 static void ahead_start(msr_ckpt_reader_t *r)
 {
     ckpt_ahead_t *a = &r->ahead;
-    void *buf = NULL;
-    if (posix_memalign(&buf, CKPT_DIRECT_ALIGN, CKPT_DIRECT_STAGE) != 0)
+    void *buf = stage_alloc();
+    if (buf == NULL)
         return;
     if (pthread_mutex_init(&a->mu, NULL) != 0)
         goto err_buf;
@@ -221,7 +245,7 @@ static void direct_open(msr_ckpt_reader_t *r)
     r->stage = NULL;
     r->stage_len = 0;
     r->next = -1;
-    if (posix_memalign(&stage, CKPT_DIRECT_ALIGN, CKPT_DIRECT_STAGE) != 0)
+    if ((stage = stage_alloc()) == NULL)
         return;
     /* test-only: as if the filesystem refused O_DIRECT (docs/testing.md) */
     const char *no_direct = getenv("MSR_TEST_CKPT_NO_DIRECT");
@@ -271,7 +295,7 @@ static msr_status_t reader_open(const char *dir, int64_t step, int rank, int che
  * MSR_ERR_IO on a failed read (the text names the file). */
 static msr_status_t direct_fill(msr_ckpt_reader_t *r, off_t pos, size_t want, int ahead)
 {
-    const off_t pg = (off_t)CKPT_DIRECT_ALIGN, end = CKPT_HEADER + (off_t)r->h.len;
+    const off_t pg = (off_t)CKPT_DIRECT_ALIGN, end = MSR_CKPT_HEADER_LEN + (off_t)r->h.len;
     off_t a = pos / pg * pg;
     ssize_t got;
     r->stage_len = 0;
@@ -390,10 +414,10 @@ msr_status_t msr_ckpt_reader_read_crc(msr_ckpt_reader_t *r, uint64_t offset, voi
     /* a resharded load reads the pieces it needs a chunk at a time, most
      * often one after the other: read_chunks keeps the disk ahead of them
      * in the file, past this read */
-    msr_status_t st = r->dfd >= 0
-                          ? direct_chunks(r, (off_t)(CKPT_HEADER + offset), buf, len, want)
-                          : ckpt_read_chunks(r->fd, r->path, (off_t)(CKPT_HEADER + offset), buf,
-                                             len, CKPT_HEADER + (off_t)r->h.len, 0, want);
+    msr_status_t st =
+        r->dfd >= 0 ? direct_chunks(r, (off_t)(MSR_CKPT_HEADER_LEN + offset), buf, len, want)
+                    : ckpt_read_chunks(r->fd, r->path, (off_t)(MSR_CKPT_HEADER_LEN + offset), buf,
+                                       len, MSR_CKPT_HEADER_LEN + (off_t)r->h.len, 0, want);
     if (st == MSR_OK)
         st = reader_crc(r, offset, buf, len, want);
     if (st == MSR_OK && crc_p != NULL)

@@ -41,5 +41,12 @@ if [ "${MSRUN_SKIP_FUZZ:-0}" != 1 ] && command -v clang >/dev/null; then
     build-fuzz/tests/fuzz_node -max_total_time="${MSRUN_FUZZ_SECONDS:-30}" -print_final_stats=1 \
         -artifact_prefix="$work/" "$work" tests/fuzz/corpus/node 2>&1 | tail -n 3
     rm -rf "$work"
+    echo "== fuzzing where a checkpoint file was cut (${MSRUN_FUZZ_SECONDS:-30} s)"
+    cmake --build build-fuzz -j"$jobs" --target fuzz_ckpt_cut
+    work=$(mktemp -d)
+    build-fuzz/tests/fuzz_ckpt_cut -max_total_time="${MSRUN_FUZZ_SECONDS:-30}" \
+        -print_final_stats=1 -artifact_prefix="$work/" "$work" tests/fuzz/corpus/ckpt_cut 2>&1 |
+        tail -n 3
+    rm -rf "$work"
 fi
 echo "== all tests passed in $(($(date +%s) - start)) s"

@@ -36,6 +36,15 @@
 extern "C" {
 #endif
 
+/* The bytes of a rank file's header (step-<N>/rank-<R>.bin): the state
+ * saved starts at this offset and the file holds exactly this many bytes
+ * more than the state. The header, integers little-endian: "MSRCKPT1",
+ * u32 version (1), u32 rank, u32 world size, i32 generation, i64 step,
+ * u64 state length, u32 CRC-32 of the state (zlib's), zeros to the end.
+ * For tools that read a state without libmsrun (an offset into the file);
+ * never changes within version 1. */
+#define MSR_CKPT_HEADER_LEN 48
+
 /* Saves len bytes as this rank's state of step (>= 0) in dir (created if
  * missing). Every rank of the job must call it for the same step: it waits
  * for all of them (a store allgather), then marks the step complete. Keeps
@@ -55,6 +64,25 @@ MSR_API msr_status_t msr_ckpt_save(msr_ctx_t *ctx, const char *dir, int64_t step
  * out, all ranks fall back to the next older complete step, and the log
  * says which step was refused, on which rank and why. */
 MSR_API msr_status_t msr_ckpt_latest(msr_ctx_t *ctx, const char *dir, int64_t *step_p);
+
+/* Says where a state file cut short was cut, for msr_ckpt_latest_explain:
+ * fd is the file, open for reading (size bytes, fewer than its header
+ * gives; the callee must not close it), `what` its name under the
+ * checkpoint's directory ("step-<N>/rank-<R>.bin"). Writes a sentence
+ * into out (len bytes, NUL-terminated) and returns 1, or returns 0 when
+ * it has nothing to say (out then unused). Called on the thread that
+ * called msr_ckpt_latest_explain. */
+typedef int (*msr_ckpt_cut_fn)(void *arg, int fd, uint64_t size, const char *what, char *out,
+                               size_t len);
+
+/* msr_ckpt_latest, and when this rank's state of a step is cut short
+ * (the file shorter than its header gives), the reason logged for the
+ * step's refusal goes on with what cut_fn(arg, ...) says about the file:
+ * a program that knows its state's layout names the part the cut falls
+ * in (train_gpt: the tensor, msr_tckpt_explain_cut). cut_fn NULL: as
+ * msr_ckpt_latest. Same errors. */
+MSR_API msr_status_t msr_ckpt_latest_explain(msr_ctx_t *ctx, const char *dir,
+                                             msr_ckpt_cut_fn cut_fn, void *arg, int64_t *step_p);
 
 /* Loads this rank's state of step: *data_p (free with free(3)) and *len_p.
  * MSR_ERR_NOT_FOUND when absent or incomplete, MSR_ERR_CORRUPT when its

@@ -72,20 +72,17 @@ static void shard_free(shard_t *s)
     memset(s, 0, sizeof *s);
 }
 
-static const char *tensor_name(const msr_gpt_t *m, uint64_t g);
-
 /* When the file path (named what) is shorter than its index says, where
  * the cut falls (msr_tckpt_cut_say; the piece's tensor of model m, or
  * none when m is NULL) into out; else out is "". */
 static void cut_said(const char *path, const char *what, const msr_gpt_t *m, char *out, size_t len)
 {
     struct stat sb;
-    msr_tckpt_cut_t c;
     int fd = open(path, O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC);
     out[0] = '\0';
     if (fd >= 0 && fstat(fd, &sb) == 0 && S_ISREG(sb.st_mode) &&
-        msr_tckpt_find_cut(fd, (uint64_t)sb.st_size, &c))
-        msr_tckpt_cut_say(&c, what, m != NULL ? tensor_name(m, c.piece.lo) : NULL, out, len);
+        !msr_tckpt_explain_cut((void *)m, fd, (uint64_t)sb.st_size, what, out, len))
+        out[0] = '\0';
     if (fd >= 0)
         close(fd);
 }
@@ -147,15 +144,6 @@ static int shape_of(const char *meta, msr_gpt_config_t *cfg)
     return msr_gpt_config_check(cfg) == MSR_OK ? 0 : -1;
 }
 
-/* The whole model's tensor holding element g (experts past the flat ones). */
-static const char *tensor_name(const msr_gpt_t *m, uint64_t g)
-{
-    for (int k = 0; k < m->num_tensors; k++)
-        if (g >= m->tensors[k].offset && g < m->tensors[k].offset + m->tensors[k].count)
-            return m->tensors[k].name;
-    return "experts";
-}
-
 /* Reads and checks every piece of shard s (rank's), marking its elements
  * in have (one bit each): 0, or the exit status with the piece named. */
 static int shard_check(const char *dir, long long step, int rank, const shard_t *s,
@@ -179,7 +167,7 @@ static int shard_check(const char *dir, long long step, int rank, const shard_t 
             fprintf(stderr,
                     "msrun ckpt: %s/step-%lld/rank-%d.bin: the piece of tensor %s (elements "
                     "[%llu, %llu) of the whole model) %s\n",
-                    dir, step, rank, tensor_name(m, r.lo), (unsigned long long)r.lo,
+                    dir, step, rank, msr_tckpt_tensor_name(m, r.lo), (unsigned long long)r.lo,
                     (unsigned long long)(r.lo + r.n),
                     st != MSR_OK ? msr_err_msg_or(st) : "does not match its CRC");
             return st != MSR_OK ? msr_tckpt_exit_status(st) : EXIT_BAD;
@@ -209,7 +197,7 @@ static int report(const msr_gpt_t *m, size_t experts, const unsigned char *have)
     for (size_t i = 0; i < total; i++) {
         if (!(have[i / 8] & (1u << (i % 8)))) {
             fprintf(stderr, "msrun ckpt: no shard holds element %zu (tensor %s)\n", i,
-                    tensor_name(m, i));
+                    msr_tckpt_tensor_name(m, i));
             return -1;
         }
     }

@@ -296,6 +296,12 @@ msr_status_t train_gpt_latest_whole(const job_t *job, const char *dir, const cha
 msr_status_t train_gpt_cut_err(msr_status_t st, const char *dir, int64_t step, int rank,
                                const char *meta);
 
+/* msr_ckpt_latest under dir, a state file of this rank cut short named
+ * in the log by the step, the file and the tensor of the model meta
+ * describes that the cut falls in (msr_ckpt_latest_explain). */
+msr_status_t train_gpt_latest_checked(msr_ctx_t *ctx, const char *dir, const char *meta,
+                                      int64_t *step_p);
+
 /* Rank 0 (with --ckpt-dir) tells the coordinator that this generation
  * saves a checkpoint when a node waits to join (MSR_KEY_JOIN_SAVES), so
  * that it holds the re-form for that save. A failure is printed: the job

@@ -25,7 +25,6 @@
 #include "programs/train_gpt/train_gpt.h"
 
 static msr_gpt_t *whole_model(const char *meta);
-static const char *tensor_name(const msr_gpt_t *m, uint64_t g);
 
 /* train_gpt_cut_err with the whole model's tensor table m. */
 static msr_status_t cut_err(msr_status_t st, const char *dir, int64_t step, int rank,
@@ -39,13 +38,20 @@ static msr_status_t cut_err(msr_status_t st, const char *dir, int64_t step, int 
     snprintf(path, sizeof path, "%s/step-%lld/rank-%d.bin", dir, (long long)step, rank);
     snprintf(what, sizeof what, "step-%lld/rank-%d.bin", (long long)step, rank);
     int fd = open(path, O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC), cut = 0;
-    msr_tckpt_cut_t c;
-    if (fd >= 0 && fstat(fd, &sb) == 0 && S_ISREG(sb.st_mode) &&
-        (cut = msr_tckpt_find_cut(fd, (uint64_t)sb.st_size, &c)) != 0)
-        msr_tckpt_cut_say(&c, what, tensor_name(m, c.piece.lo), why, sizeof why);
+    if (fd >= 0 && fstat(fd, &sb) == 0 && S_ISREG(sb.st_mode))
+        cut = msr_tckpt_explain_cut((void *)m, fd, (uint64_t)sb.st_size, what, why, sizeof why);
     if (fd >= 0)
         close(fd);
     return cut ? msr_err(st, "%s: %s", was, why) : msr_err(st, "%s", was);
+}
+
+msr_status_t train_gpt_latest_checked(msr_ctx_t *ctx, const char *dir, const char *meta,
+                                      int64_t *step_p)
+{
+    msr_gpt_t *m = whole_model(meta); /* NULL: the cut's piece named by its elements */
+    msr_status_t st = msr_ckpt_latest_explain(ctx, dir, msr_tckpt_explain_cut, m, step_p);
+    msr_gpt_destroy(m);
+    return st;
 }
 
 msr_status_t train_gpt_cut_err(msr_status_t st, const char *dir, int64_t step, int rank,
@@ -106,16 +112,6 @@ static msr_status_t shard_read(const char *dir, int64_t step, int rank, int worl
     return st;
 }
 
-/* The whole model's tensor that holds element g (past its flat elements:
- * the experts), model NULL when this run's settings did not build one. */
-static const char *tensor_name(const msr_gpt_t *m, uint64_t g)
-{
-    for (int k = 0; m != NULL && k < m->num_tensors; k++)
-        if (g >= m->tensors[k].offset && g < m->tensors[k].offset + m->tensors[k].count)
-            return m->tensors[k].name;
-    return m != NULL ? "experts" : "?";
-}
-
 /* Reads bytes [at, at + len) of the state through r in chunks into buf
  * (MSR_TCKPT_READ_CHUNK bytes), continuing *crc over them. The read that
  * reaches the state's end checks the file's CRC; when that alone fails
@@ -165,8 +161,8 @@ static msr_status_t shard_check(const char *dir, int64_t step, int rank, const s
             st = msr_err(MSR_ERR_CORRUPT,
                          "step-%lld/rank-%d.bin: the piece of tensor %s (elements [%llu, %llu) "
                          "of the whole model) does not match its CRC",
-                         (long long)step, rank, tensor_name(m, p->lo), (unsigned long long)p->lo,
-                         (unsigned long long)(p->lo + p->n));
+                         (long long)step, rank, msr_tckpt_tensor_name(m, p->lo),
+                         (unsigned long long)p->lo, (unsigned long long)(p->lo + p->n));
     }
     if (st == MSR_OK) /* bytes after the last piece: the file's CRC covers them */
         st = read_on(r, at, s->total - at, buf, &crc, &file_bad, why, sizeof why);
@@ -215,7 +211,7 @@ static msr_status_t step_covered(const char *dir, int64_t step, int world, uint6
     }
     if (st == MSR_OK && next < P)
         st = msr_err(MSR_ERR_CORRUPT, "no shard of step %lld holds element %llu (tensor %s)",
-                     (long long)step, (unsigned long long)next, tensor_name(m, next));
+                     (long long)step, (unsigned long long)next, msr_tckpt_tensor_name(m, next));
     msr_free(all);
     return st;
 }

@@ -118,10 +118,10 @@ static msr_status_t read_payload(void *arg, int rank, uint64_t offset, void *buf
  * when none. When this world saved the newest and msr_ckpt_latest fell
  * back past it to an older step complete and intact everywhere, *any_p is
  * that step. Logs and returns the store's error. */
-static msr_status_t find_latest(const job_t *job, const options_t *o, int check, int64_t *same_p,
-                                int64_t *any_p, int *world_p)
+static msr_status_t find_latest(const job_t *job, const options_t *o, const char *meta, int check,
+                                int64_t *same_p, int64_t *any_p, int *world_p)
 {
-    msr_status_t st = check ? msr_ckpt_latest(job->ctx, o->ckpt_dir, same_p)
+    msr_status_t st = check ? train_gpt_latest_checked(job->ctx, o->ckpt_dir, meta, same_p)
                             : msr_ckpt_latest_unchecked(job->ctx, o->ckpt_dir, same_p);
     if (st == MSR_OK)
         st = msr_ckpt_latest_any(job->ctx, o->ckpt_dir, any_p, world_p);
@@ -243,7 +243,7 @@ msr_status_t train_gpt_resume(const trainer_t *t, const job_t *job, const option
     double cpu0 = cpu_seconds();
     fetch_arg_t f = {0};
     *resumed_p = 0;
-    msr_status_t st = find_latest(job, o, 0, &same, &any, &world);
+    msr_status_t st = find_latest(job, o, meta, 0, &same, &any, &world);
     if (st != MSR_OK || any < 0)
         return st; /* nothing to resume: nothing was loaded */
     st = restore_step(t, job, o, meta, any, world, same == any, &f);
@@ -254,7 +254,7 @@ msr_status_t train_gpt_resume(const trainer_t *t, const job_t *job, const option
     int bad = msr_tckpt_exit_status(st) == EXIT_BAD_INPUT; /* not the machine's fault */
     if (bad && same == any) {
         int64_t failed = any;
-        msr_status_t fst = find_latest(job, o, 1, &same, &any, &world);
+        msr_status_t fst = find_latest(job, o, meta, 1, &same, &any, &world);
         if (fst != MSR_OK)
             return fst;
         if (same >= 0 && same < failed)

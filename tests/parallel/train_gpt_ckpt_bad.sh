@@ -7,8 +7,9 @@
 # byte short of the end, inside the header and index (the sizes, and the
 # piece by its tensor and elements, which this script finds from the
 # file's own index), and inside libmsrun's header before the payload (the
-# file named); msrun ckpt inspect says the same. A shard missing from a
-# complete step: exit 2. An I/O error reading an intact file (a preloaded
+# file named); the same layout's search for an older intact step says the
+# same in its refusal of the step, and msrun ckpt inspect. A shard missing
+# from a complete step: exit 2. An I/O error reading an intact file (a preloaded
 # pread, read_cut_shim.c): exit 1.
 # The checked search for an intact step with one rank's allocations failed
 # in turn (ckpt_whole_worker, on 2 and 3 workers): every round either finds
@@ -86,6 +87,11 @@ sizes="is cut short: %s bytes, its index gives $size; the cut falls"
 cut_to $((off0 + 4))
 all 2 "$(printf "$sizes" $((off0 + 4))) inside the piece of tensor .* (elements \[$lo0, " \
     "$work/cut"
+# the same layout's checked search for an intact step (msr_ckpt_latest)
+# names the step, the file and the tensor in its refusal too
+bad 2 "step 3 is not usable on rank 1: .*$file is not rank 1's state of step 3.*: $file \
+$(printf "$sizes" $((off0 + 4))) inside the piece of tensor .* (elements \[$lo0, " \
+    "${tp2[@]}" --ckpt-dir "$work/cut"
 cut_to "$off1"
 all 2 "$(printf "$sizes" "$off1") at the start of the piece of tensor .* (elements \[$lo1, " \
     "$work/cut"

@@ -3,7 +3,8 @@
  * contents kept, and a read into fresh memory at a misaligned address
  * lands whole with its neighbours untouched; a reader past the page cache
  * (O_DIRECT, through its staging buffer) reads any part exactly, and
- * with a read ahead in flight pieces in order. */
+ * with a read ahead in flight pieces in order; its staging buffers are
+ * aligned to huge pages and advised to be of them. */
 #include <fcntl.h>
 #include <ftw.h>
 #include <stdint.h>
@@ -168,12 +169,12 @@ static void read_parts(int64_t step, int direct)
     MSR_CHECK_OK(msr_init(&ctx));
     MSR_CHECK_OK(msr_ckpt_save(ctx, dir, step, state, len, 0));
     /* [offset, offset + n) of the state; offsets count from the state's
-     * start, the file's header (CKPT_HEADER bytes) before it */
+     * start, the file's header (MSR_CKPT_HEADER_LEN bytes) before it */
     const size_t parts[][2] = {{0, 1},
-                               {1, blk - CKPT_HEADER - 2},
-                               {blk - CKPT_HEADER - 1, 2},
-                               {stage - CKPT_HEADER - 5, 10},
-                               {stage - CKPT_HEADER - 1, stage + 2},
+                               {1, blk - MSR_CKPT_HEADER_LEN - 2},
+                               {blk - MSR_CKPT_HEADER_LEN - 1, 2},
+                               {stage - MSR_CKPT_HEADER_LEN - 5, 10},
+                               {stage - MSR_CKPT_HEADER_LEN - 1, stage + 2},
                                {3, 2 * stage + 7},
                                {len - 1, 1},
                                {0, len},
@@ -181,9 +182,9 @@ static void read_parts(int64_t step, int direct)
                                 * staging buffer), the second across its
                                 * end, then back before it, then at the
                                 * file's end (a short read ahead) */
-                               {stage - CKPT_HEADER - 2500, 1000},
-                               {stage - CKPT_HEADER - 1500, 1000},
-                               {stage - CKPT_HEADER - 500, 1000},
+                               {stage - MSR_CKPT_HEADER_LEN - 2500, 1000},
+                               {stage - MSR_CKPT_HEADER_LEN - 1500, 1000},
+                               {stage - MSR_CKPT_HEADER_LEN - 500, 1000},
                                {10, 5},
                                {15, 7},
                                {len - 3, 2},
@@ -212,7 +213,7 @@ static void read_parts(int64_t step, int direct)
     char path[128], name[64];
     snprintf(path, sizeof path, "%s/step-%lld/rank-0.bin", dir, (long long)step);
     snprintf(name, sizeof name, "step-%lld/rank-0.bin does not match its CRC", (long long)step);
-    const off_t bad[] = {(off_t)stage - 1, (off_t)stage, (off_t)(CKPT_HEADER + len - 1)};
+    const off_t bad[] = {(off_t)stage - 1, (off_t)stage, (off_t)(MSR_CKPT_HEADER_LEN + len - 1)};
     for (size_t k = 0; k < sizeof bad / sizeof bad[0]; k++) {
         int fd = open(path, O_RDWR | O_CLOEXEC);
         unsigned char b;
@@ -298,7 +299,7 @@ static void test_read_ahead(void)
     at -= piece; /* the read that failed */
     MSR_CHECK_EQ(st, MSR_ERR_CORRUPT);
     MSR_CHECK(strstr(msr_last_error(), "step-6/rank-0.bin ends early") != NULL);
-    MSR_CHECK(at + piece > cut - CKPT_HEADER && at <= cut - CKPT_HEADER);
+    MSR_CHECK(at + piece > cut - MSR_CKPT_HEADER_LEN && at <= cut - MSR_CKPT_HEADER_LEN);
     msr_ckpt_reader_close(rd);
     msr_finalize(ctx);
     free(got);
@@ -315,10 +316,69 @@ static void test_read_fallback(void)
     MSR_CHECK(unsetenv("MSR_TEST_CKPT_NO_DIRECT") == 0);
 }
 
+/* Whether the mapping that holds p is advised to be of huge pages (its
+ * VmFlags in /proc/self/smaps list "hg"): 1 yes, 0 no, -1 not found. */
+static int advised_huge(const void *p)
+{
+    FILE *f = fopen("/proc/self/smaps", "r");
+    char line[512];
+    int in = 0, found = -1;
+    MSR_CHECK(f != NULL);
+    while (found < 0 && fgets(line, sizeof line, f) != NULL) {
+        unsigned long lo, hi;
+        if (sscanf(line, "%lx-%lx ", &lo, &hi) == 2 && strchr(line, ':') != NULL &&
+            line[strspn(line, "0123456789abcdef")] == '-')
+            in = (uintptr_t)p >= lo && (uintptr_t)p < hi;
+        else if (in && strncmp(line, "VmFlags:", 8) == 0)
+            found = strstr(line, " hg") != NULL;
+    }
+    fclose(f);
+    return found;
+}
+
+/* A reader past the page cache stages its reads in a buffer aligned to a
+ * huge page and advised to be of huge pages (fewer pages for each read
+ * to pin), and its read ahead swaps in one alike; what it reads is the
+ * state, across the stage's bound and at its last byte. */
+static void test_stage_huge(void)
+{
+    const size_t len = CKPT_DIRECT_STAGE * 2 + 100;
+    unsigned char *state = malloc(len), *got = malloc(len);
+    MSR_CHECK(state != NULL && got != NULL);
+    for (size_t i = 0; i < len; i++)
+        state[i] = (unsigned char)(i * 13 + (i >> 16));
+    msr_ctx_t *ctx = NULL;
+    unsetenv("MSR_AGENT");
+    unsetenv("MSR_WORLD_SIZE");
+    MSR_CHECK_OK(msr_init(&ctx));
+    MSR_CHECK_OK(msr_ckpt_save(ctx, dir, 8, state, len, 0));
+    msr_ckpt_reader_t *rd = NULL;
+    MSR_CHECK_OK(msr_ckpt_reader_open(ctx, dir, 8, 0, 1, &rd, NULL));
+    if (!msr_ckpt_reader_direct(rd)) {
+        printf("no O_DIRECT under %s: no staging buffer to check\n", dir);
+    } else {
+        for (int k = 0; k < 3; k++) { /* the first stage, then the read ahead's in turn */
+            size_t at = (size_t)k * CKPT_DIRECT_STAGE, n = k < 2 ? CKPT_DIRECT_STAGE : 100;
+            MSR_CHECK_OK(msr_ckpt_reader_read(rd, at, got + at, n));
+            const void *stage = msr_ckpt_reader_stage(rd);
+            MSR_CHECK_MSG((uintptr_t)stage % CKPT_STAGE_ALIGN == 0, "read %d: stage at %p", k,
+                          stage);
+            MSR_CHECK_MSG(advised_huge(stage) == 1, "read %d: stage at %p not advised huge", k,
+                          stage);
+        }
+        MSR_CHECK(msr_ckpt_reader_checked(rd));
+        MSR_CHECK(memcmp(got, state, len) == 0);
+    }
+    msr_ckpt_reader_close(rd);
+    msr_finalize(ctx);
+    free(got);
+    free(state);
+}
+
 static const msr_test_t tests[] = {
     {"prefault_pages", test_prefault_pages, 10}, {"read_misaligned", test_read_misaligned, 30},
     {"read_direct", test_read_direct, 30},       {"read_fallback", test_read_fallback, 30},
-    {"read_ahead", test_read_ahead, 30},
+    {"read_ahead", test_read_ahead, 30},         {"stage_huge", test_stage_huge, 30},
 };
 
 static int remove_one(const char *path, const struct stat *st, int flag, struct FTW *ftw)
