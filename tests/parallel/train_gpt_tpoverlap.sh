@@ -167,18 +167,19 @@ cp "$(dirname "$0")/plan_cluster.txt" "$work/cluster"
 export XDG_CACHE_HOME="$work/cache"
 pm=(--layers 4 --channels 256 --heads 4 --seq 64 --micro-batch 4 --steps 2 --cluster "$work/cluster")
 tpms() { sed -n 's/.*tp collectives *\([0-9.e+-]*\) ms.*/\1/p' "$1"; }
-# (with sp the reduce-scatters are hidden so, and backward's allgathers
-# too, forward's not: on this cluster, whose compute hides a backward
-# gather whole, less than half of the collectives' time without the
-# overlap stays, but more than 3/8: forward's four gathers of half the
-# rows and each pass's last reduce-scatter)
+# (with sp the reduce-scatters and allgathers are hidden so, both ways:
+# on this cluster, whose compute hides a gather of half the rows whole,
+# 3/16 of the blocks' collectives' time without the overlap stays,
+# forward's first gather and last reduce-scatter and backward's last,
+# each of half the rows, and the embedding's and head's whole: at least
+# 3/16, less than 3/8, which forward's allgathers blocking came to)
 for v in "" --sp; do
     msrun_n 2 "${pm[@]}" --tp 2 $v --explain 1 >"$work/x.off" 2>&1 || fail "$(cat "$work/x.off")"
     msrun_n 2 "${pm[@]}" --tp 2 $v --tp-overlap --explain 1 >"$work/x.on" 2>&1 ||
         fail "$(cat "$work/x.on")"
     want=allreduces lo=0.25 hi=1
-    [ -z "$v" ] || want="reduce-scatters and backward's allgathers.*forward's allgathers not"
-    [ -z "$v" ] || lo=0.375 hi=0.5
+    [ -z "$v" ] || want="reduce-scatters and allgathers partly behind"
+    [ -z "$v" ] || lo=0.1875 hi=0.375
     grep -q "tp collectives.*$want.*(tp overlap)" "$work/x.on" ||
         fail "explain $v: want $want: $(cat "$work/x.on")"
     off=$(tpms "$work/x.off") on=$(tpms "$work/x.on")
