@@ -278,6 +278,10 @@ static msr_status_t fwd_piece(fwd_t *f, int k)
         else
             msr_gelu_forward_bf16(a->fch_gelu, operand(b, a->fch_gelu, b->N, b->Hl), a->fch,
                                   b->N * (size_t)b->Hl);
+        /* (two copies: the other copy's gather, started just before this
+         * piece, progresses only when tested) */
+        if ((st = poll(b)) != MSR_OK)
+            return st;
         msr_matmul_forward(b->prod, b->proj, a->fch_gelu, p->fcprojw, tp1 ? p->fcprojb : NULL, N,
                            b->Hl, C);
         return fwd_reduce_start(f);
