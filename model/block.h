@@ -66,8 +66,9 @@ typedef struct msr_block_comm {
     msr_status_t (*reduce_start)(void *arg, float *full, float *local, void **req_p);
     msr_status_t (*reduce_wait)(void *arg, void *req, float *full, float *local, float **out_p);
     /* Its enter likewise (sequence parallel's allgather): started on x
-     * (Nl,C), which stays unchanged until enter_wait, which gathers into
-     * gbuf (N,C) and sets *out_p as enter does. A copy has at most one
+     * (Nl,C), which stays unchanged until enter_wait finishes it, lays
+     * the gathered rows out in gbuf (N,C) and sets *out_p as enter does.
+     * A start that fails leaves *req_p unset. A copy has at most one
      * request in flight, of either kind. Both NULL: enter blocks where
      * the column-parallel layer needs its input (none without sp). */
     msr_status_t (*enter_start)(void *arg, const float *x, void **req_p);
