@@ -145,71 +145,149 @@ static void norm_forward(const msr_block_t *b, float *ln, float *mean, float *rs
                                    bias, (int)b->Nl, b->C);
 }
 
-/* attn(ln1(x)) up to the row-parallel projection: b->proj (N,C), before
- * its reduction */
-static msr_status_t attn_project(const msr_block_t *b, const msr_gpt_block_params_t *p,
-                                 msr_gpt_block_acts_t *a, const float *x)
+/* ---- forward in pieces ---- */
+
+/* A pass's state between its pieces (fwd_piece): the block, its
+ * parameters, activations and input, and its communication. Split (two
+ * copies): a piece starts the communication its output needs and a later
+ * piece waits for it, so that the other copy's pieces can run between;
+ * else each collective blocks in the piece that needs its result. */
+typedef struct fwd {
+    const msr_block_t *b;
+    const msr_gpt_block_params_t *p;
+    msr_gpt_block_acts_t *a;
+    const float *x;  /* the block's input (Nl,C) */
+    int split;       /* two copies: started and waited for apart */
+    void *req;       /* split: the copy's request in flight (or NULL) */
+    int gathering;   /* req is an enter's, else a reduction's */
+    const float *ln; /* a norm's output (Nl,C), to enter */
+    const float *in; /* ... entered (N,C): the column-parallel layer's input */
+} fwd_t;
+
+/* The pieces of a pass, each ending where communication starts (or, for
+ * the residuals, ending the communication before): msr_block_forward
+ * runs them in order, msr_block_forward_split interleaves two copies'. */
+enum {
+    FWD_LN1,     /* ln1 = norm(x); start entering it */
+    FWD_QKV,     /* wait for it; qkv = ln1 qkvw */
+    FWD_ATTPROJ, /* attention; proj = atty attprojw; start its reduction */
+    FWD_RES2,    /* wait for it; res2 = x + it + attprojb */
+    FWD_LN2,     /* ln2 = norm(res2); start entering it */
+    FWD_FC,      /* wait for it; fch = ln2 fcw */
+    FWD_FCPROJ,  /* gelu (a Llama's swiglu); proj = fch_gelu fcprojw; start its reduction */
+    FWD_RES3,    /* wait for it; res3 = res2 + it + fcprojb */
+};
+
+/* After a norm: its output ln (Nl,C) is the next column-parallel layer's
+ * input; under sp two copies start gathering it here. */
+static msr_status_t fwd_enter_start(fwd_t *f, const float *ln)
 {
-    int C = b->C, N = (int)b->N, tp1 = b->tp == 1;
-    const float *in;
-    norm_forward(b, a->ln1, a->ln1_mean, a->ln1_rstd, x, p->ln1w, p->ln1b, 1);
-    msr_status_t st = enter(b, a->ln1, b->gat, &in);
-    if (st != MSR_OK)
-        return st;
-    msr_matmul_forward(b->prod, a->qkv, in, p->qkvw, p->qkvb, N, C, qkv_width(b));
-    if ((st = poll(b)) != MSR_OK)
-        return st;
+    const msr_block_comm_t *c = f->b->comm;
+    f->ln = ln;
+    if (!f->split || c->enter_start == NULL)
+        return MSR_OK;
+    f->gathering = 1;
+    return c->enter_start(c->arg, ln, &f->req);
+}
+
+/* f->in = f->ln entered: the gather started for it, else a blocking one
+ * (identity without sp). */
+static msr_status_t fwd_enter_wait(fwd_t *f)
+{
+    const msr_block_comm_t *c = f->b->comm;
+    void *q = f->req;
+    if (q == NULL)
+        return enter(f->b, f->ln, f->b->gat, &f->in);
+    f->req = NULL;
+    return c->enter_wait(c->arg, q, f->b->gat, &f->in);
+}
+
+/* The row-parallel projection's output in proj (N,C): split, its
+ * reduction started (blocking: in fwd_residual). */
+static msr_status_t fwd_reduce_start(fwd_t *f)
+{
+    const msr_block_comm_t *c = f->b->comm;
+    if (!f->split)
+        return MSR_OK;
+    f->gathering = 0;
+    return c->reduce_start(c->arg, f->b->proj, f->b->projl, &f->req);
+}
+
+/* out (Nl,C) = x + proj reduced over tp, plus its bias. */
+static msr_status_t fwd_residual(fwd_t *f, float *out, const float *x, const float *bias)
+{
+    const msr_block_t *b = f->b;
+    float *r;
+    void *q = f->req;
+    if (!f->split)
+        return residual(b, out, x, bias);
+    f->req = NULL;
+    msr_status_t st = b->comm->reduce_wait(b->comm->arg, q, b->proj, b->projl, &r);
+    return st != MSR_OK ? st : add_residual(b, out, x, r, bias);
+}
+
+/* Attention on qkv, just projected: out atty (N,Cl). */
+static msr_status_t attend(const msr_block_t *b, msr_gpt_block_acts_t *a)
+{
     if (b->llama)
-        st = llama_attend(b, a);
-    else if (b->comm != NULL && b->comm->attend != NULL)
-        st = b->comm->attend(b->comm->arg, a->atty, a->att, a->qkv);
-    else
-        msr_attention_forward(b->prod, a->atty, a->att, a->qkv, b->B, b->T, b->Cl, b->NHl);
-    if (st != MSR_OK || (st = poll(b)) != MSR_OK)
-        return st;
-    msr_matmul_forward(b->prod, b->proj, a->atty, p->attprojw, tp1 ? p->attprojb : NULL, N, b->Cl,
-                       C);
+        return llama_attend(b, a);
+    if (b->comm != NULL && b->comm->attend != NULL)
+        return b->comm->attend(b->comm->arg, a->atty, a->att, a->qkv);
+    msr_attention_forward(b->prod, a->atty, a->att, a->qkv, b->B, b->T, b->Cl, b->NHl);
     return MSR_OK;
 }
 
-/* x + attn(ln1(x)) */
-static msr_status_t attn_forward(const msr_block_t *b, const msr_gpt_block_params_t *p,
-                                 msr_gpt_block_acts_t *a, const float *x)
+/* Piece k of f's pass (the enum above). */
+static msr_status_t fwd_piece(fwd_t *f, int k)
 {
-    msr_status_t st = attn_project(b, p, a, x);
-    return st != MSR_OK ? st : residual(b, a->res2, x, p->attprojb);
-}
-
-/* mlp(ln2(res2)) up to the row-parallel projection: b->proj (N,C) */
-static msr_status_t mlp_project(const msr_block_t *b, const msr_gpt_block_params_t *p,
-                                msr_gpt_block_acts_t *a)
-{
+    const msr_block_t *b = f->b;
+    const msr_gpt_block_params_t *p = f->p;
+    msr_gpt_block_acts_t *a = f->a;
     int C = b->C, N = (int)b->N, tp1 = b->tp == 1;
-    const float *in;
-    norm_forward(b, a->ln2, a->ln2_mean, a->ln2_rstd, a->res2, p->ln2w, p->ln2b, 1);
-    msr_status_t st = enter(b, a->ln2, b->gat, &in);
-    if (st != MSR_OK)
-        return st;
-    /* GELU's fc (N,Hl), or a Llama's gate and up (N,2Hl) */
-    msr_matmul_forward(b->prod, a->fch, in, p->fcw, p->fcb, N, C, b->llama ? 2 * b->Hl : b->Hl);
-    if ((st = poll(b)) != MSR_OK)
-        return st;
-    if (b->llama)
-        msr_swiglu_forward(a->fch_gelu, a->fch, N, b->Hl);
-    else
-        msr_gelu_forward_bf16(a->fch_gelu, operand(b, a->fch_gelu, b->N, b->Hl), a->fch,
-                              b->N * (size_t)b->Hl);
-    msr_matmul_forward(b->prod, b->proj, a->fch_gelu, p->fcprojw, tp1 ? p->fcprojb : NULL, N, b->Hl,
-                       C);
-    return MSR_OK;
-}
-
-/* res2 + mlp(ln2(res2)) */
-static msr_status_t mlp_forward(const msr_block_t *b, const msr_gpt_block_params_t *p,
-                                msr_gpt_block_acts_t *a)
-{
-    msr_status_t st = mlp_project(b, p, a);
-    return st != MSR_OK ? st : residual(b, a->res3, a->res2, p->fcprojb);
+    msr_status_t st = MSR_OK;
+    switch (k) {
+    case FWD_LN1:
+        norm_forward(b, a->ln1, a->ln1_mean, a->ln1_rstd, f->x, p->ln1w, p->ln1b, 1);
+        return fwd_enter_start(f, a->ln1);
+    case FWD_QKV:
+        if ((st = fwd_enter_wait(f)) != MSR_OK)
+            return st;
+        msr_matmul_forward(b->prod, a->qkv, f->in, p->qkvw, p->qkvb, N, C, qkv_width(b));
+        return poll(b);
+    case FWD_ATTPROJ:
+        if ((st = attend(b, a)) != MSR_OK || (st = poll(b)) != MSR_OK)
+            return st;
+        msr_matmul_forward(b->prod, b->proj, a->atty, p->attprojw, tp1 ? p->attprojb : NULL, N,
+                           b->Cl, C);
+        return fwd_reduce_start(f);
+    case FWD_RES2:
+        return fwd_residual(f, a->res2, f->x, p->attprojb);
+    case FWD_LN2:
+        norm_forward(b, a->ln2, a->ln2_mean, a->ln2_rstd, a->res2, p->ln2w, p->ln2b, 1);
+        return fwd_enter_start(f, a->ln2);
+    case FWD_FC:
+        if ((st = fwd_enter_wait(f)) != MSR_OK)
+            return st;
+        /* GELU's fc (N,Hl), or a Llama's gate and up (N,2Hl) */
+        msr_matmul_forward(b->prod, a->fch, f->in, p->fcw, p->fcb, N, C,
+                           b->llama ? 2 * b->Hl : b->Hl);
+        return poll(b);
+    case FWD_FCPROJ:
+        if (b->llama)
+            msr_swiglu_forward(a->fch_gelu, a->fch, N, b->Hl);
+        else
+            msr_gelu_forward_bf16(a->fch_gelu, operand(b, a->fch_gelu, b->N, b->Hl), a->fch,
+                                  b->N * (size_t)b->Hl);
+        /* (two copies: the other copy's gather, started just before this
+         * piece, progresses only when tested) */
+        if ((st = poll(b)) != MSR_OK)
+            return st;
+        msr_matmul_forward(b->prod, b->proj, a->fch_gelu, p->fcprojw, tp1 ? p->fcprojb : NULL, N,
+                           b->Hl, C);
+        return fwd_reduce_start(f);
+    default: /* FWD_RES3 */
+        return fwd_residual(f, a->res3, a->res2, p->fcprojb);
+    }
 }
 
 /* res2 + reduce(mlp(enter(ln2(res2)))): the caller's MLP (block.h) */
@@ -230,57 +308,61 @@ static msr_status_t hook_forward(const msr_block_t *b, const msr_gpt_block_param
 msr_status_t msr_block_forward(const msr_block_t *b, const msr_gpt_block_params_t *p,
                                msr_gpt_block_acts_t *a, const float *x, const msr_block_mlp_t *mlp)
 {
-    msr_status_t st = attn_forward(b, p, a, x);
-    if (st == MSR_OK)
-        st = mlp != NULL ? hook_forward(b, p, a, mlp) : mlp_forward(b, p, a);
+    fwd_t f = {.b = b, .p = p, .a = a, .x = x};
+    msr_status_t st = MSR_OK;
+    /* the attention half, then the dense MLP's pieces or the caller's */
+    for (int k = FWD_LN1; k <= (mlp != NULL ? FWD_RES2 : FWD_RES3) && st == MSR_OK; k++)
+        st = fwd_piece(&f, k);
+    if (st == MSR_OK && mlp != NULL)
+        st = hook_forward(b, p, a, mlp);
     /* a failed product (logged where it failed) spoils the pass */
     return st != MSR_OK ? st : msr_products_status(b->prod);
 }
 
 /* ---- two copies (tensor-parallel overlap) ---- */
 
-/* Finishes the copies' reductions in flight (req[i] non-NULL) after a
- * failure; st, the first failure, is what the pass returns. */
-static msr_status_t split_abort(const msr_block_t *h, void **req, msr_status_t st)
-{
-    for (int i = 0; i < 2; i++) {
-        float *r;
-        if (req[i] != NULL)
-            (void)h[i].comm->reduce_wait(h[i].comm->arg, req[i], h[i].proj, h[i].projl, &r);
-    }
-    return st;
-}
-
-/* Copy i's reduction in flight, waited for: out = x + it, plus bias. */
-static msr_status_t split_residual(const msr_block_t *h, void **req, int i, float *out,
-                                   const float *x, const float *bias)
-{
-    float *r;
-    void *q = req[i];
-    req[i] = NULL;
-    msr_status_t st = h[i].comm->reduce_wait(h[i].comm->arg, q, h[i].proj, h[i].projl, &r);
-    return st != MSR_OK ? st : add_residual(&h[i], out, x, r, bias);
-}
+/* The order of the two copies' pieces (copy A or B, then the piece's
+ * number in fwd_piece's enum), each copy's in its own order. Without
+ * gathers to start (no sp) each copy runs its attention half, then its
+ * MLP, while the other copy's reduction is in flight:
+ *   A ln1 qkv attproj | B ln1 qkv attproj | A res2 ln2 fc fcproj |
+ *   B res2 ln2 fc fcproj | A res3 | B res3
+ * With them a copy's chain alternates collective and compute (gather,
+ * attention, reduce-scatter, residual and norm, gather, MLP,
+ * reduce-scatter), so the copies alternate at each of its collectives:
+ * each of a copy's gathers and reductions runs behind the other copy's
+ * next products, all but A's first gather (behind B's ln1 only) and B's
+ * last reduction (waited for whole):
+ *   A ln1 | B ln1 | A qkv attproj | B qkv | A res2 ln2 | B attproj |
+ *   A fc | B res2 ln2 | A fcproj | B fc fcproj | A res3 | B res3 */
+static const char *const split_order[2] = {
+    "A0A1A2B0B1B2A3A4A5A6B3B4B5B6A7B7",
+    "A0B0A1A2B1A3A4B2A5B3B4A6B5B6A7B7",
+};
 
 msr_status_t msr_block_forward_split(const msr_block_t *h, const msr_gpt_block_params_t *p,
                                      msr_gpt_block_acts_t *a, const float *const *x)
 {
-    void *req[2] = {NULL, NULL};
+    fwd_t f[2];
+    for (int i = 0; i < 2; i++)
+        f[i] = (fwd_t){.b = &h[i], .p = p, .a = &a[i], .x = x[i], .split = 1};
     msr_status_t st = MSR_OK;
-    /* A's attention, its reduction started; B's while A's is in flight */
-    for (int i = 0; i < 2 && st == MSR_OK; i++)
-        if ((st = attn_project(&h[i], p, &a[i], x[i])) == MSR_OK)
-            st = h[i].comm->reduce_start(h[i].comm->arg, h[i].proj, h[i].projl, &req[i]);
-    /* each copy's residual and MLP while the other's reduction runs */
-    for (int i = 0; i < 2 && st == MSR_OK; i++)
-        if ((st = split_residual(h, req, i, a[i].res2, x[i], p->attprojb)) == MSR_OK &&
-            (st = mlp_project(&h[i], p, &a[i])) == MSR_OK)
-            st = h[i].comm->reduce_start(h[i].comm->arg, h[i].proj, h[i].projl, &req[i]);
-    for (int i = 0; i < 2 && st == MSR_OK; i++)
-        st = split_residual(h, req, i, a[i].res3, a[i].res2, p->fcprojb);
-    if (st != MSR_OK)
-        return split_abort(h, req, st);
-    return msr_products_status(h[0].prod);
+    for (const char *s = split_order[h[0].comm->enter_start != NULL]; *s && st == MSR_OK; s += 2)
+        st = fwd_piece(&f[s[0] - 'A'], s[1] - '0');
+    /* after a failure, the copies' requests in flight finished; the first
+     * failure is what the pass returns */
+    for (int i = 0; i < 2; i++) {
+        const msr_block_comm_t *c = h[i].comm;
+        const float *in;
+        float *r;
+        if (f[i].req == NULL)
+            continue;
+        if (f[i].gathering)
+            (void)c->enter_wait(c->arg, f[i].req, h[i].gat, &in);
+        else
+            (void)c->reduce_wait(c->arg, f[i].req, h[i].proj, h[i].projl, &r);
+    }
+    return st != MSR_OK ? st : msr_products_status(h[0].prod);
 }
 
 /* The row-parallel projection's backward: its output gradient dres (Nl,C)

@@ -65,6 +65,14 @@ typedef struct msr_block_comm {
      * does. poll drives the requests in flight. Both NULL: no overlap. */
     msr_status_t (*reduce_start)(void *arg, float *full, float *local, void **req_p);
     msr_status_t (*reduce_wait)(void *arg, void *req, float *full, float *local, float **out_p);
+    /* Its enter likewise (sequence parallel's allgather): started on x
+     * (Nl,C), which stays unchanged until enter_wait finishes it, lays
+     * the gathered rows out in gbuf (N,C) and sets *out_p as enter does.
+     * A start that fails leaves *req_p unset. A copy has at most one
+     * request in flight, of either kind. Both NULL: enter blocks where
+     * the column-parallel layer needs its input (none without sp). */
+    msr_status_t (*enter_start)(void *arg, const float *x, void **req_p);
+    msr_status_t (*enter_wait)(void *arg, void *req, float *gbuf, const float **out_p);
 } msr_block_comm_t;
 
 /* A block's shape on this rank and the work space its passes share. */
@@ -121,13 +129,15 @@ msr_status_t msr_block_backward(const msr_block_t *b, const msr_gpt_block_params
 
 /* Forward of a micro-batch in two copies (tensor-parallel overlap): half[0]
  * and half[1] are the block's shape on B/2 sequences each, pointing at
- * disjoint halves of the work space (proj and projl at least), a[i] and
- * x[i] each copy's activations and input. The copies' passes interleave:
- * a copy's row-parallel output is reduced (reduce_start) while the other
- * copy computes its next layers, and waited for (reduce_wait) only when
- * its residual needs it. Needs the comm table's reduce_start and
- * reduce_wait; no caller's MLP. Every row is computed as
- * msr_block_forward computes it. */
+ * disjoint halves of the work space (proj, projl and gat at least), a[i]
+ * and x[i] each copy's activations and input. The copies' passes
+ * interleave: each copy's communication (a row-parallel output's
+ * reduction, reduce_start; under sequence parallel a column-parallel
+ * layer's gathered input, enter_start) is started as soon as its input
+ * is computed and waited for only when the copy's next piece needs it,
+ * while the other copy computes (block.c's schedules). Needs the comm
+ * table's reduce_start and reduce_wait; no caller's MLP. Every row is
+ * computed as msr_block_forward computes it. */
 msr_status_t msr_block_forward_split(const msr_block_t *half, const msr_gpt_block_params_t *p,
                                      msr_gpt_block_acts_t *a, const float *const *x);
 

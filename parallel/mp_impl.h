@@ -99,15 +99,16 @@ struct msr_mp {
     msr_mp_stats_t stats;
     uint64_t recv_ns; /* this step */
 
-    /* tensor-parallel overlap: copy i's reduction in flight in flight[i]
-     * (an allreduce, or under sp a reduce-scatter from its half of
-     * w.perm; req NULL once a poll saw it finish, its status in st), on
-     * the copy's buf; copy[i], the arg of copy_comm[i], copy i's view of
-     * the block's communication (B/2 sequences) */
+    /* tensor-parallel overlap: copy i's collective in flight in
+     * flight[i] (an allreduce, or under sp a reduce-scatter from its half
+     * of w.perm; gather: forward's allgather under sp into that half;
+     * req NULL once a poll saw it finish, its status in st), on the
+     * copy's buf (a reduction's); copy[i], the arg of copy_comm[i], copy
+     * i's view of the block's communication (B/2 sequences) */
     struct {
         msr_comm_req_t *req;
         msr_status_t st;
-        int used;
+        int used, gather;
         float *buf;
     } flight[2];
     /* under sp, backward's allgathers of the copies' saved norm outputs

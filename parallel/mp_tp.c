@@ -119,6 +119,8 @@ void msr_mp_point_block(msr_mp_t *mp)
         cp ? msr_mp_cp_attend_backward : NULL,
         NULL,
         NULL,
+        NULL,
+        NULL,
     };
     if (ov)
         msr_mp_point_copies(mp);

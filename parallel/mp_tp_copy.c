@@ -1,7 +1,8 @@
 /* Model parallel's tensor-parallel overlap (--tp-overlap, see mp.h): a
  * micro-batch's blocks as two copies of B/2 sequences, each copy's view of
- * the tp group, its reductions in flight while the other copy computes
- * and, under sp, backward's gathers started ahead. */
+ * the tp group, its reductions (and under sp forward's gathers) in flight
+ * while the other copy computes and, under sp, backward's gathers started
+ * ahead. */
 #include <stdio.h>
 #include <string.h>
 
@@ -71,6 +72,53 @@ static msr_status_t copy_enter(void *arg, const float *x, float *gbuf, const flo
     return st;
 }
 
+/* Starts copy c's forward allgather of x (Nl/2, C), its B/2 sequences'
+ * norm output, into its half of w.perm (laid out by rank); *req_p: its
+ * slot, which holds one collective at a time. */
+static msr_status_t copy_enter_start(void *arg, const float *x, void **req_p)
+{
+    struct msr_mp_copy *c = arg;
+    msr_mp_t *mp = c->mp;
+    int i = c->i;
+    if (mp->flight[i].used)
+        return msr_err(MSR_ERR_INTERNAL, "mp: copy %d's gather with a collective in flight", i);
+    size_t blk = (size_t)(mp->d.B / 2) * mp->d.Tl * (size_t)mp->d.C;
+    uint64_t a = msr_now_ns();
+    msr_status_t st = msr_comm_iallgather(mp->mesh->tp_comm, x, copy_perm(c), blk, MSR_DTYPE_F32,
+                                          &mp->flight[i].req);
+    msr_mp_span_add(mp, 1, a, msr_now_ns(), "start gather");
+    if (st != MSR_OK)
+        return msr_mp_failed("tp overlap allgather", st);
+    mp->flight[i].used = 1;
+    mp->flight[i].gather = 1;
+    mp->flight[i].st = MSR_OK;
+    mp->flight[i].buf = NULL;
+    *req_p = &mp->flight[i];
+    return MSR_OK;
+}
+
+/* Waits for copy c's forward gather (the trace's "wait gather": the time
+ * exposed) and lays its rows out as (B/2, T, C) in gbuf: *out_p. */
+static msr_status_t copy_enter_wait(void *arg, void *req, float *gbuf, const float **out_p)
+{
+    struct msr_mp_copy *c = arg;
+    msr_mp_t *mp = c->mp;
+    int i = c->i;
+    if (req != &mp->flight[i] || !mp->flight[i].gather)
+        return msr_err(MSR_ERR_INTERNAL, "mp: copy %d waited for a gather not its own", i);
+    uint64_t a = msr_now_ns();
+    msr_status_t st = mp->flight[i].st;
+    if (mp->flight[i].req != NULL)
+        st = msr_comm_wait(mp->flight[i].req);
+    mp->flight[i].req = NULL;
+    mp->flight[i].used = 0;
+    if (st == MSR_OK)
+        msr_mp_seq_permute(mp, mp->d.B / 2, copy_perm(c), gbuf, 1);
+    msr_mp_span_add(mp, 1, a, msr_now_ns(), "wait gather");
+    *out_p = gbuf;
+    return st != MSR_OK ? msr_mp_failed("tp overlap allgather", st) : MSR_OK;
+}
+
 /* Copy c's blocking reduce (block.h's reduce, for its B/2 sequences). */
 static msr_status_t copy_reduce(void *arg, float *full, float *local, float **out_p)
 {
@@ -125,6 +173,7 @@ static msr_status_t copy_reduce_start(void *arg, float *full, float *local, void
     if (st != MSR_OK)
         return msr_mp_failed("tp overlap reduction", st);
     mp->flight[i].used = 1;
+    mp->flight[i].gather = 0;
     mp->flight[i].st = MSR_OK;
     mp->flight[i].buf = full;
     *req_p = &mp->flight[i];
@@ -139,8 +188,8 @@ static msr_status_t copy_reduce_wait(void *arg, void *req, float *full, float *l
     struct msr_mp_copy *c = arg;
     msr_mp_t *mp = c->mp;
     int i = c->i;
-    if (req != &mp->flight[i])
-        return msr_err(MSR_ERR_INTERNAL, "mp: copy %d waited for the other copy's reduction", i);
+    if (req != &mp->flight[i] || mp->flight[i].gather)
+        return msr_err(MSR_ERR_INTERNAL, "mp: copy %d waited for a reduction not its own", i);
     uint64_t a = msr_now_ns();
     msr_status_t st = mp->flight[i].st;
     if (mp->flight[i].req != NULL)
@@ -328,7 +377,7 @@ msr_status_t msr_mp_block_backward_split(msr_mp_t *mp, const msr_gpt_block_param
 /* The two copies' views of the block's communication (mp_impl.h). */
 void msr_mp_point_copies(msr_mp_t *mp)
 {
-    int cp = mp->d.cp > 1;
+    int cp = mp->d.cp > 1, sp = mp->d.sp;
     for (int i = 0; i < 2; i++) {
         mp->copy[i] = (struct msr_mp_copy){mp, i};
         mp->copy_comm[i] = (msr_block_comm_t){
@@ -340,6 +389,8 @@ void msr_mp_point_copies(msr_mp_t *mp)
             cp ? copy_attend_backward : NULL,
             copy_reduce_start,
             copy_reduce_wait,
+            sp ? copy_enter_start : NULL,
+            sp ? copy_enter_wait : NULL,
         };
     }
 }

@@ -338,8 +338,8 @@ static void explain_time(FILE *f, const msr_plan_t *p, const msr_plan_cluster_t 
                "frames read back after the cache lost them (cold_ms_per_mib)");
     row_ms(f, 6, "tp collectives", t->tp_comm_ms, S,
            !p->l.tp_overlap ? "never hidden"
-           : p->l.sp        ? "exposed: reduce-scatters and backward's allgathers partly "
-                              "behind the copies' compute, forward's allgathers not (tp overlap)"
+           : p->l.sp        ? "exposed: reduce-scatters and allgathers partly behind the "
+                              "other copy's compute (tp overlap)"
                             : "exposed: allreduces partly behind the other copy's compute "
                               "(tp overlap)");
     if (msr_plan_cp(&p->l) > 1)

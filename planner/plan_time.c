@@ -43,11 +43,16 @@ typedef struct stage_cost {
  * (under sp reduce-scatters) of half the rows (a each); the copies' four
  * parts (attention, MLP) take about a quarter of the pass's compute each
  * (q). Each but the last copy's last runs behind the other copy's next
- * part, hidden up to q; the last is waited for whole. sp's allgathers (two
- * a copy, a each) block forward, where their input is computed right
- * before them; backward's, of the norm outputs forward kept, each start
- * one ahead (parallel/mp_tp_copy.c), so each of its four parts has a gather in
- * flight, and the last three a reduction too: both hidden up to q. */
+ * part, hidden up to q; the last is waited for whole. Under sp forward
+ * alternates the copies at each collective (model/block.c's order): of a
+ * copy's two gathers and two reduce-scatters (a each), A's first gather
+ * and B's last reduce-scatter are waited for whole, B's first gather and
+ * A's last reduce-scatter run behind a whole part of the other copy (up
+ * to q), the other four behind half a part (its first or last products:
+ * up to q/2). Backward's gathers, of the norm outputs forward kept, each
+ * start one ahead (parallel/mp_tp_copy.c), so each of its four parts has
+ * a gather in flight and the last three a reduction too: both hidden up
+ * to q. */
 static double block_tp_ms(const msr_plan_pieces_t *p, const msr_plan_layout_t *l,
                           const msr_plan_cluster_t *c, double x)
 {
@@ -57,7 +62,7 @@ static double block_tp_ms(const msr_plan_pieces_t *p, const msr_plan_layout_t *l
     if (!l->sp)
         return a + 3 * fmax(0.0, a - q);
     if (x < 2)
-        return 4 * a + a + 3 * fmax(0.0, a - q);
+        return 2 * a + 2 * fmax(0.0, a - q) + 4 * fmax(0.0, a - q / 2);
     return a + fmax(0.0, a - q) + 3 * fmax(0.0, 2 * a - q);
 }
 

@@ -1184,6 +1184,15 @@ test: ^test_parallel_train_gpt_tpoverlap$
     const float *src[4] = {a[0].ln2, a[0].ln1, a[1].ln2, a[1].ln1};
 >>>
 
+@ mp.tp_overlap_sp_forward_gather_laid_out_from_copy0
+file: parallel/mp_tp_copy.c
+test: ^test_parallel_train_gpt_tpoverlap$
+<<<
+        msr_mp_seq_permute(mp, mp->d.B / 2, copy_perm(c), gbuf, 1);
+===
+        msr_mp_seq_permute(mp, mp->d.B / 2, mp->w.perm, gbuf, 1);
+>>>
+
 @ mp.zero3_tied_wte_sent_ungathered
 file: parallel/mp_tied.c
 test: ^test_parallel_train_gpt_zero3_mp$

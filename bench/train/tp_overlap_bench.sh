@@ -13,8 +13,8 @@
 # The table gives the medians over the rounds, and the load average
 # (/proc/loadavg's first figure) before the first round and after the last;
 # a second table the same medians per collective (the spans' names; with
-# sp and overlap "start gather" and "wait gather" are backward's gathers
-# started ahead).
+# sp and overlap "start gather" and "wait gather" are forward's gathers
+# and backward's started ahead).
 #
 # usage: bench/train/tp_overlap_bench.sh [BUILD_DIR] [ROUNDS] [STEPS] [TPS] [SPS]
 #   BUILD_DIR  the build with bin/train_gpt and bin/msrun (build)

@@ -85,9 +85,10 @@ static const msr_opt_t specs[] = {
     OPT_FLAG("sp", sp,
              "sequence parallel: layernorms and residuals on T/tp positions (needs --tp > 1)"),
     OPT_FLAG("tp-overlap", tp_overlap,
-             "tensor-parallel overlap: each micro-batch's sequences run forward as two copies, "
-             "one copy's tp allreduce (with --sp its reduce-scatter) in flight while the other "
-             "computes (needs --tp > 1 and an even --micro-batch)"),
+             "tensor-parallel overlap: each micro-batch's sequences run as two copies, one "
+             "copy's tp allreduces (with --sp its reduce-scatters and allgathers, forward and "
+             "backward) in flight while the other computes (needs --tp > 1 and an even "
+             "--micro-batch)"),
     OPT_TEXT("schedule", schedule,
              "pipeline schedule: gpipe, 1f1b or interleaved (1f1b); its micro-batches are "
              "--grad-accum"),
