@@ -1,11 +1,11 @@
-/* The device interface's ops table (see comm/device.h for the contracts):
+/* The device interface's ops table (see msrun/device.h for the contracts):
  * what an implementation fills. The public calls in device.c check the
  * arguments (NULL pointers, zero bytes, copy kinds) before an entry is
  * called, so an entry sees bytes > 0 and valid handles only. */
 #ifndef MSR_COMM_DEVICE_IMPL_H
 #define MSR_COMM_DEVICE_IMPL_H
 
-#include "comm/device.h"
+#include "msrun/device.h"
 
 typedef struct msr_device_ops {
     /* memory: *p_p written only on success; MSR_ERR_NO_MEMORY when out */

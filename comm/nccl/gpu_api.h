@@ -56,7 +56,7 @@ struct msr_gpu_api {
     msr_status_t (*copy_async)(const msr_gpu_api_t *g, void *dst, const void *src, size_t bytes,
                                msr_gpu_copy_t kind, void *stream);
 
-    /* ---- what the device interface (comm/device.h) adds; a fake that
+    /* ---- what the device interface (msrun/device.h) adds; a fake that
      * leaves them NULL serves the communicators only ---- */
     msr_status_t (*memset_async)(const msr_gpu_api_t *g, void *p, int byte, size_t bytes,
                                  void *stream);

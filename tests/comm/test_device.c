@@ -1,4 +1,4 @@
-/* Conformance of the device interface (comm/device.h): one suite run on the
+/* Conformance of the device interface (msrun/device.h): one suite run on the
  * CPU device (built as test_device) and on CUDA device 0 (built as
  * test_device_cuda with MSR_TEST_CUDA, label gpu). Zero bytes, unaligned
  * sizes and offsets, work ordered on one stream and across two by events,
@@ -12,7 +12,7 @@
 
 #include "base/alloc.h"
 #include "base/err.h"
-#include "comm/device.h"
+#include "msrun/device.h"
 #include "tests/runner.h"
 
 #define SKIP_CODE 77 /* CTest's SKIP_RETURN_CODE for this test */

@@ -1,4 +1,4 @@
-/* The device interface: memory, copies, streams and events of one device
+/* libmsrun's device interface: memory, copies, streams and events of one device
  * (the CPU or a CUDA GPU) behind an ops table, so that the runtime's
  * buffers and copies are written once for every device.
  *
@@ -32,18 +32,22 @@
  * host memory is plain host memory, and a stream runs its work at once,
  * synchronously, in the call: every event is complete when recorded.
  *
- * The CUDA device (msr_device_cuda_create): the CUDA runtime reached
- * through comm/nccl/gpu_api.h's table (dlopen, loaded on first use; a build
- * without CUDA answers MSR_ERR_UNSUPPORTED). Streams are CUDA streams,
+ * The CUDA device (msr_device_cuda_create): the CUDA runtime, loaded with
+ * dlopen on first use by the same loader as the device communicators (a
+ * build without CUDA answers MSR_ERR_UNSUPPORTED). Streams are CUDA streams,
  * events CUDA events without timing, copies cudaMemcpyAsync, memset
  * cudaMemsetAsync; every call first makes the device current in the
  * calling thread. */
-#ifndef MSR_COMM_DEVICE_H
-#define MSR_COMM_DEVICE_H
+#ifndef MSRUN_DEVICE_H
+#define MSRUN_DEVICE_H
 
 #include <stddef.h>
 
 #include "msrun/base.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
 
 typedef struct msr_device msr_device_t;
 typedef struct msr_device_stream msr_device_stream_t; /* opaque: a queue */
@@ -58,7 +62,7 @@ typedef enum msr_device_copy {
 
 /* The CPU device: immutable, never destroyed (destroying it does nothing);
  * any thread. */
-const msr_device_t *msr_device_cpu(void);
+MSR_API const msr_device_t *msr_device_cpu(void);
 
 /* CUDA device number device (as CUDA_VISIBLE_DEVICES shows them) into
  * *dev_p, owned by the caller (msr_device_destroy). Errors:
@@ -66,49 +70,55 @@ const msr_device_t *msr_device_cpu(void);
  * loaded or no device is visible; MSR_ERR_INVALID_ARG for a device number
  * outside [0, count); MSR_ERR_NO_MEMORY. *dev_p is written only on
  * success. */
-msr_status_t msr_device_cuda_create(int device, msr_device_t **dev_p);
+MSR_API msr_status_t msr_device_cuda_create(int device, msr_device_t **dev_p);
 
 /* Frees a device made by a create call; NULL and the CPU device do nothing.
  * Its memory, streams and events must have been freed first. */
-void msr_device_destroy(const msr_device_t *dev);
+MSR_API void msr_device_destroy(const msr_device_t *dev);
 
 /* "cpu" or "cuda:N", for logs. */
-const char *msr_device_name(const msr_device_t *dev);
+MSR_API const char *msr_device_name(const msr_device_t *dev);
 /* 1 when the device's memory is host memory (the CPU device). */
-int msr_device_is_host(const msr_device_t *dev);
+MSR_API int msr_device_is_host(const msr_device_t *dev);
 
 /* ---- memory: *p_p written only on success; contents undefined ---- */
-msr_status_t msr_device_alloc(const msr_device_t *dev, size_t bytes, void **p_p);
-void msr_device_free(const msr_device_t *dev, void *p);
+MSR_API msr_status_t msr_device_alloc(const msr_device_t *dev, size_t bytes, void **p_p);
+MSR_API void msr_device_free(const msr_device_t *dev, void *p);
 /* Host memory the device copies from and to at full speed (pinned). */
-msr_status_t msr_device_host_alloc(const msr_device_t *dev, size_t bytes, void **p_p);
-void msr_device_host_free(const msr_device_t *dev, void *p);
+MSR_API msr_status_t msr_device_host_alloc(const msr_device_t *dev, size_t bytes, void **p_p);
+MSR_API void msr_device_host_free(const msr_device_t *dev, void *p);
 
 /* ---- copies and memset, queued on stream (NULL: the default one) ---- */
-msr_status_t msr_device_memset(const msr_device_t *dev, void *p, int byte, size_t bytes,
-                               msr_device_stream_t *stream);
+MSR_API msr_status_t msr_device_memset(const msr_device_t *dev, void *p, int byte, size_t bytes,
+                                       msr_device_stream_t *stream);
 /* dst and src must not overlap. */
-msr_status_t msr_device_copy(const msr_device_t *dev, void *dst, const void *src, size_t bytes,
-                             msr_device_copy_t kind, msr_device_stream_t *stream);
+MSR_API msr_status_t msr_device_copy(const msr_device_t *dev, void *dst, const void *src,
+                                     size_t bytes, msr_device_copy_t kind,
+                                     msr_device_stream_t *stream);
 
 /* ---- streams and events ---- */
-msr_status_t msr_device_stream_create(const msr_device_t *dev, msr_device_stream_t **stream_p);
-void msr_device_stream_destroy(const msr_device_t *dev, msr_device_stream_t *stream);
+MSR_API msr_status_t msr_device_stream_create(const msr_device_t *dev,
+                                              msr_device_stream_t **stream_p);
+MSR_API void msr_device_stream_destroy(const msr_device_t *dev, msr_device_stream_t *stream);
 /* Waits until everything queued on stream is done; its first error. */
-msr_status_t msr_device_stream_sync(const msr_device_t *dev, msr_device_stream_t *stream);
-msr_status_t msr_device_event_create(const msr_device_t *dev, msr_device_event_t **event_p);
-void msr_device_event_destroy(const msr_device_t *dev, msr_device_event_t *event);
+MSR_API msr_status_t msr_device_stream_sync(const msr_device_t *dev, msr_device_stream_t *stream);
+MSR_API msr_status_t msr_device_event_create(const msr_device_t *dev, msr_device_event_t **event_p);
+MSR_API void msr_device_event_destroy(const msr_device_t *dev, msr_device_event_t *event);
 /* Marks the point in stream after the work queued so far. */
-msr_status_t msr_device_event_record(const msr_device_t *dev, msr_device_event_t *event,
-                                     msr_device_stream_t *stream);
+MSR_API msr_status_t msr_device_event_record(const msr_device_t *dev, msr_device_event_t *event,
+                                             msr_device_stream_t *stream);
 /* MSR_OK once the work before the record is done (or never recorded),
  * MSR_IN_PROGRESS before. */
-msr_status_t msr_device_event_query(const msr_device_t *dev, msr_device_event_t *event);
+MSR_API msr_status_t msr_device_event_query(const msr_device_t *dev, msr_device_event_t *event);
 /* Waits on the host until the work before the record is done. */
-msr_status_t msr_device_event_sync(const msr_device_t *dev, msr_device_event_t *event);
+MSR_API msr_status_t msr_device_event_sync(const msr_device_t *dev, msr_device_event_t *event);
 /* Work queued on stream after this call starts once event's is done; the
  * host does not wait. */
-msr_status_t msr_device_stream_wait(const msr_device_t *dev, msr_device_stream_t *stream,
-                                    msr_device_event_t *event);
+MSR_API msr_status_t msr_device_stream_wait(const msr_device_t *dev, msr_device_stream_t *stream,
+                                            msr_device_event_t *event);
+
+#ifdef __cplusplus
+}
+#endif
 
 #endif
