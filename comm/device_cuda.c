@@ -185,10 +185,13 @@ msr_status_t msr_device_gpu_create(const msr_gpu_api_t *api, int device, msr_dev
         msr_err_set("device: the GPU table %s lacks the device interface's calls", api->name);
         return MSR_ERR_UNSUPPORTED;
     }
+    /* the table's answer as it is: MSR_ERR_UNSUPPORTED where the machine
+     * has no GPU, MSR_ERR_BACKEND for a driver too old for the runtime (a
+     * machine with a GPU that must not pass for one without) */
     int count = 0;
     msr_status_t st = api->device_count(api, &count);
     if (st != MSR_OK)
-        return st == MSR_ERR_BACKEND ? MSR_ERR_UNSUPPORTED : st;
+        return st;
     if (count <= 0) {
         msr_err_set("device: no CUDA device visible");
         return MSR_ERR_UNSUPPORTED;

@@ -67,7 +67,9 @@ MSR_API const msr_device_t *msr_device_cpu(void);
 /* CUDA device number device (as CUDA_VISIBLE_DEVICES shows them) into
  * *dev_p, owned by the caller (msr_device_destroy). Errors:
  * MSR_ERR_UNSUPPORTED when the build has no CUDA, the runtime cannot be
- * loaded or no device is visible; MSR_ERR_INVALID_ARG for a device number
+ * loaded or the machine has no GPU (none visible, no driver installed);
+ * MSR_ERR_BACKEND for any other CUDA failure (a driver too old for the
+ * runtime among them); MSR_ERR_INVALID_ARG for a device number
  * outside [0, count); MSR_ERR_NO_MEMORY. *dev_p is written only on
  * success. */
 MSR_API msr_status_t msr_device_cuda_create(int device, msr_device_t **dev_p);

@@ -1,5 +1,7 @@
 /* Conformance of the device interface (msrun/device.h): one suite run on the
- * CPU device (built as test_device) and on CUDA device 0 (built as
+ * CPU device (built as test_device), on the CUDA device's code over a fake
+ * GPU table that defers queued work until it is waited for (test_device_fake,
+ * MSR_TEST_FAKE: tests/comm/device_fake.c) and on CUDA device 0 (built as
  * test_device_cuda with MSR_TEST_CUDA, label gpu). Zero bytes, unaligned
  * sizes and offsets, work ordered on one stream and across two by events,
  * bad arguments and allocation failure. The CUDA build skips (exit 77,
@@ -15,15 +17,32 @@
 #include "msrun/device.h"
 #include "tests/runner.h"
 
+#if defined(MSR_TEST_CUDA) || defined(MSR_TEST_FAKE)
+#define GPU_TABLE 1 /* device_cuda.c under test */
+#include "comm/device_impl.h"
+#include "tests/comm/device_fake.h"
+#endif
+
 #define SKIP_CODE 77 /* CTest's SKIP_RETURN_CODE for this test */
+
+#ifdef GPU_TABLE
+static msr_status_t dev_create(int device, msr_device_t **d_p)
+{
+#ifdef MSR_TEST_CUDA
+    return msr_device_cuda_create(device, d_p);
+#else
+    return msr_device_gpu_create(msr_test_device_fake_api(), device, d_p);
+#endif
+}
+#endif
 
 /* The device under test; each test runs in its own process. */
 static const msr_device_t *dev_get(void)
 {
-#ifdef MSR_TEST_CUDA
+#ifdef GPU_TABLE
     msr_device_t *d = NULL;
-    msr_status_t st = msr_device_cuda_create(0, &d);
-    MSR_CHECK_MSG(st == MSR_OK, "cuda device 0: %s: %s", msr_status_name(st), msr_last_error());
+    msr_status_t st = dev_create(0, &d);
+    MSR_CHECK_MSG(st == MSR_OK, "device 0: %s: %s", msr_status_name(st), msr_last_error());
     return d;
 #else
     return msr_device_cpu();
@@ -244,13 +263,13 @@ static void test_alloc_failure(void)
 {
     const msr_device_t *d = dev_get();
     void *p = &p;
-#ifdef MSR_TEST_CUDA
+#ifdef GPU_TABLE
     MSR_CHECK_STATUS(msr_device_alloc(d, (size_t)1 << 56, &p), MSR_ERR_NO_MEMORY);
     MSR_CHECK(p == &p);
     MSR_CHECK(strstr(msr_last_error(), "cudaMalloc") != NULL);
     msr_device_t *d2 = (msr_device_t *)&p;
     msr_alloc_fail_at(0);
-    MSR_CHECK_STATUS(msr_device_cuda_create(0, &d2), MSR_ERR_NO_MEMORY);
+    MSR_CHECK_STATUS(dev_create(0, &d2), MSR_ERR_NO_MEMORY);
     msr_alloc_fail_at(-1);
     MSR_CHECK(d2 == (msr_device_t *)&p);
 #else
@@ -282,10 +301,49 @@ static void test_alloc_failure(void)
     msr_device_destroy(d);
 }
 
+#ifdef GPU_TABLE
+/* Device numbers outside [0, count) refused, the output untouched; the
+ * name says which device. */
+static void test_create(void)
+{
+    msr_device_t *d = (msr_device_t *)&d;
+    MSR_CHECK_STATUS(dev_create(-1, &d), MSR_ERR_INVALID_ARG);
+    MSR_CHECK_STATUS(dev_create(1 << 20, &d), MSR_ERR_INVALID_ARG);
+    MSR_CHECK(strstr(msr_last_error(), "does not exist") != NULL);
+    MSR_CHECK(d == (msr_device_t *)&d);
+    MSR_CHECK_OK(dev_create(0, &d));
+    MSR_CHECK(strcmp(msr_device_name(d), "cuda:0") == 0);
+    MSR_CHECK(!msr_device_is_host(d));
+    msr_device_destroy(d);
+#ifdef MSR_TEST_FAKE
+    /* a table without the interface's calls (a communicators-only fake) */
+    msr_gpu_api_t partial = *msr_test_device_fake_api();
+    partial.memset_async = NULL;
+    d = (msr_device_t *)&d;
+    MSR_CHECK_STATUS(msr_device_gpu_create(&partial, 0, &d), MSR_ERR_UNSUPPORTED);
+    MSR_CHECK(d == (msr_device_t *)&d);
+#endif
+}
+#else
+static void test_create(void)
+{
+    const msr_device_t *d = msr_device_cpu();
+    MSR_CHECK(d == msr_device_cpu());
+    MSR_CHECK(strcmp(msr_device_name(d), "cpu") == 0);
+    MSR_CHECK(msr_device_is_host(d));
+    msr_device_destroy(d); /* does nothing */
+    MSR_CHECK(strcmp(msr_device_name(msr_device_cpu()), "cpu") == 0);
+}
+#endif
+
 static const msr_test_t tests[] = {
-    {"zero_bytes", test_zero_bytes, 60}, {"bad_args", test_bad_args, 60},
-    {"unaligned", test_unaligned, 60},   {"stream_order", test_stream_order, 60},
-    {"events", test_events, 60},         {"alloc_failure", test_alloc_failure, 60},
+    {"create", test_create, 60},
+    {"zero_bytes", test_zero_bytes, 60},
+    {"bad_args", test_bad_args, 60},
+    {"unaligned", test_unaligned, 60},
+    {"stream_order", test_stream_order, 60},
+    {"events", test_events, 60},
+    {"alloc_failure", test_alloc_failure, 60},
 };
 
 #ifdef MSR_TEST_CUDA
