@@ -11,6 +11,7 @@
 #include "base/err.h"
 #include "base/status.h"
 #include "base/time.h"
+#include "msrun/device.h"
 #include "model/err_call.h"
 
 unsigned msr_dp_model_flags(int zero)
@@ -22,9 +23,10 @@ unsigned msr_dp_model_flags(int zero)
 
 /* ---- temporary buffers, counted ---- */
 
-/* Page-backed (base/alloc.h): ZeRO-2/3 allocate segments' gradients,
- * buckets and gathers of several sizes every micro-batch; from malloc's
- * heap their freed pages would stay resident past the peak counted. A
+/* In the device's memory (on the CPU page-backed, base/alloc.h): ZeRO-2/3
+ * allocate segments' gradients, buckets and gathers of several sizes every
+ * micro-batch; from malloc's heap their freed pages would stay resident
+ * past the peak counted. A
  * freed one is kept and serves the next request it fits with little to
  * spare, so that a step's requests find their buffers again and fault no
  * page in after the first step. Both counts, the live (transient) and
@@ -33,27 +35,62 @@ unsigned msr_dp_model_flags(int zero)
 static void tmp_evict(msr_dp_t *dp, int i)
 {
     dp->cached_bytes -= dp->cache[i].n;
-    msr_pages_free(dp->cache[i].p);
+    msr_device_free(dp->dev, dp->cache[i].p);
     dp->cache[i] = dp->cache[--dp->cached];
+}
+
+/* The bytes allocated for a request of bytes: large ones in whole pages
+ * (what a page-backed or a device allocation takes anyway), so that a kept
+ * buffer serves requests a little larger than its first. */
+static size_t tmp_cap(size_t bytes)
+{
+    return bytes < MSR_PAGES_MIN ? bytes : (bytes + 4095) / 4096 * 4096;
+}
+
+static msr_status_t live_add(msr_dp_t *dp, float *p, size_t cap)
+{
+    if (dp->num_live == dp->max_live) {
+        int max = dp->max_live > 0 ? 2 * dp->max_live : 16;
+        struct msr_dp_live *l = msr_realloc_array(dp->live, (size_t)max, sizeof *l);
+        if (l == NULL) {
+            msr_err_set("dp: out of memory for the list of %d temporary buffers", max);
+            return MSR_ERR_NO_MEMORY;
+        }
+        dp->live = l;
+        dp->max_live = max;
+    }
+    dp->live[dp->num_live++] = (struct msr_dp_live){p, cap};
+    return MSR_OK;
+}
+
+/* The allocated bytes of live temporary p, taken off the list. */
+static size_t live_take(msr_dp_t *dp, const float *p, size_t bytes)
+{
+    for (int i = dp->num_live - 1; i >= 0; i--) {
+        if (dp->live[i].p == p) {
+            size_t cap = dp->live[i].cap;
+            dp->live[i] = dp->live[--dp->num_live];
+            return cap;
+        }
+    }
+    return bytes; /* not from msr_dp_tmp_alloc: at least what was asked */
 }
 
 float *msr_dp_tmp_alloc(msr_dp_t *dp, size_t n, int zeroed)
 {
-    size_t bytes = (n > 0 ? n : 1) * sizeof(float);
+    size_t bytes = (n > 0 ? n : 1) * sizeof(float), cap = 0;
     float *p = NULL;
     int best = -1;
     for (int i = 0; i < dp->cached; i++) {
-        size_t cap = msr_pages_size(dp->cache[i].p);
-        if (cap >= bytes && cap - bytes <= bytes / 8 + 4096 &&
-            (best < 0 || cap < msr_pages_size(dp->cache[best].p)))
+        size_t c = dp->cache[i].cap;
+        if (c >= bytes && c - bytes <= bytes / 8 + 4096 && (best < 0 || c < dp->cache[best].cap))
             best = i;
     }
     if (best >= 0) {
         p = dp->cache[best].p;
+        cap = dp->cache[best].cap;
         dp->cached_bytes -= dp->cache[best].n;
         dp->cache[best] = dp->cache[--dp->cached];
-        if (zeroed)
-            memset(p, 0, bytes);
     } else {
         /* the kept and the live together stay within the peak so far and
          * a quarter: ZeRO-3's gathers and gradients need buffers of the
@@ -63,10 +100,17 @@ float *msr_dp_tmp_alloc(msr_dp_t *dp, size_t n, int zeroed)
         size_t limit = MSR_MAX(dp->transient_peak, dp->transient + bytes);
         while (dp->cached > 0 && dp->cached_bytes + dp->transient + bytes > limit + limit / 4)
             tmp_evict(dp, dp->cached - 1);
-        p = msr_pages_alloc(bytes);
+        void *q = NULL;
+        cap = tmp_cap(bytes);
+        if (msr_device_alloc(dp->dev, cap, &q) != MSR_OK) {
+            msr_err_set("dp: out of memory for a temporary buffer of %zu floats", n);
+            return NULL;
+        }
+        p = q;
     }
-    if (p == NULL) {
-        msr_err_set("dp: out of memory for a temporary buffer of %zu floats", n);
+    if ((zeroed && msr_dp_zero(dp, p, bytes / sizeof(float)) != MSR_OK) ||
+        live_add(dp, p, cap) != MSR_OK) {
+        msr_device_free(dp->dev, p);
         return NULL;
     }
     dp->transient += n * sizeof(float);
@@ -79,17 +123,34 @@ void msr_dp_tmp_free(msr_dp_t *dp, float **p, size_t n)
 {
     if (*p == NULL)
         return;
+    size_t cap = live_take(dp, *p, n * sizeof(float));
     /* every step allocates its buckets again (ZeRO-2/3 every micro-batch,
      * with the segments' gradients) */
     if (dp->cached < MSR_DP_TMP_CACHE) {
         dp->cache[dp->cached].p = *p;
+        dp->cache[dp->cached].cap = cap;
         dp->cache[dp->cached++].n = n * sizeof(float);
         dp->cached_bytes += n * sizeof(float);
     } else {
-        msr_pages_free(*p);
+        msr_device_free(dp->dev, *p);
     }
     *p = NULL;
     dp->transient -= n * sizeof(float);
+}
+
+msr_status_t msr_dp_copy(msr_dp_t *dp, float *dst, const float *src, size_t n)
+{
+    return msr_device_copy(dp->dev, dst, src, n * sizeof(float), MSR_DEVICE_D2D, NULL);
+}
+
+msr_status_t msr_dp_zero(msr_dp_t *dp, float *dst, size_t n)
+{
+    return msr_device_memset(dp->dev, dst, 0, n * sizeof(float), NULL);
+}
+
+msr_status_t msr_dp_sync(msr_dp_t *dp)
+{
+    return msr_device_stream_sync(dp->dev, NULL);
 }
 
 /* The communicator's failure st, with what failed in front of its text. */
@@ -213,6 +274,20 @@ static msr_status_t build_layout(msr_dp_t *dp)
 
 /* ---- create / destroy ---- */
 
+/* A buffer of the shard space (S floats and one, so never empty) on dp's
+ * device, zero. */
+static msr_status_t shard_alloc(msr_dp_t *dp, float **p_p)
+{
+    void *p = NULL;
+    size_t n = dp->shard_count + 1;
+    msr_status_t st = msr_device_alloc(dp->dev, n * sizeof(float), &p);
+    if (st == MSR_OK && (st = msr_dp_zero(dp, p, n)) == MSR_OK && (st = msr_dp_sync(dp)) == MSR_OK)
+        *p_p = p;
+    else
+        msr_device_free(dp->dev, p);
+    return st;
+}
+
 msr_status_t msr_dp_create(const msr_dp_config_t *cfg, msr_comm_t *comm, msr_gpt_t *model,
                            const msr_adamw_config_t *adamw, uint64_t seed, msr_dp_t **dp_p)
 {
@@ -233,11 +308,19 @@ msr_status_t msr_dp_create(const msr_dp_config_t *cfg, msr_comm_t *comm, msr_gpt
         return msr_err(MSR_ERR_CONFIG, "dp: ZeRO stage %d needs a model made with flags %u, not %u",
                        cfg->zero, msr_dp_model_flags(cfg->zero), have);
     }
+    const msr_device_t *dev = cfg->device != NULL ? cfg->device : msr_device_cpu();
+    if (!msr_device_is_host(dev)) {
+        return msr_err(MSR_ERR_UNSUPPORTED,
+                       "dp: device %s: the model's kernels and the optimizer run on the host "
+                       "only, so data parallel's buffers stay there until they run on devices",
+                       msr_device_name(dev));
+    }
     msr_status_t st = MSR_ERR_NO_MEMORY;
     msr_dp_t *dp = msr_calloc(1, sizeof *dp);
     if (dp == NULL)
         goto err_no_memory;
     dp->cfg = *cfg;
+    dp->dev = dev;
     dp->comm = comm;
     dp->rank = comm != NULL ? msr_comm_rank(comm) : 0;
     dp->size = comm != NULL ? msr_comm_size(comm) : 1;
@@ -265,10 +348,8 @@ msr_status_t msr_dp_create(const msr_dp_config_t *cfg, msr_comm_t *comm, msr_gpt
     }
     if (st != MSR_OK)
         goto err_free;
-    st = MSR_ERR_NO_MEMORY;
-    if (cfg->zero >= 2 && (dp->gshard = msr_calloc(dp->shard_count + 1, sizeof(float))) == NULL)
-        goto err_free;
-    if (cfg->zero >= 3 && (dp->pshard = msr_calloc(dp->shard_count + 1, sizeof(float))) == NULL)
+    if ((cfg->zero >= 2 && (st = shard_alloc(dp, &dp->gshard)) != MSR_OK) ||
+        (cfg->zero >= 3 && (st = shard_alloc(dp, &dp->pshard)) != MSR_OK))
         goto err_free;
     /* below ZeRO-3 the parameters' offload seeds the blocks into its file */
     if (!msr_dp_init_left(cfg) && (cfg->params_offload.mode == MSR_OFFLOAD_NONE || cfg->zero >= 3))
@@ -347,8 +428,9 @@ void msr_dp_destroy(msr_dp_t *dp)
     msr_offload_destroy(dp->offload);
     msr_dp_params_detach(dp);
     msr_adamw_destroy(dp->opt);
-    msr_free(dp->gshard);
-    msr_free(dp->pshard);
+    msr_device_free(dp->dev, dp->gshard);
+    msr_device_free(dp->dev, dp->pshard);
+    msr_free(dp->live);
     msr_free(dp->visits);
     msr_free(dp->segs);
     msr_free(dp->units);

@@ -72,6 +72,7 @@
 
 #include "msrun/base.h"
 #include "msrun/comm.h"
+#include "msrun/device.h"
 #include "model/adamw.h"
 #include "model/gpt.h"
 #include "layout/layout.h"
@@ -109,6 +110,11 @@ typedef struct msr_dp_config {
      * Not with params_offload, whose store is filled from them at create
      * (msr_dp_init_left) */
     int init_later;
+    /* where dp's buffers live and its copies run (msrun/device.h): the
+     * gradient buckets, the ZeRO shards and gathers. NULL: the CPU. Only a
+     * device with host memory is accepted until the model's kernels and
+     * the optimizer run on devices (MSR_ERR_UNSUPPORTED otherwise) */
+    const msr_device_t *device;
 } msr_dp_config_t;
 
 /* The model flags (msr_gpt_create_ex) a stage needs. */
@@ -183,7 +189,8 @@ typedef struct msr_dp_extra {
 
 typedef struct msr_dp {
     msr_dp_config_t cfg;
-    msr_comm_t *comm; /* borrowed; NULL: alone */
+    msr_comm_t *comm;        /* borrowed; NULL: alone */
+    const msr_device_t *dev; /* borrowed: cfg.device, or the CPU */
     int rank, size;
     msr_gpt_t *model; /* borrowed */
     msr_gpt_hooks_t hooks;
@@ -232,16 +239,23 @@ typedef struct msr_dp {
     int any_order;
 
     size_t transient, transient_peak; /* bytes */
-    /* freed temporaries (base/alloc.h's pages) kept for the next request
+    /* freed temporaries (the device's memory) kept for the next request
      * they fit (a step allocates the same ones every micro-batch; freeing
      * them made each fault its pages in again); with the live ones never
-     * past the peak; n: the bytes it was last asked for */
+     * past the peak; n: the bytes it was last asked for, cap: allocated */
     struct {
         float *p;
-        size_t n;
+        size_t n, cap;
     } cache[MSR_DP_TMP_CACHE];
     int cached;
     size_t cached_bytes;
+    /* the live temporaries' allocated bytes (a device buffer cannot be
+     * asked its size), for the cache when they are freed */
+    struct msr_dp_live {
+        float *p;
+        size_t cap;
+    } * live;
+    int num_live, max_live;
     msr_dp_stats_t stats;
     msr_comm_t *mp_comm[2]; /* tp and pp groups the norm is summed over too */
     int tp_rank;

@@ -33,8 +33,11 @@ static msr_status_t progress(msr_dp_t *dp)
             if (st != MSR_OK)
                 return msr_dp_comm_failed("reduction of bucket", b, st);
         }
-        if (!B->finished)
-            msr_dp_bucket_finish(dp, b);
+        if (!B->finished) {
+            msr_status_t st = msr_dp_bucket_finish(dp, b);
+            if (st != MSR_OK)
+                return st;
+        }
     }
     for (int s = 0; s < dp->num_segs; s++) {
         msr_comm_req_t **req = &dp->segs[s].req;
@@ -77,41 +80,44 @@ static msr_status_t make_room(msr_dp_t *dp)
             if (st != MSR_OK)
                 return msr_dp_comm_failed("reduction of bucket", oldest, st);
         }
-        msr_dp_bucket_finish(dp, oldest);
+        msr_status_t st = msr_dp_bucket_finish(dp, oldest);
+        if (st != MSR_OK)
+            return st;
     }
 }
 
-/* Copies segment s's gradients into the packed buffers of its buckets. */
+/* Copies segment s's gradients into the packed buffers of its buckets (on
+ * the device's stream: msr_dp_bucket_start waits for them). */
 static msr_status_t pack_grads(msr_dp_t *dp, int s)
 {
     msr_dp_seg_t *G = &dp->segs[s];
     size_t soff = dp->model->segments[s].offset;
     const float *base = dp->cfg.zero == 1 ? dp->model->grads + soff : G->grads;
     size_t size = (size_t)dp->size;
-    for (int k = G->u0; k < G->u1; k++) {
+    msr_status_t st = MSR_OK;
+    for (int k = G->u0; k < G->u1 && st == MSR_OK; k++) {
         const msr_dp_unit_t *u = &dp->units[k];
         msr_dp_bucket_t *B = &dp->buckets[u->bucket];
         if (B->packed == NULL) {
-            msr_status_t st = make_room(dp);
-            if (st != MSR_OK)
+            if ((st = make_room(dp)) != MSR_OK)
                 return st;
             if ((B->packed = msr_dp_tmp_alloc(dp, size * B->blk + B->rep, 0)) == NULL)
                 return MSR_ERR_NO_MEMORY;
         }
         const float *src = base + (u->lo - soff);
         if (u->replicated) {
-            memcpy(B->packed + size * B->blk + u->bpack, src, u->n * sizeof(float));
+            st = msr_dp_copy(dp, B->packed + size * B->blk + u->bpack, src, u->n);
             continue;
         }
-        for (int j = 0; j < dp->size; j++) {
+        for (int j = 0; j < dp->size && st == MSR_OK; j++) {
             size_t a, e;
             msr_dp_block_of(u, j, &a, &e);
             float *dst = B->packed + (size_t)j * B->blk + u->bpack;
-            memcpy(dst, src + a, (e - a) * sizeof(float));
-            memset(dst + (e - a), 0, (u->blk - (e - a)) * sizeof(float));
+            if ((st = msr_dp_copy(dp, dst, src + a, e - a)) == MSR_OK)
+                st = msr_dp_zero(dp, dst + (e - a), u->blk - (e - a));
         }
     }
-    return MSR_OK;
+    return st;
 }
 
 /* Gradients reduced in bf16 (ZeRO 0): the bucket's gradients rounded into
@@ -146,8 +152,11 @@ msr_status_t msr_dp_bucket_start(msr_dp_t *dp, int b)
     if (dp->cfg.zero == 0 && dp->cfg.grad_bf16) {
         st = bf16_start(dp, B);
     } else if (dp->cfg.zero == 0) {
+        /* the model's gradients, reduced where they are */
         st = msr_comm_iallreduce(dp->comm, MSR_IN_PLACE, dp->model->grads + B->lo, B->hi - B->lo,
                                  MSR_DTYPE_F32, MSR_OP_SUM, &B->req[0]);
+    } else if ((st = msr_dp_sync(dp)) != MSR_OK) { /* the packing's copies */
+        return st;
     } else {
         if (B->blk > 0)
             st =
@@ -161,7 +170,7 @@ msr_status_t msr_dp_bucket_start(msr_dp_t *dp, int b)
 }
 
 /* Moves a reduced bucket's results into place and frees its buffer. */
-void msr_dp_bucket_finish(msr_dp_t *dp, int b)
+msr_status_t msr_dp_bucket_finish(msr_dp_t *dp, int b)
 {
     msr_dp_bucket_t *B = &dp->buckets[b];
     B->finished = 1;
@@ -172,21 +181,25 @@ void msr_dp_bucket_finish(msr_dp_t *dp, int b)
         msr_dp_tmp_free(dp, &B->packed, bf16_floats(B));
     }
     if (dp->cfg.zero == 0)
-        return;
+        return MSR_OK;
     size_t size = (size_t)dp->size;
-    for (int k = B->u0; k < B->u1; k++) {
+    msr_status_t st = MSR_OK;
+    for (int k = B->u0; k < B->u1 && st == MSR_OK; k++) {
         const msr_dp_unit_t *u = &dp->units[k];
         const float *src = u->replicated ? B->packed + size * B->blk + u->bpack
                                          : B->packed + (size_t)dp->rank * B->blk + u->bpack;
         float *dst = msr_dp_grad_at(dp, u);
         if (dp->cfg.zero == 1 || dp->first_micro) {
-            memcpy(dst, src, u->own_n * sizeof(float));
+            st = msr_dp_copy(dp, dst, src, u->own_n);
         } else {
             for (size_t i = 0; i < u->own_n; i++)
                 dst[i] += src[i];
         }
     }
+    /* the buffer is kept for reuse, and the shard read by the host next */
+    msr_status_t sst = msr_dp_sync(dp);
     msr_dp_tmp_free(dp, &B->packed, size * B->blk + B->rep);
+    return st != MSR_OK ? st : sst;
 }
 
 /* ---- ZeRO-3 gathers ---- */
@@ -209,13 +222,16 @@ static msr_status_t gather_start(msr_dp_t *dp, int s)
     msr_status_t st = msr_dp_params_shard_begin(dp, s, &src, &soff);
     if (st != MSR_OK)
         return st;
-    for (int k = G->u0; k < G->u1; k++) {
+    for (int k = G->u0; k < G->u1 && st == MSR_OK; k++) {
         const msr_dp_unit_t *u = &dp->units[k];
         float *dst = G->gbuf + (size_t)dp->rank * G->blk + u->spack;
-        memcpy(dst, src + (u->shard_off - soff), u->own_n * sizeof(float));
-        memset(dst + u->own_n, 0, (u->blk - u->own_n) * sizeof(float));
+        if ((st = msr_dp_copy(dp, dst, src + (u->shard_off - soff), u->own_n)) == MSR_OK)
+            st = msr_dp_zero(dp, dst + u->own_n, u->blk - u->own_n);
     }
-    if ((st = msr_dp_params_shard_end(dp, s)) != MSR_OK)
+    /* the shard's source may be given back, and the communicator reads */
+    msr_status_t sst = msr_dp_sync(dp);
+    msr_status_t est = msr_dp_params_shard_end(dp, s);
+    if ((st = st != MSR_OK ? st : sst != MSR_OK ? sst : est) != MSR_OK)
         return st;
     G->gathering = 1;
     dp->stats.gathers++;
@@ -249,16 +265,21 @@ msr_status_t msr_dp_seg_ready(msr_dp_t *dp, int s)
             size_t soff = ms->offset, count = msr_dp_seg_count(dp, s);
             if ((G->full = msr_dp_tmp_alloc(dp, count, 0)) == NULL)
                 return MSR_ERR_NO_MEMORY;
-            for (int k = G->u0; k < G->u1; k++) {
+            st = MSR_OK;
+            for (int k = G->u0; k < G->u1 && st == MSR_OK; k++) {
                 const msr_dp_unit_t *u = &dp->units[k];
-                for (int j = 0; j < dp->size; j++) {
+                for (int j = 0; j < dp->size && st == MSR_OK; j++) {
                     size_t a, e;
                     msr_dp_block_of(u, j, &a, &e);
-                    memcpy(G->full + (u->lo - soff) + a, G->gbuf + (size_t)j * G->blk + u->spack,
-                           (e - a) * sizeof(float));
+                    st = msr_dp_copy(dp, G->full + (u->lo - soff) + a,
+                                     G->gbuf + (size_t)j * G->blk + u->spack, e - a);
                 }
             }
+            /* the model reads the segment next; gbuf is kept for reuse */
+            msr_status_t sst = msr_dp_sync(dp);
             msr_dp_tmp_free(dp, &G->gbuf, (size_t)dp->size * G->blk);
+            if ((st = st != MSR_OK ? st : sst) != MSR_OK)
+                return st;
         }
         G->gbuf = NULL;
         G->gathering = 0;

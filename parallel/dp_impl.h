@@ -12,11 +12,23 @@
 #include "layout/layout.h"
 #include "parallel/dp.h"
 
-/* Page-backed temporary buffers of n floats, counted in dp->transient and
- * kept for reuse when freed (dp.c); tmp_alloc sets the error text and
- * returns NULL when out of memory; tmp_free sets *p to NULL. */
+/* Temporary buffers of n floats in dp's device memory, counted in
+ * dp->transient and kept for reuse when freed (dp.c); tmp_alloc sets the
+ * error text and returns NULL when out of memory (or the device failed);
+ * zeroed: set to zero on the device's default stream; tmp_free sets *p to
+ * NULL. */
 float *msr_dp_tmp_alloc(msr_dp_t *dp, size_t n, int zeroed);
 void msr_dp_tmp_free(msr_dp_t *dp, float **p, size_t n);
+
+/* dp's copies and zeroing of n floats within its device (dp.c), queued on
+ * the device's default stream: the buckets packed from the gradients, the
+ * shards' blocks and the gathered segments. They may still run when the
+ * call returns: msr_dp_sync waits for them before a communicator or the
+ * host reads what they wrote (on the CPU device everything is done at
+ * once). Each answers the device's failure (its text set), else MSR_OK. */
+msr_status_t msr_dp_copy(msr_dp_t *dp, float *dst, const float *src, size_t n);
+msr_status_t msr_dp_zero(msr_dp_t *dp, float *dst, size_t n);
+msr_status_t msr_dp_sync(msr_dp_t *dp);
 
 /* The communicator's failure st, with what failed in front of its text. */
 msr_status_t msr_dp_comm_failed(const char *what, int index, msr_status_t st);
@@ -54,11 +66,12 @@ static inline size_t msr_dp_moment_off(const msr_dp_t *dp, const msr_dp_unit_t *
 
 /* Buckets and ZeRO-3 gathers (dp_hooks.c): bucket_start starts bucket b's
  * reduction (its errors prefixed as comm_failed does); bucket_finish moves a
- * reduced bucket's results into place and frees its buffer; seg_ready
+ * reduced bucket's results into place and frees its buffer (the device's
+ * failure, else MSR_OK); seg_ready
  * makes segment s's full parameters available and points the model at
  * them; seg_drop frees them (waiting for a gather in flight). */
 msr_status_t msr_dp_bucket_start(msr_dp_t *dp, int b);
-void msr_dp_bucket_finish(msr_dp_t *dp, int b);
+msr_status_t msr_dp_bucket_finish(msr_dp_t *dp, int b);
 msr_status_t msr_dp_seg_ready(msr_dp_t *dp, int s);
 msr_status_t msr_dp_seg_drop(msr_dp_t *dp, int s);
 

@@ -47,7 +47,7 @@ msr_status_t msr_dp_micro_end(msr_dp_t *dp)
                     msr_dp_comm_failed("reduction of bucket", b, st);
             }
             if (st == MSR_OK && !B->finished)
-                msr_dp_bucket_finish(dp, b);
+                st = msr_dp_bucket_finish(dp, b);
         }
         uint64_t waited = msr_now_ns() - t0;
         dp->stats.wait_ns += waited;
@@ -84,18 +84,20 @@ msr_status_t msr_dp_allgather_flat(msr_dp_t *dp, float *arr)
             if ((B->packed = msr_dp_tmp_alloc(dp, size * B->blk, 0)) == NULL) {
                 st = MSR_ERR_NO_MEMORY;
             } else {
-                for (int k = B->u0; k < B->u1; k++) {
+                for (int k = B->u0; k < B->u1 && st == MSR_OK; k++) {
                     const msr_dp_unit_t *u = &dp->units[k];
                     if (u->replicated)
                         continue;
                     float *dst = B->packed + (size_t)dp->rank * B->blk + u->bpack;
-                    memcpy(dst, arr + u->own_lo, u->own_n * sizeof(float));
-                    memset(dst + u->own_n, 0, (u->blk - u->own_n) * sizeof(float));
+                    if ((st = msr_dp_copy(dp, dst, arr + u->own_lo, u->own_n)) == MSR_OK)
+                        st = msr_dp_zero(dp, dst + u->own_n, u->blk - u->own_n);
                 }
-                st = msr_comm_iallgather(dp->comm, MSR_IN_PLACE, B->packed, B->blk, MSR_DTYPE_F32,
-                                         &B->req[0]);
-                if (st != MSR_OK)
-                    msr_dp_comm_failed("start of the parameter allgather of bucket", b, st);
+                if (st == MSR_OK && (st = msr_dp_sync(dp)) == MSR_OK) {
+                    st = msr_comm_iallgather(dp->comm, MSR_IN_PLACE, B->packed, B->blk,
+                                             MSR_DTYPE_F32, &B->req[0]);
+                    if (st != MSR_OK)
+                        msr_dp_comm_failed("start of the parameter allgather of bucket", b, st);
+                }
             }
             if (st != MSR_OK)
                 msr_dp_tmp_free(dp, &B->packed, size * B->blk);
@@ -110,14 +112,17 @@ msr_status_t msr_dp_allgather_flat(msr_dp_t *dp, float *arr)
                 const msr_dp_unit_t *u = &dp->units[k];
                 if (u->replicated)
                     continue;
-                for (int j = 0; j < dp->size; j++) {
+                for (int j = 0; j < dp->size && st == MSR_OK; j++) {
                     size_t a, e;
                     msr_dp_block_of(u, j, &a, &e);
                     if (j != dp->rank)
-                        memcpy(arr + u->lo + a, B->packed + (size_t)j * B->blk + u->bpack,
-                               (e - a) * sizeof(float));
+                        st = msr_dp_copy(dp, arr + u->lo + a,
+                                         B->packed + (size_t)j * B->blk + u->bpack, e - a);
                 }
             }
+            msr_status_t sst = msr_dp_sync(dp); /* before the buffer is kept for reuse */
+            if (st == MSR_OK)
+                st = sst;
             msr_dp_tmp_free(dp, &B->packed, size * B->blk);
             prev = -1;
         }

@@ -780,10 +780,30 @@ file: parallel/dp_hooks.c
 test: ^test_parallel_dp_np(2|4)$
 <<<
                                  MSR_DTYPE_F32, MSR_OP_SUM, &B->req[0]);
-    } else {
+    } else if ((st = msr_dp_sync(dp)) != MSR_OK) { /* the packing's copies */
 ===
                                  MSR_DTYPE_F32, MSR_OP_AVG, &B->req[0]);
-    } else {
+    } else if ((st = msr_dp_sync(dp)) != MSR_OK) { /* the packing's copies */
+>>>
+
+@ device.zero_bytes_passed_on
+file: comm/device.c
+test: ^test_device(_fake)?$
+<<<
+    if (bytes == 0)
+        return MSR_OK;
+    if (dst == NULL || src == NULL)
+===
+    if (dst == NULL || src == NULL)
+>>>
+
+@ device.cuda_copy_on_default_stream
+file: comm/device_cuda.c
+test: ^test_device_fake$
+<<<
+               : api_of(dev)->copy_async(api_of(dev), dst, src, bytes, kinds[kind], raw(stream));
+===
+               : api_of(dev)->copy_async(api_of(dev), dst, src, bytes, kinds[kind], (raw(stream), NULL));
 >>>
 
 @ dp.norm.replicated_counted_on_every_rank

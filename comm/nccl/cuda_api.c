@@ -25,6 +25,7 @@
     X(cudaDriverGetVersion)      \
     X(cudaEventCreateWithFlags)  \
     X(cudaEventDestroy)          \
+    X(cudaEventSynchronize)      \
     X(cudaEventQuery)            \
     X(cudaEventRecord)           \
     X(cudaFree)                  \
@@ -37,9 +38,11 @@
     X(cudaHostAlloc)             \
     X(cudaMalloc)                \
     X(cudaMemcpyAsync)           \
+    X(cudaMemsetAsync)           \
     X(cudaSetDevice)             \
     X(cudaStreamCreateWithFlags) \
     X(cudaStreamDestroy)         \
+    X(cudaStreamSynchronize)     \
     X(cudaStreamWaitEvent)
 #define NCCL_FUNCS(X)         \
     X(ncclAllGather)          \
@@ -415,6 +418,25 @@ static msr_status_t copy_async(const msr_gpu_api_t *g, void *dst, const void *sr
     return cu(cudart.cudaMemcpyAsync(dst, src, bytes, k, stream), "cudaMemcpyAsync");
 }
 
+static msr_status_t memset_async(const msr_gpu_api_t *g, void *p, int byte, size_t bytes,
+                                 void *stream)
+{
+    (void)g;
+    return cu(cudart.cudaMemsetAsync(p, byte, bytes, stream), "cudaMemsetAsync");
+}
+
+static msr_status_t stream_sync(const msr_gpu_api_t *g, void *stream)
+{
+    (void)g;
+    return cu(cudart.cudaStreamSynchronize(stream), "cudaStreamSynchronize");
+}
+
+static msr_status_t event_sync(const msr_gpu_api_t *g, void *event)
+{
+    (void)g;
+    return cu(cudart.cudaEventSynchronize(event), "cudaEventSynchronize");
+}
+
 static msr_status_t unique_id(const msr_gpu_api_t *g, unsigned char id[MSR_GPU_ID_BYTES])
 {
     (void)g;
@@ -597,6 +619,9 @@ static const msr_gpu_api_t cuda_api = {
     .device_alloc = device_alloc,
     .device_free = device_free,
     .copy_async = copy_async,
+    .memset_async = memset_async,
+    .stream_sync = stream_sync,
+    .event_sync = event_sync,
     .unique_id = unique_id,
     .comm_init = comm_init,
     .comm_split = comm_split,

@@ -56,6 +56,15 @@ struct msr_gpu_api {
     msr_status_t (*copy_async)(const msr_gpu_api_t *g, void *dst, const void *src, size_t bytes,
                                msr_gpu_copy_t kind, void *stream);
 
+    /* ---- what the device interface (msrun/device.h) adds; a fake that
+     * leaves them NULL serves the communicators only ---- */
+    msr_status_t (*memset_async)(const msr_gpu_api_t *g, void *p, int byte, size_t bytes,
+                                 void *stream);
+    /* Wait on the host until the stream's work, or the work before the
+     * event's record, is done; the first error of that work. */
+    msr_status_t (*stream_sync)(const msr_gpu_api_t *g, void *stream);
+    msr_status_t (*event_sync)(const msr_gpu_api_t *g, void *event);
+
     /* ---- NCCL: every communicator is made non-blocking, so any call may
      * answer MSR_IN_PROGRESS; comm_async_error then tells when it is done
      * (MSR_OK), still going (MSR_IN_PROGRESS) or failed. ---- */

@@ -7,6 +7,7 @@
 #include "msrun/store.h"
 #include "msrun/checkpoint.h"
 #include "msrun/comm.h"
+#include "msrun/device.h"
 #include "msrun/ps.h"
 
 #endif

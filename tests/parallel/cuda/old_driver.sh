@@ -4,7 +4,8 @@
 # stub libcuda.so.1 that reports CUDA 10.0 first on the library path, the
 # runtime answers cudaErrorInsufficientDriver with a driver installed, and:
 # test_cuda_gpt fails naming it, gpu_worker's probe (tests/comm) fails, the
-# comm table's probe (test_gpu_cuda runtime_here) fails, and train_gpt
+# comm table's probe (test_gpu_cuda runtime_here) fails, the device
+# interface's CUDA conformance (test_device_cuda) fails, and train_gpt
 # --device cuda, which gpu_train_check.sh probes, fails that check. Needs no
 # GPU: the stub stands in for whatever driver the machine has.
 set -u
@@ -34,5 +35,6 @@ expect_fail() {
 expect_fail test_cuda_gpt "$build/tests/test_cuda_gpt"
 expect_fail "gpu_worker probe" "$build/tests/gpu_worker" probe 1
 expect_fail "test_gpu_cuda runtime_here" "$build/tests/test_gpu_cuda" runtime_here
+expect_fail test_device_cuda "$build/tests/test_device_cuda"
 expect_fail gpu_train_check.sh bash "$here/gpu_train_check.sh" 1 alone
 echo "old_driver: ok"
