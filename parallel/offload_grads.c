@@ -140,9 +140,9 @@ static msr_status_t chunk_load(msr_grads_t *g, size_t k, int fill)
                         msr_offload_io_error(g->path, 0, "gradient chunk", k, done, g->chunk, err));
         if (msr_crc32(0, g->buf, used_of(g, k)) != g->crc[k])
             return fail(g, msr_err(MSR_ERR_CORRUPT,
-                                   "offload: gradient chunk %zu of %s changed underneath (its "
-                                   "CRC differs from the one written)",
-                                   k, g->path));
+                                   "offload: gradient chunk %zu of %s (bytes %zu..%zu) changed "
+                                   "underneath (its CRC differs from the one written)",
+                                   k, g->path, k * g->chunk, (k + 1) * g->chunk));
     }
     g->cur = k;
     return MSR_OK;
