@@ -4,8 +4,9 @@
 # put there as each bucket is reduced (set by a step's first micro-batch,
 # added by the next) and read back in chunks by the norm and the update.
 # One process (4 micro-batches added) and dp 2 at ZeRO 2 (4 KiB and
-# default chunks) and ZeRO 3 with the parameters on disk too give the
-# losses and norms of the same layout without offload, bitwise; fewer
+# default chunks; with every offload under full recompute) and ZeRO 3
+# with the parameters on disk too give the losses and norms of the same
+# layout without offload, bitwise; fewer
 # gradient bytes resident than the shard's; no file left; a run stopped
 # and resumed with it on ends as one never stopped; the combinations it
 # does not cover refused; a gradient chunk changed underneath stops the
@@ -48,6 +49,10 @@ same dp2-grads-default dp2 2 "${z2[@]}" "${grads[@]}"
 offload_run dp3 2 "${z3[@]}"
 same dp3-all dp3 2 "${z3[@]}" "${all[@]}" --offload-chunk 4096 --report
 resident dp3-all 2
+# under full recompute the model-parallel runtime drives the step (the
+# cgroup bench's layout): the same buckets reach the file
+offload_run full 2 "${z2[@]}" --recompute full
+same full-all full 2 "${z2[@]}" --recompute full "${all[@]}" --offload-chunk 4096
 
 # stopped at step 2 and resumed with it on throughout (the gradients are
 # not in a checkpoint: each step makes them anew)
