@@ -124,9 +124,9 @@ awk -v P="$P" -v S="$state" -v L="$limit" -v n="$ranks" -v w="$wbw" -v r="$rbw" 
     printf "model: %d parameters, full training state %.1f MB; %d ranks, each limited to %.1f MB (a quarter)\n",
         P, S / 1e6, n, L / 1e6
     printf "disk (dd, direct, 4 MiB blocks): write %.0f MB/s, read %.0f MB/s\n", w / 1e6, r / 1e6 }'
-printf '| %4s | %-9s | %4s | %9s | %-23s | %12s | %8s | %8s | %7s |\n' zero mode exit "ms/step" \
+printf '| %4s | %-10s | %4s | %9s | %-23s | %12s | %8s | %8s | %7s |\n' zero mode exit "ms/step" \
     "cgroup peak MB per rank" "peak RSS MB" "I/O ms" "bound ms" "x bound"
-printf '|------|-----------|------|-----------|-------------------------|--------------|----------|----------|---------|\n'
+printf '|------|------------|------|-----------|-------------------------|--------------|----------|----------|---------|\n'
 off="params=disk:$dir,optimizer=disk:$dir"
 for z in $zeros; do
     read -r rc_free ms_free _ _ < <(job 0 --zero "$z")
@@ -146,7 +146,7 @@ for z in $zeros; do
             -v io="$io" 'BEGIN { b = c > io ? c : io; mio = m != "memory" ? sprintf("%.1f", io) : "-"
             r = rss == "-" ? "-" : sprintf("%.1f", rss * 1024 / 1e6)
             x = ms == "-" ? "-" : sprintf("%.2f", ms / b); t = ms == "-" ? "-" : sprintf("%.1f", ms)
-            printf "| %4s | %-9s | %4s | %9s | %-23s | %12s | %8s | %8.1f | %7s |\n", z, m, rc, t, p, r, mio, b, x }'
+            printf "| %4s | %-10s | %4s | %9s | %-23s | %12s | %8s | %8.1f | %7s |\n", z, m, rc, t, p, r, mio, b, x }'
     done
 done
 echo "bound: max(compute: the in-memory step without a limit ($steps steps, the mean after the first), the I/O)"
