@@ -4,12 +4,13 @@
 # memory cgroup limited to a quarter of the model's full training state)
 # with the parameters, the moments and the gradient shard on disk
 # (--offload params=disk:DIR,optimizer=disk:DIR,grads=disk:DIR), trained
-# STEPS steps with a checkpoint saved at the last, then resumed from it for
-# one more step under the same limit. Each row prints the exit status and
-# every rank's cgroup peak: a save or a resume that brings the offloaded
-# state back into memory is killed by the limit (exit 137) or peaks above
-# the training's own peak. A row without a limit gives the peak RSS a
-# save and a resume need.
+# STEPS steps with a checkpoint saved at the last, then resumed for one
+# more step from the checkpoint that the same run without a limit saved
+# (so a resume is measured even when the limited save is killed). Each
+# row prints the exit status and every rank's cgroup peak: a save or a
+# resume that brings the offloaded state back into memory is killed by
+# the limit (exit 137). The rows without a limit give the peak RSS a save
+# and a resume need.
 #
 # usage: bench/offload/cgroup_ckpt_bench.sh [BUILD_DIR] [DIR] [STEPS] [RANKS] [MODEL ARGS...]
 #   as cgroup_dp_bench.sh (ZERO="2 3": the stages to run); DIR also holds
@@ -52,7 +53,7 @@ cleanup() {
     for ((r = 0; r < ranks; r++)); do
         [[ ! -d "$cg-rank$r" ]] || rmdir "$cg-rank$r" 2>/dev/null || true
     done
-    rm -rf "$tmp" "$dir/ck"
+    rm -rf "$tmp" "$dir/ck" "$dir/ck0"
     [[ -z "$own" ]] || rm -rf "$own"
 }
 trap cleanup EXIT
@@ -89,20 +90,31 @@ printf '| %4s | %-14s | %8s | %4s | %-23s | %11s |\n' zero run limit exit "cgrou
     "peak RSS MB"
 printf '|------|----------------|----------|------|-------------------------|-------------|\n'
 off=(--offload "params=disk:$dir,optimizer=disk:$dir,grads=disk:$dir" --offload-chunk 1048576)
+# row Z RUN LIMIT RC PEAKS RSS
+row() {
+    local what="-"
+    [[ $3 -eq 0 ]] || what=$(awk -v l="$3" 'BEGIN { printf "%.1f MB", l / 1e6 }')
+    printf '| %4s | %-14s | %8s | %4s | %-23s | %11s |\n' "$1" "$2" "$what" "$4" "$5" "$6"
+}
+# the checkpoint of step $steps: saved by the unlimited run, kept in
+# ck0 so that the limited resume starts from it even when the limited
+# save was killed
 for z in $zeros; do
     for lim in 0 "$limit"; do
         rm -rf "$dir/ck"
-        what="-"
-        [[ $lim -eq 0 ]] || what=$(awk -v l="$lim" 'BEGIN { printf "%.1f MB", l / 1e6 }')
         read -r rc peaks rss < <(job "$lim" --zero "$z" "${off[@]}" --steps "$steps" \
             --ckpt-every "$steps" --ckpt-dir "$dir/ck")
-        printf '| %4s | %-14s | %8s | %4s | %-23s | %11s |\n' "$z" "train + save" "$what" "$rc" \
-            "$peaks" "$rss"
-        [[ $rc -eq 0 ]] || { echo "  $(grep -i 'error\|killed' "$tmp/out" | tail -2)" >&2; continue; }
+        row "$z" "train + save" "$lim" "$rc" "$peaks" "$rss"
+        if [[ $lim -eq 0 ]]; then
+            [[ $rc -eq 0 ]] || { echo "zero $z: $(tail -3 "$tmp/out")" >&2; exit 1; }
+            rm -rf "$dir/ck0"
+            cp -r "$dir/ck" "$dir/ck0"
+        fi
+        rm -rf "$dir/ck"
+        cp -r "$dir/ck0" "$dir/ck"
         read -r rc peaks rss < <(job "$lim" --zero "$z" "${off[@]}" --steps $((steps + 1)) \
             --ckpt-every "$steps" --ckpt-dir "$dir/ck" --resume)
         grep -q "resumed from step $steps" "$tmp/out" || rc="$rc (no resume)"
-        printf '| %4s | %-14s | %8s | %4s | %-23s | %11s |\n' "$z" "resume + 1" "$what" "$rc" \
-            "$peaks" "$rss"
+        row "$z" "resume + 1" "$lim" "$rc" "$peaks" "$rss"
     done
 done
