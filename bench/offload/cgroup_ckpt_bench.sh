@@ -86,15 +86,15 @@ limit=$((16 * P / 4))
 awk -v P="$P" -v n="$ranks" -v L="$limit" 'BEGIN {
     printf "model: %d parameters, full training state %.1f MB; %d ranks, each limited to %.1f MB (a quarter)\n",
         P, 16 * P / 1e6, n, L / 1e6 }'
-printf '| %4s | %-14s | %8s | %4s | %-23s | %11s |\n' zero run limit exit "cgroup peak MB per rank" \
+printf '| %4s | %-14s | %8s | %-15s | %-23s | %11s |\n' zero run limit exit "cgroup peak MB per rank" \
     "peak RSS MB"
-printf '|------|----------------|----------|------|-------------------------|-------------|\n'
+printf '|------|----------------|----------|-----------------|-------------------------|-------------|\n'
 off=(--offload "params=disk:$dir,optimizer=disk:$dir,grads=disk:$dir" --offload-chunk 1048576)
 # row Z RUN LIMIT RC PEAKS RSS
 row() {
     local what="-"
     [[ $3 -eq 0 ]] || what=$(awk -v l="$3" 'BEGIN { printf "%.1f MB", l / 1e6 }')
-    printf '| %4s | %-14s | %8s | %4s | %-23s | %11s |\n' "$1" "$2" "$what" "$4" "$5" "$6"
+    printf '| %4s | %-14s | %8s | %-15s | %-23s | %11s |\n' "$1" "$2" "$what" "$4" "$5" "$6"
 }
 # the checkpoint of step $steps: saved by the unlimited run, kept in
 # ck0 so that the limited resume starts from it even when the limited
@@ -114,7 +114,7 @@ for z in $zeros; do
         cp -r "$dir/ck0" "$dir/ck"
         read -r rc peaks rss < <(job "$lim" --zero "$z" "${off[@]}" --steps $((steps + 1)) \
             --ckpt-every "$steps" --ckpt-dir "$dir/ck" --resume)
-        grep -q "resumed from step $steps" "$tmp/out" || rc="$rc (no resume)"
+        grep -q "resumed from step $steps" "$tmp/out" || rc="$rc, no resume"
         row "$z" "resume + 1" "$lim" "$rc" "$peaks" "$rss"
     done
 done
