@@ -348,7 +348,8 @@ msr_status_t msr_dp_create(const msr_dp_config_t *cfg, msr_comm_t *comm, msr_gpt
     }
     if (st != MSR_OK)
         goto err_free;
-    if ((cfg->zero >= 2 && (st = shard_alloc(dp, &dp->gshard)) != MSR_OK) ||
+    if ((cfg->zero >= 2 && cfg->grads_offload.mode != MSR_OFFLOAD_DISK &&
+         (st = shard_alloc(dp, &dp->gshard)) != MSR_OK) ||
         (cfg->zero >= 3 && (st = shard_alloc(dp, &dp->pshard)) != MSR_OK))
         goto err_free;
     /* below ZeRO-3 the parameters' offload seeds the blocks into its file */
@@ -356,7 +357,7 @@ msr_status_t msr_dp_create(const msr_dp_config_t *cfg, msr_comm_t *comm, msr_gpt
         msr_dp_init_params(dp, seed);
     dp->hooks = (msr_gpt_hooks_t){dp, msr_dp_hook_acquire, msr_dp_hook_release,
                                   msr_dp_hook_grads_ready, msr_dp_hook_poll};
-    if ((st = msr_dp_offload_attach(dp)) != MSR_OK ||
+    if ((st = msr_dp_offload_attach(dp)) != MSR_OK || (st = msr_dp_grads_attach(dp)) != MSR_OK ||
         (st = msr_dp_params_attach(dp, seed)) != MSR_OK)
         goto err_free;
     *dp_p = dp;
@@ -426,6 +427,7 @@ void msr_dp_destroy(msr_dp_t *dp)
         tmp_evict(dp, dp->cached - 1);
     msr_free(dp->cover);
     msr_offload_destroy(dp->offload);
+    msr_dp_grads_detach(dp);
     msr_dp_params_detach(dp);
     msr_adamw_destroy(dp->opt);
     msr_device_free(dp->dev, dp->gshard);

@@ -77,6 +77,7 @@
 #include "model/gpt.h"
 #include "layout/layout.h"
 #include "parallel/offload.h"
+#include "parallel/offload_grads.h"
 #include "parallel/offload_params.h"
 
 #define MSR_DP_TMP_CACHE 64 /* freed temporaries kept for reuse */
@@ -104,6 +105,13 @@ typedef struct msr_dp_config {
      * a whole dense model whose blocks ZeRO-3 shards (msr_dp_create
      * refuses the rest: MSR_ERR_CONFIG) */
     msr_offload_config_t params_offload;
+    /* where the gradient shard lives (parallel/offload_grads.h):
+     * MSR_OFFLOAD_DISK keeps it in a file of this rank's, each bucket's
+     * reduce-scatter result put there as it finishes, read back a chunk at
+     * a time by the norm and the update (dp_offload.c); ZeRO 2-3 with the
+     * moments on disk (cfg.offload), without model parallel (msr_dp_create
+     * refuses the rest: MSR_ERR_CONFIG) */
+    msr_offload_config_t grads_offload;
     /* msr_dp_create leaves the parameters it holds zero (the flat buffer,
      * under ZeRO-3 the owned elements), for a resume whose load overwrites
      * them; msr_dp_init_params sets them when there is nothing to resume.
@@ -213,6 +221,10 @@ typedef struct msr_dp {
     /* the blocks' parameters' file under cfg.params_offload (the model's
      * block segments then point at a held buffer or NULL: dp_params.c) */
     msr_params_t *params_off;
+    /* the gradient shard's file under cfg.grads_offload (gshard is then
+     * NULL) and a moments' chunk's gradients read back for the update */
+    msr_grads_t *grads_off;
+    float *gchunk;
     float **pheld;          /* [num_segs] a block segment's buffer while acquired */
     int pfirst;             /* forward's first block read ahead already */
     int pflat;              /* a checkpoint holds them in the flat buffer */

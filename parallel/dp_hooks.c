@@ -188,6 +188,10 @@ msr_status_t msr_dp_bucket_finish(msr_dp_t *dp, int b)
         const msr_dp_unit_t *u = &dp->units[k];
         const float *src = u->replicated ? B->packed + size * B->blk + u->bpack
                                          : B->packed + (size_t)dp->rank * B->blk + u->bpack;
+        if (dp->grads_off != NULL) { /* into its file (dp_offload.c) */
+            msr_dp_grads_put(dp, u, src);
+            continue;
+        }
         float *dst = msr_dp_grad_at(dp, u);
         if (dp->cfg.zero == 1 || dp->first_micro) {
             st = msr_dp_copy(dp, dst, src, u->own_n);

@@ -93,6 +93,22 @@ msr_status_t msr_dp_drain(msr_dp_t *dp);
 msr_status_t msr_dp_offload_attach(msr_dp_t *dp);
 msr_status_t msr_dp_offload_update(msr_dp_t *dp);
 
+/* The gradient shard moved to its file when cfg.grads_offload asks for
+ * the disk (after msr_dp_offload_attach; MSR_OK and nothing done
+ * otherwise; MSR_ERR_CONFIG below ZeRO-2 or without the moments on disk);
+ * detach closes it. grads_put puts unit u's reduced gradient src (set by
+ * a step's first micro-batch, added after), a failure kept by the store
+ * for grads_sumsq to report (a bucket finishes where nothing is
+ * returned); grads_sumsq writes the last chunk and adds each owned unit's
+ * squared norm to *sumsq_p in unit order, as msr_dp_update does from
+ * memory; grads_resident the bytes the store and its buffer keep (0
+ * without). */
+msr_status_t msr_dp_grads_attach(msr_dp_t *dp);
+void msr_dp_grads_detach(msr_dp_t *dp);
+void msr_dp_grads_put(msr_dp_t *dp, const msr_dp_unit_t *u, const float *src);
+msr_status_t msr_dp_grads_sumsq(msr_dp_t *dp, double *sumsq_p);
+size_t msr_dp_grads_resident(const msr_dp_t *dp);
+
 /* The blocks' parameters moved to their file when cfg.params_offload asks
  * for the disk (dp_params.c; MSR_OK and nothing done otherwise; below
  * ZeRO-3 they are seeded from seed a block at a time, straight into the

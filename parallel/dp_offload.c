@@ -40,20 +40,27 @@ static msr_status_t update_chunk(void *arg, size_t off, size_t n, float *m, floa
                                  m, v);
         return MSR_OK;
     }
+    /* an offloaded gradient shard's chunk read back: the chunk's elements */
+    if (dp->grads_off != NULL) {
+        msr_status_t st = msr_grads_get(dp->grads_off, off, n, dp->gchunk);
+        if (st != MSR_OK)
+            return st;
+    }
     for (int k = 0; k < dp->num_units; k++) {
         const msr_dp_unit_t *u = &dp->units[k];
         size_t a = MSR_MAX(off, u->shard_off), b = MSR_MIN(off + n, u->shard_off + u->own_n);
         if (u->own_n == 0 || a >= b)
             continue;
         size_t in = a - u->shard_off;
+        const float *g =
+            dp->grads_off != NULL ? dp->gchunk + (a - off) : msr_dp_grad_at(dp, u) + in;
         msr_status_t st = MSR_OK;
         if (dp->params_off != NULL) /* the blocks' in their buffers */
-            st = msr_dp_params_update_moments(dp, a, u->own_lo + in, b - a,
-                                              msr_dp_grad_at(dp, u) + in, m + (a - off),
+            st = msr_dp_params_update_moments(dp, a, u->own_lo + in, b - a, g, m + (a - off),
                                               v + (a - off));
         else
-            msr_adamw_update_moments(dp->opt, a, b - a, msr_dp_param_at(dp, u) + in,
-                                     msr_dp_grad_at(dp, u) + in, m + (a - off), v + (a - off));
+            msr_adamw_update_moments(dp->opt, a, b - a, msr_dp_param_at(dp, u) + in, g,
+                                     m + (a - off), v + (a - off));
         if (st != MSR_OK)
             return st;
     }
@@ -109,4 +116,83 @@ msr_status_t msr_dp_offload_drop(msr_dp_t *dp, int write)
     msr_free(dp->opt->v);
     dp->opt->m = dp->opt->v = NULL;
     return st;
+}
+
+/* ---- the gradient shard's file ---- */
+
+/* A moments' chunk's elements: the most update_chunk is given at once. */
+static size_t moment_chunk_elems(const msr_dp_t *dp)
+{
+    return msr_offload_chunk_bytes(dp->offload) / (2 * sizeof(float));
+}
+
+msr_status_t msr_dp_grads_attach(msr_dp_t *dp)
+{
+    msr_offload_config_t cfg = dp->cfg.grads_offload;
+    if (cfg.mode == MSR_OFFLOAD_NONE)
+        return MSR_OK;
+    if (cfg.mode != MSR_OFFLOAD_DISK || dp->cfg.zero < 2 || dp->offload == NULL)
+        return msr_err(MSR_ERR_CONFIG,
+                       "dp: the gradient shard goes to disk under ZeRO 2 or 3 with the "
+                       "optimizer's moments on disk (ZeRO %d, moments %s)",
+                       dp->cfg.zero, dp->offload != NULL ? "on disk" : "in memory");
+    /* a gradient chunk spans two of the moments' */
+    cfg.chunk_bytes = msr_offload_chunk_bytes(dp->offload);
+    msr_status_t st = msr_grads_create(&cfg, dp->shard_count, &dp->grads_off);
+    if (st != MSR_OK)
+        return st;
+    if ((dp->gchunk = msr_malloc(moment_chunk_elems(dp) * sizeof(float))) == NULL)
+        return msr_err(MSR_ERR_NO_MEMORY, "offload: out of memory for a gradient chunk");
+    dp->cfg.grads_offload.dir = NULL; /* the store keeps its path */
+    MSR_INFO("offload: the gradient shard of %zu elements in %s (chunks of %zu bytes)",
+             dp->shard_count, msr_grads_path(dp->grads_off), msr_grads_chunk_bytes(dp->grads_off));
+    return MSR_OK;
+}
+
+void msr_dp_grads_detach(msr_dp_t *dp)
+{
+    msr_grads_destroy(dp->grads_off);
+    msr_free(dp->gchunk);
+    dp->grads_off = NULL;
+    dp->gchunk = NULL;
+}
+
+void msr_dp_grads_put(msr_dp_t *dp, const msr_dp_unit_t *u, const float *src)
+{
+    /* a failure stays with the store: msr_dp_grads_sumsq reports it */
+    (void)msr_grads_put(dp->grads_off, u->shard_off, u->own_n, src, !dp->first_micro);
+}
+
+msr_status_t msr_dp_grads_sumsq(msr_dp_t *dp, double *sumsq_p)
+{
+    if (dp->mp_comm[0] != NULL || dp->mp_comm[1] != NULL)
+        return msr_err(MSR_ERR_CONFIG, "dp: the gradient shard on disk is for data parallel "
+                                       "alone, not under model parallel");
+    msr_status_t st = msr_grads_flush(dp->grads_off);
+    size_t per = moment_chunk_elems(dp);
+    double sum = *sumsq_p;
+    for (int k = 0; k < dp->num_units && st == MSR_OK; k++) {
+        const msr_dp_unit_t *u = &dp->units[k];
+        if (u->own_n == 0 || (u->replicated && dp->rank != 0))
+            continue;
+        /* msr_sumsq's order over the whole unit: one running sum */
+        double s = 0.0;
+        for (size_t at = 0; at < u->own_n && st == MSR_OK; at += per) {
+            size_t c = MSR_MIN(per, u->own_n - at);
+            st = msr_grads_get(dp->grads_off, u->shard_off + at, c, dp->gchunk);
+            for (size_t i = 0; i < c && st == MSR_OK; i++)
+                s += (double)dp->gchunk[i] * (double)dp->gchunk[i];
+        }
+        sum += s;
+    }
+    if (st == MSR_OK)
+        *sumsq_p = sum;
+    return st;
+}
+
+size_t msr_dp_grads_resident(const msr_dp_t *dp)
+{
+    if (dp->grads_off == NULL)
+        return 0;
+    return msr_grads_resident(dp->grads_off) + moment_chunk_elems(dp) * sizeof(float);
 }

@@ -198,7 +198,10 @@ msr_status_t msr_dp_update(msr_dp_t *dp, float lr, float max_norm, double loss_l
 {
     uint64_t t0 = msr_now_ns();
     double sumsq = 0.0;
-    for (int k = 0; k < dp->num_units; k++) {
+    msr_status_t gst = dp->grads_off != NULL ? msr_dp_grads_sumsq(dp, &sumsq) : MSR_OK;
+    if (gst != MSR_OK)
+        return gst;
+    for (int k = 0; k < dp->num_units && dp->grads_off == NULL; k++) {
         const msr_dp_unit_t *u = &dp->units[k];
         if (u->own_n == 0 || (u->replicated && dp->rank != 0))
             continue;
@@ -286,7 +289,8 @@ void msr_dp_memory(const msr_dp_t *dp, msr_dp_memory_t *mem)
     mem->params = (dp->model->params != NULL ? P * f : 0) + (dp->pshard != NULL ? S * f : 0);
     if (dp->params_off != NULL) /* the blocks' are in the file */
         mem->params += msr_params_resident(dp->params_off) - msr_dp_params_moved(dp);
-    mem->grads = (dp->model->grads != NULL ? P * f : 0) + (dp->gshard != NULL ? S * f : 0);
+    mem->grads = (dp->model->grads != NULL ? P * f : 0) + (dp->gshard != NULL ? S * f : 0) +
+                 msr_dp_grads_resident(dp);
     mem->optim = dp->offload != NULL ? msr_offload_resident(dp->offload) : 2 * dp->opt->count * f;
     mem->transient_peak = dp->transient_peak;
     mem->shard_elems = S;

@@ -17,8 +17,10 @@
 #   1 MiB buckets and 1 MiB chunks of the moments: a rank's gradient shard
 #   (4 bytes a parameter over dp) stays resident, so what else it keeps
 #   (block inputs, buckets, buffers) must fit in the rest of the quarter.
-#   ACTS=1: a third row per stage, the block inputs on disk too
+#   ACTS=1: a row per stage with the block inputs on disk too
 #   (activations=disk:DIR; needs --recompute full in the model's options).
+#   GRADS=1: a row per stage with the gradient shard on disk too
+#   (grads=disk:DIR): what a rank then keeps of its gradients is a chunk.
 # Prints a table; docs/performance.md "A quarter of the state per rank" has
 # results.
 set -euo pipefail
@@ -36,6 +38,7 @@ model=("$@")
 zeros=${ZERO:-2 3}
 modes="memory disk"
 case ${ACTS:-0} in 0) ;; 1) modes+=" disk+acts" ;; *) echo "ACTS='$ACTS' is not 0 or 1" >&2; exit 2 ;; esac
+case ${GRADS:-0} in 0) ;; 1) modes+=" disk+grads" ;; *) echo "GRADS='$GRADS' is not 0 or 1" >&2; exit 2 ;; esac
 for z in $zeros; do
     [[ $z == 2 || $z == 3 ]] || { echo "ZERO='$zeros': each stage must be 2 or 3" >&2; exit 2; }
 done
@@ -95,14 +98,21 @@ blk=$(((P - (256 + T + 2) * C) / L)) # one block's parameters (a byte vocabulary
 # the disk's bandwidth for a step's bytes of every rank at ZeRO 2 (the most)
 # a block input: micro-batch x seq x channels floats, from the model's options
 mbatch=$(awk '{ for (i = 1; i < NF; i++) if ($i == "--micro-batch") v = $(i + 1) } END { print v ? v : 8 }' <<<"${model[*]}")
-io_bytes() { # ZERO MODE: every rank's bytes read and written a step, "read write"
-    local share=$blk shard=$(((P + ranks - 1) / ranks)) acts=0
+# ZERO MODE [ACCUM]: every rank's bytes read and written a step, "read
+# write"; the gradient shard (disk+grads, ACCUM micro-batches a step) is
+# written by each micro-batch, read back by each after the first (to add
+# to), by the norm and by the update
+io_bytes() {
+    local share=$blk shard=$(((P + ranks - 1) / ranks)) acts=0 grd=0 grw=0 m=${3:-1}
     [[ $1 -lt 3 ]] || share=$(((blk + ranks - 1) / ranks))
     [[ $2 != disk+acts ]] || acts=$((L * ((4 * mbatch * T * C + 4095) / 4096 * 4096)))
+    [[ $2 != disk+grads ]] || grd=$(((m + 1) * 4 * shard)) grw=$((m * 4 * shard))
     local b=$(((4 * share + 4095) / 4096 * 4096))
-    echo "$((ranks * (3 * L * b + 8 * shard + acts))) $((ranks * (L * b + 8 * shard + acts)))"
+    echo "$((ranks * (3 * L * b + 8 * shard + acts + grd))) $((ranks * (L * b + 8 * shard + acts + grw)))"
 }
 read -r most _ < <(io_bytes 2 disk+acts)
+read -r most_g _ < <(io_bytes 2 disk+grads 2)
+[[ $most_g -le $most ]] || most=$most_g
 mb=$(((most + 4194303) / 4194304))
 dd_s() { sed -n 's/.* copied, \([0-9.e-]*\) s,.*/\1/p'; }
 w_s=$(dd if=/dev/zero of="$dir/dd.bin" bs=4M count="$mb" oflag=direct conv=fsync 2>&1 | dd_s)
@@ -114,27 +124,29 @@ awk -v P="$P" -v S="$state" -v L="$limit" -v n="$ranks" -v w="$wbw" -v r="$rbw" 
     printf "model: %d parameters, full training state %.1f MB; %d ranks, each limited to %.1f MB (a quarter)\n",
         P, S / 1e6, n, L / 1e6
     printf "disk (dd, direct, 4 MiB blocks): write %.0f MB/s, read %.0f MB/s\n", w / 1e6, r / 1e6 }'
-printf '| %4s | %-9s | %4s | %9s | %-23s | %12s | %8s | %8s | %7s |\n' zero mode exit "ms/step" \
+printf '| %4s | %-10s | %4s | %9s | %-23s | %12s | %8s | %8s | %7s |\n' zero mode exit "ms/step" \
     "cgroup peak MB per rank" "peak RSS MB" "I/O ms" "bound ms" "x bound"
-printf '|------|-----------|------|-----------|-------------------------|--------------|----------|----------|---------|\n'
+printf '|------|------------|------|-----------|-------------------------|--------------|----------|----------|---------|\n'
 off="params=disk:$dir,optimizer=disk:$dir"
 for z in $zeros; do
     read -r rc_free ms_free _ _ < <(job 0 --zero "$z")
     [[ $rc_free -eq 0 && $ms_free != - ]] ||
         { echo "zero $z without a limit failed ($rc_free): $(tail -3 "$tmp/out")" >&2; exit 1; }
+    accum=$(sed -n 's/.* x accum \([0-9]*\) x dp.*/\1/p' "$tmp/out" | head -1)
     for mode in $modes; do
-        read -r rd wr < <(io_bytes "$z" "$mode")
+        read -r rd wr < <(io_bytes "$z" "$mode" "${accum:-1}")
         io=$(awk -v rd="$rd" -v wr="$wr" -v r="$rbw" -v w="$wbw" 'BEGIN { printf "%.1f", 1000 * (rd / r + wr / w) }')
         args=(--zero "$z")
         [[ $mode != disk ]] || args+=(--offload "$off" --offload-chunk 1048576)
         [[ $mode != disk+acts ]] || args+=(--offload "$off,activations=disk:$dir" --offload-chunk 1048576)
+        [[ $mode != disk+grads ]] || args+=(--offload "$off,grads=disk:$dir" --offload-chunk 1048576)
         read -r rc ms peaks rss < <(job "$limit" "${args[@]}")
         [[ $rc -eq 0 || $mode == memory ]] || echo "zero $z on disk: $(grep -i 'error\|killed\|exit' "$tmp/out" | tail -3)" >&2
         awk -v z="$z" -v m="$mode" -v rc="$rc" -v ms="$ms" -v p="$peaks" -v rss="$rss" -v c="$ms_free" \
             -v io="$io" 'BEGIN { b = c > io ? c : io; mio = m != "memory" ? sprintf("%.1f", io) : "-"
             r = rss == "-" ? "-" : sprintf("%.1f", rss * 1024 / 1e6)
             x = ms == "-" ? "-" : sprintf("%.2f", ms / b); t = ms == "-" ? "-" : sprintf("%.1f", ms)
-            printf "| %4s | %-9s | %4s | %9s | %-23s | %12s | %8s | %8.1f | %7s |\n", z, m, rc, t, p, r, mio, b, x }'
+            printf "| %4s | %-10s | %4s | %9s | %-23s | %12s | %8s | %8.1f | %7s |\n", z, m, rc, t, p, r, mio, b, x }'
     done
 done
 echo "bound: max(compute: the in-memory step without a limit ($steps steps, the mean after the first), the I/O)"

@@ -118,8 +118,10 @@ static const msr_opt_t specs[] = {
              "its backward; params=disk:DIR (CPU ranks, no --experts): each block's parameters "
              "(under --zero 3 the "
              "rank's share) in a file per rank under DIR, read ahead of the block's forward and "
-             "backward and dropped after, updated a block at a time; several: comma-separated "
-             "(none)"),
+             "backward and dropped after, updated a block at a time; grads=disk:DIR (with "
+             "optimizer=disk, --zero 2 or 3, data parallel alone): the rank's gradient shard in a "
+             "file per rank under DIR, written as each bucket is reduced, read back in chunks by "
+             "the update; several: comma-separated (none)"),
     OPT_INT("offload-chunk", offload_chunk, MSR_OFFLOAD_CHUNK_MIN, MSR_OFFLOAD_CHUNK_MAX,
             "--offload optimizer=disk: bytes per chunk (m and v of chunk/8 elements), a multiple "
             "of 4096 "
@@ -528,7 +530,7 @@ static int train_config(const options_t *o, const job_t *job, int schedule, int 
     (void)msr_precision_parse(o->precision, &cfg->precision);
     cfg->par.grad_bf16 = strcmp(o->grad_reduce_dtype, "bf16") == 0;
     if (train_gpt_offload_config(o, job->rank, &cfg->par.offload, &cfg->mp.acts,
-                                 &cfg->par.params_offload) != 0)
+                                 &cfg->par.params_offload, &cfg->par.grads_offload) != 0)
         return -1;
     if (msr_train_config_check(cfg, data) != MSR_OK) {
         fprintf(stderr, "train_gpt: %s\n", msr_err_msg());

@@ -127,7 +127,8 @@ int train_gpt_check_combination(options_t *o, int world, int in_job);
  * against the rest of the options. Returns 0, or -1 with the reason
  * printed. */
 int train_gpt_offload_config(const options_t *o, int rank, msr_offload_config_t *opt,
-                             msr_offload_config_t *acts, msr_offload_config_t *params);
+                             msr_offload_config_t *acts, msr_offload_config_t *params,
+                             msr_offload_config_t *grads);
 
 /* The whole model's parameters, whatever the layout (the experts too). */
 size_t train_gpt_model_params(const msr_train_config_t *cfg);

@@ -14,8 +14,8 @@ static const char *const disk_only[] = {"offload-io", "offload-keep", "offload-c
 /* What --offload names: each at most once, "NAME=host" or "NAME=disk:DIR";
  * an item ends at a comma that starts the next NAME= (a DIR may hold
  * commas). */
-static const char *const targets[] = {"optimizer=", "activations=", "params="};
-enum { T_OPT, T_ACTS, T_PARAMS, T_COUNT };
+static const char *const targets[] = {"optimizer=", "activations=", "params=", "grads="};
+enum { T_OPT, T_ACTS, T_PARAMS, T_GRADS, T_COUNT };
 
 static int target_at(const char *p)
 {
@@ -32,13 +32,14 @@ static int bad(const char *t)
 {
     fprintf(stderr,
             "train_gpt: --offload '%s' is not a comma-separated list of optimizer=host, "
-            "optimizer=disk:DIR, activations=disk:DIR, params=disk:DIR, each named once\n",
+            "optimizer=disk:DIR, activations=disk:DIR, params=disk:DIR, grads=disk:DIR, each named "
+            "once\n",
             t);
     return -1;
 }
 
-/* Parses t into cfg[T_OPT], cfg[T_ACTS] and cfg[T_PARAMS]' modes and
- * directories. */
+/* Parses t into cfg[T_OPT], cfg[T_ACTS], cfg[T_PARAMS] and cfg[T_GRADS]'
+ * modes and directories. */
 static int parse(const char *t, msr_offload_config_t cfg[T_COUNT])
 {
     const char *p = t;
@@ -84,7 +85,8 @@ static int disk_options(const options_t *o, msr_offload_config_t cfg[T_COUNT])
             !(opt_only ? cfg[T_OPT].mode == MSR_OFFLOAD_DISK : any)) {
             fprintf(stderr, "train_gpt: --%s needs --offload %s\n", disk_only[k],
                     opt_only ? "optimizer=disk:DIR"
-                             : "optimizer=disk:DIR, activations=disk:DIR or params=disk:DIR");
+                             : "optimizer=disk:DIR, activations=disk:DIR, params=disk:DIR or "
+                               "grads=disk:DIR");
             return -1;
         }
     }
@@ -135,10 +137,31 @@ static int params_combination(const options_t *o, const msr_offload_config_t cfg
     return 0;
 }
 
+/* What grads=disk allows: the gradient shard of ZeRO 2-3 under data
+ * parallel alone on CPU ranks, read back by the moments' chunks. */
+static int grads_combination(const options_t *o, const msr_offload_config_t cfg[T_COUNT])
+{
+    if (cfg[T_GRADS].mode == MSR_OFFLOAD_NONE)
+        return 0;
+    const char *why = cfg[T_GRADS].mode == MSR_OFFLOAD_HOST ? "grads=host (use grads=disk:DIR)"
+                      : cfg[T_OPT].mode != MSR_OFFLOAD_DISK ? "without optimizer=disk:DIR"
+                      : o->zero < 2                         ? "below --zero 2 (no gradient shard)"
+                      : o->tp > 1 || o->pp > 1 || o->cp > 1 ? "under --tp, --pp or --cp"
+                                                            : NULL;
+    if (why != NULL) {
+        fprintf(stderr,
+                "train_gpt: --offload grads=disk puts the gradient shard of --zero 2 or 3 on "
+                "disk beside optimizer=disk, under data parallel alone: not %s\n",
+                why);
+        return -1;
+    }
+    return 0;
+}
+
 /* What the rest of the options allow. */
 static int combination(const options_t *o, const msr_offload_config_t cfg[T_COUNT])
 {
-    if (params_combination(o, cfg) != 0)
+    if (params_combination(o, cfg) != 0 || grads_combination(o, cfg) != 0)
         return -1;
     int cpu = strcmp(o->device, "cpu") == 0;
     if (cfg[T_OPT].mode == MSR_OFFLOAD_HOST && !cpu) {
@@ -171,7 +194,8 @@ static int combination(const options_t *o, const msr_offload_config_t cfg[T_COUN
 }
 
 int train_gpt_offload_config(const options_t *o, int rank, msr_offload_config_t *opt,
-                             msr_offload_config_t *acts, msr_offload_config_t *params)
+                             msr_offload_config_t *acts, msr_offload_config_t *params,
+                             msr_offload_config_t *grads)
 {
     msr_offload_config_t cfg[T_COUNT];
     for (int k = 0; k < T_COUNT; k++)
@@ -186,10 +210,11 @@ int train_gpt_offload_config(const options_t *o, int rank, msr_offload_config_t 
     *opt = cfg[T_OPT];
     *acts = cfg[T_ACTS];
     *params = cfg[T_PARAMS];
+    *grads = cfg[T_GRADS];
     /* a file size limit reached is then a write failing with EFBIG, which
      * the store reports with its file and chunk, not a signal that kills */
     if (opt->mode == MSR_OFFLOAD_DISK || acts->mode == MSR_OFFLOAD_DISK ||
-        params->mode == MSR_OFFLOAD_DISK)
+        params->mode == MSR_OFFLOAD_DISK || grads->mode == MSR_OFFLOAD_DISK)
         signal(SIGXFSZ, SIG_IGN);
     return 0;
 }

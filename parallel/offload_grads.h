@@ -1,0 +1,64 @@
+/* Gradient offload's store (docs/model.md "Offload"): a ZeRO-2/3 rank's
+ * gradient shard, `count` floats of its shard space, in a file of its own
+ * instead of memory. The reduce-scatter's results are put into it as each
+ * bucket finishes (set by a step's first micro-batch, added by the next
+ * ones) and read back in chunks by the gradient norm and the optimizer's
+ * step, so what it keeps in memory is one chunk (the one being filled or
+ * read, written when another is reached) and a CRC per chunk, whatever the
+ * shard's size.
+ *
+ * Chunk k holds elements [k E, (k + 1) E), E = chunk bytes / 4, at byte
+ * k * chunk bytes. A chunk never written reads as zeros. Each chunk's
+ * CRC-32 is kept when it is written and checked when it is read back: a
+ * file changed underneath, a short read, a full disk or an I/O error is an
+ * error naming the file and the chunk, never a wrong gradient; after one
+ * the store refuses every call with that first error again (its status
+ * and its text), so an error met where it cannot be returned (a bucket
+ * finished inside a hook) is the one the step's end reports.
+ *
+ * The I/O is synchronous (pread and pwrite on the caller's thread). The
+ * file is msrun-grads-rank<rank>-<pid>.bin under cfg->dir, created 0600
+ * with O_EXCL (O_DIRECT where the filesystem takes it) and removed by
+ * msr_grads_destroy unless cfg->keep.
+ *
+ * Not thread-safe: one thread per store. */
+#ifndef MSR_PARALLEL_OFFLOAD_GRADS_H
+#define MSR_PARALLEL_OFFLOAD_GRADS_H
+
+#include <stddef.h>
+
+#include "msrun/base.h"
+#include "parallel/offload.h"
+
+typedef struct msr_grads msr_grads_t;
+
+/* The chunk size of a store of count floats whose config asks for chunk
+ * bytes (0: MSR_OFFLOAD_CHUNK_DEFAULT): at most the bytes of count floats
+ * rounded up to MSR_OFFLOAD_ALIGN, at least MSR_OFFLOAD_CHUNK_MIN. */
+size_t msr_grads_chunk_of(size_t chunk_bytes, size_t count);
+
+/* Creates the store for count floats (cfg: MSR_OFFLOAD_DISK, checked as
+ * msr_offload_config_check does; its io engine is not used). Errors:
+ * MSR_ERR_INVALID_ARG, MSR_ERR_IO (the file, named), MSR_ERR_NO_MEMORY.
+ * On failure nothing is left behind. */
+msr_status_t msr_grads_create(const msr_offload_config_t *cfg, size_t count, msr_grads_t **g_p);
+/* Closes and removes the file unless cfg->keep. NULL: nothing. */
+void msr_grads_destroy(msr_grads_t *g);
+
+/* Elements [off, off + n) set to (add 0) or added (add 1) src's n floats,
+ * through the chunk in memory (a chunk left for another one is written).
+ * Errors: MSR_ERR_INVALID_ARG (past count), MSR_ERR_CORRUPT, MSR_ERR_IO
+ * (each naming the file and the chunk), the first error again after one. */
+msr_status_t msr_grads_put(msr_grads_t *g, size_t off, size_t n, const float *src, int add);
+/* Elements [off, off + n) into dst. Errors: as msr_grads_put. */
+msr_status_t msr_grads_get(msr_grads_t *g, size_t off, size_t n, float *dst);
+/* Writes the chunk in memory if it changed. Errors: as msr_grads_put. */
+msr_status_t msr_grads_flush(msr_grads_t *g);
+
+/* The file's path, the chunk's bytes, the bytes the store keeps resident
+ * (its chunk buffer and CRC table). */
+const char *msr_grads_path(const msr_grads_t *g);
+size_t msr_grads_chunk_bytes(const msr_grads_t *g);
+size_t msr_grads_resident(const msr_grads_t *g);
+
+#endif

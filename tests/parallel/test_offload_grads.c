@@ -1,0 +1,251 @@
+/* The gradient offload's store (parallel/offload_grads.h): ranges set and
+ * added across chunk bounds and read back bitwise, a chunk never written
+ * read as zeros, a chunk changed underneath and a short read named with
+ * the file and the chunk, the file size limit reached, the first error
+ * given again after it, the bounds of ranges and chunk sizes, the file's
+ * mode, its removal and a directory that is not there. */
+#include <errno.h>
+#include <fcntl.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/resource.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "base/err.h"
+#include "parallel/offload_grads.h"
+#include "tests/runner.h"
+
+static char tdir[256];
+
+static void cleanup(void)
+{
+    char cmd[300];
+    snprintf(cmd, sizeof cmd, "rm -rf '%s'", tdir);
+    if (tdir[0] != '\0' && system(cmd) != 0)
+        fprintf(stderr, "cannot remove %s\n", tdir);
+}
+
+/* A fresh directory, removed when the test's process ends. */
+static void make_dir(void)
+{
+    const char *t = getenv("TMPDIR");
+    snprintf(tdir, sizeof tdir, "%s/offload_grads.XXXXXX", t != NULL && t[0] != '\0' ? t : "/tmp");
+    MSR_CHECK(mkdtemp(tdir) != NULL);
+    atexit(cleanup);
+}
+
+/* Chunks of MSR_OFFLOAD_CHUNK_MIN bytes (1024 floats); N not a multiple
+ * of them, so the last chunk is short. */
+#define PER 1024
+#define N   (4 * PER + 300)
+
+static msr_offload_config_t config(void)
+{
+    return (msr_offload_config_t){MSR_OFFLOAD_DISK,       tdir, MSR_OFFLOAD_CHUNK_MIN,
+                                  MSR_OFFLOAD_IO_DEFAULT, 0,    3};
+}
+
+static float value(size_t i, int version)
+{
+    return (float)(i * 7919 % 10007) * 0.01f - 3.0f + (float)version * 0.5f;
+}
+
+/* The whole store against want[0..N). */
+static void check_all(msr_grads_t *g, const float *want)
+{
+    static float got[N];
+    MSR_CHECK_OK(msr_grads_get(g, 0, N, got));
+    for (size_t i = 0; i < N; i++)
+        MSR_CHECK_MSG(memcmp(&got[i], &want[i], sizeof(float)) == 0, "[%zu]: %g, want %g", i,
+                      (double)got[i], (double)want[i]);
+}
+
+/* Ranges set from the end down, as buckets finish (bounds inside chunks),
+ * then added, as a later micro-batch's: bitwise the sums in memory, read
+ * whole and in pieces that cross the chunks. */
+static void test_set_add(void)
+{
+    make_dir();
+    msr_offload_config_t cfg = config();
+    msr_grads_t *g;
+    MSR_CHECK_OK(msr_grads_create(&cfg, N, &g));
+    MSR_CHECK_EQ(msr_grads_chunk_bytes(g), (size_t)MSR_OFFLOAD_CHUNK_MIN);
+    static float want[N], src[N];
+    check_all(g, want); /* never written: zeros */
+    const size_t cuts[] = {N, 3 * PER + 700, 2 * PER, 2 * PER - 1, 500, 0};
+    for (int version = 0; version < 3; version++) {
+        for (size_t i = 0; i < N; i++) {
+            src[i] = value(i, version);
+            want[i] = version == 0 ? src[i] : want[i] + src[i];
+        }
+        for (size_t c = 0; c + 1 < sizeof cuts / sizeof cuts[0]; c++) {
+            size_t lo = cuts[c + 1], n = cuts[c] - lo;
+            MSR_CHECK_OK(msr_grads_put(g, lo, n, src + lo, version > 0));
+        }
+        MSR_CHECK_OK(msr_grads_flush(g));
+        check_all(g, want);
+    }
+    float piece[PER + 10];
+    for (size_t at = 0; at < N; at += PER + 10) {
+        size_t n = at + PER + 10 <= N ? PER + 10 : N - at;
+        MSR_CHECK_OK(msr_grads_get(g, at, n, piece));
+        MSR_CHECK(memcmp(piece, want + at, n * sizeof(float)) == 0);
+    }
+    /* what it keeps: one chunk and a CRC per chunk, not the shard */
+    MSR_CHECK(msr_grads_resident(g) < (size_t)N * sizeof(float) / 2);
+    msr_grads_destroy(g);
+}
+
+/* One byte of chunk 2 changed underneath: the read that reaches it stops
+ * with the file and the chunk named, and every call after gives that error
+ * again. */
+static void test_corrupt(void)
+{
+    make_dir();
+    msr_offload_config_t cfg = config();
+    msr_grads_t *g;
+    MSR_CHECK_OK(msr_grads_create(&cfg, N, &g));
+    static float src[N], got[N];
+    for (size_t i = 0; i < N; i++)
+        src[i] = value(i, 1);
+    MSR_CHECK_OK(msr_grads_put(g, 0, N, src, 0));
+    MSR_CHECK_OK(msr_grads_flush(g));
+    int fd = open(msr_grads_path(g), O_WRONLY);
+    MSR_CHECK(fd >= 0);
+    unsigned char x = 0x5a;
+    MSR_CHECK(pwrite(fd, &x, 1, 2 * MSR_OFFLOAD_CHUNK_MIN + 17) == 1);
+    close(fd);
+    MSR_CHECK_OK(msr_grads_get(g, 0, 2 * PER, got));
+    MSR_CHECK_STATUS(msr_grads_get(g, 2 * PER, 1, got), MSR_ERR_CORRUPT);
+    char first[512];
+    snprintf(first, sizeof first, "%s", msr_err_msg());
+    MSR_CHECK_MSG(strstr(first, "gradient chunk 2 of") != NULL &&
+                      strstr(first, msr_grads_path(g)) != NULL &&
+                      strstr(first, "changed underneath") != NULL,
+                  "%s", first);
+    MSR_CHECK_STATUS(msr_grads_get(g, 0, 1, got), MSR_ERR_CORRUPT);
+    MSR_CHECK_STATUS(msr_grads_put(g, 0, 1, src, 1), MSR_ERR_CORRUPT);
+    MSR_CHECK_STATUS(msr_grads_flush(g), MSR_ERR_CORRUPT);
+    MSR_CHECK_MSG(strcmp(msr_err_msg(), first) == 0, "%s", msr_err_msg());
+    msr_grads_destroy(g);
+}
+
+/* The file cut short under a written chunk: a short read, named. */
+static void test_short_read(void)
+{
+    make_dir();
+    msr_offload_config_t cfg = config();
+    msr_grads_t *g;
+    MSR_CHECK_OK(msr_grads_create(&cfg, N, &g));
+    static float src[N], got[N];
+    MSR_CHECK_OK(msr_grads_put(g, 0, N, src, 0));
+    MSR_CHECK_OK(msr_grads_flush(g));
+    MSR_CHECK(truncate(msr_grads_path(g), 3 * MSR_OFFLOAD_CHUNK_MIN + 512) == 0);
+    MSR_CHECK_OK(msr_grads_get(g, 0, 3 * PER, got));
+    MSR_CHECK_STATUS(msr_grads_get(g, 3 * PER, 1, got), MSR_ERR_IO);
+    MSR_CHECK_MSG(strstr(msr_err_msg(), "short read of gradient chunk 3 of") != NULL, "%s",
+                  msr_err_msg());
+    msr_grads_destroy(g);
+}
+
+/* The file size limit (RLIMIT_FSIZE, no root needed) reached by the write
+ * of chunk 3 (when chunk 4 is reached): a clear error naming it; at
+ * exactly the limit every chunk fits. */
+static void test_file_size_limit(void)
+{
+    make_dir();
+    signal(SIGXFSZ, SIG_IGN); /* the write fails with EFBIG instead */
+    struct rlimit rl = {3 * MSR_OFFLOAD_CHUNK_MIN, 3 * MSR_OFFLOAD_CHUNK_MIN};
+    MSR_CHECK(setrlimit(RLIMIT_FSIZE, &rl) == 0);
+    msr_offload_config_t cfg = config();
+    msr_grads_t *g;
+    static float src[N];
+    MSR_CHECK_OK(msr_grads_create(&cfg, 3 * PER, &g));
+    MSR_CHECK_OK(msr_grads_put(g, 0, 3 * PER, src, 0));
+    MSR_CHECK_OK(msr_grads_flush(g));
+    msr_grads_destroy(g);
+    MSR_CHECK_OK(msr_grads_create(&cfg, N, &g));
+    MSR_CHECK_STATUS(msr_grads_put(g, 0, N, src, 0), MSR_ERR_IO);
+    MSR_CHECK_MSG(strstr(msr_err_msg(), "writing gradient chunk 3 of") != NULL &&
+                      strstr(msr_err_msg(), strerror(EFBIG)) != NULL,
+                  "%s", msr_err_msg());
+    msr_grads_destroy(g);
+    char cmd[300];
+    snprintf(cmd, sizeof cmd, "test -z \"$(ls -A '%s')\"", tdir);
+    MSR_CHECK(system(cmd) == 0);
+}
+
+/* Ranges at the end and one past, an empty store, chunk sizes at their
+ * bounds: errors, never a crash; the store goes on after a refused range. */
+static void test_bounds(void)
+{
+    make_dir();
+    msr_offload_config_t cfg = config();
+    msr_grads_t *g;
+    float src[2] = {1.0f, 2.0f}, got[2];
+    MSR_CHECK_OK(msr_grads_create(&cfg, 0, &g)); /* an empty shard */
+    MSR_CHECK_OK(msr_grads_put(g, 0, 0, src, 0));
+    MSR_CHECK_STATUS(msr_grads_put(g, 0, 1, src, 0), MSR_ERR_INVALID_ARG);
+    MSR_CHECK_OK(msr_grads_flush(g));
+    msr_grads_destroy(g);
+    MSR_CHECK_OK(msr_grads_create(&cfg, N, &g));
+    MSR_CHECK_OK(msr_grads_put(g, N - 2, 2, src, 0));
+    MSR_CHECK_STATUS(msr_grads_put(g, N - 1, 2, src, 0), MSR_ERR_INVALID_ARG);
+    MSR_CHECK_STATUS(msr_grads_get(g, N + 1, 0, got), MSR_ERR_INVALID_ARG);
+    MSR_CHECK_STATUS(msr_grads_get(g, SIZE_MAX, 2, got), MSR_ERR_INVALID_ARG);
+    MSR_CHECK_OK(msr_grads_get(g, N - 2, 2, got));
+    MSR_CHECK(got[0] == 1.0f && got[1] == 2.0f);
+    msr_grads_destroy(g);
+    /* chunk sizes: the bounds of MSR_OFFLOAD_CHUNK_MIN and the shard's
+     * bytes rounded up; one past the size allowed refused */
+    MSR_CHECK_EQ(msr_grads_chunk_of(0, 1), (size_t)MSR_OFFLOAD_CHUNK_MIN);
+    MSR_CHECK_EQ(msr_grads_chunk_of(0, PER + 1), 2 * (size_t)MSR_OFFLOAD_ALIGN);
+    MSR_CHECK_EQ(msr_grads_chunk_of(0, (size_t)1 << 30), (size_t)MSR_OFFLOAD_CHUNK_DEFAULT);
+    cfg.chunk_bytes = MSR_OFFLOAD_CHUNK_MIN + 1;
+    MSR_CHECK_STATUS(msr_grads_create(&cfg, N, &g), MSR_ERR_INVALID_ARG);
+}
+
+/* 0600 whatever the umask; removed by destroy, kept on request; a
+ * directory that is not there and a mode but disk: clear errors. */
+static void test_mode_and_removal(void)
+{
+    make_dir();
+    umask(0);
+    msr_offload_config_t cfg = config();
+    msr_grads_t *g;
+    MSR_CHECK_OK(msr_grads_create(&cfg, N, &g));
+    char path[512];
+    snprintf(path, sizeof path, "%s", msr_grads_path(g));
+    MSR_CHECK(strstr(path, "/msrun-grads-rank3-") != NULL);
+    struct stat sb;
+    MSR_CHECK(stat(path, &sb) == 0);
+    MSR_CHECK_EQ(sb.st_mode & 0777, 0600);
+    msr_grads_destroy(g);
+    MSR_CHECK(access(path, F_OK) != 0 && errno == ENOENT);
+    cfg.keep = 1;
+    MSR_CHECK_OK(msr_grads_create(&cfg, N, &g));
+    snprintf(path, sizeof path, "%s", msr_grads_path(g));
+    msr_grads_destroy(g);
+    MSR_CHECK(access(path, F_OK) == 0);
+    char missing[300];
+    snprintf(missing, sizeof missing, "%s/not-there", tdir);
+    cfg.dir = missing;
+    MSR_CHECK_STATUS(msr_grads_create(&cfg, N, &g), MSR_ERR_IO);
+    MSR_CHECK_MSG(strstr(msr_err_msg(), missing) != NULL, "%s", msr_err_msg());
+    cfg.mode = MSR_OFFLOAD_HOST;
+    MSR_CHECK_STATUS(msr_grads_create(&cfg, N, &g), MSR_ERR_INVALID_ARG);
+}
+
+static const msr_test_t tests[] = {
+    {"set_add", test_set_add, 30},       {"corrupt", test_corrupt, 30},
+    {"short_read", test_short_read, 30}, {"file_size_limit", test_file_size_limit, 30},
+    {"bounds", test_bounds, 30},         {"mode_and_removal", test_mode_and_removal, 30},
+};
+
+int main(int argc, char **argv)
+{
+    return MSR_TEST_MAIN(argc, argv, tests);
+}
