@@ -100,7 +100,7 @@ refuse 1 "it needs --recompute full, not selective" "${small[@]}" --offload "$ac
     --recompute selective
 refuse 1 "--offload-chunk needs --offload optimizer=disk:DIR" "${small[@]}" --offload "$acts" \
     --offload-chunk 4096
-refuse 1 "--offload-keep needs --offload optimizer=disk:DIR, activations=disk:DIR or params=disk:DIR" \
+refuse 1 "--offload-keep needs --offload optimizer=disk:DIR, activations=disk:DIR, params=disk:DIR or grads=disk:DIR" \
     "${small[@]}" --offload-keep
 refuse 1 "--offload-io 'aio' is not threads or uring" "${small[@]}" --offload "$acts" \
     --offload-io aio
