@@ -113,14 +113,6 @@ static void send_aborts(ucx_comm_t *uc, msr_status_t st, int culprit)
     msg[1] = culprit;
     msg[2] = uc->broke_from >= 0 ? uc->broke_from : uc->comm->rank;
     ucx_engine_bury(e, msg);
-    /* A member that left sends the first two numbers only, as before the
-     * third was added: with 24-byte notices of leaving, a 4-rank
-     * train_gpt --plan ended with UCX warning of an "unexpected
-     * tag-receive descriptor ... was not matched" (a notice that came after
-     * its receiver had cancelled its receive) in 7 runs of 10, with 16-byte
-     * ones in none. The receiver reads the third number only in a
-     * failure's notice. */
-    size_t len = st == MSR_OK ? 2 * sizeof(int64_t) : sizeof uc->abort_in;
     for (int i = 0; i < uc->comm->size; i++) {
         ucx_peer_t *p = uc->peer[i];
         if (i == uc->comm->rank || p->dead)
@@ -129,8 +121,8 @@ static void send_aborts(ucx_comm_t *uc, msr_status_t st, int culprit)
         if (ep == NULL)
             continue;
         ucp_request_param_t prm = {.op_attr_mask = 0};
-        void *h =
-            ucp_tag_send_nbx(ep, msg, len, ucx_tag(UCX_TAG_CTRL, uc->id, uc->comm->rank, 0), &prm);
+        void *h = ucp_tag_send_nbx(ep, msg, sizeof uc->abort_in,
+                                   ucx_tag(UCX_TAG_CTRL, uc->id, uc->comm->rank, 0), &prm);
         if (UCS_PTR_IS_PTR(h))
             ucx_engine_orphan(e, h);
     }
