@@ -280,7 +280,7 @@ msr_status_t ucx_engine_open(msr_ctx_t *ctx, const char *uid, int n, int node_on
 {
     ucx_engine_t *e = engine_new(ctx, uid, n);
     if (e == NULL)
-        return MSR_ERR_NO_MEMORY;
+        return msr_err(MSR_ERR_NO_MEMORY, "comm: out of memory for an engine of %d members", n);
     msr_status_t st = ucx_open(e, n, node_only);
     if (st != MSR_OK) {
         pthread_mutex_destroy(&e->lock);
