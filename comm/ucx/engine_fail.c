@@ -217,9 +217,9 @@ void ucx_engine_handle_aborts(ucx_engine_t *e)
             atomic_load(&uc->comm->broken) == MSR_OK)
             uc->broke_from = (int)from;
         /* the culprit is a job rank, or -1 where the member gave up on
-         * its own: its deadline passed or a peer was lost to it (then the
-         * status alone), or it failed itself (out of memory, UCX refusing):
-         * then that member, named */
+         * its own: its deadline passed (then the status alone), a peer was
+         * lost to it (its connection failed) or it failed itself (out of
+         * memory, UCX refusing): then that member, named */
         char lost[48] = "";
         if (uc->abort_in[1] >= 0)
             snprintf(lost, sizeof lost, ", lost job rank %lld", (long long)uc->abort_in[1]);
@@ -228,6 +228,13 @@ void ucx_engine_handle_aborts(ucx_engine_t *e)
             ucx_comm_fail(uc, st, -1, "rank %d of the communicator (job rank %d) failed (%s)",
                           uc->broke_from, uc->comm->world_ranks[uc->broke_from],
                           msr_status_str(st));
+        else if (uc->abort_in[1] < 0 && st == MSR_ERR_PEER_LOST && uc->broke_from >= 0)
+            /* its connection to a peer broke (UCX said so), the processes
+             * perhaps alive: the member that saw it, named */
+            ucx_comm_fail(uc, st, -1,
+                          "rank %d of the communicator (job rank %d) lost a peer (its connection "
+                          "failed)",
+                          uc->broke_from, uc->comm->world_ranks[uc->broke_from]);
         else
             ucx_comm_fail(uc, st, (int)uc->abort_in[1],
                           "a member gave up on the communicator (%s%s)", msr_status_str(st), lost);
