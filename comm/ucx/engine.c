@@ -403,15 +403,16 @@ static void drain_notices(ucx_engine_t *e)
 {
     ucp_tag_recv_info_t info;
     ucp_request_param_t prm = {.op_attr_mask = 0};
-    for (int i = 0; i < 1 << 16; i++) {
+    int n = 0;
+    for (; n < 1 << 16; n++) {
         ucp_tag_message_h m =
             ucp_tag_probe_nb(e->worker, ucx_tag(UCX_TAG_CTRL, 0, 0, 0), ~0ull << 62, 1, &info);
         if (m == NULL)
-            return;
+            break;
         /* on the heap: a receive UCX still holds writes to it after we go */
         void *buf = msr_malloc(info.length ? info.length : 1);
         if (buf == NULL)
-            return; /* out of memory at exit: UCX warns of what is left */
+            break; /* out of memory at exit: UCX warns of what is left */
         void *h = ucp_tag_msg_recv_nbx(e->worker, buf, info.length, m, &prm);
         uint64_t deadline = msr_deadline_in_ms(100);
         while (UCS_PTR_IS_PTR(h) && ucp_request_check_status(h) == UCS_INPROGRESS &&
@@ -419,12 +420,13 @@ static void drain_notices(ucx_engine_t *e)
             ucp_worker_progress(e->worker);
         if (UCS_PTR_IS_PTR(h) && ucp_request_check_status(h) == UCS_INPROGRESS) {
             ucx_engine_bury(e, buf); /* freed after ucp_worker_destroy */
-            return;                  /* the request is left to it */
+            break;                   /* the request is left to it */
         }
         if (UCS_PTR_IS_PTR(h))
             ucp_request_free(h);
         msr_free(buf);
     }
+    MSR_DEBUG("comm: engine %s: %d notices drained at its close", e->uid, n);
 }
 
 /* Closes the endpoints: flushed to live peers, by force to lost peers where
