@@ -71,21 +71,23 @@ static void free_links(msr_ps_t *ps)
  * messages to that server behind its slot (docs/ps.md, The hang). All made
  * in one msr_comm_pairs over comm: a worker pairs with every server, a
  * server with every worker. */
-static msr_status_t make_links(msr_ps_t *ps, msr_comm_t *comm)
+static msr_status_t make_links(msr_ps_t *ps, msr_comm_t *comm, const int *peers)
+{
+    msr_status_t st = msr_comm_pairs(comm, ps->nlinks, peers, ps->links);
+    if (st != MSR_OK)
+        return msr_err_prefix(st, "msr_ps_create: the pairwise communicators");
+    return MSR_OK;
+}
+
+/* The ranks in comm a member pairs with: a worker every server, a server
+ * every worker. NULL when out of memory. */
+static int *link_peers(const msr_ps_t *ps)
 {
     int worker = ps->role == MSR_PS_WORKER;
     int *peers = msr_calloc((size_t)ps->nlinks, sizeof *peers);
     for (int o = 0; peers && o < ps->nlinks; o++)
         peers[o] = worker ? ps->workers + o : o;
-    /* without its list (out of memory) it still takes part, refused, so
-     * that every member fails at once */
-    msr_status_t st = msr_comm_pairs(comm, ps->nlinks, peers, ps->links);
-    if (peers == NULL)
-        st = msr_err(MSR_ERR_NO_MEMORY, "msr_ps_create: out of memory");
-    msr_free(peers);
-    if (st != MSR_OK)
-        return msr_err_prefix(st, "msr_ps_create: the pairwise communicators");
-    return MSR_OK;
+    return peers;
 }
 
 msr_ps_t *ps_new(int rank, int size, int servers, int staleness)
@@ -137,6 +139,27 @@ msr_status_t ps_resolve_mode(const char *what, int size, int *servers_p, int *st
     return MSR_OK;
 }
 
+/* Every member's start agreed before anything is made over comm: a member
+ * out of memory still takes part, so that every member fails at once,
+ * naming it, not at the deadline of a collective it never joined. One
+ * allreduce (MIN) of status * 2^32 + rank finds the worst status and the
+ * lowest rank that had it (a member that succeeded gives its rank alone). */
+static msr_status_t agree_start(msr_comm_t *comm, msr_status_t mine)
+{
+    int64_t key = (int64_t)mine * ((int64_t)1 << 32) + msr_comm_rank(comm);
+    msr_status_t st = msr_comm_allreduce(comm, MSR_IN_PLACE, &key, 1, MSR_DTYPE_I64, MSR_OP_MIN);
+    if (mine != MSR_OK)
+        return msr_err(mine, "msr_ps_create: out of memory");
+    if (st != MSR_OK)
+        return msr_err_prefix(st, "msr_ps_create: the agreement on its start");
+    if (key >= 0)
+        return MSR_OK;
+    int rank = (int)(key & 0xffffffff);
+    msr_status_t worst = (msr_status_t)((key - rank) / ((int64_t)1 << 32));
+    return msr_err(worst, "msr_ps_create: rank %d of the communicator (job rank %d) failed (%s)",
+                   rank, msr_comm_world_rank(comm, rank), msr_status_str(worst));
+}
+
 msr_status_t msr_ps_create(msr_comm_t *comm, int servers, int staleness, msr_ps_t **ps_p)
 {
     if (comm == NULL || ps_p == NULL)
@@ -146,14 +169,18 @@ msr_status_t msr_ps_create(msr_comm_t *comm, int servers, int staleness, msr_ps_
     if (st != MSR_OK)
         return st;
     msr_ps_t *ps = ps_new(msr_comm_rank(comm), size, servers, staleness);
-    if (ps == NULL)
-        return msr_err(MSR_ERR_NO_MEMORY, "msr_ps_create: out of memory");
+    int *peers = ps != NULL && ps->links != NULL ? link_peers(ps) : NULL;
+    int short_of = ps == NULL || (ps->links != NULL && peers == NULL);
+    st = agree_start(comm, short_of ? MSR_ERR_NO_MEMORY : MSR_OK);
     /* synchronous: everything on a duplicate (a lost worker fails every
      * step, and the duplicate's break ends every server at once);
      * asynchronous: only the pairs, split from comm itself */
-    st = ps->links ? make_links(ps, comm) : msr_comm_dup(comm, 0, &ps->comm);
+    if (st == MSR_OK)
+        st = ps->links ? make_links(ps, comm, peers) : msr_comm_dup(comm, 0, &ps->comm);
+    msr_free(peers);
     if (st != MSR_OK) {
-        free_links(ps);
+        if (ps != NULL)
+            free_links(ps);
         msr_free(ps);
         return st;
     }

@@ -41,8 +41,8 @@ static msr_status_t map_ucs(ucx_req_t *r, ucs_status_t s, const char *what, int 
         snprintf(r->pub.error, sizeof r->pub.error, "%s: %s from any rank: %s", r->algo, what,
                  ucs_status_string(s));
     else
-        snprintf(r->pub.error, sizeof r->pub.error, "%s: %s with rank %d: %s", r->algo, what, peer,
-                 ucs_status_string(s));
+        snprintf(r->pub.error, sizeof r->pub.error, "%s: %s with rank %d (job rank %d): %s",
+                 r->algo, what, peer, r->uc->peer[peer]->world_rank, ucs_status_string(s));
     return st;
 }
 
@@ -56,7 +56,8 @@ static msr_status_t peer_ep(ucx_req_t *r, int peer, ucp_ep_h *ep_p)
     }
     *ep_p = ucx_engine_ep(r->uc->engine, p);
     if (*ep_p == NULL) {
-        snprintf(r->pub.error, sizeof r->pub.error, "%s: cannot connect to rank %d", r->algo, peer);
+        snprintf(r->pub.error, sizeof r->pub.error, "%s: cannot connect to rank %d (job rank %d)",
+                 r->algo, peer, p->world_rank);
         return MSR_ERR_BACKEND;
     }
     return MSR_OK;

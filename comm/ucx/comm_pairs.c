@@ -115,23 +115,6 @@ static msr_status_t open_engines(pairs_t *p)
     return st;
 }
 
-/* Every member's status for one step, agreed over comm without any
- * buffer (a member out of memory still takes part): the worst status and
- * the lowest rank that had it, packed so that one allreduce (MIN) finds
- * both: status * 2^32 + rank, where a member that succeeded gives its
- * rank alone (>= 0, above every failure). */
-static msr_status_t agree(msr_comm_t *comm, msr_status_t mine, msr_status_t *worst_p, int *who_p)
-{
-    int64_t key = (int64_t)mine * ((int64_t)1 << 32) + comm->rank;
-    msr_status_t st = msr_comm_allreduce(comm, MSR_IN_PLACE, &key, 1, MSR_DTYPE_I64, MSR_OP_MIN);
-    if (st != MSR_OK)
-        return st;
-    int64_t rank = key & 0xffffffff;
-    *worst_p = key < 0 ? (msr_status_t)((key - rank) / ((int64_t)1 << 32)) : MSR_OK;
-    *who_p = (int)rank;
-    return MSR_OK;
-}
-
 /* The outcome of a step on this member: its own error when it failed
  * (why, kept from before the agreement), else the failed member named;
  * MSR_OK when every member succeeded. */
@@ -139,7 +122,7 @@ static msr_status_t outcome(msr_comm_t *comm, msr_status_t mine, const char *why
 {
     msr_status_t worst = MSR_OK;
     int who = 0;
-    msr_status_t xst = agree(comm, mine, &worst, &who);
+    msr_status_t xst = ucx_comm_agree(comm, mine, &worst, &who);
     if (mine != MSR_OK) {
         msr_err_set("%s", why);
         return mine;
@@ -147,8 +130,9 @@ static msr_status_t outcome(msr_comm_t *comm, msr_status_t mine, const char *why
     if (xst != MSR_OK)
         return msr_err_prefix(xst, "msr_comm_pairs: the agreement after %s", step);
     if (worst != MSR_OK)
-        return msr_err(worst, "msr_comm_pairs: rank %d of the communicator failed %s (%s)", who,
-                       step, msr_status_str(worst));
+        return msr_err(worst,
+                       "msr_comm_pairs: rank %d of the communicator (job rank %d) failed %s (%s)",
+                       who, comm->world_ranks[who], step, msr_status_str(worst));
     return MSR_OK;
 }
 

@@ -113,11 +113,32 @@ err_uc:
     msr_free(uc);
 err_comm:
     msr_comm_free(comm);
-    return st == MSR_OK ? MSR_ERR_NO_MEMORY : st;
+    if (st == MSR_OK)
+        st = msr_err(MSR_ERR_NO_MEMORY, "comm: out of memory for a communicator of %d", size);
+    return st;
 }
 
 static msr_status_t ucx_split(msr_comm_t *comm, int color, int key, unsigned flags,
                               msr_comm_t **newcomm_p);
+
+/* Keeps the segment only where every member has it: the setup's last
+ * allocation comes after its members' agreement, so one out of memory there
+ * would go on without the segment while the others use it (and the next
+ * collective step, the two levels' split, would wait for it in vain). The
+ * check goes through the UCX algorithms on every member, the segment set
+ * aside meanwhile. */
+static msr_status_t shm_everywhere(ucx_comm_t *uc)
+{
+    struct ucx_shm *s = uc->shm;
+    int64_t has = s != NULL;
+    uc->shm = NULL;
+    msr_status_t st =
+        msr_comm_allreduce(uc->comm, MSR_IN_PLACE, &has, 1, MSR_DTYPE_I64, MSR_OP_MIN);
+    uc->shm = s;
+    if (st != MSR_OK || !has)
+        ucx_shm_free(uc);
+    return st;
+}
 
 /* Gives a new communicator its shared-memory segment where its members
  * share a machine, or node-local sub-groups where they span machines; a
@@ -126,6 +147,8 @@ static msr_status_t with_shm(msr_comm_t **comm_p)
 {
     uint64_t t0 = msr_now_ns();
     msr_status_t st = ucx_shm_setup((*comm_p)->be);
+    if (st == MSR_OK && (*comm_p)->size > 1)
+        st = shm_everywhere((*comm_p)->be);
     if (st == MSR_OK)
         st = ucx_hier_setup((*comm_p)->be, ucx_split);
     if (st == MSR_OK)
@@ -155,7 +178,7 @@ msr_status_t msr_ucx_comm_world(msr_ctx_t *ctx, msr_comm_t **comm_p)
     snprintf(uid, sizeof uid, "w%lld", (long long)k);
     int *ranks = msr_calloc((size_t)n, sizeof *ranks);
     if (ranks == NULL)
-        return MSR_ERR_NO_MEMORY;
+        return msr_err(MSR_ERR_NO_MEMORY, "msr_comm_world: out of memory for %d ranks", n);
     for (int i = 0; i < n; i++)
         ranks[i] = i;
     ucx_engine_t *e = NULL;
@@ -192,6 +215,21 @@ msr_status_t msr_ucx_comm_pair(msr_ctx_t *ctx, const char *name, int peer, msr_c
     return st;
 }
 
+/* The worst status and the lowest rank that had it, packed so that one
+ * allreduce (MIN) finds both: status * 2^32 + rank, where a member that
+ * succeeded gives its rank alone (>= 0, above every failure). */
+msr_status_t ucx_comm_agree(msr_comm_t *comm, msr_status_t mine, msr_status_t *worst_p, int *who_p)
+{
+    int64_t key = (int64_t)mine * ((int64_t)1 << 32) + comm->rank;
+    msr_status_t st = msr_comm_allreduce(comm, MSR_IN_PLACE, &key, 1, MSR_DTYPE_I64, MSR_OP_MIN);
+    if (st != MSR_OK)
+        return st;
+    int64_t rank = key & 0xffffffff;
+    *worst_p = key < 0 ? (msr_status_t)((key - rank) / ((int64_t)1 << 32)) : MSR_OK;
+    *who_p = (int)rank;
+    return MSR_OK;
+}
+
 typedef struct split_entry {
     int64_t color, key, rank;
 } split_entry_t;
@@ -204,17 +242,83 @@ static int split_cmp(const void *x, const void *y)
     return a->rank < b->rank ? -1 : a->rank > b->rank;
 }
 
+/* A step of a split agreed over comm, every member taking part whatever
+ * its own outcome (mine; its error already set where it failed), so that
+ * all fail at once and alike: its own error where it failed, else the
+ * failed member named. */
+static msr_status_t split_agree(msr_comm_t *comm, msr_status_t mine, const char *step)
+{
+    char why[256];
+    snprintf(why, sizeof why, "%s", msr_last_error());
+    msr_status_t worst = MSR_OK;
+    int who = 0;
+    msr_status_t st = ucx_comm_agree(comm, mine, &worst, &who);
+    if (mine != MSR_OK) {
+        msr_err_set("%s", why);
+        return mine;
+    }
+    if (st != MSR_OK)
+        return msr_err_prefix(st, "msr_comm_split: the agreement %s", step);
+    if (worst != MSR_OK)
+        return msr_err(worst,
+                       "msr_comm_split: rank %d of the communicator (job rank %d) failed %s (%s)",
+                       who, comm->world_ranks[who], step, msr_status_str(worst));
+    return MSR_OK;
+}
+
+/* This member's new communicator of m members (world ranks wr, its rank
+ * newrank) with the agreed id: on comm's engine, or with
+ * MSR_COMM_OWN_WORKER on one of its own. */
+static msr_status_t split_make(msr_comm_t *comm, unsigned flags, int64_t id, int m, const int *wr,
+                               int newrank, msr_comm_t **newcomm_p)
+{
+    ucx_engine_t *e = ((ucx_comm_t *)comm->be)->engine;
+    int64_t timeout = atomic_load(&comm->timeout_ms);
+    msr_status_t st;
+    if (flags & MSR_COMM_OWN_WORKER) {
+        /* A new engine: its own worker and addresses, keyed by the parent's
+         * engine, the agreed id and the group's first member. */
+        char uid[256];
+        snprintf(uid, sizeof uid, "%.200s.%lld.%d", e->uid, (long long)id, wr[0]);
+        ucx_engine_t *ne = NULL;
+        st = ucx_engine_create(comm->ctx, uid, m, wr, &ne);
+        if (st != MSR_OK)
+            return st;
+        unsigned nid = ne->next_comm_id++;
+        st = ucx_comm_make(comm->ctx, ne, nid, newrank, m, wr, timeout, newcomm_p);
+        if (st != MSR_OK)
+            ucx_engine_unref(ne);
+    } else {
+        ucx_engine_lock(e);
+        e->refs++;
+        ucx_engine_unlock(e);
+        st = ucx_comm_make(comm->ctx, e, (unsigned)id, newrank, m, wr, timeout, newcomm_p);
+        if (st != MSR_OK)
+            ucx_engine_unref(e);
+    }
+    return st;
+}
+
+/* Every member takes part in every collective step whatever its own
+ * outcome (agreements before the exchange and after the communicators are
+ * made): a member out of memory or refused makes all fail at once, naming
+ * it, not at a deadline. */
 static msr_status_t ucx_split(msr_comm_t *comm, int color, int key, unsigned flags,
                               msr_comm_t **newcomm_p)
 {
     ucx_comm_t *uc = comm->be;
     ucx_engine_t *e = uc->engine;
     int n = comm->size;
-    msr_status_t st = MSR_ERR_NO_MEMORY;
+    msr_comm_t *made = NULL;
     int64_t *all = msr_calloc((size_t)n * 3, sizeof *all);
     split_entry_t *members = msr_calloc((size_t)n, sizeof *members);
     int *wr = msr_calloc((size_t)n, sizeof *wr);
-    if (all == NULL || members == NULL || wr == NULL)
+    msr_status_t st =
+        all && members && wr
+            ? MSR_OK
+            : msr_err(MSR_ERR_NO_MEMORY, "msr_comm_split: out of memory for %d members", n);
+    st = split_agree(comm, st, "before the split");
+    if (st != MSR_OK)
         goto out;
     ucx_engine_lock(e);
     int64_t mine[3] = {color, key, e->next_comm_id};
@@ -232,51 +336,37 @@ static msr_status_t ucx_split(msr_comm_t *comm, int color, int key, unsigned fla
     if (e->next_comm_id <= id)
         e->next_comm_id = (unsigned)id + 1;
     ucx_engine_unlock(e);
-    if (id > UCX_MAX_COMM_ID) {
+    if (id > UCX_MAX_COMM_ID) { /* the same on every member */
         msr_err_set("msr_comm_split: %d communicators made on one engine already", UCX_MAX_COMM_ID);
         st = MSR_ERR_OVERFLOW;
         goto out;
     }
-    if (color == MSR_COMM_NO_COLOR) {
-        *newcomm_p = NULL;
-        st = MSR_OK;
+    if (color != MSR_COMM_NO_COLOR) {
+        int m = 0;
+        for (int i = 0; i < n; i++)
+            if (all[3 * i] == color)
+                members[m++] = (split_entry_t){color, all[3 * i + 1], i};
+        qsort(members, (size_t)m, sizeof *members, split_cmp);
+        int newrank = -1;
+        for (int i = 0; i < m; i++) {
+            wr[i] = comm->world_ranks[members[i].rank];
+            if (members[i].rank == comm->rank)
+                newrank = i;
+        }
+        st = split_make(comm, flags, id, m, wr, newrank, &made);
+    }
+    /* every member, also those of no color: none is left waiting in the
+     * new communicator's first collective for one that could not make it */
+    st = split_agree(comm, st, "making its communicator");
+    if (st != MSR_OK) {
+        msr_comm_destroy(made);
+        made = NULL;
         goto out;
     }
-    int m = 0;
-    for (int i = 0; i < n; i++)
-        if (all[3 * i] == color)
-            members[m++] = (split_entry_t){color, all[3 * i + 1], i};
-    qsort(members, (size_t)m, sizeof *members, split_cmp);
-    int newrank = -1;
-    for (int i = 0; i < m; i++) {
-        wr[i] = comm->world_ranks[members[i].rank];
-        if (members[i].rank == comm->rank)
-            newrank = i;
-    }
-    int64_t timeout = atomic_load(&comm->timeout_ms);
-    if (flags & MSR_COMM_OWN_WORKER) {
-        /* A new engine: its own worker and addresses, keyed by the parent's
-         * engine, the agreed id and the group's first member. */
-        char uid[256];
-        snprintf(uid, sizeof uid, "%.200s.%lld.%d", e->uid, (long long)id, wr[0]);
-        ucx_engine_t *ne = NULL;
-        st = ucx_engine_create(comm->ctx, uid, m, wr, &ne);
-        if (st != MSR_OK)
-            goto out;
-        unsigned nid = ne->next_comm_id++;
-        st = ucx_comm_make(comm->ctx, ne, nid, newrank, m, wr, timeout, newcomm_p);
-        if (st != MSR_OK)
-            ucx_engine_unref(ne);
-    } else {
-        ucx_engine_lock(e);
-        e->refs++;
-        ucx_engine_unlock(e);
-        st = ucx_comm_make(comm->ctx, e, (unsigned)id, newrank, m, wr, timeout, newcomm_p);
-        if (st != MSR_OK)
-            ucx_engine_unref(e);
-    }
-    if (st == MSR_OK && *newcomm_p != NULL)
-        st = with_shm(newcomm_p);
+    if (made != NULL)
+        st = with_shm(&made);
+    if (st == MSR_OK)
+        *newcomm_p = made;
 out:
     msr_free(wr);
     msr_free(members);

@@ -280,7 +280,7 @@ msr_status_t ucx_engine_open(msr_ctx_t *ctx, const char *uid, int n, int node_on
 {
     ucx_engine_t *e = engine_new(ctx, uid, n);
     if (e == NULL)
-        return MSR_ERR_NO_MEMORY;
+        return msr_err(MSR_ERR_NO_MEMORY, "comm: out of memory for an engine of %d members", n);
     msr_status_t st = ucx_open(e, n, node_only);
     if (st != MSR_OK) {
         pthread_mutex_destroy(&e->lock);
@@ -394,30 +394,39 @@ void ucx_engine_reap_orphans(ucx_engine_t *e)
 
 /* Receives and drops the notices (left, abort) that arrived for
  * communicators already gone, so that UCX has no unmatched message to warn
- * about when the worker goes. */
+ * about when the worker goes. Each is received whole, into a buffer of the
+ * length the probe reports: a buffer shorter than the notice made the
+ * receive fail as truncated, and the drain stopped there with the notices
+ * after it still unmatched. A probed message is off UCX's queue whatever
+ * its receive's outcome, so a failed receive ends only that one. */
 static void drain_notices(ucx_engine_t *e)
 {
     ucp_tag_recv_info_t info;
-    int64_t sink[2];
     ucp_request_param_t prm = {.op_attr_mask = 0};
-    for (int i = 0; i < 1 << 16; i++) {
+    int n = 0;
+    for (; n < 1 << 16; n++) {
         ucp_tag_message_h m =
             ucp_tag_probe_nb(e->worker, ucx_tag(UCX_TAG_CTRL, 0, 0, 0), ~0ull << 62, 1, &info);
         if (m == NULL)
-            return;
-        void *h = ucp_tag_msg_recv_nbx(e->worker, sink, sizeof sink, m, &prm);
-        if (UCS_PTR_IS_ERR(h))
-            return;
+            break;
+        /* on the heap: a receive UCX still holds writes to it after we go */
+        void *buf = msr_malloc(info.length ? info.length : 1);
+        if (buf == NULL)
+            break; /* out of memory at exit: UCX warns of what is left */
+        void *h = ucp_tag_msg_recv_nbx(e->worker, buf, info.length, m, &prm);
         uint64_t deadline = msr_deadline_in_ms(100);
-        while (h != NULL && ucp_request_check_status(h) == UCS_INPROGRESS &&
+        while (UCS_PTR_IS_PTR(h) && ucp_request_check_status(h) == UCS_INPROGRESS &&
                !msr_deadline_passed(deadline))
             ucp_worker_progress(e->worker);
-        if (h != NULL) {
-            if (ucp_request_check_status(h) == UCS_INPROGRESS)
-                return; /* leave it to ucp_worker_destroy */
-            ucp_request_free(h);
+        if (UCS_PTR_IS_PTR(h) && ucp_request_check_status(h) == UCS_INPROGRESS) {
+            ucx_engine_bury(e, buf); /* freed after ucp_worker_destroy */
+            break;                   /* the request is left to it */
         }
+        if (UCS_PTR_IS_PTR(h))
+            ucp_request_free(h);
+        msr_free(buf);
     }
+    MSR_DEBUG("comm: engine %s: %d notices drained at its close", e->uid, n);
 }
 
 /* Closes the endpoints: flushed to live peers, by force to lost peers where

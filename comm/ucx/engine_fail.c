@@ -113,14 +113,6 @@ static void send_aborts(ucx_comm_t *uc, msr_status_t st, int culprit)
     msg[1] = culprit;
     msg[2] = uc->broke_from >= 0 ? uc->broke_from : uc->comm->rank;
     ucx_engine_bury(e, msg);
-    /* A member that left sends the first two numbers only, as before the
-     * third was added: with 24-byte notices of leaving, a 4-rank
-     * train_gpt --plan ended with UCX warning of an "unexpected
-     * tag-receive descriptor ... was not matched" (a notice that came after
-     * its receiver had cancelled its receive) in 7 runs of 10, with 16-byte
-     * ones in none. The receiver reads the third number only in a
-     * failure's notice. */
-    size_t len = st == MSR_OK ? 2 * sizeof(int64_t) : sizeof uc->abort_in;
     for (int i = 0; i < uc->comm->size; i++) {
         ucx_peer_t *p = uc->peer[i];
         if (i == uc->comm->rank || p->dead)
@@ -129,8 +121,8 @@ static void send_aborts(ucx_comm_t *uc, msr_status_t st, int culprit)
         if (ep == NULL)
             continue;
         ucp_request_param_t prm = {.op_attr_mask = 0};
-        void *h =
-            ucp_tag_send_nbx(ep, msg, len, ucx_tag(UCX_TAG_CTRL, uc->id, uc->comm->rank, 0), &prm);
+        void *h = ucp_tag_send_nbx(ep, msg, sizeof uc->abort_in,
+                                   ucx_tag(UCX_TAG_CTRL, uc->id, uc->comm->rank, 0), &prm);
         if (UCS_PTR_IS_PTR(h))
             ucx_engine_orphan(e, h);
     }
@@ -225,9 +217,9 @@ void ucx_engine_handle_aborts(ucx_engine_t *e)
             atomic_load(&uc->comm->broken) == MSR_OK)
             uc->broke_from = (int)from;
         /* the culprit is a job rank, or -1 where the member gave up on
-         * its own: its deadline passed or a peer was lost to it (then the
-         * status alone), or it failed itself (out of memory, UCX refusing):
-         * then that member, named */
+         * its own: its deadline passed (then the status alone), a peer was
+         * lost to it (its connection failed) or it failed itself (out of
+         * memory, UCX refusing): then that member, named */
         char lost[48] = "";
         if (uc->abort_in[1] >= 0)
             snprintf(lost, sizeof lost, ", lost job rank %lld", (long long)uc->abort_in[1]);
@@ -236,6 +228,13 @@ void ucx_engine_handle_aborts(ucx_engine_t *e)
             ucx_comm_fail(uc, st, -1, "rank %d of the communicator (job rank %d) failed (%s)",
                           uc->broke_from, uc->comm->world_ranks[uc->broke_from],
                           msr_status_str(st));
+        else if (uc->abort_in[1] < 0 && st == MSR_ERR_PEER_LOST && uc->broke_from >= 0)
+            /* its connection to a peer broke (UCX said so), the processes
+             * perhaps alive: the member that saw it, named */
+            ucx_comm_fail(uc, st, -1,
+                          "rank %d of the communicator (job rank %d) lost a peer (its connection "
+                          "failed)",
+                          uc->broke_from, uc->comm->world_ranks[uc->broke_from]);
         else
             ucx_comm_fail(uc, st, (int)uc->abort_in[1],
                           "a member gave up on the communicator (%s%s)", msr_status_str(st), lost);

@@ -218,7 +218,8 @@ static msr_status_t take_record(ucx_peer_t *p, const unsigned char *rec, size_t 
     }
     unsigned char *addr = msr_malloc(len - sizeof h);
     if (addr == NULL)
-        return MSR_ERR_NO_MEMORY;
+        return msr_err(MSR_ERR_NO_MEMORY, "comm: out of memory for job rank %d's address",
+                       p->world_rank);
     memcpy(addr, rec + sizeof h, len - sizeof h);
     msr_free(p->addr);
     p->addr = addr;
@@ -234,7 +235,7 @@ static msr_status_t fetch_addresses(ucx_engine_t *e, ucx_peer_t **peers, uint32_
 {
     uint32_t *idx = msr_malloc((n ? n : 1) * sizeof *idx);
     if (idx == NULL)
-        return MSR_ERR_NO_MEMORY;
+        return msr_err(MSR_ERR_NO_MEMORY, "comm: out of memory for %u addresses", n);
     for (uint32_t i = 0; i < n; i++)
         idx[i] = peers[i]->index;
     msr_gather_result_t *res = NULL;
@@ -327,7 +328,7 @@ msr_status_t ucx_engine_record(ucx_engine_t *e, unsigned char **rec_p, size_t *l
     unsigned char *rec = make_record(e, addr, addr_len);
     ucp_worker_release_address(e->worker, addr);
     if (rec == NULL)
-        return MSR_ERR_NO_MEMORY;
+        return msr_err(MSR_ERR_NO_MEMORY, "comm: out of memory for this engine's address");
     *rec_p = rec;
     *len_p = sizeof(addr_head_t) + addr_len;
     return MSR_OK;
@@ -376,8 +377,10 @@ msr_status_t ucx_engine_exchange_addresses(ucx_engine_t *e, int n, const int *wo
     size_t len = sizeof(addr_head_t) + addr_len;
     unsigned char *mine = make_record(e, addr, addr_len);
     ucx_peer_t **local_peers = msr_malloc((size_t)n * sizeof *local_peers);
-    if (mine == NULL || local_peers == NULL)
+    if (mine == NULL || local_peers == NULL) {
+        msr_err_set("comm: out of memory for the addresses of %d members", n);
         goto err_free;
+    }
     uint32_t local = 0, nlp = 0;
     int first_local = -1, other_nodes = 0;
     for (int i = 0; i < n; i++) {

@@ -473,6 +473,11 @@ void ucx_comm_give_up(ucx_comm_t *uc, msr_status_t st, const char *why);
 /* Tells the other members of a healthy communicator that this rank is done
  * with it, so that its exit afterwards does not break it for them. */
 void ucx_comm_say_left(ucx_comm_t *uc);
+/* comm_ucx.c: every member's status for one step, agreed over comm without
+ * any buffer (a member out of memory still takes part): *worst_p the worst
+ * status (MSR_OK when none failed) and *who_p the lowest rank that had it.
+ * Collective; fails with the allreduce's errors. */
+msr_status_t ucx_comm_agree(msr_comm_t *comm, msr_status_t mine, msr_status_t *worst_p, int *who_p);
 /* comm_ucx.c: (re)posts the receive of the members' notices. Lock held. */
 msr_status_t ucx_post_abort_recv(ucx_comm_t *uc);
 /* comm_ucx.c: a communicator of size members on engine e, whose reference

@@ -117,7 +117,8 @@ static void out_of_memory(msr_comm_t *world, int who)
         fail("rank %d out of memory: msr_comm_pairs returned %s (%s), want MSR_ERR_NO_MEMORY", who,
              msr_status_name(st), msr_last_error());
     char named[64];
-    snprintf(named, sizeof named, "rank %d of the communicator failed", who);
+    snprintf(named, sizeof named, "rank %d of the communicator (job rank %d) failed", who,
+             msr_comm_world_rank(world, who));
     if (me != who && strstr(msr_last_error(), named) == NULL)
         fail("rank %d out of memory: the error '%s' does not name it", who, msr_last_error());
     for (int k = 0; k < n; k++)
@@ -211,7 +212,8 @@ static void ucx_refuses(msr_comm_t *world)
         fail("UCX refusing rank %d's engines: msr_comm_pairs returned %s (%s)", who,
              msr_status_name(st), msr_last_error());
     char named[64];
-    snprintf(named, sizeof named, "rank %d of the communicator failed", who);
+    snprintf(named, sizeof named, "rank %d of the communicator (job rank %d) failed", who,
+             msr_comm_world_rank(world, who));
     if (me != who && strstr(msr_last_error(), named) == NULL)
         fail("UCX refusing: the error '%s' does not name rank %d", msr_last_error(), who);
     for (int k = 0; k < n; k++)
