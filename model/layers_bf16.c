@@ -297,7 +297,8 @@ static bool take_block(msr_products_t *p, const float *inp, size_t ld, size_t ro
     return ready;
 }
 
-/* take_block for all of the handed-over operand, n elements, only */
+/* As take_block, for an operand that is all of the handed-over one (inp
+ * itself, n elements) or none of it */
 static bool take_ready(msr_products_t *p, const float *inp, size_t n)
 {
     bool ready = p->ready != NULL && p->ready == inp && p->ready_n == n;
@@ -334,7 +335,7 @@ void msr_products_sgemm(msr_products_t *p, int trans_a, int trans_b, int M, int 
     }
     if (M == 0 || N == 0)
         return;
-    const uint16_t *a16 = p->a + a_off;
+    const uint16_t *a16 = NULL;
     int lda16 = lda;
     if (ready) {
         /* only b: a holds the handed-over operand, which a reallocation
@@ -345,6 +346,7 @@ void msr_products_sgemm(msr_products_t *p, int trans_a, int trans_b, int M, int 
             return;
         }
         round_rows(p->b, B, ldb, br, bc);
+        a16 = p->a + a_off;
     } else if (!round_operands(p, A, lda, ar, ac, B, ldb, br, bc)) {
         return;
     } else {
