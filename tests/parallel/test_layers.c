@@ -218,6 +218,35 @@ static void test_matmul(void)
         free(c.w);
 }
 
+/* The bias gradient's column sums past their blocks of 16 columns (two
+ * whole blocks and a tail of 3): each column added to its old value in row
+ * order, so bitwise the plain loop's, in float and in double. */
+static void test_bias_grad_blocks(void)
+{
+    enum { BN = 5, BIC = 2, BOC = 35 };
+    rng_t r = {11, 0};
+    double *dout = vec(&r, BN * BOC, 1), *db = vec(&r, BOC, 1), *want = vec(NULL, BOC, 0);
+    double *inp = vec(&r, BN * BIC, 1), *w = vec(&r, BOC * BIC, 1);
+    double *dinp = vec(NULL, BN * BIC, 0), *dw = vec(NULL, BOC * BIC, 0);
+    float *fd = to_float(dout, BN * BOC), *fdb = to_float(db, BOC), *fi = to_float(inp, BN * BIC);
+    float *fw = to_float(w, BOC * BIC), *fwant = malloc(BOC * sizeof *fwant);
+    float *fdi = calloc(BN * BIC, sizeof *fdi), *fdw = calloc(BOC * BIC, sizeof *fdw);
+    for (int j = 0; j < BOC; j++) {
+        want[j] = db[j];
+        fwant[j] = fdb[j];
+        for (int n = 0; n < BN; n++) {
+            want[j] += dout[n * BOC + j];
+            fwant[j] += fd[n * BOC + j];
+        }
+    }
+    msr_matmul_backward_f64(dinp, dw, db, dout, inp, w, BN, BIC, BOC);
+    msr_matmul_backward(NULL, fdi, fdw, fdb, fd, fi, fw, BN, BIC, BOC);
+    MSR_CHECK(memcmp(db, want, BOC * sizeof *db) == 0);
+    MSR_CHECK(memcmp(fdb, fwant, BOC * sizeof *fdb) == 0);
+    free(dout), free(db), free(want), free(inp), free(w), free(dinp), free(dw);
+    free(fd), free(fdb), free(fi), free(fw), free(fwant), free(fdi), free(fdw);
+}
+
 /* ---- attention ---- */
 
 enum { AB = 2, AT = 5, AC = 8, ANH = 2 };
@@ -710,6 +739,7 @@ static const msr_test_t tests[] = {
     {"encoder", test_encoder, 10},
     {"layernorm", test_layernorm, 10},
     {"matmul", test_matmul, 10},
+    {"bias_grad_blocks", test_bias_grad_blocks, 10},
     {"attention", test_attention, 10},
     {"attention_blocks", test_attention_blocks, 10},
     {"attention_ring", test_attention_ring, 10},
