@@ -210,13 +210,23 @@ void msr_adamw_update(msr_adamw_t *opt, float *params, const float *grads, float
     msr_adamw_update_range(opt, 0, opt->count, params, grads);
 }
 
+/* Eight partial sums, element i into sum i mod 8, folded pairwise: eight
+ * independent chains of adds where one chain waited on each add's latency
+ * (2% of a bf16 step of the 10.7M-parameter model), in one fixed order on
+ * every CPU. A float squared in double is exact, so only the adds round. */
+#define SUMSQ_LANES 8
 double msr_sumsq(const float *x, size_t n)
 {
-    double s = 0.0;
-    for (size_t i = 0; i < n; i++)
-        s += (double)x[i] * (double)x[i];
-    return s;
+    double s[SUMSQ_LANES] = {0};
+    size_t i = 0;
+    for (; i + SUMSQ_LANES <= n; i += SUMSQ_LANES)
+        for (int j = 0; j < SUMSQ_LANES; j++)
+            s[j] += (double)x[i + j] * (double)x[i + j];
+    for (; i < n; i++)
+        s[i % SUMSQ_LANES] += (double)x[i] * (double)x[i];
+    return ((s[0] + s[1]) + (s[2] + s[3])) + ((s[4] + s[5]) + (s[6] + s[7]));
 }
+#undef SUMSQ_LANES
 
 float msr_clip_scale(double norm, float max_norm)
 {

@@ -115,8 +115,10 @@ typedef struct msr_adamw_coef {
 void msr_adamw_kernel(const msr_adamw_coef_t *k, bool vector, size_t n, float *p, const float *g,
                       float *m, float *v);
 
-/* The sum of squares of x (n), in double and in index order. The global
- * gradient norm is sqrt of the sum of every shard's msr_sumsq. */
+/* The sum of squares of x (n), in double: element i added into the i mod
+ * 8-th of eight partial sums in index order, the eight then folded
+ * pairwise ((0+1) + (2+3)) + ((4+5) + (6+7)), the same bits on every CPU.
+ * The global gradient norm is sqrt of the sum of every shard's msr_sumsq. */
 double msr_sumsq(const float *x, size_t n);
 
 /* The factor that brings a gradient of global norm `norm` within max_norm,

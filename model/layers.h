@@ -128,15 +128,16 @@ void msr_products_linear_backward(msr_products_t *p, float *dinp, float *dweight
  * The handover lasts for the next product of p only: msr_products_linear
  * with inp == src and N * IC == n takes it (and rounds only the weight),
  * msr_products_linear_backward with dout == src and N * OC == n likewise
- * (and rounds only inp and the weight), msr_products_sgemm with A == src,
- * its storage packed (lda its row length) and n elements, transposed or
- * not (and rounds only B);
- * any other product, or another call of this, drops it, so nothing may
- * write src or call p between the kernel and its product. Returns NULL
- * (nothing handed over: the kernel writes fp32 only) for NULL, an fp32
- * context, n 0, or n past the scratch the context already holds (a first
- * product of that size grows it), so the scratch and its --report bytes
- * stay those of the products. */
+ * (and rounds only inp and the weight), msr_products_sgemm with A's
+ * storage (transposed or not) inside src's n elements, its rows lda apart
+ * in src's layout: all of src, packed, or a block of it, such as the
+ * rows [r0, r0 + m) and columns [0, c) of a (T,T) src with lda T (and
+ * rounds only B); any other product, or another call of this, drops it,
+ * so nothing may write src or call p between the kernel and its product.
+ * The scratch grows to n elements, as the product that reads all of src
+ * would grow it, so its --report bytes stay those of the products. Returns
+ * NULL (nothing handed over: the kernel writes fp32 only) for NULL, an
+ * fp32 context, n 0, or when the scratch cannot grow (logged). */
 uint16_t *msr_products_operand(msr_products_t *p, const float *src, size_t n);
 /* Hands src's rounding (n elements) over for one more product, when the
  * product just run took it as handed over (which leaves it in place):

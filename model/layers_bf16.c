@@ -252,7 +252,11 @@ static const uint16_t *weight_operand(msr_products_t *p, const float *w, int row
 
 uint16_t *msr_products_operand(msr_products_t *p, const float *src, size_t n)
 {
-    if (p == NULL || p->precision != MSR_PRECISION_BF16 || src == NULL || n == 0 || n > p->a_cap)
+    if (p == NULL || p->precision != MSR_PRECISION_BF16 || src == NULL || n == 0)
+        return NULL;
+    /* a grows to src's size, which the product that reads it all would
+     * make it (a product that reads a block of it takes a smaller one) */
+    if (n > p->a_cap && reserve(&p->a, &p->a_cap, n) != MSR_OK)
         return NULL;
     p->ready = src;
     p->ready_n = n;
@@ -269,10 +273,32 @@ bool msr_products_operand_again(msr_products_t *p, const float *src, size_t n)
     return true;
 }
 
-/* Whether a holds the rounding of inp (n elements) for this product; the
+/* Whether a holds the rounding of the operand at inp, rows of cols
+ * elements ld apart (ld >= cols), for this product, and where: then *off_p
+ * is inp's offset in the handed-over operand, whose rounding a mirrors
+ * element for element, so the rows lie at a + *off_p, ld apart. The
  * handover lasts one product, whichever it is. Every product calls this
  * first: one that takes the handover leaves it in a (held, for
  * msr_products_operand_again), any other overwrites a. */
+static bool take_block(msr_products_t *p, const float *inp, size_t ld, size_t rows, size_t cols,
+                       size_t *off_p)
+{
+    uintptr_t at = (uintptr_t)inp, base = (uintptr_t)p->ready;
+    bool ready = p->ready != NULL && inp != NULL && rows > 0 && cols > 0 && ld >= cols &&
+                 at >= base && (at - base) % sizeof *inp == 0;
+    size_t off = ready ? (at - base) / sizeof *inp : 0;
+    size_t extent = ready ? (rows - 1) * ld + cols : 0;
+    ready = ready && off <= p->ready_n && extent <= p->ready_n - off;
+    p->held = ready ? p->ready : NULL;
+    p->held_n = ready ? p->ready_n : 0;
+    p->ready = NULL;
+    if (ready)
+        *off_p = off;
+    return ready;
+}
+
+/* As take_block, for an operand that is all of the handed-over one (inp
+ * itself, n elements) or none of it */
 static bool take_ready(msr_products_t *p, const float *inp, size_t n)
 {
     bool ready = p->ready != NULL && p->ready == inp && p->ready_n == n;
@@ -289,10 +315,11 @@ void msr_products_sgemm(msr_products_t *p, int trans_a, int trans_b, int M, int 
     /* the stored shapes: A (M,K) or (K,M) when transposed, B (K,N) or (N,K) */
     int ar = trans_a ? K : M, ac = trans_a ? M : K;
     int br = trans_b ? N : K, bc = trans_b ? K : N;
-    /* A's rounding may already be in a (msr_products_operand), when A's
-     * rows are packed (lda == ac) as a handed-over operand's are */
+    /* A's rounding may already be in a (msr_products_operand), all of it
+     * or the block A is of it, at a + a_off with A's row stride */
+    size_t a_off = 0;
     bool ready = p != NULL && M > 0 && N > 0 && K > 0 &&
-                 take_ready(p, lda == ac ? A : NULL, (size_t)ar * (size_t)ac);
+                 take_block(p, A, (size_t)lda, (size_t)ar, (size_t)ac, &a_off);
     if (p != NULL && !ready)
         take_ready(p, NULL, 0);
     if (p == NULL || p->precision == MSR_PRECISION_FP32) {
@@ -308,15 +335,26 @@ void msr_products_sgemm(msr_products_t *p, int trans_a, int trans_b, int M, int 
     }
     if (M == 0 || N == 0)
         return;
+    const uint16_t *a16 = NULL;
+    int lda16 = lda;
     if (ready) {
-        if (!reserve_both(p, (size_t)ar * (size_t)ac, (size_t)br * (size_t)bc))
+        /* only b: a holds the handed-over operand, which a reallocation
+         * would lose */
+        msr_status_t st = reserve(&p->b, &p->b_cap, (size_t)br * (size_t)bc);
+        if (st != MSR_OK) {
+            fail(p, st);
             return;
+        }
         round_rows(p->b, B, ldb, br, bc);
+        a16 = p->a + a_off;
     } else if (!round_operands(p, A, lda, ar, ac, B, ldb, br, bc)) {
         return;
+    } else {
+        a16 = p->a; /* packed */
+        lda16 = ac > 0 ? ac : 1;
     }
-    msr_status_t st = msr_gemm_bf16(p->gemm, trans_a != 0, trans_b != 0, M, N, K, alpha, p->a,
-                                    ac > 0 ? ac : 1, p->b, bc > 0 ? bc : 1, beta, C, ldc);
+    msr_status_t st = msr_gemm_bf16(p->gemm, trans_a != 0, trans_b != 0, M, N, K, alpha, a16, lda16,
+                                    p->b, bc > 0 ? bc : 1, beta, C, ldc);
     if (st != MSR_OK)
         fail(p, st);
 }

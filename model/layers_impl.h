@@ -117,6 +117,27 @@ void LAYER(matmul_forward)(PRODUCTS real *out, const real *inp, const real *weig
 #endif
 }
 
+/* dbias (OC) += the column sums of dout (N,OC), each column summed in row
+ * order. Row by row, dbias staying in the L1 cache as dout streams past,
+ * BIAS_BLOCK columns at a time in a loop of a fixed length over arrays
+ * that do not overlap, which the compiler turns into vector adds (a plain
+ * loop it would not, for want of a runtime alias check): the same bits as
+ * the plain loop, several columns an add. */
+#define BIAS_BLOCK 16
+static void LAYER(bias_backward)(real *restrict dbias, const real *restrict dout, int N, int OC)
+{
+    int J = OC - OC % BIAS_BLOCK; /* the whole blocks' columns */
+    for (int n = 0; n < N; n++) {
+        const real *restrict d = dout + (size_t)n * OC; /* (OC) */
+        for (int j0 = 0; j0 < J; j0 += BIAS_BLOCK)
+            for (int j = 0; j < BIAS_BLOCK; j++)
+                dbias[j0 + j] += d[j0 + j];
+        for (int j = J; j < OC; j++)
+            dbias[j] += d[j];
+    }
+}
+#undef BIAS_BLOCK
+
 void LAYER(matmul_backward)(PRODUCTS real *dinp, real *dweight, real *dbias, const real *dout,
                             const real *inp, const real *weight, int N, int IC, int OC)
 {
@@ -128,13 +149,8 @@ void LAYER(matmul_backward)(PRODUCTS real *dinp, real *dweight, real *dbias, con
     /* dweight (OC,IC) += dout^T (OC,N) @ inp (N,IC) */
     GEMM(pr, CblasTrans, CblasNoTrans, OC, IC, N, R(1), dout, OC, inp, IC, R(1), dweight, IC);
 #endif
-    if (dbias != NULL) {
-        for (int n = 0; n < N; n++) {
-            const real *d = dout + (size_t)n * OC; /* (OC) */
-            for (int j = 0; j < OC; j++)
-                dbias[j] += d[j];
-        }
-    }
+    if (dbias != NULL)
+        LAYER(bias_backward)(dbias, dout, N, OC);
 }
 
 /* Per batch row b and head h, with Q the head's (T,HS) column block of qkv
@@ -144,8 +160,13 @@ void LAYER(matmul_backward)(PRODUCTS real *dinp, real *dweight, real *dbias, con
  *   out = att V                     (T,HS) into the head's columns of out
  * qkv (B,T,C + 2 KVC) is laid out [q (C) | k (KVC) | v (KVC)], KVC = KVH *
  * HS; KVH = NH is multi-head attention, [q | k | v] of width 3C.
- * The products run through BLAS on the full T x T square (the masked half is
- * computed and thrown away: cheaper than a triangle loop at these sizes). */
+ * The products skip the masked triangle a block of ATT_ROWS rows at a
+ * time: rows [r0, r0 + m) of pre and att need keys [0, r0 + m) only, so
+ * each block's products run on that rectangle (at T = 4 ATT_ROWS, 5/8 of
+ * the square), the part of the diagonal block above it computed and thrown
+ * away. The keys left out would add exact zeros (att is 0 there), so the
+ * sums are the full square's. */
+#define ATT_ROWS 64
 void LAYER(attention_gqa_forward)(PRODUCTS real *out, real *att, const real *qkv, int B, int T,
                                   int C, int NH, int KVH)
 {
@@ -160,8 +181,12 @@ void LAYER(attention_gqa_forward)(PRODUCTS real *out, real *att, const real *qkv
             const real *v = k + KVC;                            /* (T,HS), row stride C3 */
             real *a = att + ((size_t)b * NH + h) * T * T;       /* (T,T) */
             real *o = out + (size_t)b * T * C + (size_t)h * HS; /* (T,HS), row stride C */
-            GEMM(pr, CblasNoTrans, CblasTrans, T, T, HS, scale, q, C3, k, C3, R(0), a, T);
-            /* each row rounded as it is finished, for att V */
+            for (int r0 = 0; r0 < T; r0 += ATT_ROWS) {
+                int m = T - r0 < ATT_ROWS ? T - r0 : ATT_ROWS; /* rows [r0, r0 + m) */
+                GEMM(pr, CblasNoTrans, CblasTrans, m, r0 + m, HS, scale, q + (size_t)r0 * C3, C3, k,
+                     C3, R(0), a + (size_t)r0 * T, T);
+            }
+            /* each row rounded as it is finished, for att V's blocks */
             uint16_t *a16 = OPERAND(pr, a, (size_t)T * T);
             for (int i = 0; i < T; i++) {
                 real *row = a + (size_t)i * T; /* (T) */
@@ -180,7 +205,13 @@ void LAYER(attention_gqa_forward)(PRODUCTS real *out, real *att, const real *qkv
                     row[j] = 0;
                 ROUND(a16, (size_t)i * T, row, (size_t)T);
             }
-            GEMM(pr, CblasNoTrans, CblasNoTrans, T, HS, T, R(1), a, T, v, C3, R(0), o, C);
+            for (int r0 = 0; r0 < T; r0 += ATT_ROWS) {
+                int m = T - r0 < ATT_ROWS ? T - r0 : ATT_ROWS;
+                if (r0 > 0)
+                    OPERAND_AGAIN(pr, a, (size_t)T * T);
+                GEMM(pr, CblasNoTrans, CblasNoTrans, m, HS, r0 + m, R(1), a + (size_t)r0 * T, T, v,
+                     C3, R(0), o + (size_t)r0 * C, C);
+            }
         }
     }
 }
@@ -196,7 +227,10 @@ void LAYER(attention_forward)(PRODUCTS real *out, real *att, const real *qkv, in
  *   dpre  = att * (datt - rowsum(att * datt))          softmax backward
  *   dQ   += dpre K / sqrt(HS),  dK += dpre^T Q / sqrt(HS),  dV += att^T dout
  * att is zero above the diagonal, so the masked entries of dpre are zero.
- * The NH/KVH query heads of a key/value head add up in its dK and dV. */
+ * The NH/KVH query heads of a key/value head add up in its dK and dV.
+ * As in forward, the products skip the masked triangle by blocks of
+ * ATT_ROWS: datt's and dQ's row blocks need keys [0, r0 + m), dK's and
+ * dV's row blocks (keys [c0, c0 + m)) need queries [c0, T). */
 void LAYER(attention_gqa_backward)(PRODUCTS real *dqkv, real *scratch, const real *dout,
                                    const real *qkv, const real *att, int B, int T, int C, int NH,
                                    int KVH)
@@ -217,7 +251,11 @@ void LAYER(attention_gqa_backward)(PRODUCTS real *dqkv, real *scratch, const rea
             const real *a = att + ((size_t)b * NH + h) * T * T;        /* (T,T) */
             const real *d = dout + (size_t)b * T * C + (size_t)h * HS; /* (T,HS), stride C */
             real *da = scratch;                                        /* (T,T) */
-            GEMM(pr, CblasNoTrans, CblasTrans, T, T, HS, R(1), d, C, v, C3, R(0), da, T);
+            for (int r0 = 0; r0 < T; r0 += ATT_ROWS) {
+                int m = T - r0 < ATT_ROWS ? T - r0 : ATT_ROWS;
+                GEMM(pr, CblasNoTrans, CblasTrans, m, r0 + m, HS, R(1), d + (size_t)r0 * C, C, v,
+                     C3, R(0), da + (size_t)r0 * T, T);
+            }
             /* each row of dpre rounded as it is finished, for both of its
              * products (dQ's, then dK's on its transpose) */
             uint16_t *da16 = OPERAND(pr, da, (size_t)T * T);
@@ -233,13 +271,31 @@ void LAYER(attention_gqa_backward)(PRODUCTS real *dqkv, real *scratch, const rea
                     drow[j] = 0;
                 ROUND(da16, (size_t)i * T, drow, (size_t)T);
             }
-            GEMM(pr, CblasNoTrans, CblasNoTrans, T, HS, T, scale, da, T, k, C3, R(1), dq, C3);
-            OPERAND_AGAIN(pr, da, (size_t)T * T);
-            GEMM(pr, CblasTrans, CblasNoTrans, T, HS, T, scale, da, T, q, C3, R(1), dk, C3);
-            GEMM(pr, CblasTrans, CblasNoTrans, T, HS, T, R(1), a, T, d, C, R(1), dv, C3);
+            for (int r0 = 0; r0 < T; r0 += ATT_ROWS) { /* dQ's rows [r0, r0 + m) */
+                int m = T - r0 < ATT_ROWS ? T - r0 : ATT_ROWS;
+                if (r0 > 0)
+                    OPERAND_AGAIN(pr, da, (size_t)T * T);
+                GEMM(pr, CblasNoTrans, CblasNoTrans, m, HS, r0 + m, scale, da + (size_t)r0 * T, T,
+                     k, C3, R(1), dq + (size_t)r0 * C3, C3);
+            }
+            for (int c0 = 0; c0 < T; c0 += ATT_ROWS) { /* dK's rows [c0, c0 + m) */
+                int m = T - c0 < ATT_ROWS ? T - c0 : ATT_ROWS;
+                size_t at = (size_t)c0 * T + (size_t)c0; /* da[c0:, c0:] */
+                OPERAND_AGAIN(pr, da, (size_t)T * T);
+                GEMM(pr, CblasTrans, CblasNoTrans, m, HS, T - c0, scale, da + at, T,
+                     q + (size_t)c0 * C3, C3, R(1), dk + (size_t)c0 * C3, C3);
+            }
+            for (int c0 = 0; c0 < T; c0 += ATT_ROWS) { /* dV's rows [c0, c0 + m) */
+                int m = T - c0 < ATT_ROWS ? T - c0 : ATT_ROWS;
+                size_t at = (size_t)c0 * T + (size_t)c0; /* att[c0:, c0:] */
+                GEMM(pr, CblasTrans, CblasNoTrans, m, HS, T - c0, R(1), a + at, T,
+                     d + (size_t)c0 * C, C, R(1), dv + (size_t)c0 * C3, C3);
+            }
         }
     }
 }
+
+#undef ATT_ROWS
 
 void LAYER(attention_backward)(PRODUCTS real *dqkv, real *scratch, const real *dout,
                                const real *qkv, const real *att, int B, int T, int C, int NH)

@@ -204,8 +204,9 @@ static void shape_of(const msr_plan_model_t *m, const msr_plan_layout_t *l,
         s->moe_mlp = s->mlp / N * s->rows;
         s->mm += s->moe_share * (s->moe_mlp - s->mlp);
     }
-    /* attention: Q K^T and A V over the full T x T, per head (the
-     * runtime's kernels skip nothing under the causal mask); under cp
+    /* attention: Q K^T and A V over the full T x T, per head (a bound:
+     * the runtime's kernels skip the masked triangle's blocks of 64 rows,
+     * model/layers_impl.h); under cp
      * the ring computes each (query chunk, key chunk) pair of S = T/(2 cp)
      * positions not above the diagonal in full: a rank's two chunks i and
      * 2 cp - 1 - i see 2 cp + 1 of them, and its backward runs five

@@ -870,6 +870,43 @@ test: ^test_parallel_adamw$
     const __m256 one_b2 = _mm256_set1_ps(k->one_b1), bc2 = _mm256_set1_ps(k->bc2_sqrt);
 >>>
 
+@ adamw.sumsq_tail_dropped
+file: model/adamw.c
+test: ^test_parallel_adamw$
+<<<
+        s[i % SUMSQ_LANES] += (double)x[i] * (double)x[i];
+===
+        s[i % SUMSQ_LANES] += 0.0;
+>>>
+
+# ---- the layers' kernels and the bf16 products (model/layers_impl.h, model/layers_bf16.c)
+@ layers.bias_grad_block_once
+file: model/layers_impl.h
+test: ^test_parallel_layers$
+<<<
+                dbias[j0 + j] += d[j0 + j];
+===
+                dbias[j0 + j] += d[j];
+>>>
+
+@ layers.attention_dv_block_short
+file: model/layers_impl.h
+test: ^test_parallel_layers$
+<<<
+                GEMM(pr, CblasTrans, CblasNoTrans, m, HS, T - c0, R(1), a + at, T,
+===
+                GEMM(pr, CblasTrans, CblasNoTrans, m, HS, T - c0 - (c0 > 0), R(1), a + at, T,
+>>>
+
+@ products.block_handover_one_past
+file: model/layers_bf16.c
+test: ^test_parallel_attention_bf16$
+<<<
+    ready = ready && off <= p->ready_n && extent <= p->ready_n - off;
+===
+    ready = ready && off <= p->ready_n && extent <= p->ready_n - off + 1;
+>>>
+
 # ---- GELU (model/gelu.c)
 @ gelu.exp_coefficient_off
 file: model/gelu.c

@@ -73,7 +73,7 @@ done
 rate() { awk -v n="$1" '$1 == n { print $2 }' "$work/rates" | median; }
 f32=$(rate train_gpt_fp32) b16=$(rate train_gpt_bf16)
 tf32=$(rate torch_fp32) tb16=$(rate torch_bf16)
-path=$(timeout 60 "$bin" --layers 1 --channels 32 --heads 4 --seq 16 \
+path=$(timeout 60 env LD_LIBRARY_PATH="$build/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}" "$bin" --layers 1 --channels 32 --heads 4 --seq 16 \
     --micro-batch 1 --steps 0 --precision bf16 2>&1 >/dev/null |
     sed -n 's/^train_gpt: bf16 products on the \([a-z]*\) path.*/\1/p')
 echo "core $core: $(grep -m1 'model name' /proc/cpuinfo | sed 's/.*: //'); $(uptime | sed 's/.*load/load/')"

@@ -162,6 +162,19 @@ static void test_clip_and_norm(void)
     float x[4] = {3, 4, 0, 0};
     MSR_CHECK(msr_sumsq(x, 4) == 25.0);
     MSR_CHECK(msr_sumsq(x, 0) == 0.0);
+    /* every tail past the eight partial sums, and the fold: 1^2 + ... + n^2
+     * is exact in double */
+    float ints[20];
+    for (int i = 0; i < 20; i++)
+        ints[i] = (float)(i + 1);
+    for (int n = 0; n <= 20; n++)
+        MSR_CHECK_MSG(msr_sumsq(ints, (size_t)n) == n * (n + 1.0) * (2 * n + 1) / 6, "n %d", n);
+    /* a value in each partial sum's place alone */
+    for (int j = 0; j < 9; j++) {
+        float one[9] = {0};
+        one[j] = 3.0f;
+        MSR_CHECK(msr_sumsq(one, 9) == 9.0);
+    }
     MSR_CHECK(fabsf(msr_clip_scale(5.0, 1.0f) - 0.2f) < 1e-7f);
     MSR_CHECK(msr_clip_scale(0.5, 1.0f) == 1.0f);
     MSR_CHECK(msr_clip_scale(1e9, 0.0f) == 1.0f); /* clipping off */

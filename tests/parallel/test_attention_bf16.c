@@ -1,7 +1,8 @@
 /* Attention's bf16 operands rounded where they are written (model/layers.h,
  * msr_products_operand and _again): msr_products_sgemm takes a handed-over
  * operand A, transposed or not, only when it is that packed array of that
- * size, and only for the next product, or once more after
+ * size or a block of it inside it (to its last element, not one past),
+ * and only for the next product, or once more after
  * msr_products_operand_again; the attention kernels that round the softmax
  * rows (forward) and their gradient (backward) as they write them give,
  * bitwise, what each product rounding its own operands gives. */
@@ -9,6 +10,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "base/alloc.h"
 #include "base/bf16.h"
 #include "model/layers.h"
 #include "model/rng.h"
@@ -103,10 +105,51 @@ static void check_sgemm_handover(int trans_a)
     free(A), free(B), free(want), free(got);
 }
 
+/* A block of a handed-over (R, L) array: op(A)'s storage (ar, ac) at row 1,
+ * column 2, rows L apart, is taken when it lies inside the n elements
+ * handed over (its last element the last of them: at the bound), not when
+ * it ends one past them; the product of the block taken gives the bits of
+ * the product rounding it itself. */
+static void check_block_handover(int trans_a)
+{
+    enum { L = (M > K ? M : K) + 3, R = L + 2 };
+    int ar = trans_a ? K : M, ac = trans_a ? M : K;
+    size_t at = (size_t)L + 2, end = at + (size_t)(ar - 1) * L + (size_t)ac;
+    float *A = random_floats((size_t)R * L, 7), *B = random_floats((size_t)K * NC, 8);
+    float *want = malloc((size_t)M * NC * sizeof *want),
+          *got = malloc((size_t)M * NC * sizeof *got);
+    msr_products_t *p = NULL;
+    MSR_CHECK_OK(msr_products_create(MSR_PRECISION_BF16, &p));
+    product(p, trans_a, A + at, L, B, want);
+    MSR_CHECK(!took_garbage(want, B));
+    MSR_CHECK(hand_ones(p, A, end)); /* the block ends at the last element */
+    product(p, trans_a, A + at, L, B, got);
+    MSR_CHECK_MSG(took_garbage(got, B), "trans_a %d: the block was not taken", trans_a);
+    MSR_CHECK(msr_products_operand_again(p, A, end));
+    product(p, trans_a, A + at, L, B, got);
+    MSR_CHECK(took_garbage(got, B));
+    MSR_CHECK(hand_ones(p, A, end - 1)); /* one past */
+    product(p, trans_a, A + at, L, B, got);
+    MSR_CHECK(memcmp(got, want, (size_t)M * NC * sizeof *got) == 0);
+    /* the block's own rounding, handed over, gives the bits of the product
+     * rounding it */
+    uint16_t *a16 = msr_products_operand(p, A, (size_t)R * L);
+    MSR_CHECK(a16 != NULL);
+    for (size_t i = 0; i < (size_t)R * L; i++)
+        a16[i] = msr_bf16_from_f32(A[i]);
+    product(p, trans_a, A + at, L, B, got);
+    MSR_CHECK(memcmp(got, want, (size_t)M * NC * sizeof *got) == 0);
+    MSR_CHECK_OK(msr_products_status(p));
+    msr_products_destroy(p);
+    free(A), free(B), free(want), free(got);
+}
+
 static void test_sgemm_handover(void)
 {
     check_sgemm_handover(0);
     check_sgemm_handover(1);
+    check_block_handover(0);
+    check_block_handover(1);
 }
 
 static void test_sgemm_handover_blas(void)
@@ -114,19 +157,35 @@ static void test_sgemm_handover_blas(void)
     setenv("MSRUN_CPU_DISABLE", "avx512_bf16,avx512f", 1);
     check_sgemm_handover(0);
     check_sgemm_handover(1);
+    check_block_handover(0);
+    check_block_handover(1);
 }
 
-enum { B = 2, T = 33, C = 48, NH = 3, HS = C / NH, C3 = 3 * C };
+/* T past two blocks of the kernels' 64 rows, the last one partial */
+enum { B = 2, T = 150, C = 48, NH = 3, HS = C / NH, C3 = 3 * C };
+
+/* A fresh bf16 context whose scratch holds T x HS for op(A) and op(B),
+ * what the attention kernels' products before their first handover need,
+ * so that the handover's growth to T x T is the next allocation */
+static msr_products_t *pregrown(void)
+{
+    msr_products_t *p = NULL;
+    MSR_CHECK_OK(msr_products_create(MSR_PRECISION_BF16, &p));
+    float *x = random_floats((size_t)T * HS, 6), *c = malloc((size_t)T * T * sizeof *c);
+    msr_products_sgemm(p, 0, 1, T, T, HS, 1.0f, x, HS, x, HS, 0.0f, c, T);
+    free(x), free(c);
+    return p;
+}
 
 /* One head's attention, forward and backward, alone: qkv's head columns
- * copied into a (T, 3 HS) array, each pass on a fresh context, whose
- * scratch holds T x HS (HS < T) when the kernel would hand its T x T
- * operand over, so the products round their own operands; the outputs
- * written back into the head's columns of out, att and dqkv. */
+ * copied into a (T, 3 HS) array, each pass on a fresh context whose
+ * handover cannot grow the scratch (that allocation fails: no handover),
+ * so the products round their own operands; the outputs written back into
+ * the head's columns of out, att and dqkv. */
 static void one_head(int b, int h, const float *qkv, const float *dout, float *out, float *att,
                      float *dqkv)
 {
-    float q1[T * 3 * HS], o1[T * HS], d1[T * HS], dq1[T * 3 * HS], a1[T * T], s1[T * T];
+    static float q1[T * 3 * HS], o1[T * HS], d1[T * HS], dq1[T * 3 * HS], a1[T * T], s1[T * T];
     for (int t = 0; t < T; t++)
         for (int part = 0; part < 3; part++)
             for (int c = 0; c < HS; c++) {
@@ -135,14 +194,19 @@ static void one_head(int b, int h, const float *qkv, const float *dout, float *o
                 if (part == 0)
                     d1[t * HS + c] = dout[((size_t)b * T + t) * C + (size_t)h * HS + c];
             }
-    msr_products_t *p = NULL;
-    MSR_CHECK_OK(msr_products_create(MSR_PRECISION_BF16, &p));
+    msr_products_t *p = pregrown();
+    msr_alloc_fail_at(0);
     msr_attention_forward(p, o1, a1, q1, 1, T, HS, 1);
+    MSR_CHECK(msr_alloc_failed()); /* the growth, refused */
+    msr_alloc_fail_at(-1);
     MSR_CHECK_OK(msr_products_status(p));
     msr_products_destroy(p);
-    MSR_CHECK_OK(msr_products_create(MSR_PRECISION_BF16, &p));
+    p = pregrown();
     memset(dq1, 0, sizeof dq1);
+    msr_alloc_fail_at(0);
     msr_attention_backward(p, dq1, s1, d1, q1, a1, 1, T, HS, 1);
+    MSR_CHECK(msr_alloc_failed());
+    msr_alloc_fail_at(-1);
     MSR_CHECK_OK(msr_products_status(p));
     msr_products_destroy(p);
     memcpy(att + ((size_t)b * NH + h) * T * T, a1, sizeof a1);
@@ -158,8 +222,9 @@ static void one_head(int b, int h, const float *qkv, const float *dout, float *o
 
 /* Every head at once on a context whose scratch holds T x T from the
  * start (the softmax rows and their gradient rounded as written, taken by
- * their products) against each head alone (its products rounding them):
- * bitwise the same output, probabilities and gradients. */
+ * their products, each a block of rows or columns of them) against each
+ * head alone (its products rounding them): bitwise the same output,
+ * probabilities and gradients. */
 static void check_attention_handover(void)
 {
     size_t nq = (size_t)B * T * C3, no = (size_t)B * T * C, na = (size_t)B * NH * T * T;

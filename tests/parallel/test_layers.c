@@ -218,6 +218,35 @@ static void test_matmul(void)
         free(c.w);
 }
 
+/* The bias gradient's column sums past their blocks of 16 columns (two
+ * whole blocks and a tail of 3): each column added to its old value in row
+ * order, so bitwise the plain loop's, in float and in double. */
+static void test_bias_grad_blocks(void)
+{
+    enum { BN = 5, BIC = 2, BOC = 35 };
+    rng_t r = {11, 0};
+    double *dout = vec(&r, BN * BOC, 1), *db = vec(&r, BOC, 1), *want = vec(NULL, BOC, 0);
+    double *inp = vec(&r, BN * BIC, 1), *w = vec(&r, BOC * BIC, 1);
+    double *dinp = vec(NULL, BN * BIC, 0), *dw = vec(NULL, BOC * BIC, 0);
+    float *fd = to_float(dout, BN * BOC), *fdb = to_float(db, BOC), *fi = to_float(inp, BN * BIC);
+    float *fw = to_float(w, BOC * BIC), *fwant = malloc(BOC * sizeof *fwant);
+    float *fdi = calloc(BN * BIC, sizeof *fdi), *fdw = calloc(BOC * BIC, sizeof *fdw);
+    for (int j = 0; j < BOC; j++) {
+        want[j] = db[j];
+        fwant[j] = fdb[j];
+        for (int n = 0; n < BN; n++) {
+            want[j] += dout[n * BOC + j];
+            fwant[j] += fd[n * BOC + j];
+        }
+    }
+    msr_matmul_backward_f64(dinp, dw, db, dout, inp, w, BN, BIC, BOC);
+    msr_matmul_backward(NULL, fdi, fdw, fdb, fd, fi, fw, BN, BIC, BOC);
+    MSR_CHECK(memcmp(db, want, BOC * sizeof *db) == 0);
+    MSR_CHECK(memcmp(fdb, fwant, BOC * sizeof *fdb) == 0);
+    free(dout), free(db), free(want), free(inp), free(w), free(dinp), free(dw);
+    free(fd), free(fdb), free(fi), free(fw), free(fwant), free(fdi), free(fdw);
+}
+
 /* ---- attention ---- */
 
 enum { AB = 2, AT = 5, AC = 8, ANH = 2 };
@@ -285,6 +314,99 @@ static void test_attention(void)
     MSR_CHECK(rel_diff(fdq, dqkv, AB * AT * 3 * AC) < 1e-5);
     free(fq), free(fo), free(fa), free(fs), free(fd), free(fdq), free(before);
     free(dqkv), free(scratch), free(c.qkv), free(c.out), free(c.att), free(c.w);
+}
+
+/* Attention past the kernels' blocks of 64 rows (T 150: two full blocks
+ * and a partial one), which skip the masked triangle block by block,
+ * against the plain loops over the full causal square, in double: out,
+ * att and every part of dqkv within 1e-12; the float kernels (the same
+ * blocks, on cblas_sgemm) within 1e-5 of them. */
+enum { BT = 150, BC = 8, BNH = 2, BHS = BC / BNH, BC3 = 3 * BC };
+
+/* out (BT,BC) and dqkv (BT,BC3) of one sequence by the definition */
+static void attention_plain(double *out, double *dqkv, const double *qkv, const double *dout)
+{
+    double scale = 1.0 / sqrt((double)BHS), *a = vec(NULL, BT, 0), *da = vec(NULL, BT, 0);
+    memset(dqkv, 0, (size_t)BT * BC3 * sizeof *dqkv);
+    for (int h = 0; h < BNH; h++) {
+        for (int i = 0; i < BT; i++) {
+            const double *q = qkv + (size_t)i * BC3 + h * BHS, *d = dout + (size_t)i * BC + h * BHS;
+            double mx = -INFINITY, sum = 0, dot = 0;
+            for (int j = 0; j <= i; j++) {
+                const double *k = qkv + (size_t)j * BC3 + BC + h * BHS;
+                a[j] = 0;
+                for (int c = 0; c < BHS; c++)
+                    a[j] += q[c] * k[c] * scale;
+                mx = fmax(mx, a[j]);
+            }
+            for (int j = 0; j <= i; j++)
+                sum += a[j] = exp(a[j] - mx);
+            for (int j = 0; j <= i; j++) {
+                const double *v = qkv + (size_t)j * BC3 + 2 * BC + h * BHS;
+                a[j] /= sum;
+                da[j] = 0;
+                for (int c = 0; c < BHS; c++) {
+                    out[(size_t)i * BC + h * BHS + c] += a[j] * v[c];
+                    da[j] += d[c] * v[c];
+                    dqkv[(size_t)j * BC3 + 2 * BC + h * BHS + c] += a[j] * d[c];
+                }
+                dot += a[j] * da[j];
+            }
+            for (int j = 0; j <= i; j++) {
+                const double *k = qkv + (size_t)j * BC3 + BC + h * BHS;
+                double dpre = a[j] * (da[j] - dot) * scale;
+                for (int c = 0; c < BHS; c++) {
+                    dqkv[(size_t)i * BC3 + h * BHS + c] += dpre * k[c];
+                    dqkv[(size_t)j * BC3 + BC + h * BHS + c] += dpre * q[c];
+                }
+            }
+        }
+    }
+    free(a), free(da);
+}
+
+static double max_abs_diff(const double *a, const double *b, size_t n)
+{
+    double m = 0;
+    for (size_t i = 0; i < n; i++)
+        m = fmax(m, fabs(a[i] - b[i]));
+    return m;
+}
+
+static void test_attention_blocks(void)
+{
+    rng_t r = {9, 0};
+    size_t nq = (size_t)BT * BC3, no = (size_t)BT * BC, na = (size_t)BNH * BT * BT;
+    double *qkv = vec(&r, nq, 1), *dout = vec(&r, no, 1), *out = vec(NULL, no, 0);
+    double *att = vec(NULL, na, 0), *dqkv = vec(NULL, nq, 0), *scratch = vec(NULL, BT * BT, 0);
+    double *want_out = vec(NULL, no, 0), *want_dqkv = vec(NULL, nq, 0);
+    attention_plain(want_out, want_dqkv, qkv, dout);
+    msr_attention_forward_f64(out, att, qkv, 1, BT, BC, BNH);
+    msr_attention_backward_f64(dqkv, scratch, dout, qkv, att, 1, BT, BC, BNH);
+    MSR_CHECK_MSG(max_abs_diff(out, want_out, no) < 1e-12, "out %g",
+                  max_abs_diff(out, want_out, no));
+    MSR_CHECK_MSG(max_abs_diff(dqkv, want_dqkv, nq) < 1e-12, "dqkv %g",
+                  max_abs_diff(dqkv, want_dqkv, nq));
+    for (int h = 0; h < BNH; h++) /* zero above the diagonal, rows of sum 1 */
+        for (int i = 0; i < BT; i++) {
+            double sum = 0;
+            for (int j = 0; j < BT; j++) {
+                double x = att[((size_t)h * BT + i) * BT + j];
+                MSR_CHECK(j <= i || x == 0);
+                sum += x;
+            }
+            MSR_CHECK(fabs(sum - 1) < 1e-12);
+        }
+    float *fq = to_float(qkv, nq), *fd = to_float(dout, no), *fo = malloc(no * sizeof *fo);
+    float *fa = malloc(na * sizeof *fa), *fs = malloc((size_t)BT * BT * sizeof *fs);
+    float *fdq = calloc(nq, sizeof *fdq);
+    msr_attention_forward(NULL, fo, fa, fq, 1, BT, BC, BNH);
+    msr_attention_backward(NULL, fdq, fs, fd, fq, fa, 1, BT, BC, BNH);
+    MSR_CHECK(rel_diff(fo, out, no) < 1e-5);
+    MSR_CHECK(rel_diff(fdq, dqkv, nq) < 1e-5);
+    free(fq), free(fd), free(fo), free(fa), free(fs), free(fdq);
+    free(qkv), free(dout), free(out), free(att), free(dqkv), free(scratch), free(want_out),
+        free(want_dqkv);
 }
 
 /* ---- ring attention ---- */
@@ -617,7 +739,9 @@ static const msr_test_t tests[] = {
     {"encoder", test_encoder, 10},
     {"layernorm", test_layernorm, 10},
     {"matmul", test_matmul, 10},
+    {"bias_grad_blocks", test_bias_grad_blocks, 10},
     {"attention", test_attention, 10},
+    {"attention_blocks", test_attention_blocks, 10},
     {"attention_ring", test_attention_ring, 10},
     {"gelu", test_gelu, 10},
     {"crossentropy", test_crossentropy, 10},

@@ -432,9 +432,10 @@ static void test_fused_kernels_scalar(void)
 }
 
 /* The handover: a layernorm that writes its product's operand gives that
- * product bitwise the output of the separate passes; the operand is
- * offered only once the scratch holds n elements (n at the bound, not one
- * past), never by fp32 or NULL contexts, so the scratch bytes do not move;
+ * product bitwise the output of the separate passes; the operand grows
+ * the scratch to n elements, as the product reading it would (n at what
+ * the scratch holds: no growth; one past: one element more), and is never
+ * offered by fp32 or NULL contexts, nor for n 0;
  * a product of another input, of another size, or after another product
  * rounds its own input (the buffer handed over is filled with garbage to
  * tell). */
@@ -449,15 +450,19 @@ static void check_handover(void)
     MSR_CHECK_OK(msr_products_create(MSR_PRECISION_FP32, &p32));
     MSR_CHECK(msr_products_operand(NULL, ln, ni) == NULL);
     MSR_CHECK(msr_products_operand(p32, ln, ni) == NULL);
-    MSR_CHECK(msr_products_operand(p, ln, ni) == NULL); /* no scratch yet */
+    MSR_CHECK_EQ(msr_products_scratch_bytes(p32), 0);
+    MSR_CHECK(msr_products_operand(p, ln, 0) == NULL);
     msr_layernorm_forward(ln, mean, rstd, x, lw, lb, N, IC);
     float *want = malloc(no * sizeof *want), *got = malloc(no * sizeof *got);
     msr_matmul_forward(p, want, ln, w, bias, N, IC, OC); /* the separate passes */
     float *want_other = malloc(no * sizeof *want_other);
     msr_matmul_forward(p, want_other, other, w, bias, N, IC, OC);
     size_t bytes = msr_products_scratch_bytes(p);
-    MSR_CHECK(msr_products_operand(p, ln, ni + 1) == NULL);
-    MSR_CHECK(msr_products_operand(p, ln, 0) == NULL);
+    MSR_CHECK(msr_products_operand(p, ln, ni) != NULL); /* the product's A: held already */
+    MSR_CHECK_EQ(msr_products_scratch_bytes(p), bytes);
+    MSR_CHECK(msr_products_operand(p, ln, ni + 1) != NULL);
+    MSR_CHECK_EQ(msr_products_scratch_bytes(p), bytes + sizeof(uint16_t));
+    bytes += sizeof(uint16_t);
     uint16_t *o16 = msr_products_operand(p, ln, ni);
     MSR_CHECK(o16 != NULL);
     memset(ln, 0, ni * sizeof *ln);
