@@ -214,19 +214,30 @@ void msr_adamw_update(msr_adamw_t *opt, float *params, const float *grads, float
  * independent chains of adds where one chain waited on each add's latency
  * (2% of a bf16 step of the 10.7M-parameter model), in one fixed order on
  * every CPU. A float squared in double is exact, so only the adds round. */
-#define SUMSQ_LANES 8
-double msr_sumsq(const float *x, size_t n)
+void msr_sumsq_add(double lanes[MSR_SUMSQ_LANES], const float *x, size_t n, size_t at)
 {
-    double s[SUMSQ_LANES] = {0};
     size_t i = 0;
-    for (; i + SUMSQ_LANES <= n; i += SUMSQ_LANES)
-        for (int j = 0; j < SUMSQ_LANES; j++)
-            s[j] += (double)x[i + j] * (double)x[i + j];
+    /* up to a multiple of eight in the whole array, then eight at a time */
+    for (; i < n && (at + i) % MSR_SUMSQ_LANES != 0; i++)
+        lanes[(at + i) % MSR_SUMSQ_LANES] += (double)x[i] * (double)x[i];
+    for (; i + MSR_SUMSQ_LANES <= n; i += MSR_SUMSQ_LANES)
+        for (int j = 0; j < MSR_SUMSQ_LANES; j++)
+            lanes[j] += (double)x[i + j] * (double)x[i + j];
     for (; i < n; i++)
-        s[i % SUMSQ_LANES] += (double)x[i] * (double)x[i];
+        lanes[(at + i) % MSR_SUMSQ_LANES] += (double)x[i] * (double)x[i];
+}
+
+double msr_sumsq_fold(const double s[MSR_SUMSQ_LANES])
+{
     return ((s[0] + s[1]) + (s[2] + s[3])) + ((s[4] + s[5]) + (s[6] + s[7]));
 }
-#undef SUMSQ_LANES
+
+double msr_sumsq(const float *x, size_t n)
+{
+    double s[MSR_SUMSQ_LANES] = {0};
+    msr_sumsq_add(s, x, n, 0);
+    return msr_sumsq_fold(s);
+}
 
 float msr_clip_scale(double norm, float max_norm)
 {

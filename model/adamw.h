@@ -121,6 +121,14 @@ void msr_adamw_kernel(const msr_adamw_coef_t *k, bool vector, size_t n, float *p
  * The global gradient norm is sqrt of the sum of every shard's msr_sumsq. */
 double msr_sumsq(const float *x, size_t n);
 
+/* msr_sumsq of an array read in pieces (a gradient shard streamed from its
+ * file): lanes zeroed first, each piece x (n) added with its offset `at`
+ * in the whole array, in increasing order; msr_sumsq_fold then gives the
+ * bits msr_sumsq gives over the whole array. */
+#define MSR_SUMSQ_LANES 8
+void msr_sumsq_add(double lanes[MSR_SUMSQ_LANES], const float *x, size_t n, size_t at);
+double msr_sumsq_fold(const double lanes[MSR_SUMSQ_LANES]);
+
 /* The factor that brings a gradient of global norm `norm` within max_norm,
  * as torch.nn.utils.clip_grad_norm_: min(1, max_norm / (norm + 1e-6));
  * 1 when max_norm <= 0 (no clipping). */

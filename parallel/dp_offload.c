@@ -175,15 +175,15 @@ msr_status_t msr_dp_grads_sumsq(msr_dp_t *dp, double *sumsq_p)
         const msr_dp_unit_t *u = &dp->units[k];
         if (u->own_n == 0 || (u->replicated && dp->rank != 0))
             continue;
-        /* msr_sumsq's order over the whole unit: one running sum */
-        double s = 0.0;
+        /* msr_sumsq's order over the whole unit, a chunk at a time */
+        double lanes[MSR_SUMSQ_LANES] = {0};
         for (size_t at = 0; at < u->own_n && st == MSR_OK; at += per) {
             size_t c = MSR_MIN(per, u->own_n - at);
             st = msr_grads_get(dp->grads_off, u->shard_off + at, c, dp->gchunk);
-            for (size_t i = 0; i < c && st == MSR_OK; i++)
-                s += (double)dp->gchunk[i] * (double)dp->gchunk[i];
+            if (st == MSR_OK)
+                msr_sumsq_add(lanes, dp->gchunk, c, at);
         }
-        sum += s;
+        sum += msr_sumsq_fold(lanes);
     }
     if (st == MSR_OK)
         *sumsq_p = sum;

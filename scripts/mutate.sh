@@ -874,9 +874,13 @@ test: ^test_parallel_adamw$
 file: model/adamw.c
 test: ^test_parallel_adamw$
 <<<
-        s[i % SUMSQ_LANES] += (double)x[i] * (double)x[i];
+    for (; i < n; i++)
+        lanes[(at + i) % MSR_SUMSQ_LANES] += (double)x[i] * (double)x[i];
+}
 ===
-        s[i % SUMSQ_LANES] += 0.0;
+    for (; i < n; i++)
+        lanes[(at + i) % MSR_SUMSQ_LANES] += 0.0;
+}
 >>>
 
 # ---- the layers' kernels and the bf16 products (model/layers_impl.h, model/layers_bf16.c)

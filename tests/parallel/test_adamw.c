@@ -184,6 +184,14 @@ static void test_clip_and_norm(void)
         y[i] = (float)msr_rng_normal(5, 0, i);
     double whole = msr_sumsq(y, 1000), parts = msr_sumsq(y, 333) + msr_sumsq(y + 333, 667);
     MSR_CHECK(fabs(whole - parts) < 1e-12 * whole);
+    /* read in pieces of every length from 1 to 17 (a streamed shard): the
+     * same bits as the whole */
+    for (size_t piece = 1; piece <= 17; piece++) {
+        double lanes[MSR_SUMSQ_LANES] = {0};
+        for (size_t at = 0; at < 1000; at += piece)
+            msr_sumsq_add(lanes, y + at, at + piece <= 1000 ? piece : 1000 - at, at);
+        MSR_CHECK_MSG(msr_sumsq_fold(lanes) == whole, "pieces of %zu", piece);
+    }
 }
 
 /* Epsilon is added to sqrt(v-hat), outside the root: with a large eps and
