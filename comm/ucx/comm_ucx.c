@@ -121,25 +121,6 @@ err_comm:
 static msr_status_t ucx_split(msr_comm_t *comm, int color, int key, unsigned flags,
                               msr_comm_t **newcomm_p);
 
-/* Keeps the segment only where every member has it: the setup's last
- * allocation comes after its members' agreement, so one out of memory there
- * would go on without the segment while the others use it (and the next
- * collective step, the two levels' split, would wait for it in vain). The
- * check goes through the UCX algorithms on every member, the segment set
- * aside meanwhile. */
-static msr_status_t shm_everywhere(ucx_comm_t *uc)
-{
-    struct ucx_shm *s = uc->shm;
-    int64_t has = s != NULL;
-    uc->shm = NULL;
-    msr_status_t st =
-        msr_comm_allreduce(uc->comm, MSR_IN_PLACE, &has, 1, MSR_DTYPE_I64, MSR_OP_MIN);
-    uc->shm = s;
-    if (st != MSR_OK || !has)
-        ucx_shm_free(uc);
-    return st;
-}
-
 /* Gives a new communicator its shared-memory segment where its members
  * share a machine, or node-local sub-groups where they span machines; a
  * failure of these collective steps undoes the communicator. */
@@ -147,8 +128,6 @@ static msr_status_t with_shm(msr_comm_t **comm_p)
 {
     uint64_t t0 = msr_now_ns();
     msr_status_t st = ucx_shm_setup((*comm_p)->be);
-    if (st == MSR_OK && (*comm_p)->size > 1)
-        st = shm_everywhere((*comm_p)->be);
     if (st == MSR_OK)
         st = ucx_hier_setup((*comm_p)->be, ucx_split);
     if (st == MSR_OK)
@@ -220,13 +199,24 @@ msr_status_t msr_ucx_comm_pair(msr_ctx_t *ctx, const char *name, int peer, msr_c
  * succeeded gives its rank alone (>= 0, above every failure). */
 msr_status_t ucx_comm_agree(msr_comm_t *comm, msr_status_t mine, msr_status_t *worst_p, int *who_p)
 {
-    int64_t key = (int64_t)mine * ((int64_t)1 << 32) + comm->rank;
-    msr_status_t st = msr_comm_allreduce(comm, MSR_IN_PLACE, &key, 1, MSR_DTYPE_I64, MSR_OP_MIN);
+    return ucx_comm_agree_min(comm, mine, NULL, worst_p, who_p);
+}
+
+/* The same, with a value of the step (min_io, when not NULL) whose least
+ * over the members travels in the same allreduce. */
+msr_status_t ucx_comm_agree_min(msr_comm_t *comm, msr_status_t mine, int64_t *min_io,
+                                msr_status_t *worst_p, int *who_p)
+{
+    int64_t v[2] = {(int64_t)mine * ((int64_t)1 << 32) + comm->rank, min_io ? *min_io : 0};
+    msr_status_t st =
+        msr_comm_allreduce(comm, MSR_IN_PLACE, v, min_io ? 2 : 1, MSR_DTYPE_I64, MSR_OP_MIN);
     if (st != MSR_OK)
         return st;
-    int64_t rank = key & 0xffffffff;
-    *worst_p = key < 0 ? (msr_status_t)((key - rank) / ((int64_t)1 << 32)) : MSR_OK;
+    int64_t rank = v[0] & 0xffffffff;
+    *worst_p = v[0] < 0 ? (msr_status_t)((v[0] - rank) / ((int64_t)1 << 32)) : MSR_OK;
     *who_p = (int)rank;
+    if (min_io != NULL)
+        *min_io = v[1];
     return MSR_OK;
 }
 

@@ -26,6 +26,7 @@
 #include <unistd.h>
 
 #include "base/alloc.h"
+#include "base/err.h"
 #include "base/log.h"
 #include "base/util.h"
 #include "comm/ucx/shm_impl.h"
@@ -61,10 +62,27 @@ static void shm_name(const ucx_comm_t *uc, uint64_t nonce, char *buf, size_t len
              uc->engine->uid, uc->id, uc->comm->world_ranks[0], (unsigned long long)nonce);
 }
 
-/* Every member's ok, agreed (MIN) over the communicator's UCX path. */
-static msr_status_t agree(ucx_comm_t *uc, int32_t ok, int32_t *all_p)
+/* The last step, on every member whatever its own outcome: whether each
+ * mapped the segment (*ok_io, agreed MIN) and whether each has its state
+ * (s, allocated before, so that this agreement carries it: a member out of
+ * memory fails every member at once, naming it, instead of going on alone
+ * without the segment the others use). */
+static msr_status_t shm_agree(ucx_comm_t *uc, const struct ucx_shm *s, int64_t *ok_io)
 {
-    return msr_comm_allreduce(uc->comm, &ok, all_p, 1, MSR_DTYPE_I32, MSR_OP_MIN);
+    msr_status_t mine = MSR_OK, worst = MSR_OK;
+    int who = 0;
+    if (*ok_io && s == NULL)
+        mine = msr_err(MSR_ERR_NO_MEMORY, "comm %u: out of memory for its shared-memory segment",
+                       uc->id);
+    msr_status_t st = ucx_comm_agree_min(uc->comm, mine, ok_io, &worst, &who);
+    if (st != MSR_OK || mine != MSR_OK)
+        return st != MSR_OK ? st : mine;
+    if (worst != MSR_OK)
+        return msr_err(worst,
+                       "comm %u: rank %d of the communicator (job rank %d) failed to set up its "
+                       "shared-memory segment (%s)",
+                       uc->id, who, uc->comm->world_ranks[who], msr_status_str(worst));
+    return MSR_OK;
 }
 
 /* Members of several nodes share memory when every node is on this
@@ -228,17 +246,17 @@ msr_status_t ucx_shm_setup(ucx_comm_t *uc)
         shm_name(uc, (uint64_t)offer[1], name, sizeof name);
         base = shm_map(uc, name, len, &shape, &ok);
     }
-    if (st == MSR_OK && all)
-        st = agree(uc, ok, &all);
-    if (me == 0 && base != MAP_FAILED)
-        shm_unlink(name); /* everyone has it mapped (or gave up): no file left */
     struct ucx_shm *s = NULL;
     if (st == MSR_OK && all) {
         s = msr_calloc(1, sizeof *s);
-        if (s == NULL)
-            all = 0;
+        int64_t every = ok;
+        st = shm_agree(uc, s, &every);
+        all = every == 1;
     }
+    if (me == 0 && base != MAP_FAILED)
+        shm_unlink(name); /* everyone has it mapped (or gave up): no file left */
     if (st != MSR_OK || !all) {
+        msr_free(s);
         if (base != MAP_FAILED)
             munmap(base, len);
         return st; /* MSR_OK: the UCX algorithms serve this communicator */

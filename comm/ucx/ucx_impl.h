@@ -478,6 +478,10 @@ void ucx_comm_say_left(ucx_comm_t *uc);
  * status (MSR_OK when none failed) and *who_p the lowest rank that had it.
  * Collective; fails with the allreduce's errors. */
 msr_status_t ucx_comm_agree(msr_comm_t *comm, msr_status_t mine, msr_status_t *worst_p, int *who_p);
+/* comm_ucx.c: ucx_comm_agree that also agrees on the least of the members'
+ * *min_io (in the same allreduce), when min_io is not NULL. */
+msr_status_t ucx_comm_agree_min(msr_comm_t *comm, msr_status_t mine, int64_t *min_io,
+                                msr_status_t *worst_p, int *who_p);
 /* comm_ucx.c: (re)posts the receive of the members' notices. Lock held. */
 msr_status_t ucx_post_abort_recv(ucx_comm_t *uc);
 /* comm_ucx.c: a communicator of size members on engine e, whose reference
@@ -492,9 +496,11 @@ void ucx_req_fail_step(ucx_req_t *r, msr_status_t st);
 void ucx_req_done(ucx_req_t *r);
 
 /* shm.c: a segment for comm's members when all are on this machine (of one or
- * several nodes), made collectively over comm (which must work); any failure
- * on any member leaves uc->shm NULL everywhere (the UCX algorithms then
- * serve). */
+ * several nodes), made collectively over comm (which must work). A segment
+ * that cannot be made or mapped on some member leaves uc->shm NULL
+ * everywhere (the UCX algorithms then serve, MSR_OK); a member out of memory
+ * for its state fails every member alike (MSR_ERR_NO_MEMORY, the others
+ * naming it), uc->shm NULL. */
 msr_status_t ucx_shm_setup(ucx_comm_t *uc);
 void ucx_shm_free(ucx_comm_t *uc);
 /* shm_slots.c: the shared-memory allreduce (and barrier: count 0) as a step

@@ -1,0 +1,37 @@
+#!/bin/bash
+# Out of memory while a communicator is made (tests/comm/comm_make_oom.c) on
+# 4 ranks of one node: each allocation of a split's and of a dup's, on job
+# rank 0 (which makes the shared-memory segment) and on job rank 3 (which
+# maps it), fails in turn; every member fails at once and alike, the others
+# naming the failing rank and the cause, the segment's own allocation among
+# them; a communicator that was made works on every member.
+# MSR_TIMEOUT=20: a member left waiting for the failing one instead of
+# failing at once meets its deadline (MSR_ERR_TIMEOUT, a failure here)
+# within the test's time.
+. "$(dirname "$0")/../integration/lib.sh"
+export MSR_TIMEOUT=20
+
+run_msrun --worker_num=4 --local_worker_num=4 "$BUILD/tests/comm_make_oom"
+cat "$TMP/out"
+expect_code 0 "make oom"
+expect_not_in "FAIL" "$TMP/err" "make oom"
+for call in split dup; do
+    for who in 0 3; do
+        what="$call, rank $who"
+        for r in 0 1 2 3; do
+            if [ "$r" = "$who" ]; then
+                expect_in "make oom $call, rank $who's segment: rank $r: .*out of memory for its shared-memory segment" \
+                    "$TMP/out" "$what"
+            else
+                expect_in "make oom $call, rank $who's segment: rank $r: .*(job rank $who) failed to set up its shared-memory segment (out of memory)" \
+                    "$TMP/out" "$what"
+            fi
+        done
+        expect_in "$call allocations: each of rank $who's [0-9]* failed in turn, every rank alike" \
+            "$TMP/out" "$what"
+    done
+done
+expect_in "ok make oom" "$TMP/out" "make oom"
+no_leftovers "make oom"
+ok "make oom: each allocation of a split and a dup failing, every member fails at once, naming it"
+exit "$FAILED"
