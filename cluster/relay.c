@@ -263,19 +263,23 @@ static uint64_t relay_shares(void *ctx, const char *host)
 static void relay_host_record(msr_coord_t *c, void *call, const Msr__RelayRequest *req)
 {
     const char *peer = c->responder.peer ? c->responder.peer(call) : NULL;
+    char key[MSR_RELAY_ID_MAX + 8], host[128];
+    if (peer == NULL || peer[0] == '\0')
+        snprintf(host, sizeof host, "local");
+    else
+        msr_rpc_peer_host(peer, host, sizeof host);
+    snprintf(key, sizeof key, "r:%s", req->relay_id);
+    const relay_host_t *was = msr_map_get(&c->relay_hosts, key);
+    if (was != NULL && was->subtree == req->subtree && strcmp(was->host, host) == 0)
+        return; /* its every batch: nothing changed */
     relay_host_t *r = msr_calloc(1, sizeof *r);
-    char key[MSR_RELAY_ID_MAX + 8];
     if (r == NULL) {
         MSR_WARN("job %s: out of memory recording relay %s", c->job_id, req->relay_id);
         return;
     }
-    if (peer == NULL || peer[0] == '\0')
-        snprintf(r->host, sizeof r->host, "local");
-    else
-        msr_rpc_peer_host(peer, r->host, sizeof r->host);
+    snprintf(r->host, sizeof r->host, "%s", host);
     r->subtree = req->subtree;
     relay_host_drop(c, req->relay_id);
-    snprintf(key, sizeof key, "r:%s", req->relay_id);
     if (msr_map_put(&c->relay_hosts, key, r, NULL) != MSR_OK) {
         MSR_WARN("job %s: out of memory recording relay %s", c->job_id, req->relay_id);
         msr_free(r);
