@@ -209,6 +209,10 @@ struct msr_coord {
     msr_list_t relay_batches;
     const char *relaying;
     msr_relay_cover_t relay_cover;
+    /* the hosts of the relays in relay_cover, for the bounds of held
+     * calls: "r:<relay id>" -> its host and subtree, "h:<host>" -> the
+     * subtrees of its relays together (uintptr_t) */
+    msr_map_t relay_hosts;
     /* Kept counts and an index, so that no call costs O(nodes): nodes
      * alive, nodes ready for the generation (ready_for), nodes by id. */
     int nalive, nready;

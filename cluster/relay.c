@@ -214,6 +214,81 @@ void *msr_coord_io_get_data(const msr_coord_t *c, void *call)
     return is_sub(call) ? sub_of(call)->data : c->responder.get_data(call);
 }
 
+/* ---- the hosts of relays: the bounds of held calls ---- */
+
+/* A relay counted in the coordinator's cover: the host its batches came
+ * from (the client its forwarded store calls are charged to) and its
+ * subtree. */
+typedef struct relay_host {
+    uint32_t subtree;
+    char host[128];
+} relay_host_t;
+
+static void host_add(msr_coord_t *c, const char *host, int64_t delta)
+{
+    char key[160];
+    snprintf(key, sizeof key, "h:%s", host);
+    int64_t now = (int64_t)(uintptr_t)msr_map_get(&c->relay_hosts, key) + delta;
+    if (now <= 0)
+        msr_map_remove(&c->relay_hosts, key);
+    else if (msr_map_put(&c->relay_hosts, key, (void *)(uintptr_t)now, NULL) != MSR_OK)
+        MSR_WARN("job %s: out of memory recording relay host %s", c->job_id, host);
+}
+
+/* Relay id no longer counts: its host's share falls by its subtree. */
+static void relay_host_drop(msr_coord_t *c, const char *relay_id)
+{
+    char key[MSR_RELAY_ID_MAX + 8];
+    snprintf(key, sizeof key, "r:%s", relay_id);
+    relay_host_t *r = msr_map_remove(&c->relay_hosts, key);
+    if (r == NULL)
+        return;
+    host_add(c, r->host, -(int64_t)r->subtree);
+    msr_free(r);
+}
+
+/* How many clients' bounds of held calls host has: one, plus one per node
+ * of the relays whose batches come from it (their nodes' store calls come
+ * to the coordinator from that host, forwarded). */
+static uint64_t relay_shares(void *ctx, const char *host)
+{
+    msr_coord_t *c = ctx;
+    char key[160];
+    snprintf(key, sizeof key, "h:%s", host);
+    return 1 + (uint64_t)(uintptr_t)msr_map_get(&c->relay_hosts, key);
+}
+
+/* The relay of req, accepted, counts from the host call came from, with
+ * its subtree now. */
+static void relay_host_record(msr_coord_t *c, void *call, const Msr__RelayRequest *req)
+{
+    const char *peer = c->responder.peer ? c->responder.peer(call) : NULL;
+    char key[MSR_RELAY_ID_MAX + 8], host[128];
+    if (peer == NULL || peer[0] == '\0')
+        snprintf(host, sizeof host, "local");
+    else
+        msr_rpc_peer_host(peer, host, sizeof host);
+    snprintf(key, sizeof key, "r:%s", req->relay_id);
+    const relay_host_t *was = msr_map_get(&c->relay_hosts, key);
+    if (was != NULL && was->subtree == req->subtree && strcmp(was->host, host) == 0)
+        return; /* its every batch: nothing changed */
+    relay_host_t *r = msr_calloc(1, sizeof *r);
+    if (r == NULL) {
+        MSR_WARN("job %s: out of memory recording relay %s", c->job_id, req->relay_id);
+        return;
+    }
+    snprintf(r->host, sizeof r->host, "%s", host);
+    r->subtree = req->subtree;
+    relay_host_drop(c, req->relay_id);
+    if (msr_map_put(&c->relay_hosts, key, r, NULL) != MSR_OK) {
+        MSR_WARN("job %s: out of memory recording relay %s", c->job_id, req->relay_id);
+        msr_free(r);
+        return;
+    }
+    host_add(c, r->host, r->subtree);
+    msr_held_calls_shares(&c->held, relay_shares, c);
+}
+
 /* ---- the batch ---- */
 
 static const char *relay_peer(const msr_coord_t *c, void *call)
@@ -289,6 +364,7 @@ void msr_coord_relay(msr_coord_t *c, void *call, const Msr__RelayRequest *req)
         c->responder.fail(call, MSR_RPC_RESOURCE_EXHAUSTED, "coordinator out of memory");
         goto out;
     }
+    relay_host_record(c, call, req);
     b->coord = c;
     b->call = call;
     snprintf(b->relay_id, sizeof b->relay_id, "%s", req->relay_id);
@@ -319,6 +395,7 @@ int msr_coord_relay_cancel(msr_coord_t *c, void *call)
          * id, may take its place; alive, it counts again with its next
          * batch */
         msr_relay_cover_drop_relay(&c->relay_cover, b->relay_id);
+        relay_host_drop(c, b->relay_id);
         /* the entries still held (a long-polled heartbeat: its node is
          * suspect, as when its own connection breaks; an answer waiting
          * for a save: the change stays) end with the call */
@@ -336,9 +413,18 @@ int msr_coord_relay_cancel(msr_coord_t *c, void *call)
     return 0;
 }
 
+static void free_relay_host(const char *key, void *value, void *arg)
+{
+    (void)arg;
+    if (key[0] == 'r')
+        msr_free(value);
+}
+
 void msr_coord_relays_cleanup(msr_coord_t *c)
 {
     msr_relay_cover_cleanup(&c->relay_cover);
+    msr_map_foreach(&c->relay_hosts, free_relay_host, NULL);
+    msr_map_cleanup(&c->relay_hosts, NULL);
     while (!msr_list_empty(&c->relay_batches)) {
         batch_t *b = MSR_CONTAINER_OF(c->relay_batches.next, batch_t, link);
         batch_free(b);

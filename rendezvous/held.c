@@ -47,6 +47,13 @@ void msr_held_calls_limit(msr_held_calls_t *hc, const msr_held_limits_t *limits)
     hc->limits = msr_held_limits_resolve(limits);
 }
 
+void msr_held_calls_shares(msr_held_calls_t *hc, uint64_t (*shares)(void *ctx, const char *client),
+                           void *ctx)
+{
+    hc->shares = shares;
+    hc->shares_ctx = ctx;
+}
+
 static void client_free(void *v)
 {
     msr_free(v);
@@ -85,14 +92,20 @@ static msr_status_t budget_check(const msr_held_calls_t *hc, const char *host,
 {
     const msr_held_limits_t *l = &hc->limits;
     msr_held_usage_t use = cl ? cl->use : (msr_held_usage_t){0, 0};
-    if (use.calls + 1 > l->client_calls)
-        return msr_err(MSR_ERR_REFUSED, "held calls of client %s: %" PRIu64 " at most", host,
-                       l->client_calls);
-    if (use.bytes + bytes > l->client_bytes)
+    uint64_t n = hc->shares ? hc->shares(hc->shares_ctx, host) : 1;
+    n = n ? n : 1;
+    /* saturating: a bound times its shares past 2^64 is no bound */
+    uint64_t calls_max = l->client_calls > UINT64_MAX / n ? UINT64_MAX : l->client_calls * n;
+    uint64_t bytes_max = l->client_bytes > UINT64_MAX / n ? UINT64_MAX : l->client_bytes * n;
+    if (use.calls + 1 > calls_max)
+        return msr_err(MSR_ERR_REFUSED, "held calls of client %s: %" PRIu64 " at most%s", host,
+                       calls_max,
+                       n > 1 ? " (a relay's host: the bound per client times its nodes + 1)" : "");
+    if (use.bytes + bytes > bytes_max)
         return msr_err(MSR_ERR_REFUSED,
                        "held bytes of client %s: %" PRIu64 " at most (%" PRIu64
                        " held, this call keeps %" PRIu64 ")",
-                       host, l->client_bytes, use.bytes, bytes);
+                       host, bytes_max, use.bytes, bytes);
     if (hc->total.calls + 1 > l->calls)
         return msr_err(MSR_ERR_REFUSED, "held calls in total: %" PRIu64 " at most", l->calls);
     if (hc->total.bytes + bytes > l->bytes)

@@ -119,6 +119,10 @@ typedef struct msr_held_calls {
     msr_held_limits_t limits;
     msr_held_usage_t total;
     msr_map_t clients; /* client address -> struct msr_held_client, while it holds calls */
+    /* how many clients' bounds a client gets (NULL, or 0: one); see
+     * msr_held_calls_shares */
+    uint64_t (*shares)(void *ctx, const char *client);
+    void *shares_ctx;
 } msr_held_calls_t;
 
 /* Starts an empty table answering through io (copied), with the default
@@ -128,6 +132,13 @@ void msr_held_calls_init(msr_held_calls_t *hc, const msr_held_io_t *io);
 /* Sets the bounds (copied; a 0 field: its default). Calls held already
  * stay; new ones are admitted against the new bounds. */
 void msr_held_calls_limit(msr_held_calls_t *hc, const msr_held_limits_t *limits);
+
+/* A client that stands for several (a relay's host, whose store calls
+ * forward its nodes'): shares(ctx, client) gives how many clients' bounds
+ * it has (its calls and bytes bounds multiplied by it; 0 or 1: one's).
+ * The total bounds stay. Called as each call is charged. */
+void msr_held_calls_shares(msr_held_calls_t *hc, uint64_t (*shares)(void *ctx, const char *client),
+                           void *ctx);
 
 /* limits with every 0 replaced by its default. */
 msr_held_limits_t msr_held_limits_resolve(const msr_held_limits_t *limits);

@@ -175,7 +175,9 @@ void msr_relay_cover_drop_node(msr_relay_cover_t *cover, const char *node_key);
  * unchanged (its bytes, or its code and message), so the coordinator sees
  * the relay's one connection and not one per node; a node giving up
  * cancels its call upstream, and the server's stop answers those in
- * flight UNAVAILABLE (the node calls the coordinator). Other methods are
+ * flight UNAVAILABLE (the node calls the coordinator); one past the
+ * relay's bound on calls forwarded at once (msr_relay_server_limit) is
+ * refused RESOURCE_EXHAUSTED. Other methods are
  * refused with UNIMPLEMENTED. */
 typedef struct msr_relay_server msr_relay_server_t;
 
@@ -204,6 +206,19 @@ const msr_relay_t *msr_relay_server_relay(const msr_relay_server_t *server);
 
 /* The store calls forwarded upstream and not yet answered (any thread). */
 size_t msr_relay_server_forwarding(const msr_relay_server_t *server);
+
+/* The relay's own bound on the store calls it forwards at once: past it
+ * a node's store call is refused with RESOURCE_EXHAUSTED (naming the
+ * bound), nothing sent upstream, as the coordinator refuses a call past
+ * its bound of held calls. By default the coordinator's default bound per
+ * client (MSR_HELD_CLIENT_CALLS_DEFAULT) per node of its subtree, at most
+ * the coordinator's bound in total (MSR_HELD_CALLS_DEFAULT): what the
+ * coordinator would hold for the relay's nodes. */
+uint64_t msr_relay_forward_max_default(uint32_t subtree);
+
+/* Sets that bound (0: the default for its subtree); any thread. Calls
+ * forwarded already stay. */
+void msr_relay_server_limit(msr_relay_server_t *server, uint64_t forward_max);
 
 /* The store calls forwarded upstream so far (the loop's thread). */
 uint64_t msr_relay_server_forwarded(const msr_relay_server_t *server);

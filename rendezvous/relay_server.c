@@ -11,16 +11,18 @@
 #include "base/list.h"
 #include "base/log.h"
 #include "base/time.h"
+#include "rendezvous/held.h"
 #include "rendezvous/relay.h"
 
 struct msr_relay_server {
     msr_rpc_loop_t *loop;
     msr_rpc_server_t *rpc;
     msr_relay_t *relay;
-    msr_rpc_channel_t *up;   /* the relay's one connection upstream (the caller's) */
-    msr_list_t forwards;     /* store calls forwarded and not yet answered */
-    atomic_size_t nforwards; /* how many: read by any thread */
-    uint64_t forwarded;      /* store calls forwarded so far (the loop's thread) */
+    msr_rpc_channel_t *up;        /* the relay's one connection upstream (the caller's) */
+    msr_list_t forwards;          /* store calls forwarded and not yet answered */
+    atomic_size_t nforwards;      /* how many: read by any thread */
+    _Atomic uint64_t forward_max; /* the most forwarded at once (set by any thread) */
+    uint64_t forwarded;           /* store calls forwarded so far (the loop's thread) */
     uint32_t subtree;
     msr_relay_cover_t cover;       /* the relays under this one and the nodes it serves */
     int stopping;                  /* destroy began: calls still dispatched are refused */
@@ -231,6 +233,18 @@ static void forward_done(msr_rpc_async_t *a)
 static void forward_start(msr_relay_server_t *s, msr_rpc_call_t *call, msr_rpc_method_t method,
                           const ProtobufCMessage *req)
 {
+    uint64_t max = atomic_load(&s->forward_max);
+    if ((uint64_t)atomic_load(&s->nforwards) >= max) {
+        /* as the coordinator's bound of held calls: the node's worker
+         * hears it, nothing is sent upstream */
+        msr_rpc_call_fail(call, MSR_RPC_RESOURCE_EXHAUSTED,
+                          "%s forwards at most %llu store calls at once, and %llu are "
+                          "unanswered: %s refused",
+                          s->me, (unsigned long long)max,
+                          (unsigned long long)atomic_load(&s->nforwards),
+                          msr_rpc_methods[method].name);
+        return;
+    }
     forward_t *f = msr_calloc(1, sizeof *f);
     if (f == NULL) {
         msr_rpc_call_fail(call, MSR_RPC_RESOURCE_EXHAUSTED, "relay out of memory");
@@ -350,6 +364,7 @@ msr_status_t msr_relay_server_create_tls(msr_rpc_loop_t *loop, const char *addre
     s->up = up;
     msr_list_init(&s->forwards);
     s->subtree = subtree;
+    atomic_init(&s->forward_max, msr_relay_forward_max_default(subtree));
     snprintf(s->me, sizeof s->me, "relay %s", relay_id ? relay_id : "");
     msr_relay_cover_init(&s->cover);
     msr_status_t st = msr_relay_create(loop, up, relay_id, subtree, &s->relay);
@@ -381,6 +396,18 @@ const msr_relay_t *msr_relay_server_relay(const msr_relay_server_t *s)
 size_t msr_relay_server_forwarding(const msr_relay_server_t *s)
 {
     return atomic_load(&s->nforwards);
+}
+
+uint64_t msr_relay_forward_max_default(uint32_t subtree)
+{
+    uint64_t n = MSR_HELD_CLIENT_CALLS_DEFAULT * (uint64_t)(subtree ? subtree : 1);
+    return n < MSR_HELD_CALLS_DEFAULT ? n : MSR_HELD_CALLS_DEFAULT;
+}
+
+void msr_relay_server_limit(msr_relay_server_t *s, uint64_t forward_max)
+{
+    atomic_store(&s->forward_max,
+                 forward_max ? forward_max : msr_relay_forward_max_default(s->subtree));
 }
 
 uint64_t msr_relay_server_forwarded(const msr_relay_server_t *s)

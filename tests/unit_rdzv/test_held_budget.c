@@ -101,6 +101,73 @@ static void test_client_count(void)
     msr_held_calls_cleanup(&hc);
 }
 
+/* Shares (a relay's host): 10.0.0.1 has 3 clients' bounds, 10.0.0.2 none
+ * named (0: one). */
+static uint64_t t_shares(void *ctx, const char *client)
+{
+    (void)ctx;
+    return strcmp(client, "10.0.0.1") == 0 ? 3 : 0;
+}
+
+static uint64_t t_shares_4(void *ctx, const char *client)
+{
+    (void)ctx;
+    (void)client;
+    return 4;
+}
+
+/* A client with shares holds its bound times its shares, exactly, one
+ * more refused naming the bound it has; another client keeps one
+ * client's; bytes scale too; a bound times its shares saturates rather
+ * than wraps. */
+static void test_client_shares(void)
+{
+    msr_held_calls_t hc;
+    msr_held_limits_t l = {.client_calls = 2};
+    table_init(&hc, &l);
+    msr_held_calls_shares(&hc, t_shares, NULL);
+    tcall_t c[10];
+    for (int i = 0; i < 7; i++)
+        call_init(&c[i], "ipv4:10.0.0.1:1000");
+    for (int i = 7; i < 10; i++)
+        call_init(&c[i], "ipv4:10.0.0.2:1000");
+    for (int i = 0; i < 6; i++)
+        MSR_CHECK(hold(&hc, &c[i], 0) != NULL);
+    MSR_CHECK(hold(&hc, &c[6], 0) == NULL);
+    MSR_CHECK_MSG(strstr(msr_err_msg(), "held calls of client 10.0.0.1: 6 at most") ==
+                      msr_err_msg(),
+                  "%s", msr_err_msg());
+    MSR_CHECK(hold(&hc, &c[7], 0) != NULL && hold(&hc, &c[8], 0) != NULL);
+    MSR_CHECK(hold(&hc, &c[9], 0) == NULL);
+    MSR_CHECK_STR(msr_err_msg(), "held calls of client 10.0.0.2: 2 at most");
+    for (int i = 0; i < 9; i++)
+        if (i != 6)
+            msr_held_free(&hc, c[i].data);
+    check_use(&hc, NULL, 0, 0);
+
+    /* bytes: 3 x (charge(0) + charge(10)) exactly, one byte past refused */
+    msr_held_limits_t lb = {.client_bytes = charge(0) + charge(10)};
+    msr_held_calls_limit(&hc, &lb);
+    for (int i = 0; i < 3; i++)
+        MSR_CHECK(hold(&hc, &c[2 * i], 0) != NULL);
+    MSR_CHECK(hold(&hc, &c[1], 10) != NULL && hold(&hc, &c[3], 10) != NULL);
+    MSR_CHECK(hold(&hc, &c[5], 11) == NULL); /* one byte past */
+    MSR_CHECK(hold(&hc, &c[5], 10) != NULL); /* the bound exactly */
+    for (int i = 0; i < 6; i++)
+        msr_held_free(&hc, c[i].data);
+
+    /* 2^62 + 1 calls times 4 would wrap to 4: saturated, a fifth fits */
+    msr_held_limits_t lw = {.client_calls = (1ull << 62) + 1};
+    msr_held_calls_limit(&hc, &lw);
+    msr_held_calls_shares(&hc, t_shares_4, NULL);
+    for (int i = 0; i < 5; i++)
+        MSR_CHECK(hold(&hc, &c[i], 0) != NULL);
+    for (int i = 0; i < 5; i++)
+        msr_held_free(&hc, c[i].data);
+    check_use(&hc, NULL, 0, 0);
+    msr_held_calls_cleanup(&hc);
+}
+
 /* A client's bytes up to its bound exactly; one byte past is refused. */
 static void test_client_bytes(void)
 {
@@ -598,6 +665,7 @@ static const msr_test_t tests[] = {
     {"fetch_answer_bound", test_fetch_answer_bound, 10},
     {"client_count", test_client_count, 10},
     {"client_bytes", test_client_bytes, 10},
+    {"client_shares", test_client_shares, 10},
     {"total", test_total, 10},
     {"answer_never_refused", test_answer_never_refused, 10},
     {"refund_on_expiry_and_cancel", test_refund_on_expiry_and_cancel, 10},

@@ -410,6 +410,134 @@ static void test_proxy_falls_back(void)
     msr_tserved_stop(&s);
 }
 
+/* ---- the bounds of held and forwarded calls ---- */
+
+/* Starts n gets of keys <prefix>0..n-1 on ch, each waiting 15 s; waits
+ * for one of them to be answered (a get can only be answered before its
+ * key is set by a refusal), then sets every key directly, and checks that
+ * exactly one get was refused RESOURCE_EXHAUSTED with a message holding
+ * want, and the n - 1 others were answered with their values: n - 1 calls
+ * held at once fit the bound, the n-th is one past it. */
+static void held_bound_check(tree_t *t, msr_rpc_channel_t *ch, const char *prefix, int n,
+                             const char *want)
+{
+    op_t o[16];
+    char key[32];
+    MSR_CHECK(n <= 16);
+    for (int k = 0; k < n; k++) {
+        snprintf(key, sizeof key, "%s%d", prefix, k);
+        get_start(ch, t->loop, &o[k], key, 15000);
+    }
+    uint64_t limit = msr_deadline_in_ms(20000);
+    for (int done = 0; !done;) {
+        MSR_CHECK_MSG(!msr_deadline_passed(limit), "no get of %d refused in 20 s", n);
+        msr_rpc_loop_poll(t->loop, msr_deadline_in_ms(20));
+        for (int k = 0; k < n; k++)
+            done |= o[k].done;
+    }
+    for (int k = 0; k < n; k++) {
+        snprintf(key, sizeof key, "%s%d", prefix, k);
+        set_ok(t->direct, t->loop, key, key);
+    }
+    ops_wait(t->loop, o, n);
+    int refused = 0;
+    for (int k = 0; k < n; k++) {
+        snprintf(key, sizeof key, "%s%d", prefix, k);
+        if (o[k].a.status == MSR_OK) {
+            get_check(&o[k], key);
+            continue;
+        }
+        refused++;
+        MSR_CHECK_MSG(o[k].a.grpc_code == MSR_RPC_RESOURCE_EXHAUSTED, "get %d: %d %s", k,
+                      o[k].a.grpc_code, o[k].a.err);
+        MSR_CHECK_MSG(strstr(o[k].a.err, want) != NULL, "get %d: '%s' lacks '%s'", k, o[k].a.err,
+                      want);
+        msr_rpc_async_cleanup(&o[k].a);
+    }
+    MSR_CHECK_EQ(refused, 1);
+}
+
+/* A relay's host stands for its nodes at the coordinator's bound of held
+ * calls per client: with a bound of 2, a relay whose batches have not
+ * come yet gets 2 held calls (its host's own), the third refused; once
+ * its batch of a subtree of 3 is accepted, its host gets 2 x (3 + 1) = 8,
+ * the ninth refused. */
+static void test_coord_bound_per_relay_node(void)
+{
+    tree_t t;
+    msr_coord_config_t cfg = {.token = "tok",
+                              .job_id = "j",
+                              .worker_num = 4,
+                              .local_worker_num = 1,
+                              .max_restarts = 0,
+                              .node_timeout_ms = 600000,
+                              .held_limits = {.client_calls = 2}};
+    msr_tserved_start(&t.s, &cfg);
+    msr_trelay_start(&t.la, t.s.target, "tok", "r", 3);
+    MSR_CHECK_OK(msr_rpc_loop_create(&t.loop));
+    MSR_CHECK_OK(msr_rpc_channel_create_own(t.la.target, "tok", &t.cha));
+    MSR_CHECK_OK(msr_rpc_channel_create_own(t.s.target, "tok", &t.direct));
+    held_bound_check(&t, t.cha, "before", 3, "held calls of client 127.0.0.1: 2 at most");
+
+    msr_tnode_call_t j;
+    memset(&j, 0, sizeof j);
+    Msr__JoinRequest jr = MSR__JOIN_REQUEST__INIT;
+    jr.protocol_version = MSR_PROTOCOL_VERSION;
+    jr.job_id = "j";
+    jr.host = "10.0.0.1";
+    jr.pid = 101;
+    jr.worker_num = 4;
+    jr.local_worker_num = 1;
+    jr.node_rank = -1;
+    jr.node_id = j.id;
+    msr_tnode_call_start(t.cha, t.loop, &j, MSR_RPC_JOIN, &jr.base);
+    msr_tnode_calls_wait(t.loop, &j, 1);
+    MSR_CHECK_MSG(j.code == 0, "join through the relay: %d %s", j.code, j.message);
+    held_bound_check(&t, t.cha, "after", 9, "held calls of client 127.0.0.1: 8 at most");
+
+    msr_rpc_channel_destroy(t.cha);
+    msr_rpc_channel_destroy(t.direct);
+    msr_rpc_loop_destroy(t.loop);
+    msr_trelay_stop(&t.la);
+    msr_tserved_stop(&t.s);
+}
+
+/* A relay's own bound on the store calls it forwards at once: with 3, a
+ * fourth is refused by the relay, RESOURCE_EXHAUSTED naming the bound,
+ * while the coordinator's bound (4,096) is far; the default is the
+ * coordinator's bound per client for each node of its subtree, at most
+ * its bound in total. */
+static void test_relay_forward_bound(void)
+{
+    tree_t t;
+    tree_start(&t);
+    MSR_CHECK_EQ(msr_relay_forward_max_default(1), 4096);
+    MSR_CHECK_EQ(msr_relay_forward_max_default(32), 131072);
+    MSR_CHECK_EQ(msr_relay_forward_max_default(33), 131072);
+    msr_relay_server_limit(t.la.server, 3);
+    held_bound_check(&t, t.cha, "fw", 4, "relay leaf-a forwards at most 3 store calls at once");
+    msr_relay_server_limit(t.la.server, 0); /* the default again: 4 fit */
+    op_t o[4];
+    for (int k = 0; k < 4; k++) {
+        char key[16];
+        snprintf(key, sizeof key, "again%d", k);
+        get_start(t.cha, t.loop, &o[k], key, 15000);
+    }
+    forwarding_wait(t.loop, &t.la, 4);
+    for (int k = 0; k < 4; k++) {
+        char key[16];
+        snprintf(key, sizeof key, "again%d", k);
+        set_ok(t.direct, t.loop, key, key);
+    }
+    ops_wait(t.loop, o, 4);
+    for (int k = 0; k < 4; k++) {
+        char key[16];
+        snprintf(key, sizeof key, "again%d", k);
+        get_check(&o[k], key);
+    }
+    tree_stop(&t);
+}
+
 static const msr_test_t tests[] = {
     {"tree_store", test_tree_store, 60},
     {"same_errors", test_same_errors, 60},
@@ -417,6 +545,8 @@ static const msr_test_t tests[] = {
     {"relay_killed_mid_call", test_relay_killed_mid_call, 60},
     {"node_gives_up", test_node_gives_up, 60},
     {"proxy_falls_back", test_proxy_falls_back, 60},
+    {"coord_bound_per_relay_node", test_coord_bound_per_relay_node, 60},
+    {"relay_forward_bound", test_relay_forward_bound, 60},
 };
 
 int main(int argc, char **argv)
