@@ -120,8 +120,11 @@ msr_status_t msr_dp_offload_drop(msr_dp_t *dp, int write)
 
 msr_status_t msr_dp_moments_get(msr_dp_t *dp, size_t moff, size_t n, float *m, float *v)
 {
-    if (dp->opt->m == NULL) /* offloaded, not held */
+    if (dp->opt->m == NULL && dp->offload != NULL) /* offloaded, not held */
         return msr_offload_get(dp->offload, moff, n, m, v);
+    if (dp->opt->m == NULL || moff > dp->opt->count || n > dp->opt->count - moff)
+        return msr_err(MSR_ERR_INVALID_ARG, "dp: moments [%zu, %zu) of %zu held", moff, moff + n,
+                       dp->opt->m != NULL ? dp->opt->count : 0);
     memcpy(m, dp->opt->m + moff, n * sizeof(float));
     memcpy(v, dp->opt->v + moff, n * sizeof(float));
     return MSR_OK;
