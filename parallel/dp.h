@@ -355,13 +355,24 @@ void msr_dp_memory(const msr_dp_t *dp, msr_dp_memory_t *mem);
 
 /* ---- the optimizer's moments offloaded (dp_offload.c, parallel/offload.h) ----
  * Under cfg.offload's disk mode the moments are in a file and a step
- * streams them. A checkpoint reads them whole: msr_dp_offload_hold brings
- * them into opt->m and opt->v (read 1: from the file; 0: zeros, for a
- * restore to fill), msr_dp_offload_drop writes them back (write 1) and frees
- * them. Both do nothing without offload. Errors: the store's (offload.h),
- * MSR_ERR_NO_MEMORY. */
-msr_status_t msr_dp_offload_hold(msr_dp_t *dp, int read);
+ * streams them. A checkpoint streams them too, a chunk at a time: a save
+ * reads each owned piece's (msr_dp_owned gives m NULL and moff;
+ * msr_dp_moments_get), a restore writes each piece's into the file
+ * (msr_dp_load_piece). msr_dp_offload_hold brings the parameters'
+ * offloaded blocks into the flat buffer for a checkpoint (read 1: from
+ * their file; 0: as they are, for a restore to fill) and, with moments 1,
+ * the moments whole into opt->m and opt->v (read 1: from the file; 0:
+ * zeros): ZeRO 0's restore, whose load_end may gather them over the
+ * replicas. msr_dp_offload_drop writes back what was held (write 1) and
+ * frees it. Both do nothing without offload. Errors: the stores'
+ * (offload.h, offload_params.h), MSR_ERR_NO_MEMORY. */
+msr_status_t msr_dp_offload_hold(msr_dp_t *dp, int read, int moments);
 msr_status_t msr_dp_offload_drop(msr_dp_t *dp, int write);
+/* The moments of shard elements [moff, moff + n) into m and v (n floats
+ * each, the caller's): from the file a chunk at a time when they are
+ * offloaded and not held, else from opt->m and opt->v. Errors: the
+ * store's (offload.h). */
+msr_status_t msr_dp_moments_get(msr_dp_t *dp, size_t moff, size_t n, float *m, float *v);
 /* The parameter offload's store (counters, file), NULL without it. */
 const msr_params_t *msr_dp_params_store(const msr_dp_t *dp);
 /* Under the parameters' offload, starts reading segment s's block (a
@@ -381,10 +392,14 @@ msr_status_t msr_dp_params_ahead(msr_dp_t *dp, int s);
 typedef struct msr_dp_piece {
     size_t lo, n;        /* flat elements */
     const float *params; /* (n) */
-    const float *m, *v;  /* (n) AdamW's moments */
+    const float *m, *v;  /* (n) AdamW's moments; msr_dp_owned: NULL when they
+                          * are in the offload's file (moff says where) */
+    size_t moff;         /* msr_dp_owned: the moments' first shard element */
 } msr_dp_piece_t;
 
-/* The number of owned pieces (units with own_n > 0) and piece k of them. */
+/* The number of owned pieces (units with own_n > 0) and piece k of them.
+ * A restore's load_piece writes offloaded moments (not held) straight
+ * into their file; a failed write fails load_end with the store's error. */
 int msr_dp_num_owned(const msr_dp_t *dp);
 void msr_dp_owned(const msr_dp_t *dp, int k, msr_dp_piece_t *piece);
 

@@ -1,6 +1,6 @@
 /* Data parallel's optimizer with its moments in a file (parallel/offload.h):
- * the step's AdamW a chunk of the shard space at a time, and the whole
- * moments brought in and out for checkpoints (see dp.h). */
+ * the step's AdamW a chunk of the shard space at a time, and the moments
+ * streamed for checkpoints, or held whole for ZeRO 0's restore (see dp.h). */
 #include <string.h>
 
 #include "base/alloc.h"
@@ -79,12 +79,12 @@ msr_status_t msr_dp_offload_update(msr_dp_t *dp)
     return st != MSR_OK ? st : est;
 }
 
-msr_status_t msr_dp_offload_hold(msr_dp_t *dp, int read)
+msr_status_t msr_dp_offload_hold(msr_dp_t *dp, int read, int moments)
 {
     msr_status_t pst = msr_dp_params_hold(dp, read);
     if (pst != MSR_OK)
         return pst;
-    if (dp->offload == NULL || dp->opt->m != NULL)
+    if (!moments || dp->offload == NULL || dp->opt->m != NULL)
         return MSR_OK;
     size_t n = dp->opt->count + 1;
     dp->opt->m = msr_calloc(n, sizeof(float));
@@ -116,6 +116,18 @@ msr_status_t msr_dp_offload_drop(msr_dp_t *dp, int write)
     msr_free(dp->opt->v);
     dp->opt->m = dp->opt->v = NULL;
     return st;
+}
+
+msr_status_t msr_dp_moments_get(msr_dp_t *dp, size_t moff, size_t n, float *m, float *v)
+{
+    if (dp->opt->m == NULL && dp->offload != NULL) /* offloaded, not held */
+        return msr_offload_get(dp->offload, moff, n, m, v);
+    if (dp->opt->m == NULL || moff > dp->opt->count || n > dp->opt->count - moff)
+        return msr_err(MSR_ERR_INVALID_ARG, "dp: moments [%zu, %zu) of %zu held", moff, moff + n,
+                       dp->opt->m != NULL ? dp->opt->count : 0);
+    memcpy(m, dp->opt->m + moff, n * sizeof(float));
+    memcpy(v, dp->opt->v + moff, n * sizeof(float));
+    return MSR_OK;
 }
 
 /* ---- the gradient shard's file ---- */

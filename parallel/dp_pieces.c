@@ -33,12 +33,17 @@ void msr_dp_owned(const msr_dp_t *dp, int k, msr_dp_piece_t *piece)
         if (dp->units[u].own_n > 0 && ++i == k) {
             const msr_dp_unit_t *un = &dp->units[u];
             size_t mo = msr_dp_moment_off(dp, un);
-            *piece = (msr_dp_piece_t){un->own_lo, un->own_n, msr_dp_param_at(dp, un),
-                                      dp->opt->m + mo, dp->opt->v + mo};
+            int held = dp->opt->m != NULL; /* else in the offload's file */
+            *piece = (msr_dp_piece_t){un->own_lo,
+                                      un->own_n,
+                                      msr_dp_param_at(dp, un),
+                                      held ? dp->opt->m + mo : NULL,
+                                      held ? dp->opt->v + mo : NULL,
+                                      mo};
             return;
         }
     }
-    *piece = (msr_dp_piece_t){0, 0, NULL, NULL, NULL};
+    *piece = (msr_dp_piece_t){0, 0, NULL, NULL, NULL, 0};
 }
 
 /* A range of flat elements a load found one part of (COVER_*). A load
@@ -51,7 +56,8 @@ typedef struct msr_dp_mark {
 
 struct msr_dp_cover {
     size_t n, cap;
-    int no_memory; /* a mark could not be kept: the load fails */
+    int no_memory;      /* a mark could not be kept: the load fails */
+    msr_status_t io_st; /* writing moments to the offload's file failed */
     msr_dp_mark_t r[];
 };
 
@@ -64,7 +70,7 @@ msr_status_t msr_dp_load_begin(msr_dp_t *dp)
     if (dp->cover == NULL) {
         return msr_err(MSR_ERR_NO_MEMORY, "dp: out of memory loading a checkpoint");
     }
-    *dp->cover = (struct msr_dp_cover){0, COVER_FIRST_CAP, 0};
+    *dp->cover = (struct msr_dp_cover){0, COVER_FIRST_CAP, 0, MSR_OK};
     return MSR_OK;
 }
 
@@ -110,6 +116,28 @@ static void take(msr_dp_t *dp, const msr_dp_piece_t *piece, const float *src, si
         mark(dp, a, e - a, bit);
 }
 
+/* take for the moments: shard elements from mo, in opt->m and opt->v, or
+ * with the moments offloaded and not held, written into their file a chunk
+ * at a time (the first failure is kept for load_end; later pieces are
+ * skipped). */
+static void take_moments(msr_dp_t *dp, const msr_dp_piece_t *piece, size_t lo, size_t n, size_t mo)
+{
+    if (dp->opt->m != NULL) {
+        take(dp, piece, piece->m, lo, n, dp->opt->m + mo, 0);
+        take(dp, piece, piece->v, lo, n, dp->opt->v + mo, COVER_MOMENTS);
+        return;
+    }
+    size_t a = MSR_MAX(lo, piece->lo), e = MSR_MIN(lo + n, piece->lo + piece->n);
+    if (a >= e || dp->cover == NULL || dp->cover->io_st != MSR_OK)
+        return;
+    msr_status_t st = msr_offload_put(dp->offload, mo + (a - lo), e - a, piece->m + (a - piece->lo),
+                                      piece->v + (a - piece->lo));
+    if (st != MSR_OK)
+        dp->cover->io_st = st;
+    else
+        mark(dp, a, e - a, COVER_MOMENTS);
+}
+
 void msr_dp_load_piece(msr_dp_t *dp, const msr_dp_piece_t *piece)
 {
     for (int k = 0; k < dp->num_units; k++) {
@@ -124,8 +152,7 @@ void msr_dp_load_piece(msr_dp_t *dp, const msr_dp_piece_t *piece)
         size_t lo = dp->cfg.zero == 0 ? u->lo : u->own_lo;
         size_t n = dp->cfg.zero == 0 ? u->n : u->own_n;
         size_t mo = dp->cfg.zero == 0 ? u->lo : u->shard_off;
-        take(dp, piece, piece->m, lo, n, dp->opt->m + mo, 0);
-        take(dp, piece, piece->v, lo, n, dp->opt->v + mo, COVER_MOMENTS);
+        take_moments(dp, piece, lo, n, mo);
     }
 }
 
@@ -134,6 +161,8 @@ int msr_dp_load_dest(const msr_dp_t *dp, size_t lo, size_t n, float **params_p, 
 {
     float *at[3] = {NULL, NULL, NULL}; /* where the next element goes, in each */
     size_t next = lo;
+    if (dp->opt->m == NULL) /* offloaded: load_piece writes them to the file */
+        return 0;
     /* a ZeRO 0 replica holds every element of its units, each at its flat
      * index in the parameters and both moments; a shard, its own */
     int all = dp->cfg.zero == 0;
@@ -226,7 +255,8 @@ msr_status_t msr_dp_load_end(msr_dp_t *dp, int gather, int failed)
 {
     size_t missing = SIZE_MAX;
     int no_memory = dp->cover != NULL && dp->cover->no_memory;
-    if (no_memory)
+    msr_status_t io_st = dp->cover != NULL ? dp->cover->io_st : MSR_OK;
+    if (no_memory || io_st != MSR_OK)
         failed = 1; /* the error was set where it happened */
     if (dp->cover != NULL && !failed)
         cover_merge(dp->cover);
@@ -260,7 +290,7 @@ msr_status_t msr_dp_load_end(msr_dp_t *dp, int gather, int failed)
     if (!ok) {
         if (missing == SIZE_MAX && !failed)
             msr_err_set("dp: another rank could not load its part of the checkpoint");
-        return no_memory ? MSR_ERR_NO_MEMORY : MSR_ERR_CORRUPT;
+        return no_memory ? MSR_ERR_NO_MEMORY : io_st != MSR_OK ? io_st : MSR_ERR_CORRUPT;
     }
     if (!gather)
         return MSR_OK;

@@ -380,6 +380,54 @@ msr_status_t msr_offload_write_all(msr_offload_t *off, const float *m, const flo
     return drain(off, st);
 }
 
+/* Elements [at, at + n) of the moments, a chunk at a time through slot 0:
+ * each chunk read and checked, then copied out to m and v (get), or
+ * overwritten from pm and pv (put: m and v NULL) and written back. */
+static msr_status_t range_move(msr_offload_t *off, size_t at, size_t n, float *m, float *v,
+                               const float *pm, const float *pv)
+{
+    if (off->failed)
+        return refuse_failed(off);
+    if (at > off->count || n > off->count - at)
+        return msr_err(MSR_ERR_INVALID_ARG,
+                       "offload: moments [%zu, %zu) past the %zu elements of %s", at, at + n,
+                       off->count, off->path);
+    msr_status_t st = MSR_OK;
+    for (size_t i = at; i < at + n && st == MSR_OK;) {
+        size_t k = i / off->per, in = i - k * off->per;
+        size_t c = MSR_MIN(n - (i - at), chunk_of(off, k) - in);
+        slot_submit(off, 0, 0, k);
+        st = slot_wait(off, 0);
+        if (st == MSR_OK)
+            st = check_chunk(off, 0, k);
+        if (st != MSR_OK)
+            break;
+        float *cm = (float *)off->buf[0] + in, *cv = cm + off->per;
+        if (pm != NULL) {
+            memcpy(cm, pm + (i - at), c * sizeof(float));
+            memcpy(cv, pv + (i - at), c * sizeof(float));
+            put_chunk(off, 0, k);
+            st = slot_wait(off, 0);
+        } else {
+            memcpy(m + (i - at), cm, c * sizeof(float));
+            memcpy(v + (i - at), cv, c * sizeof(float));
+        }
+        i += c;
+    }
+    return drain(off, st);
+}
+
+msr_status_t msr_offload_get(msr_offload_t *off, size_t at, size_t n, float *m, float *v)
+{
+    return range_move(off, at, n, m, v, NULL, NULL);
+}
+
+msr_status_t msr_offload_put(msr_offload_t *off, size_t at, size_t n, const float *m,
+                             const float *v)
+{
+    return range_move(off, at, n, NULL, NULL, m, v);
+}
+
 const char *msr_offload_path(const msr_offload_t *off)
 {
     return off->path;

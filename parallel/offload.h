@@ -110,6 +110,18 @@ msr_status_t msr_offload_step(msr_offload_t *off, msr_offload_chunk_fn fn, void 
 msr_status_t msr_offload_read_all(msr_offload_t *off, float *m, float *v);
 msr_status_t msr_offload_write_all(msr_offload_t *off, const float *m, const float *v);
 
+/* Elements [at, at + n) of the moments, for a checkpoint that streams
+ * them (parallel/dp_pieces.c, parallel/train_ckpt.c): get copies them into
+ * m and v (n floats each, the caller's); put writes m and v over them, a
+ * chunk at a time (each chunk read, checked, changed and written back, so
+ * the store's other elements keep their values). Only the store's own
+ * buffers are used: the memory is one chunk whatever n is. Errors:
+ * MSR_ERR_INVALID_ARG (the range past count), else as msr_offload_step
+ * (after which the store refuses further calls). */
+msr_status_t msr_offload_get(msr_offload_t *off, size_t at, size_t n, float *m, float *v);
+msr_status_t msr_offload_put(msr_offload_t *off, size_t at, size_t n, const float *m,
+                             const float *v);
+
 /* The file's path, the chunk size in use, the bytes of the store's
  * buffers (what it keeps resident), and the engine ("threads" or "uring",
  * with "+direct" when O_DIRECT is on). */

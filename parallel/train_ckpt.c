@@ -14,45 +14,62 @@
 #include "model/err_call.h"
 #include "model/moe.h"
 
+/* A range a rank saves, and where its moments are when they are in the
+ * offload's file (moff: the first one's shard element; NO_MOFF: the
+ * range's m and v point at them). */
+typedef struct saved_range {
+    msr_tckpt_range_t r;
+    size_t moff;
+} saved_range_t;
+
+#define NO_MOFF SIZE_MAX
+
 /* The ranges a rank saves, growing as the map's runs cut its pieces. */
 typedef struct range_list {
-    msr_tckpt_range_t *r;
+    saved_range_t *s;
     size_t n, cap;
+    int offloaded;        /* some range's moments are in the file */
     msr_dp_piece_t piece; /* the owned piece being cut */
 } range_list_t;
 
-static int range_push(range_list_t *l, msr_tckpt_range_t x)
+static int range_push(range_list_t *l, msr_tckpt_range_t x, size_t moff)
 {
     if (l->n == l->cap) {
         size_t cap = l->cap > 0 ? 2 * l->cap : 64;
-        msr_tckpt_range_t *r = msr_realloc_array(l->r, cap, sizeof *r);
-        if (r == NULL)
+        saved_range_t *s = msr_realloc_array(l->s, cap, sizeof *s);
+        if (s == NULL)
             return -1;
-        l->r = r;
+        l->s = s;
         l->cap = cap;
     }
-    l->r[l->n++] = x;
+    l->s[l->n++] = (saved_range_t){x, moff};
+    l->offloaded |= moff != NO_MOFF;
     return 0;
 }
 
-/* msr_ckpt_map_fn: the part of l->piece at local lo is global glo. */
+/* msr_ckpt_map_fn: the part of l->piece at local lo is global glo. Moments
+ * in the offload's file are encoded from the parameters first (any n
+ * floats) and written over from the file after (stream_moments). */
 static int range_cut(void *arg, size_t lo, size_t glo, size_t n)
 {
     range_list_t *l = arg;
     size_t off = lo - l->piece.lo;
-    return range_push(
-        l, (msr_tckpt_range_t){glo, n, l->piece.params + off, l->piece.m + off, l->piece.v + off});
+    const float *p = l->piece.params + off;
+    if (l->piece.m == NULL)
+        return range_push(l, (msr_tckpt_range_t){glo, n, p, p, p}, l->piece.moff + off);
+    return range_push(l, (msr_tckpt_range_t){glo, n, p, l->piece.m + off, l->piece.v + off},
+                      NO_MOFF);
 }
 
 static int range_by_lo(const void *a, const void *b)
 {
-    const msr_tckpt_range_t *x = a, *y = b;
-    return x->lo < y->lo ? -1 : x->lo > y->lo;
+    const saved_range_t *x = a, *y = b;
+    return x->r.lo < y->r.lo ? -1 : x->r.lo > y->r.lo;
 }
 
 /* Everything this rank saves, in the checkpoint's numbering and in
  * increasing order: its owned flat pieces cut into the whole model's
- * ranges (map), then its experts. *l_p's r is the caller's (msr_free). */
+ * ranges (map), then its experts. *l_p's s is the caller's (msr_free). */
 static msr_status_t saved_ranges(msr_trainer_t *tr, const msr_ckpt_map_t *map, range_list_t *l_p)
 {
     range_list_t l = {0};
@@ -62,13 +79,13 @@ static msr_status_t saved_ranges(msr_trainer_t *tr, const msr_ckpt_map_t *map, r
         bad = msr_ckpt_map_to_global(map, l.piece.lo, l.piece.n, range_cut, &l) != 0;
     }
     if (l.n > 0)
-        qsort(l.r, l.n, sizeof *l.r, range_by_lo);
+        qsort(l.s, l.n, sizeof *l.s, range_by_lo);
     for (int k = 0; k < expert_ranges(tr) && !bad; k++) {
         msr_tckpt_range_t x = expert_range(tr, k);
-        bad = x.n > 0 && range_push(&l, x) != 0;
+        bad = x.n > 0 && range_push(&l, x, NO_MOFF) != 0;
     }
     if (bad) {
-        msr_free(l.r);
+        msr_free(l.s);
         return msr_err(MSR_ERR_NO_MEMORY, "train: out of memory for a checkpoint of %zu pieces",
                        l.n);
     }
@@ -78,14 +95,46 @@ static msr_status_t saved_ranges(msr_trainer_t *tr, const msr_ckpt_map_t *map, r
 
 static msr_status_t snapshot(msr_trainer_t *tr, const char *meta, void **buf_p, size_t *len_p);
 
-/* With the moments offloaded (parallel/offload.h), they are read whole from
- * their file into the shard for the encoding, and freed after it. */
+/* With the parameters offloaded (parallel/offload_params.h), their blocks
+ * are read into the flat buffer for the encoding and dropped after it;
+ * offloaded moments are streamed from their file into the payload a chunk
+ * at a time (snapshot), never held whole. */
 msr_status_t msr_trainer_snapshot(msr_trainer_t *tr, const char *meta, void **buf_p, size_t *len_p)
 {
-    msr_status_t st = msr_dp_offload_hold(tr->dp, 1);
+    msr_status_t st = msr_dp_offload_hold(tr->dp, 1, 0);
     if (st == MSR_OK)
         st = snapshot(tr, meta, buf_p, len_p);
     (void)msr_dp_offload_drop(tr->dp, 0);
+    return st;
+}
+
+/* Writes the moments of l's offloaded ranges over their places in payload
+ * buf (encoded unsealed from l, len bytes): piece by piece as the encoder
+ * cut them, each read from the offload's file a chunk at a time. */
+static msr_status_t stream_moments(msr_trainer_t *tr, const range_list_t *l, void *buf, size_t len)
+{
+    msr_tckpt_header_t h;
+    msr_tckpt_range_t *d = NULL;
+    uint32_t n = 0, j = 0;
+    msr_status_t st = msr_tckpt_decode(buf, len, "the shard being saved", &h, &d, &n);
+    for (size_t k = 0; k < l->n && st == MSR_OK; k++) {
+        const saved_range_t *x = &l->s[k];
+        for (uint64_t at = 0; at < x->r.n && st == MSR_OK; at += MSR_TCKPT_PIECE_MAX, j++) {
+            size_t c = (size_t)MSR_MIN(x->r.n - at, (uint64_t)MSR_TCKPT_PIECE_MAX);
+            if (j >= n || d[j].lo != x->r.lo + at || d[j].n != c) {
+                st = msr_err(MSR_ERR_INTERNAL, "train: the shard's piece %u is not range %zu's", j,
+                             k);
+                break;
+            }
+            if (x->moff == NO_MOFF)
+                continue;
+            float *m = (float *)((unsigned char *)buf + d[j].offset) + c; /* after params */
+            st = msr_dp_moments_get(tr->dp, x->moff + (size_t)at, c, m, m + c);
+        }
+    }
+    msr_free(d);
+    if (st == MSR_OK && !tr->unsealed_snapshots)
+        st = msr_tckpt_seal(buf, len);
     return st;
 }
 
@@ -117,10 +166,31 @@ static msr_status_t snapshot(msr_trainer_t *tr, const char *meta, void **buf_p, 
         .chunks = (uint32_t)MSR_MAX(tr->cfg.mp.chunks, 1),
         .sp = (uint32_t)(tr->cfg.mp.sp != 0),
     };
-    st = tr->unsealed_snapshots ? msr_tckpt_encode_unsealed(&h, l.r, (uint32_t)l.n, buf_p, len_p)
-                                : msr_tckpt_encode(&h, l.r, (uint32_t)l.n, buf_p, len_p);
-    msr_free(l.r);
-    return st;
+    msr_tckpt_range_t *r = msr_realloc_array(NULL, MSR_MAX(l.n, (size_t)1), sizeof *r);
+    if (r == NULL) {
+        msr_free(l.s);
+        return msr_err(MSR_ERR_NO_MEMORY, "train: out of memory for a checkpoint of %zu pieces",
+                       l.n);
+    }
+    for (size_t k = 0; k < l.n; k++)
+        r[k] = l.s[k].r;
+    /* offloaded moments: sealed once they are in */
+    int unsealed = tr->unsealed_snapshots || l.offloaded;
+    void *buf = NULL;
+    size_t len = 0;
+    st = unsealed ? msr_tckpt_encode_unsealed(&h, r, (uint32_t)l.n, &buf, &len)
+                  : msr_tckpt_encode(&h, r, (uint32_t)l.n, &buf, &len);
+    msr_free(r);
+    if (st == MSR_OK && l.offloaded)
+        st = stream_moments(tr, &l, buf, len);
+    msr_free(l.s);
+    if (st != MSR_OK) {
+        msr_free(buf);
+        return st;
+    }
+    *buf_p = buf;
+    *len_p = len;
+    return MSR_OK;
 }
 
 static msr_status_t payload_fetch(msr_trainer_fetch_t fetch, void *arg, int rank, payload_t *p)
@@ -150,12 +220,13 @@ static int same_layout(msr_trainer_t *tr, const msr_ckpt_map_t *map, const paylo
     uint32_t j = 0;
     int same = 1;
     for (size_t k = 0; k < l.n && same; k++) {
-        for (uint64_t at = 0; at < l.r[k].n && same; at += MSR_TCKPT_PIECE_MAX, j++) {
-            uint64_t c = MSR_MIN(l.r[k].n - at, (uint64_t)MSR_TCKPT_PIECE_MAX);
-            same = j < p->n && p->ranges[j].lo == l.r[k].lo + at && p->ranges[j].n == c;
+        const msr_tckpt_range_t *x = &l.s[k].r;
+        for (uint64_t at = 0; at < x->n && same; at += MSR_TCKPT_PIECE_MAX, j++) {
+            uint64_t c = MSR_MIN(x->n - at, (uint64_t)MSR_TCKPT_PIECE_MAX);
+            same = j < p->n && p->ranges[j].lo == x->lo + at && p->ranges[j].n == c;
         }
     }
-    msr_free(l.r);
+    msr_free(l.s);
     return same && j == p->n;
 }
 
@@ -440,13 +511,16 @@ static msr_status_t restore_parts(msr_trainer_t *tr, const char *meta, int world
     return restore_agree(tr, st);
 }
 
-/* With the moments offloaded, the restore fills them in memory and they go
- * back to their file after it. */
+/* With the parameters offloaded, the restore fills the flat buffer and
+ * their blocks go back to their file after it. Offloaded moments go
+ * straight into their file as each piece is loaded (msr_dp_load_piece),
+ * but under ZeRO 0, whose load may gather them over the replicas: there
+ * they are filled in memory and written back after. */
 msr_status_t msr_trainer_restore_parts(msr_trainer_t *tr, const char *meta, int world,
                                        msr_trainer_fetch_t fetch, msr_trainer_read_t read,
                                        void *arg)
 {
-    msr_status_t st = msr_dp_offload_hold(tr->dp, 0);
+    msr_status_t st = msr_dp_offload_hold(tr->dp, 0, tr->cfg.par.zero == 0);
     if (st != MSR_OK)
         return st;
     st = restore_parts(tr, meta, world, fetch, read, arg);

@@ -3101,13 +3101,46 @@ test: ^test_parallel_train_gpt_offload$
         if (u->own_n == 0 || a >= b || k == 1)
 >>>
 
-@ offload.snapshot_zero_moments
+@ offload.snapshot_moments_not_streamed
 file: parallel/train_ckpt.c
 test: ^test_parallel_train_gpt_offload_ckpt$
 <<<
-    msr_status_t st = msr_dp_offload_hold(tr->dp, 1);
+            st = msr_dp_moments_get(tr->dp, x->moff + (size_t)at, c, m, m + c);
 ===
-    msr_status_t st = msr_dp_offload_hold(tr->dp, 0);
+            (void)m;
+>>>
+
+@ offload.restore_moments_not_put
+file: parallel/dp_pieces.c
+test: ^test_parallel_ckpt_dp_cover$
+<<<
+    msr_status_t st = msr_offload_put(dp->offload, mo + (a - lo), e - a, piece->m + (a - piece->lo),
+                                      piece->v + (a - piece->lo));
+===
+    msr_status_t st = MSR_OK;
+>>>
+
+@ offload.restore_put_error_dropped
+file: parallel/dp_pieces.c
+test: ^test_parallel_ckpt_dp_cover$
+<<<
+    if (st != MSR_OK)
+        dp->cover->io_st = st;
+    else
+        mark(dp, a, e - a, COVER_MOMENTS);
+===
+    (void)st;
+    mark(dp, a, e - a, COVER_MOMENTS);
+>>>
+
+@ offload.range_put_not_written
+file: parallel/offload.c
+test: ^test_parallel_offload$
+<<<
+            put_chunk(off, 0, k);
+            st = slot_wait(off, 0);
+===
+            off->crc[k] = msr_crc32(0, off->buf[0], off->chunk_bytes);
 >>>
 
 @ offload.restore_not_written_back

@@ -2,9 +2,16 @@
  * elements found: pieces in any order, overlapping or touching, load
  * whole; a gap of one element anywhere, the first and the last included,
  * is found and named; a failed allocation is a status, never a crash;
- * a range read in place where it lies, then marked, at ZeRO 0 any. */
+ * a range read in place where it lies, then marked, at ZeRO 0 any; with
+ * the moments offloaded, each piece's written into their file (never in
+ * place) and read back, and a chunk changed underneath during that stream
+ * a named error. */
+#include <fcntl.h>
+#include <glob.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "base/alloc.h"
 #include "base/err.h"
@@ -223,12 +230,90 @@ static void test_replica_in_place(void)
     }
 }
 
+/* The offload's directory (removed at exit, a failed check included). */
+static char off_dir[256];
+
+static void off_cleanup(void)
+{
+    char cmd[300];
+    snprintf(cmd, sizeof cmd, "rm -rf '%s'", off_dir);
+    if (off_dir[0] != '\0' && system(cmd) != 0)
+        fprintf(stderr, "cannot remove %s\n", off_dir);
+}
+
+/* ZeRO 1 with the moments in a file of 4 KiB chunks: a restore's pieces
+ * write them into the file, a save reads them back bitwise; the load again
+ * after one byte of chunk 1 changed underneath fails at load_end with the
+ * store's error naming the file and the chunk. */
+static void test_offloaded(void)
+{
+    const char *t = getenv("TMPDIR");
+    snprintf(off_dir, sizeof off_dir, "%s/dp_cover.XXXXXX", t != NULL && t[0] != '\0' ? t : "/tmp");
+    MSR_CHECK(mkdtemp(off_dir) != NULL);
+    atexit(off_cleanup);
+    fixture_t f;
+    msr_gpt_config_t gc = {MSR_GPT_VOCAB, 16, 2, 4, 32};
+    msr_dp_config_t dc = {1, 4000, 1000, 0, 1, 0};
+    dc.offload =
+        (msr_offload_config_t){MSR_OFFLOAD_DISK, off_dir, 4096, MSR_OFFLOAD_IO_THREADS, 0, 0};
+    msr_adamw_config_t ac = {0.9, 0.95, 1e-8, 0.1};
+    memset(&f, 0, sizeof f);
+    MSR_CHECK_OK(
+        msr_gpt_create_part(&gc, &(msr_gpt_part_t){1, 0, 1, 0, 1}, msr_dp_model_flags(1), &f.g));
+    MSR_CHECK_OK(msr_dp_create(&dc, NULL, f.g, &ac, 1, &f.dp));
+    f.P = f.g->num_params;
+    MSR_CHECK((f.src = msr_malloc(3 * f.P * sizeof(float))) != NULL);
+    for (size_t i = 0; i < 3 * f.P; i++)
+        f.src[i] = (float)i;
+    float *dst[3];
+    MSR_CHECK(!msr_dp_load_dest(f.dp, 0, 10, &dst[0], &dst[1], &dst[2])); /* not in place */
+    MSR_CHECK_OK(msr_dp_load_begin(f.dp));
+    for (size_t lo = f.P; lo > 0;) { /* pieces of 1000, last first */
+        size_t n = lo % 1000 != 0 ? lo % 1000 : 1000;
+        lo -= n;
+        load(&f, lo, n);
+    }
+    MSR_CHECK_OK(msr_dp_load_end(f.dp, 1, 0));
+    float *m = msr_malloc(f.P * sizeof *m), *v = msr_malloc(f.P * sizeof *v);
+    MSR_CHECK(m != NULL && v != NULL);
+    for (int k = 0; k < msr_dp_num_owned(f.dp); k++) {
+        msr_dp_piece_t p;
+        msr_dp_owned(f.dp, k, &p);
+        MSR_CHECK(p.m == NULL && p.v == NULL); /* in the file */
+        MSR_CHECK_OK(msr_dp_moments_get(f.dp, p.moff, p.n, m, v));
+        for (size_t i = 0; i < p.n; i++)
+            MSR_CHECK_MSG(p.params[i] == (float)(p.lo + i) && m[i] == (float)(f.P + p.lo + i) &&
+                              v[i] == (float)(2 * f.P + p.lo + i),
+                          "element %zu", p.lo + i);
+    }
+    char pat[300];
+    glob_t g;
+    snprintf(pat, sizeof pat, "%s/msrun-offload-rank0-*.bin", off_dir);
+    MSR_CHECK(glob(pat, 0, NULL, &g) == 0 && g.gl_pathc == 1);
+    int fd = open(g.gl_pathv[0], O_WRONLY);
+    MSR_CHECK(fd >= 0);
+    unsigned char x = 0x5a;
+    MSR_CHECK(pwrite(fd, &x, 1, 4096 + 9) == 1);
+    close(fd);
+    MSR_CHECK_OK(msr_dp_load_begin(f.dp));
+    load(&f, 0, f.P);
+    MSR_CHECK_STATUS(msr_dp_load_end(f.dp, 1, 0), MSR_ERR_CORRUPT);
+    MSR_CHECK_MSG(strstr(msr_err_msg(), "chunk 1 of") != NULL &&
+                      strstr(msr_err_msg(), g.gl_pathv[0]) != NULL &&
+                      strstr(msr_err_msg(), "changed underneath") != NULL,
+                  "%s", msr_err_msg());
+    globfree(&g);
+    msr_free(m), msr_free(v);
+    fixture_cleanup(&f);
+}
+
 static const msr_test_t tests[] = {
     {"any_order", test_any_order, 30},
     {"gap_of_one", test_gap_of_one, 30},
     {"alloc_failures", test_alloc_failures, 30},
     {"replica_in_place", test_replica_in_place, 30},
     {"in_place", test_in_place, 30},
+    {"offloaded", test_offloaded, 30},
 };
 
 int main(int argc, char **argv)

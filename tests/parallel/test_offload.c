@@ -1,6 +1,7 @@
 /* The optimizer offload's store (parallel/offload.h): chunks streamed in
  * order and back bitwise with both engines, the chunk size at its bounds
- * and one past, a chunk changed underneath, a short read, the file size
+ * and one past, a checkpoint's ranges got and put, a chunk changed
+ * underneath (in a step and in a range), a short read, the file size
  * limit and a full disk as clear errors, the file's mode and its removal. */
 #include <errno.h>
 #include <fcntl.h>
@@ -207,6 +208,88 @@ static void test_corrupt_uring(void)
 #endif
 }
 
+/* A checkpoint's ranges (get and put): a range inside a chunk, one
+ * across three, one ending at count and one past it; a put keeps the
+ * chunk's other moments; both engines' files read back bitwise. */
+static void ranges(msr_offload_io_t io)
+{
+    make_dir();
+    msr_offload_config_t cfg = config(MSR_OFFLOAD_CHUNK_MIN, io); /* 512 elements a chunk */
+    msr_offload_t *off;
+    enum { COUNT = 6 * 512 - 7 }; /* the last chunk short */
+    MSR_CHECK_OK(msr_offload_create(&cfg, COUNT, &off));
+    float *m = msr_calloc(COUNT, sizeof *m), *v = msr_calloc(COUNT, sizeof *v);
+    float *got_m = msr_calloc(COUNT, sizeof *m), *got_v = msr_calloc(COUNT, sizeof *v);
+    MSR_CHECK(m != NULL && v != NULL && got_m != NULL && got_v != NULL);
+    visit_t vis = {0, 1};
+    MSR_CHECK_OK(msr_offload_step(off, bump, &vis));
+    for (size_t i = 0; i < COUNT; i++)
+        change(i, 1, &m[i], &v[i]);
+    const size_t at[4][2] = {{100, 50}, {300, 2 * 512 + 10}, {COUNT - 600, 600}, {0, 0}};
+    for (int r = 0; r < 4; r++) {
+        size_t a = at[r][0], n = at[r][1];
+        for (size_t i = a; i < a + n; i++)
+            m[i] = 1000.0f + (float)i, v[i] = -(float)i * 0.5f;
+        MSR_CHECK_OK(msr_offload_put(off, a, n, m + a, v + a));
+        MSR_CHECK_OK(msr_offload_get(off, a, n, got_m + a, got_v + a));
+        MSR_CHECK(memcmp(m + a, got_m + a, n * sizeof *m) == 0);
+    }
+    MSR_CHECK_OK(msr_offload_read_all(off, got_m, got_v));
+    MSR_CHECK(memcmp(m, got_m, COUNT * sizeof *m) == 0);
+    MSR_CHECK(memcmp(v, got_v, COUNT * sizeof *v) == 0);
+    /* one past count, either end: refused, the store still usable */
+    MSR_CHECK_STATUS(msr_offload_get(off, COUNT - 10, 11, got_m, got_v), MSR_ERR_INVALID_ARG);
+    MSR_CHECK_STATUS(msr_offload_put(off, COUNT + 1, 0, m, v), MSR_ERR_INVALID_ARG);
+    MSR_CHECK_OK(msr_offload_get(off, COUNT, 0, got_m, got_v));
+    MSR_CHECK_OK(msr_offload_get(off, COUNT - 10, 10, got_m, got_v));
+    MSR_CHECK(memcmp(m + COUNT - 10, got_m, 10 * sizeof *m) == 0);
+    msr_offload_destroy(off);
+    msr_free(m), msr_free(v), msr_free(got_m), msr_free(got_v);
+}
+
+static void test_ranges_threads(void)
+{
+    ranges(MSR_OFFLOAD_IO_THREADS);
+}
+
+static void test_ranges_uring(void)
+{
+#ifdef MSR_TEST_HAVE_LIBURING
+    ranges(MSR_OFFLOAD_IO_URING);
+#else
+    printf("skip: built without liburing\n");
+#endif
+}
+
+/* A chunk changed underneath while a checkpoint streams a range over it:
+ * get and put stop at that chunk naming it and the file, and the store
+ * refuses to go on. */
+static void test_range_corrupt(void)
+{
+    for (int put = 0; put < 2; put++) {
+        make_dir();
+        msr_offload_config_t cfg = config(MSR_OFFLOAD_CHUNK_MIN, MSR_OFFLOAD_IO_THREADS);
+        msr_offload_t *off;
+        MSR_CHECK_OK(msr_offload_create(&cfg, 6 * 512, &off));
+        int fd = open(msr_offload_path(off), O_WRONLY);
+        MSR_CHECK(fd >= 0);
+        unsigned char x = 0x5a;
+        MSR_CHECK(pwrite(fd, &x, 1, 3 * MSR_OFFLOAD_CHUNK_MIN + 7) == 1);
+        close(fd);
+        static float m[6 * 512], v[6 * 512];
+        msr_status_t st =
+            put ? msr_offload_put(off, 700, 2000, m, v) : msr_offload_get(off, 700, 2000, m, v);
+        MSR_CHECK_STATUS(st, MSR_ERR_CORRUPT);
+        MSR_CHECK_MSG(strstr(msr_err_msg(), "chunk 3 of") != NULL &&
+                          strstr(msr_err_msg(), msr_offload_path(off)) != NULL &&
+                          strstr(msr_err_msg(), "changed underneath") != NULL,
+                      "%s", msr_err_msg());
+        MSR_CHECK_STATUS(msr_offload_get(off, 0, 1, m, v), MSR_ERR_STATE);
+        msr_offload_destroy(off);
+        cleanup();
+    }
+}
+
 /* The file cut short underneath: a short read, named. */
 static void test_short_read(void)
 {
@@ -322,7 +405,8 @@ static const msr_test_t tests[] = {
     {"chunk_bounds", test_chunk_bounds, 30},         {"corrupt_threads", test_corrupt_threads, 30},
     {"corrupt_uring", test_corrupt_uring, 30},       {"short_read", test_short_read, 30},
     {"file_size_limit", test_file_size_limit, 30},   {"disk_full", test_disk_full, 30},
-    {"mode_and_removal", test_mode_and_removal, 30},
+    {"mode_and_removal", test_mode_and_removal, 30}, {"ranges_threads", test_ranges_threads, 30},
+    {"ranges_uring", test_ranges_uring, 30},         {"range_corrupt", test_range_corrupt, 30},
 };
 
 int main(int argc, char **argv)
