@@ -437,8 +437,8 @@ static msr_status_t step(msr_trainer_t *tr, double *loss_p)
     double loss_sum = 0.0;
     if (model->moe != NULL)
         msr_moe_zero_grad(model->moe);
-    if (tr->ez)
-        msr_train_experts_zero(tr);
+    if (tr->ez && (st = msr_train_experts_zero(tr)) != MSR_OK)
+        return st;
     if (tr->mp != NULL) {
         size_t N = (size_t)B * (size_t)T;
         for (int m = 0; m < c->grad_accum; m++) {
@@ -471,9 +471,9 @@ static msr_status_t step(msr_trainer_t *tr, double *loss_p)
     }
     double total, norm;
     uint64_t u0 = msr_now_ns();
-    if (tr->ez)
-        msr_train_experts_norm(tr);
-    else if (model->moe != NULL && (st = experts_reduce(tr)) != MSR_OK)
+    if (tr->ez && (st = msr_train_experts_norm(tr)) != MSR_OK)
+        return st;
+    if (!tr->ez && model->moe != NULL && (st = experts_reduce(tr)) != MSR_OK)
         return st;
     float lr = msr_trainer_lr(tr, tr->step);
     st = msr_dp_update(dp, lr, c->grad_clip, loss_sum, &total, &norm);

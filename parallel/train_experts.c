@@ -3,11 +3,13 @@
  * are all-gathered over that group around each use (dp's hooks call
  * here) and their gradients reduce-scattered into the shard at the end of
  * the block's backward; the experts' optimizer updates the shards. */
+#include <stdio.h>
 #include <string.h>
 
 #include "base/alloc.h"
 #include "base/err.h"
 #include "base/status.h"
+#include "base/time.h"
 #include "model/err_call.h"
 #include "model/moe.h"
 #include "parallel/train_impl.h"
@@ -28,35 +30,144 @@ static int held_block(const msr_trainer_t *tr, int s)
     return -1;
 }
 
-/* Gathers block k's experts into ez_full (and, for a backward, points
- * their gradients at ez_gfull, zeroed). */
+/* ---- the gathered blocks (train.h's ez_slot) ---- */
+
+/* Hands a span of the experts' gathers to the trace, named apart from
+ * dp's segment gathers: "experts gather K" (the start), "experts wait K"
+ * (the wait the step sees). */
+static void ez_span(const msr_trainer_t *tr, const char *what, int k, uint64_t a)
+{
+    char name[28];
+    snprintf(name, sizeof name, "experts %s %d", what, k);
+    msr_moe_trace(tr->model->moe, name, a, msr_now_ns());
+}
+
+static int slot_of(const msr_trainer_t *tr, int k)
+{
+    for (int i = 0; i < MSR_TRAIN_EZ_SLOTS; i++)
+        if (tr->ez_slot_k[i] == k)
+            return i;
+    return -1;
+}
+
+/* Starts gathering block k into slot i: this rank's shard copied in,
+ * padded to ez_blk, the allgather over the replica group started. */
+static msr_status_t slot_start(msr_trainer_t *tr, int i, int k)
+{
+    size_t blk = tr->ez_blk;
+    float *mine = tr->ez_slot[i] + (size_t)tr->rep_rank * blk;
+    memcpy(mine, tr->ez_params + (size_t)k * tr->ez_n, tr->ez_n * sizeof(float));
+    memset(mine + tr->ez_n, 0, (blk - tr->ez_n) * sizeof(float));
+    uint64_t a = msr_now_ns();
+    msr_status_t st = msr_comm_iallgather(tr->rep_comm, MSR_IN_PLACE, tr->ez_slot[i], blk,
+                                          MSR_DTYPE_F32, &tr->ez_req[i]);
+    if (st != MSR_OK) {
+        tr->ez_slot_k[i] = -1;
+        return msr_err_call(st, "train: the start of the gather of MoE block %d's experts", k);
+    }
+    tr->ez_slot_k[i] = k;
+    ez_span(tr, "gather", k, a);
+    return MSR_OK;
+}
+
+/* Finishes slot i's gather if one is in flight; a failed one empties it. */
+static msr_status_t slot_wait(msr_trainer_t *tr, int i)
+{
+    if (tr->ez_req[i] == NULL)
+        return MSR_OK;
+    int k = tr->ez_slot_k[i];
+    uint64_t a = msr_now_ns();
+    msr_status_t st = msr_comm_wait(tr->ez_req[i]);
+    tr->ez_req[i] = NULL;
+    ez_span(tr, "wait", k, a);
+    if (st != MSR_OK) {
+        tr->ez_slot_k[i] = -1;
+        return msr_err_call(st, "train: the gather of MoE block %d's experts", k);
+    }
+    return MSR_OK;
+}
+
+/* A slot to gather into, not block keep's (the one in use): an empty one
+ * first, else one gathered, else one in flight (a prefetch the schedule
+ * did not take: finished first, as every rank of the group started it). */
+static msr_status_t slot_take(msr_trainer_t *tr, int keep, int *i_p)
+{
+    int best = -1, best_rank = 3;
+    for (int i = 0; i < MSR_TRAIN_EZ_SLOTS; i++) {
+        if (keep >= 0 && tr->ez_slot_k[i] == keep)
+            continue;
+        int rank = tr->ez_slot_k[i] < 0 ? 0 : tr->ez_req[i] == NULL ? 1 : 2;
+        if (rank < best_rank) {
+            best = i;
+            best_rank = rank;
+        }
+    }
+    msr_status_t st = slot_wait(tr, best);
+    tr->ez_slot_k[best] = -1;
+    *i_p = best;
+    return st;
+}
+
+/* Forgets every gathered block (the shards change next), finishing the
+ * gathers in flight; the first failure is returned. */
+static msr_status_t slots_forget(msr_trainer_t *tr)
+{
+    msr_status_t st = MSR_OK;
+    for (int i = 0; i < MSR_TRAIN_EZ_SLOTS; i++) {
+        msr_status_t wst = slot_wait(tr, i);
+        st = st != MSR_OK ? st : wst;
+        tr->ez_slot_k[i] = -1;
+    }
+    return st;
+}
+
+/* The held block the schedule most likely acquires after segment s's in
+ * pass: the next MoE segment's upwards in a forward, downwards in a
+ * backward (-1: none). A wrong guess costs one gather, never a result. */
+static int next_block(const msr_trainer_t *tr, int s, msr_gpt_pass_t pass)
+{
+    int dir = pass == MSR_GPT_FORWARD ? 1 : -1;
+    for (int t = s + dir; t >= 0 && t < tr->model->num_segments; t += dir) {
+        int k = held_block(tr, t);
+        if (k >= 0)
+            return k;
+    }
+    return -1;
+}
+
+/* Points block k's experts at its gathered slot (gathered now unless it
+ * was prefetched or kept) and, for a backward, their gradients at
+ * ez_gfull, zeroed; then starts the next block's gather, which runs while
+ * this one computes. */
 static msr_status_t ez_acquire(void *arg, int s, msr_gpt_pass_t pass)
 {
     msr_trainer_t *tr = arg;
-    int k = held_block(tr, s);
+    int k = held_block(tr, s), i;
     if (k < 0)
         return MSR_OK;
     if (tr->ez_at >= 0) {
         return msr_err(MSR_ERR_STATE,
-                       "train: MoE block %d's experts acquired while block %d's are gathered", k,
+                       "train: MoE block %d's experts acquired while block %d's are in use", k,
                        tr->ez_at);
     }
-    size_t blk = tr->ez_blk, all = blk * (size_t)tr->rep_size;
-    float *mine = tr->ez_full + (size_t)tr->rep_rank * blk;
-    memcpy(mine, tr->ez_params + (size_t)k * tr->ez_n, tr->ez_n * sizeof(float));
-    memset(mine + tr->ez_n, 0, (blk - tr->ez_n) * sizeof(float));
-    msr_status_t st =
-        msr_comm_allgather(tr->rep_comm, MSR_IN_PLACE, tr->ez_full, blk, MSR_DTYPE_F32);
-    if (st != MSR_OK)
-        return msr_err_call(st, "train: the allgather of MoE block %d's experts", k);
+    msr_status_t st = MSR_OK;
+    if ((i = slot_of(tr, k)) < 0 && (st = slot_take(tr, -1, &i)) == MSR_OK)
+        st = slot_start(tr, i, k);
+    if (st != MSR_OK || (st = slot_wait(tr, i)) != MSR_OK)
+        return st;
     float *g = NULL;
     if (pass == MSR_GPT_BACKWARD) {
-        memset(tr->ez_gfull, 0, all * sizeof(float));
+        memset(tr->ez_gfull, 0, tr->ez_blk * (size_t)tr->rep_size * sizeof(float));
         g = tr->ez_gfull;
     }
-    msr_moe_set_block(tr->model->moe, k, tr->ez_full, g);
+    msr_moe_set_block(tr->model->moe, k, tr->ez_slot[i], g);
     tr->ez_at = k;
-    return MSR_OK;
+    int next = next_block(tr, s, pass), j;
+    if (next < 0 || slot_of(tr, next) >= 0)
+        return MSR_OK;
+    if ((st = slot_take(tr, k, &j)) == MSR_OK)
+        st = slot_start(tr, j, next);
+    return st;
 }
 
 /* After block k's backward: its gradients summed over the replica group,
@@ -100,13 +211,18 @@ msr_status_t msr_train_experts_shard(msr_trainer_t *tr)
     msr_status_t st = msr_moe_store_external(moe);
     if (st != MSR_OK)
         return st;
+    /* what is allocated here msr_train_experts_free frees, on failure too */
+    int slots_ok = 1;
+    for (int i = 0; i < MSR_TRAIN_EZ_SLOTS; i++) {
+        tr->ez_slot_k[i] = -1;
+        slots_ok &= (tr->ez_slot[i] = msr_calloc(all, sizeof(float))) != NULL;
+    }
     tr->ez_params = msr_calloc(shard + 1, sizeof(float));
     tr->ez_grads = msr_calloc(shard + 1, sizeof(float));
-    tr->ez_full = msr_calloc(all, sizeof(float));
     tr->ez_gfull = msr_calloc(all, sizeof(float));
     msr_adamw_range_t *own = msr_calloc((size_t)held + 1, sizeof *own);
-    if (tr->ez_params == NULL || tr->ez_grads == NULL || tr->ez_full == NULL ||
-        tr->ez_gfull == NULL || own == NULL) {
+    if (!slots_ok || tr->ez_params == NULL || tr->ez_grads == NULL || tr->ez_gfull == NULL ||
+        own == NULL) {
         msr_free(own);
         return msr_err(MSR_ERR_NO_MEMORY, "train: out of memory for %zu expert elements' shards",
                        shard);
@@ -125,24 +241,30 @@ msr_status_t msr_train_experts_shard(msr_trainer_t *tr)
     return st;
 }
 
-void msr_train_experts_zero(msr_trainer_t *tr)
+msr_status_t msr_train_experts_zero(msr_trainer_t *tr)
 {
     memset(tr->ez_grads, 0, (tr->eshard_hi - tr->eshard_lo) * sizeof(float));
+    return slots_forget(tr); /* a load may have changed the shards since */
 }
 
-void msr_train_experts_norm(msr_trainer_t *tr)
+msr_status_t msr_train_experts_norm(msr_trainer_t *tr)
 {
-    double sumsq = 0.0; /* every element in exactly one replica's shard */
+    msr_status_t st = slots_forget(tr); /* the update changes the shards next */
+    double sumsq = 0.0;                 /* every element in exactly one replica's shard */
     for (size_t i = 0; i < tr->eshard_hi - tr->eshard_lo; i++)
         sumsq += (double)tr->ez_grads[i] * tr->ez_grads[i];
     tr->dp->extra_sumsq = sumsq;
+    return st;
 }
 
 void msr_train_experts_free(msr_trainer_t *tr)
 {
+    if (tr->ez)
+        (void)slots_forget(tr); /* a failed step's gathers finished: their buffers go */
+    for (int i = 0; i < MSR_TRAIN_EZ_SLOTS; i++)
+        msr_free(tr->ez_slot[i]);
     msr_free(tr->ez_params);
     msr_free(tr->ez_grads);
-    msr_free(tr->ez_full);
     msr_free(tr->ez_gfull);
 }
 
@@ -156,8 +278,8 @@ msr_train_expert_bytes_t msr_trainer_expert_bytes(const msr_trainer_t *tr)
     b.params = b.grads = resident * f;
     b.optim = 2 * shard * f;
     b.work = msr_moe_work_bytes(tr->model->moe);
-    if (tr->ez) /* one block's parameters and gradients gathered */
-        b.work += 2 * tr->ez_blk * (size_t)tr->rep_size * f;
+    if (tr->ez) /* the gathered blocks' parameters, one block's gradients */
+        b.work += (MSR_TRAIN_EZ_SLOTS + 1) * tr->ez_blk * (size_t)tr->rep_size * f;
     else if (tr->escratch != NULL) /* the store's blocks, reduced and gathered */
         b.work += tr->eblk * (size_t)tr->rep_size * f;
     return b;
@@ -170,16 +292,16 @@ msr_status_t msr_trainer_experts_whole(msr_trainer_t *tr, float *out)
         memcpy(out, msr_moe_params(moe), msr_moe_count(moe) * sizeof(float));
         return MSR_OK;
     }
-    for (int s = 0; s < tr->model->num_segments; s++) { /* each held block is one's */
-        int k = held_block(tr, s);
+    msr_status_t st = slots_forget(tr); /* a load may have changed the shards */
+    for (int s = 0; s < tr->model->num_segments && st == MSR_OK; s++) {
+        int k = held_block(tr, s); /* each held block is one segment's */
         if (k < 0)
             continue;
-        msr_status_t st = ez_acquire(tr, s, MSR_GPT_FORWARD);
-        if (st != MSR_OK)
+        if ((st = ez_acquire(tr, s, MSR_GPT_FORWARD)) != MSR_OK)
             return st;
-        memcpy(out + (size_t)k * tr->ez_per, tr->ez_full, tr->ez_per * sizeof(float));
-        if ((st = ez_release(tr, s, MSR_GPT_FORWARD)) != MSR_OK)
-            return st;
+        memcpy(out + (size_t)k * tr->ez_per, tr->ez_slot[slot_of(tr, k)],
+               tr->ez_per * sizeof(float));
+        st = ez_release(tr, s, MSR_GPT_FORWARD);
     }
-    return MSR_OK;
+    return st;
 }
