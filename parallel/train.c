@@ -170,7 +170,7 @@ static msr_status_t experts_create(msr_trainer_t *tr, msr_comm_t *comm, int rank
     tr->rep_size = tr->rep_comm != NULL ? msr_comm_size(tr->rep_comm) : 1;
     tr->rep_rank = tr->rep_comm != NULL ? msr_comm_rank(tr->rep_comm) : 0;
     if (tr->cfg.par.zero >= 3 && tr->rep_size > 1 && msr_moe_held(moe) > 0)
-        return msr_train_experts_shard(tr);
+        return msr_train_experts_shard(tr, comm);
     msr_moe_init_params(moe, tr->cfg.seed);
     tr->eshard_lo = 0;
     tr->eshard_hi = count;

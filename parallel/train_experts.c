@@ -3,6 +3,7 @@
  * are all-gathered over that group around each use (dp's hooks call
  * here) and their gradients reduce-scattered into the shard at the end of
  * the block's backward; the experts' optimizer updates the shards. */
+#include <stdint.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -194,29 +195,21 @@ static msr_status_t ez_release(void *arg, int s, msr_gpt_pass_t pass)
     return MSR_OK;
 }
 
-msr_status_t msr_train_experts_shard(msr_trainer_t *tr)
+/* Allocates and initialises the shards and the gathered blocks and
+ * creates the experts' optimizer over the shards; errors: the store's and
+ * MSR_ERR_NO_MEMORY (what was allocated left to msr_train_experts_free). */
+static msr_status_t shard_make(msr_trainer_t *tr)
 {
     msr_moe_t *moe = tr->model->moe;
     int held = msr_moe_held(moe);
-    size_t per = (size_t)msr_moe_local_experts(moe) * msr_moe_expert_count(&tr->cfg.model);
-    tr->ez = 1;
-    tr->ez_at = -1;
-    tr->ez_per = per;
-    tr->ez_blk = (per + (size_t)tr->rep_size - 1) / (size_t)tr->rep_size;
-    tr->ez_lo = MSR_MIN(per, (size_t)tr->rep_rank * tr->ez_blk);
-    tr->ez_n = MSR_MIN(per, tr->ez_lo + tr->ez_blk) - tr->ez_lo;
-    size_t shard = (size_t)held * tr->ez_n, all = tr->ez_blk * (size_t)tr->rep_size;
-    tr->eshard_lo = 0; /* the optimizer's shard space: the shards, block after block */
-    tr->eshard_hi = shard;
+    size_t per = tr->ez_per, shard = (size_t)held * tr->ez_n,
+           all = tr->ez_blk * (size_t)tr->rep_size;
     msr_status_t st = msr_moe_store_external(moe);
     if (st != MSR_OK)
         return st;
-    /* what is allocated here msr_train_experts_free frees, on failure too */
     int slots_ok = 1;
-    for (int i = 0; i < MSR_TRAIN_EZ_SLOTS; i++) {
-        tr->ez_slot_k[i] = -1;
+    for (int i = 0; i < MSR_TRAIN_EZ_SLOTS; i++)
         slots_ok &= (tr->ez_slot[i] = msr_calloc(all, sizeof(float))) != NULL;
-    }
     tr->ez_params = msr_calloc(shard + 1, sizeof(float));
     tr->ez_grads = msr_calloc(shard + 1, sizeof(float));
     tr->ez_gfull = msr_calloc(all, sizeof(float));
@@ -232,13 +225,44 @@ msr_status_t msr_train_experts_shard(msr_trainer_t *tr)
         msr_moe_init_range(moe, tr->cfg.seed, lo, tr->ez_n, tr->ez_params + (size_t)k * tr->ez_n);
         own[k] = (msr_adamw_range_t){lo, lo + tr->ez_n};
     }
-    msr_dp_extra_t x = {ez_acquire, ez_release, tr};
-    msr_dp_set_extra(tr->dp, &x);
     int n;
     const msr_gpt_tensor_t *t = msr_moe_tensors(moe, &n);
     st = msr_adamw_create_ranges(&tr->cfg.adamw, t, n, own, tr->ez_n > 0 ? held : 0, &tr->eopt);
     msr_free(own);
     return st;
+}
+
+msr_status_t msr_train_experts_shard(msr_trainer_t *tr, msr_comm_t *comm)
+{
+    tr->ez = 1;
+    tr->ez_at = -1;
+    for (int i = 0; i < MSR_TRAIN_EZ_SLOTS; i++)
+        tr->ez_slot_k[i] = -1;
+    tr->ez_per =
+        (size_t)msr_moe_local_experts(tr->model->moe) * msr_moe_expert_count(&tr->cfg.model);
+    tr->ez_blk = (tr->ez_per + (size_t)tr->rep_size - 1) / (size_t)tr->rep_size;
+    tr->ez_lo = MSR_MIN(tr->ez_per, (size_t)tr->rep_rank * tr->ez_blk);
+    tr->ez_n = MSR_MIN(tr->ez_per, tr->ez_lo + tr->ez_blk) - tr->ez_lo;
+    tr->eshard_lo = 0; /* the optimizer's shard space: the shards, block after block */
+    tr->eshard_hi = (size_t)msr_moe_held(tr->model->moe) * tr->ez_n;
+    msr_status_t st = shard_make(tr);
+    /* every rank learns the lowest one that failed, so that none goes on
+     * to wait in a step for it */
+    int me = msr_comm_rank(comm);
+    int64_t first = st != MSR_OK ? me : INT64_MAX;
+    msr_status_t ast = msr_comm_allreduce(comm, MSR_IN_PLACE, &first, 1, MSR_DTYPE_I64, MSR_OP_MIN);
+    if (ast != MSR_OK && st == MSR_OK)
+        return msr_err_call(ast, "train: the agreement on the experts' shards");
+    if (st != MSR_OK)
+        return st;
+    if (first != INT64_MAX) {
+        return msr_err(MSR_ERR_NO_MEMORY,
+                       "train: rank %lld is out of memory for its experts' shards",
+                       (long long)first);
+    }
+    msr_dp_extra_t x = {ez_acquire, ez_release, tr};
+    msr_dp_set_extra(tr->dp, &x);
+    return MSR_OK;
 }
 
 msr_status_t msr_train_experts_zero(msr_trainer_t *tr)
@@ -261,11 +285,14 @@ void msr_train_experts_free(msr_trainer_t *tr)
 {
     if (tr->ez)
         (void)slots_forget(tr); /* a failed step's gathers finished: their buffers go */
-    for (int i = 0; i < MSR_TRAIN_EZ_SLOTS; i++)
+    for (int i = 0; i < MSR_TRAIN_EZ_SLOTS; i++) {
         msr_free(tr->ez_slot[i]);
+        tr->ez_slot[i] = NULL;
+    }
     msr_free(tr->ez_params);
     msr_free(tr->ez_grads);
     msr_free(tr->ez_gfull);
+    tr->ez_params = tr->ez_grads = tr->ez_gfull = NULL;
 }
 
 msr_train_expert_bytes_t msr_trainer_expert_bytes(const msr_trainer_t *tr)
