@@ -34,8 +34,9 @@ static int held_block(const msr_trainer_t *tr, int s)
 /* ---- the gathered blocks (train.h's ez_slot) ---- */
 
 /* Hands a span of the experts' gathers to the trace, named apart from
- * dp's segment gathers: "experts gather K" (the start), "experts wait K"
- * (the wait the step sees). */
+ * dp's segment gathers: "experts gather K" (the start of a gather the
+ * acquire needs now), "experts prefetch K" (one started ahead), "experts
+ * wait K" (the wait the step sees). */
 static void ez_span(const msr_trainer_t *tr, const char *what, int k, uint64_t a)
 {
     char name[28];
@@ -52,8 +53,9 @@ static int slot_of(const msr_trainer_t *tr, int k)
 }
 
 /* Starts gathering block k into slot i: this rank's shard copied in,
- * padded to ez_blk, the allgather over the replica group started. */
-static msr_status_t slot_start(msr_trainer_t *tr, int i, int k)
+ * padded to ez_blk, the allgather over the replica group started (ahead:
+ * a prefetch, for the trace). */
+static msr_status_t slot_start(msr_trainer_t *tr, int i, int k, int ahead)
 {
     size_t blk = tr->ez_blk;
     float *mine = tr->ez_slot[i] + (size_t)tr->rep_rank * blk;
@@ -67,7 +69,7 @@ static msr_status_t slot_start(msr_trainer_t *tr, int i, int k)
         return msr_err_call(st, "train: the start of the gather of MoE block %d's experts", k);
     }
     tr->ez_slot_k[i] = k;
-    ez_span(tr, "gather", k, a);
+    ez_span(tr, ahead ? "prefetch" : "gather", k, a);
     return MSR_OK;
 }
 
@@ -153,7 +155,7 @@ static msr_status_t ez_acquire(void *arg, int s, msr_gpt_pass_t pass)
     }
     msr_status_t st = MSR_OK;
     if ((i = slot_of(tr, k)) < 0 && (st = slot_take(tr, -1, &i)) == MSR_OK)
-        st = slot_start(tr, i, k);
+        st = slot_start(tr, i, k, 0);
     if (st != MSR_OK || (st = slot_wait(tr, i)) != MSR_OK)
         return st;
     float *g = NULL;
@@ -167,7 +169,7 @@ static msr_status_t ez_acquire(void *arg, int s, msr_gpt_pass_t pass)
     if (next < 0 || slot_of(tr, next) >= 0)
         return MSR_OK;
     if ((st = slot_take(tr, k, &j)) == MSR_OK)
-        st = slot_start(tr, j, next);
+        st = slot_start(tr, j, next, 1);
     return st;
 }
 
