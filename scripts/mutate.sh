@@ -1399,7 +1399,7 @@ test: ^test_parallel_train_gpt_zero3_moe$
 
 @ train_experts.gathered_blocks_kept_past_the_update
 file: parallel/train_experts.c
-test: ^test_parallel_train_gpt_zero3_moe$
+equivalent: the next step's start (msr_train_experts_zero) and msr_trainer_experts_whole forget the blocks too, and nothing reads them in between (eval gathers a whole model); the forget here only finishes a prefetch in flight before the step returns, which the next forget would
 <<<
     msr_status_t st = slots_forget(tr); /* the update changes the shards next */
 ===
