@@ -493,6 +493,12 @@ void msr_moe_set_trace(msr_moe_t *moe, msr_moe_span_t span, void *arg)
     moe->span_arg = arg;
 }
 
+void msr_moe_trace(const msr_moe_t *moe, const char *what, uint64_t start_ns, uint64_t end_ns)
+{
+    if (moe->span != NULL)
+        moe->span(moe->span_arg, what, start_ns, end_ns);
+}
+
 size_t msr_moe_work_bytes(const msr_moe_t *moe)
 {
     return moe->work_bytes;

@@ -173,6 +173,9 @@ void msr_moe_select(msr_moe_t *moe, int frame, int count);
 
 /* Tracing of the collectives (NULL: none). */
 void msr_moe_set_trace(msr_moe_t *moe, msr_moe_span_t span, void *arg);
+/* Hands a span of the experts' own work (what, times from msr_now_ns) to
+ * the trace set there, as the store's caller's (nothing without one). */
+void msr_moe_trace(const msr_moe_t *moe, const char *what, uint64_t start_ns, uint64_t end_ns);
 
 /* The experts this rank holds (El per held block), the floats of its store,
  * the store's parameters and gradients, and its tensor table (names

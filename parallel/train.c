@@ -170,7 +170,7 @@ static msr_status_t experts_create(msr_trainer_t *tr, msr_comm_t *comm, int rank
     tr->rep_size = tr->rep_comm != NULL ? msr_comm_size(tr->rep_comm) : 1;
     tr->rep_rank = tr->rep_comm != NULL ? msr_comm_rank(tr->rep_comm) : 0;
     if (tr->cfg.par.zero >= 3 && tr->rep_size > 1 && msr_moe_held(moe) > 0)
-        return msr_train_experts_shard(tr);
+        return msr_train_experts_shard(tr, comm);
     msr_moe_init_params(moe, tr->cfg.seed);
     tr->eshard_lo = 0;
     tr->eshard_hi = count;
@@ -437,8 +437,8 @@ static msr_status_t step(msr_trainer_t *tr, double *loss_p)
     double loss_sum = 0.0;
     if (model->moe != NULL)
         msr_moe_zero_grad(model->moe);
-    if (tr->ez)
-        msr_train_experts_zero(tr);
+    if (tr->ez && (st = msr_train_experts_zero(tr)) != MSR_OK)
+        return st;
     if (tr->mp != NULL) {
         size_t N = (size_t)B * (size_t)T;
         for (int m = 0; m < c->grad_accum; m++) {
@@ -471,9 +471,9 @@ static msr_status_t step(msr_trainer_t *tr, double *loss_p)
     }
     double total, norm;
     uint64_t u0 = msr_now_ns();
-    if (tr->ez)
-        msr_train_experts_norm(tr);
-    else if (model->moe != NULL && (st = experts_reduce(tr)) != MSR_OK)
+    if (tr->ez && (st = msr_train_experts_norm(tr)) != MSR_OK)
+        return st;
+    if (!tr->ez && model->moe != NULL && (st = experts_reduce(tr)) != MSR_OK)
         return st;
     float lr = msr_trainer_lr(tr, tr->step);
     st = msr_dp_update(dp, lr, c->grad_clip, loss_sum, &total, &norm);

@@ -77,6 +77,10 @@ int msr_train_uses_mp(const msr_train_config_t *cfg);
  * one chunk, no recompute. */
 void msr_train_config_defaults(msr_train_config_t *cfg);
 
+/* ZeRO-3's experts: the gathered blocks kept at once (the one in use and
+ * the next one's prefetch), what --report and the planner count. */
+#define MSR_TRAIN_EZ_SLOTS 2
+
 typedef struct msr_trainer {
     msr_train_config_t cfg;
     msr_gpt_t *model;
@@ -108,14 +112,21 @@ typedef struct msr_trainer {
      * ceil(ez_per / rep_size), ez_lo = min(ez_per, rep_rank * ez_blk)),
      * the blocks' shards one after another in ez_params and ez_grads (the
      * optimizer's shard space, [eshard_lo, eshard_hi) = [0, held * ez_n));
-     * a block's parameters are all-gathered into ez_full (ez_blk *
-     * rep_size floats, one block's, reused by each) around each use, and
-     * in its backward its gradients go to ez_gfull (as many), which the
-     * block's release reduce-scatters into ez_grads. ez_at: the block
-     * gathered now (-1: none) */
+     * a block's parameters are all-gathered into one of the
+     * MSR_TRAIN_EZ_SLOTS slots ez_slot (ez_blk * rep_size floats each) for
+     * its uses: the block in use and the next one, whose gather
+     * (ez_req, one in flight at most) runs while the current one
+     * computes; ez_slot_k: the block a slot holds or gathers (-1: none),
+     * kept until the slot is needed or the shards change. In its backward
+     * a block's gradients go to ez_gfull (as many), which the block's
+     * release reduce-scatters into ez_grads. ez_at: the block in use now
+     * (-1: none) */
     int ez, ez_at;
     size_t ez_per, ez_blk, ez_lo, ez_n;
-    float *ez_params, *ez_grads, *ez_full, *ez_gfull;
+    float *ez_params, *ez_grads, *ez_gfull;
+    float *ez_slot[MSR_TRAIN_EZ_SLOTS];
+    int ez_slot_k[MSR_TRAIN_EZ_SLOTS];
+    msr_comm_req_t *ez_req[MSR_TRAIN_EZ_SLOTS];
     /* set by the caller: msr_trainer_snapshot leaves the pieces' CRCs to
      * msr_tckpt_seal (a thread that writes the payload seals it) */
     int unsealed_snapshots;

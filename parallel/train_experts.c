@@ -3,11 +3,14 @@
  * are all-gathered over that group around each use (dp's hooks call
  * here) and their gradients reduce-scattered into the shard at the end of
  * the block's backward; the experts' optimizer updates the shards. */
+#include <stdint.h>
+#include <stdio.h>
 #include <string.h>
 
 #include "base/alloc.h"
 #include "base/err.h"
 #include "base/status.h"
+#include "base/time.h"
 #include "model/err_call.h"
 #include "model/moe.h"
 #include "parallel/train_impl.h"
@@ -28,35 +31,146 @@ static int held_block(const msr_trainer_t *tr, int s)
     return -1;
 }
 
-/* Gathers block k's experts into ez_full (and, for a backward, points
- * their gradients at ez_gfull, zeroed). */
+/* ---- the gathered blocks (train.h's ez_slot) ---- */
+
+/* Hands a span of the experts' gathers to the trace, named apart from
+ * dp's segment gathers: "experts gather K" (the start of a gather the
+ * acquire needs now), "experts prefetch K" (one started ahead), "experts
+ * wait K" (the wait the step sees). */
+static void ez_span(const msr_trainer_t *tr, const char *what, int k, uint64_t a)
+{
+    char name[28];
+    snprintf(name, sizeof name, "experts %s %d", what, k);
+    msr_moe_trace(tr->model->moe, name, a, msr_now_ns());
+}
+
+static int slot_of(const msr_trainer_t *tr, int k)
+{
+    for (int i = 0; i < MSR_TRAIN_EZ_SLOTS; i++)
+        if (tr->ez_slot_k[i] == k)
+            return i;
+    return -1;
+}
+
+/* Starts gathering block k into slot i: this rank's shard copied in,
+ * padded to ez_blk, the allgather over the replica group started (ahead:
+ * a prefetch, for the trace). */
+static msr_status_t slot_start(msr_trainer_t *tr, int i, int k, int ahead)
+{
+    size_t blk = tr->ez_blk;
+    float *mine = tr->ez_slot[i] + (size_t)tr->rep_rank * blk;
+    memcpy(mine, tr->ez_params + (size_t)k * tr->ez_n, tr->ez_n * sizeof(float));
+    memset(mine + tr->ez_n, 0, (blk - tr->ez_n) * sizeof(float));
+    uint64_t a = msr_now_ns();
+    msr_status_t st = msr_comm_iallgather(tr->rep_comm, MSR_IN_PLACE, tr->ez_slot[i], blk,
+                                          MSR_DTYPE_F32, &tr->ez_req[i]);
+    if (st != MSR_OK) {
+        tr->ez_slot_k[i] = -1;
+        return msr_err_call(st, "train: the start of the gather of MoE block %d's experts", k);
+    }
+    tr->ez_slot_k[i] = k;
+    ez_span(tr, ahead ? "prefetch" : "gather", k, a);
+    return MSR_OK;
+}
+
+/* Finishes slot i's gather if one is in flight; a failed one empties it. */
+static msr_status_t slot_wait(msr_trainer_t *tr, int i)
+{
+    if (tr->ez_req[i] == NULL)
+        return MSR_OK;
+    int k = tr->ez_slot_k[i];
+    uint64_t a = msr_now_ns();
+    msr_status_t st = msr_comm_wait(tr->ez_req[i]);
+    tr->ez_req[i] = NULL;
+    ez_span(tr, "wait", k, a);
+    if (st != MSR_OK) {
+        tr->ez_slot_k[i] = -1;
+        return msr_err_call(st, "train: the gather of MoE block %d's experts", k);
+    }
+    return MSR_OK;
+}
+
+/* A slot to gather into, not block keep's (the one in use): an empty one
+ * first, else one gathered, else one in flight (a prefetch the schedule
+ * did not take: finished first, as every rank of the group started it). */
+static msr_status_t slot_take(msr_trainer_t *tr, int keep, int *i_p)
+{
+    int best = -1, best_rank = 3;
+    for (int i = 0; i < MSR_TRAIN_EZ_SLOTS; i++) {
+        if (keep >= 0 && tr->ez_slot_k[i] == keep)
+            continue;
+        int rank = tr->ez_slot_k[i] < 0 ? 0 : tr->ez_req[i] == NULL ? 1 : 2;
+        if (rank < best_rank) {
+            best = i;
+            best_rank = rank;
+        }
+    }
+    msr_status_t st = slot_wait(tr, best);
+    tr->ez_slot_k[best] = -1;
+    *i_p = best;
+    return st;
+}
+
+/* Forgets every gathered block (the shards change next), finishing the
+ * gathers in flight; the first failure is returned. */
+static msr_status_t slots_forget(msr_trainer_t *tr)
+{
+    msr_status_t st = MSR_OK;
+    for (int i = 0; i < MSR_TRAIN_EZ_SLOTS; i++) {
+        msr_status_t wst = slot_wait(tr, i);
+        st = st != MSR_OK ? st : wst;
+        tr->ez_slot_k[i] = -1;
+    }
+    return st;
+}
+
+/* The held block the schedule most likely acquires after segment s's in
+ * pass: the next MoE segment's upwards in a forward, downwards in a
+ * backward (-1: none). A wrong guess costs one gather, never a result. */
+static int next_block(const msr_trainer_t *tr, int s, msr_gpt_pass_t pass)
+{
+    int dir = pass == MSR_GPT_FORWARD ? 1 : -1;
+    for (int t = s + dir; t >= 0 && t < tr->model->num_segments; t += dir) {
+        int k = held_block(tr, t);
+        if (k >= 0)
+            return k;
+    }
+    return -1;
+}
+
+/* Points block k's experts at its gathered slot (gathered now unless it
+ * was prefetched or kept) and, for a backward, their gradients at
+ * ez_gfull, zeroed; then starts the next block's gather, which runs while
+ * this one computes. */
 static msr_status_t ez_acquire(void *arg, int s, msr_gpt_pass_t pass)
 {
     msr_trainer_t *tr = arg;
-    int k = held_block(tr, s);
+    int k = held_block(tr, s), i;
     if (k < 0)
         return MSR_OK;
     if (tr->ez_at >= 0) {
         return msr_err(MSR_ERR_STATE,
-                       "train: MoE block %d's experts acquired while block %d's are gathered", k,
+                       "train: MoE block %d's experts acquired while block %d's are in use", k,
                        tr->ez_at);
     }
-    size_t blk = tr->ez_blk, all = blk * (size_t)tr->rep_size;
-    float *mine = tr->ez_full + (size_t)tr->rep_rank * blk;
-    memcpy(mine, tr->ez_params + (size_t)k * tr->ez_n, tr->ez_n * sizeof(float));
-    memset(mine + tr->ez_n, 0, (blk - tr->ez_n) * sizeof(float));
-    msr_status_t st =
-        msr_comm_allgather(tr->rep_comm, MSR_IN_PLACE, tr->ez_full, blk, MSR_DTYPE_F32);
-    if (st != MSR_OK)
-        return msr_err_call(st, "train: the allgather of MoE block %d's experts", k);
+    msr_status_t st = MSR_OK;
+    if ((i = slot_of(tr, k)) < 0 && (st = slot_take(tr, -1, &i)) == MSR_OK)
+        st = slot_start(tr, i, k, 0);
+    if (st != MSR_OK || (st = slot_wait(tr, i)) != MSR_OK)
+        return st;
     float *g = NULL;
     if (pass == MSR_GPT_BACKWARD) {
-        memset(tr->ez_gfull, 0, all * sizeof(float));
+        memset(tr->ez_gfull, 0, tr->ez_blk * (size_t)tr->rep_size * sizeof(float));
         g = tr->ez_gfull;
     }
-    msr_moe_set_block(tr->model->moe, k, tr->ez_full, g);
+    msr_moe_set_block(tr->model->moe, k, tr->ez_slot[i], g);
     tr->ez_at = k;
-    return MSR_OK;
+    int next = next_block(tr, s, pass), j;
+    if (next < 0 || slot_of(tr, next) >= 0)
+        return MSR_OK;
+    if ((st = slot_take(tr, k, &j)) == MSR_OK)
+        st = slot_start(tr, j, next, 1);
+    return st;
 }
 
 /* After block k's backward: its gradients summed over the replica group,
@@ -83,30 +197,27 @@ static msr_status_t ez_release(void *arg, int s, msr_gpt_pass_t pass)
     return MSR_OK;
 }
 
-msr_status_t msr_train_experts_shard(msr_trainer_t *tr)
+/* Allocates and initialises the shards and the gathered blocks and
+ * creates the experts' optimizer over the shards; errors: the store's and
+ * MSR_ERR_NO_MEMORY (what was allocated left to msr_train_experts_free). */
+static msr_status_t shard_make(msr_trainer_t *tr)
 {
     msr_moe_t *moe = tr->model->moe;
     int held = msr_moe_held(moe);
-    size_t per = (size_t)msr_moe_local_experts(moe) * msr_moe_expert_count(&tr->cfg.model);
-    tr->ez = 1;
-    tr->ez_at = -1;
-    tr->ez_per = per;
-    tr->ez_blk = (per + (size_t)tr->rep_size - 1) / (size_t)tr->rep_size;
-    tr->ez_lo = MSR_MIN(per, (size_t)tr->rep_rank * tr->ez_blk);
-    tr->ez_n = MSR_MIN(per, tr->ez_lo + tr->ez_blk) - tr->ez_lo;
-    size_t shard = (size_t)held * tr->ez_n, all = tr->ez_blk * (size_t)tr->rep_size;
-    tr->eshard_lo = 0; /* the optimizer's shard space: the shards, block after block */
-    tr->eshard_hi = shard;
+    size_t per = tr->ez_per, shard = (size_t)held * tr->ez_n,
+           all = tr->ez_blk * (size_t)tr->rep_size;
     msr_status_t st = msr_moe_store_external(moe);
     if (st != MSR_OK)
         return st;
+    int slots_ok = 1;
+    for (int i = 0; i < MSR_TRAIN_EZ_SLOTS; i++)
+        slots_ok &= (tr->ez_slot[i] = msr_calloc(all, sizeof(float))) != NULL;
     tr->ez_params = msr_calloc(shard + 1, sizeof(float));
     tr->ez_grads = msr_calloc(shard + 1, sizeof(float));
-    tr->ez_full = msr_calloc(all, sizeof(float));
     tr->ez_gfull = msr_calloc(all, sizeof(float));
     msr_adamw_range_t *own = msr_calloc((size_t)held + 1, sizeof *own);
-    if (tr->ez_params == NULL || tr->ez_grads == NULL || tr->ez_full == NULL ||
-        tr->ez_gfull == NULL || own == NULL) {
+    if (!slots_ok || tr->ez_params == NULL || tr->ez_grads == NULL || tr->ez_gfull == NULL ||
+        own == NULL) {
         msr_free(own);
         return msr_err(MSR_ERR_NO_MEMORY, "train: out of memory for %zu expert elements' shards",
                        shard);
@@ -116,8 +227,6 @@ msr_status_t msr_train_experts_shard(msr_trainer_t *tr)
         msr_moe_init_range(moe, tr->cfg.seed, lo, tr->ez_n, tr->ez_params + (size_t)k * tr->ez_n);
         own[k] = (msr_adamw_range_t){lo, lo + tr->ez_n};
     }
-    msr_dp_extra_t x = {ez_acquire, ez_release, tr};
-    msr_dp_set_extra(tr->dp, &x);
     int n;
     const msr_gpt_tensor_t *t = msr_moe_tensors(moe, &n);
     st = msr_adamw_create_ranges(&tr->cfg.adamw, t, n, own, tr->ez_n > 0 ? held : 0, &tr->eopt);
@@ -125,25 +234,67 @@ msr_status_t msr_train_experts_shard(msr_trainer_t *tr)
     return st;
 }
 
-void msr_train_experts_zero(msr_trainer_t *tr)
+msr_status_t msr_train_experts_shard(msr_trainer_t *tr, msr_comm_t *comm)
 {
-    memset(tr->ez_grads, 0, (tr->eshard_hi - tr->eshard_lo) * sizeof(float));
+    tr->ez = 1;
+    tr->ez_at = -1;
+    for (int i = 0; i < MSR_TRAIN_EZ_SLOTS; i++)
+        tr->ez_slot_k[i] = -1;
+    tr->ez_per =
+        (size_t)msr_moe_local_experts(tr->model->moe) * msr_moe_expert_count(&tr->cfg.model);
+    tr->ez_blk = (tr->ez_per + (size_t)tr->rep_size - 1) / (size_t)tr->rep_size;
+    tr->ez_lo = MSR_MIN(tr->ez_per, (size_t)tr->rep_rank * tr->ez_blk);
+    tr->ez_n = MSR_MIN(tr->ez_per, tr->ez_lo + tr->ez_blk) - tr->ez_lo;
+    tr->eshard_lo = 0; /* the optimizer's shard space: the shards, block after block */
+    tr->eshard_hi = (size_t)msr_moe_held(tr->model->moe) * tr->ez_n;
+    msr_status_t st = shard_make(tr);
+    /* every rank learns the lowest one that failed, so that none goes on
+     * to wait in a step for it */
+    int me = msr_comm_rank(comm);
+    int64_t first = st != MSR_OK ? me : INT64_MAX;
+    msr_status_t ast = msr_comm_allreduce(comm, MSR_IN_PLACE, &first, 1, MSR_DTYPE_I64, MSR_OP_MIN);
+    if (ast != MSR_OK && st == MSR_OK)
+        return msr_err_call(ast, "train: the agreement on the experts' shards");
+    if (st != MSR_OK)
+        return st;
+    if (first != INT64_MAX) {
+        return msr_err(MSR_ERR_NO_MEMORY,
+                       "train: rank %lld is out of memory for its experts' shards",
+                       (long long)first);
+    }
+    msr_dp_extra_t x = {ez_acquire, ez_release, tr};
+    msr_dp_set_extra(tr->dp, &x);
+    return MSR_OK;
 }
 
-void msr_train_experts_norm(msr_trainer_t *tr)
+msr_status_t msr_train_experts_zero(msr_trainer_t *tr)
 {
-    double sumsq = 0.0; /* every element in exactly one replica's shard */
+    memset(tr->ez_grads, 0, (tr->eshard_hi - tr->eshard_lo) * sizeof(float));
+    return slots_forget(tr); /* a load may have changed the shards since */
+}
+
+msr_status_t msr_train_experts_norm(msr_trainer_t *tr)
+{
+    msr_status_t st = slots_forget(tr); /* the update changes the shards next */
+    double sumsq = 0.0;                 /* every element in exactly one replica's shard */
     for (size_t i = 0; i < tr->eshard_hi - tr->eshard_lo; i++)
         sumsq += (double)tr->ez_grads[i] * tr->ez_grads[i];
     tr->dp->extra_sumsq = sumsq;
+    return st;
 }
 
 void msr_train_experts_free(msr_trainer_t *tr)
 {
+    if (tr->ez)
+        (void)slots_forget(tr); /* a failed step's gathers finished: their buffers go */
+    for (int i = 0; i < MSR_TRAIN_EZ_SLOTS; i++) {
+        msr_free(tr->ez_slot[i]);
+        tr->ez_slot[i] = NULL;
+    }
     msr_free(tr->ez_params);
     msr_free(tr->ez_grads);
-    msr_free(tr->ez_full);
     msr_free(tr->ez_gfull);
+    tr->ez_params = tr->ez_grads = tr->ez_gfull = NULL;
 }
 
 msr_train_expert_bytes_t msr_trainer_expert_bytes(const msr_trainer_t *tr)
@@ -156,8 +307,8 @@ msr_train_expert_bytes_t msr_trainer_expert_bytes(const msr_trainer_t *tr)
     b.params = b.grads = resident * f;
     b.optim = 2 * shard * f;
     b.work = msr_moe_work_bytes(tr->model->moe);
-    if (tr->ez) /* one block's parameters and gradients gathered */
-        b.work += 2 * tr->ez_blk * (size_t)tr->rep_size * f;
+    if (tr->ez) /* the gathered blocks' parameters, one block's gradients */
+        b.work += (MSR_TRAIN_EZ_SLOTS + 1) * tr->ez_blk * (size_t)tr->rep_size * f;
     else if (tr->escratch != NULL) /* the store's blocks, reduced and gathered */
         b.work += tr->eblk * (size_t)tr->rep_size * f;
     return b;
@@ -170,16 +321,16 @@ msr_status_t msr_trainer_experts_whole(msr_trainer_t *tr, float *out)
         memcpy(out, msr_moe_params(moe), msr_moe_count(moe) * sizeof(float));
         return MSR_OK;
     }
-    for (int s = 0; s < tr->model->num_segments; s++) { /* each held block is one's */
-        int k = held_block(tr, s);
+    msr_status_t st = slots_forget(tr); /* a load may have changed the shards */
+    for (int s = 0; s < tr->model->num_segments && st == MSR_OK; s++) {
+        int k = held_block(tr, s); /* each held block is one segment's */
         if (k < 0)
             continue;
-        msr_status_t st = ez_acquire(tr, s, MSR_GPT_FORWARD);
-        if (st != MSR_OK)
+        if ((st = ez_acquire(tr, s, MSR_GPT_FORWARD)) != MSR_OK)
             return st;
-        memcpy(out + (size_t)k * tr->ez_per, tr->ez_full, tr->ez_per * sizeof(float));
-        if ((st = ez_release(tr, s, MSR_GPT_FORWARD)) != MSR_OK)
-            return st;
+        memcpy(out + (size_t)k * tr->ez_per, tr->ez_slot[slot_of(tr, k)],
+               tr->ez_per * sizeof(float));
+        st = ez_release(tr, s, MSR_GPT_FORWARD);
     }
-    return MSR_OK;
+    return st;
 }

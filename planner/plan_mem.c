@@ -208,8 +208,9 @@ static void rank_activations(const msr_plan_model_t *m, const msr_plan_layout_t 
  * (rank dp_rank / ep x cp + cp_rank of them), with a gather buffer of all
  * the blocks; under ZeRO-3 with replicas (train_experts.c) this rank's
  * shard of each block's experts is all it keeps of their parameters,
- * gradients and moments, with one block's parameters and gradients
- * gathered in the work space. */
+ * gradients and moments, with two blocks' parameters (the one in use
+ * and the next one's prefetch, MSR_TRAIN_EZ_SLOTS) and one block's
+ * gradients gathered in the work space. */
 static void rank_experts(const msr_plan_model_t *m, const msr_plan_layout_t *l,
                          msr_plan_precision_t prec, int runtime, const msr_plan_part_t *p,
                          msr_plan_rank_t *o)
@@ -224,7 +225,7 @@ static void rank_experts(const msr_plan_model_t *m, const msr_plan_layout_t *l,
         uint64_t blk = msr_plan_ceil_div(per, reps), a = msr_plan_min_u64(per, rrank * blk);
         hi = blocks * (msr_plan_min_u64(per, a + blk) - a);
         resident = hi;
-        gather = 2 * blk * reps;
+        gather = 3 * blk * reps;
     } else if (l->zero >= 1 && reps > 1) {
         uint64_t blk = msr_plan_ceil_div(count, reps);
         lo = msr_plan_min_u64(count, rrank * blk);

@@ -4,7 +4,10 @@
 # around each use, and so the experts where their replica group (the dp /
 # ep x cp ranks holding the same experts) has more than one rank: each
 # keeps its shard of every block's experts, a block's are gathered around
-# each use and its gradients reduce-scattered into the shards. dp 2 x tp
+# each use (the next block's gather started while one computes: 9 of
+# the 10 a rank makes in a traced dp 2 step of 4 blocks and 2
+# micro-batches are "experts prefetch" spans) and its gradients reduce-scattered
+# into the shards. dp 2 x tp
 # 2 with ep 2, dp 2 x pp 2 with ep 2 under 1F1B, under the interleaved
 # schedule (4 layers, 2 virtual stages) and under GPipe with full
 # recompute, dp 2 x cp 2 with ep 2, tp 2 with sp and selective recompute,
@@ -96,11 +99,35 @@ layout tp2-rep2 one 4 --dp 2 --tp 2 --micro-batch 2 --grad-accum 2
 layout pp2-rep2 one 4 --dp 2 --pp 2 --micro-batch 2 --grad-accum 2
 layout llama-tp2-rep2 llama1 4 --arch llama --kv-heads 1 --ffn 24 --dp 2 --tp 2 --sp \
     --micro-batch 2 --grad-accum 2
+# the experts' prefetch in the trace (dp 2, replicas 2, 4 MoE blocks, 2
+# micro-batches, the model-parallel runtime): the last step's spans on
+# each rank's communication row: the first micro-batch gathers its 4
+# blocks forward and 2 backward (the last two kept from forward), the
+# second 2 and 2 (the first two kept from the first one's backward): 10
+# gathers, each waited for ("experts wait K"), every block among them;
+# all but the first started ahead ("experts prefetch K": 9, one
+# "experts gather K")
+msrun_n 2 "${model[@]}" "${z3[@]}" --layers 4 --dp 2 --micro-batch 2 --grad-accum 2 \
+    --recompute selective --trace "$W/ez.json" --loss-log "$W/ez" >/dev/null 2>"$W/err" ||
+    fail "trace of the experts' gathers: $(cat "$W/err")"
+close "$W/ez" "$W/one4" 10 "traced dp 2"
+python3 - "$W/ez.json" <<'PY' || fail "the experts' gathers in the trace: $(head -c 2000 "$W/ez.json")"
+import json, sys
+ev = [e for e in json.load(open(sys.argv[1]))["traceEvents"] if e["ph"] == "X"]
+for r in range(2):
+    got = lambda what: [e["name"].split()[2] for e in ev if e["pid"] == r and e["cat"] == "comm"
+                        and e["name"].startswith("experts " + what + " ")]
+    assert len(got("wait")) == 10 and len(set(got("wait"))) == 4, (r, got("wait"))
+    assert len(got("prefetch")) == 9 and len(got("gather")) == 1, (r, got("prefetch"), got("gather"))
+    assert sorted(got("prefetch") + got("gather")) == sorted(got("wait")), r
+PY
+
 # by hand: an expert is 8C^2 + 5C = 2128 floats, 4 of them in each of 2
 # blocks; dp 4 keeps a quarter of each block: 2 x 2128 floats = 17024
 # bytes of parameters and as many of gradients, twice that of moments (the
-# store whole would be 68096); the work space adds one block's parameters
-# and gradients (2 x 8512 floats) to the MoE state's buffers
+# store whole would be 68096); the work space adds two blocks' parameters
+# and one's gradients (3 x 8512 floats)
+# to the MoE state's buffers
 [[ $(grep -c "experts: 4 of 4 per MoE block held here: params 17024 grads 17024 optim 34048 bytes" \
     "$W/dp4.err") -eq 4 ]] || fail "dp4: the experts are not a quarter on each rank: $(grep experts: "$W/dp4.err")"
 

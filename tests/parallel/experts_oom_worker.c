@@ -1,0 +1,164 @@
+/* The experts under ZeRO-3 out of memory (train_gpt_experts_oom.sh starts
+ * it under the real msrun on 2 and 4 ranks):
+ *
+ *   experts_oom_worker WHO EP
+ *
+ * A MoE trainer (every block MoE) over the world, dp = the world's size
+ * with ep EP, ZeRO-3: the experts sharded over replica groups of dp / EP
+ * ranks (parallel/train_experts.c). Round i makes a trainer, takes a
+ * step, then makes rank WHO's i-th allocation from the experts' set-up
+ * on fail (msr_alloc_fail_at, as the curl and SQLite tests do): the
+ * set-up made again (parallel/train_impl.h), then two steps of 2
+ * micro-batches (the experts' gathers, their prefetch and reduce-scatters
+ * included), until a round where none failed. Each round is over a communicator
+ * split from the world and destroyed after it. In each round every rank
+ * ends alike: all trained (an allocation that has a way around it), or
+ * all failed with MSR_ERR_NO_MEMORY, never at the communicators' deadline
+ * (MSR_TIMEOUT is short in the script: a rank left waiting would fail
+ * with MSR_ERR_TIMEOUT), WHO's error saying out of memory and every
+ * other's naming rank WHO. Each round prints "round I: rank R: ok" or
+ * "round I: rank R: STATUS: TEXT"; rank 0 prints "experts oom: each of
+ * rank WHO's N allocations failed in turn, every rank alike" and "ok
+ * experts oom" at the end. Every check that fails prints "FAIL" and exits
+ * 1. Linked to the static modules so that the allocation hook reaches
+ * them. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "base/alloc.h"
+#include "model/data.h"
+#include "msrun/msrun.h"
+#include "model/adamw.h"
+#include "parallel/train_impl.h"
+#include "tests/worker_fail.h"
+
+WORKER_FAIL("experts_oom_worker", exit)
+
+enum { MAX_ROUNDS = 20000, STEPS = 2 };
+
+/* The same outcome on every rank (over world, which stays whole). */
+static void same_everywhere(msr_comm_t *world, const char *what, msr_status_t st, const char *err)
+{
+    int64_t lo = st, hi = -(int64_t)st;
+    if (msr_comm_allreduce(world, MSR_IN_PLACE, &lo, 1, MSR_DTYPE_I64, MSR_OP_MIN) != MSR_OK ||
+        msr_comm_allreduce(world, MSR_IN_PLACE, &hi, 1, MSR_DTYPE_I64, MSR_OP_MIN) != MSR_OK)
+        fail("%s: the comparison over the world failed (this rank's: %s, %s)", what,
+             msr_status_name(st), err);
+    if (lo != -hi)
+        fail("%s: the ranks ended differently (%lld to %lld; this rank's: %s, %s)", what,
+             (long long)lo, (long long)-hi, msr_status_name(st), err);
+}
+
+/* A failed round: out of memory, said by WHO, named by the others. */
+static void check_failed(const char *what, msr_status_t st, const char *err, int me, int who)
+{
+    if (st != MSR_ERR_NO_MEMORY)
+        fail("%s: %s (%s), want MSR_ERR_NO_MEMORY", what, msr_status_name(st), err);
+    if (strstr(err, "out of memory") == NULL)
+        fail("%s: the error '%s' does not say out of memory", what, err);
+    char named[32];
+    snprintf(named, sizeof named, "rank %d", who);
+    if (me != who && strstr(err, named) == NULL)
+        fail("%s: the error '%s' does not name rank %d", what, err, who);
+}
+
+static msr_train_config_t config(int dp, int rank, int ep)
+{
+    msr_train_config_t c = {
+        .model = {MSR_GPT_VOCAB, 16, 2, 2, 16},
+        .micro_batch = 2,
+        .grad_accum = 2,
+        .dp = dp,
+        .dp_rank = rank,
+        .seed = 5,
+        .lr = 3e-3f,
+        .warmup = 2,
+        .grad_clip = 1.0f,
+        .adamw = {0.9, 0.95, 1e-8, 0.1},
+    };
+    msr_train_config_defaults(&c);
+    c.model.moe = (msr_gpt_moe_t){4, 2, 1, 1.0, 0.01};
+    c.ep = ep;
+    c.par.zero = 3;
+    c.par.zero_min_bytes = 0;
+    c.par.bucket_bytes = 4000;
+    return c;
+}
+
+/* One round over c: a trainer made and one step taken (dp's and the
+ * model's buffers made, kept for reuse), then with rank who's k-th
+ * allocation failing the experts' set-up again (train_impl.h: their
+ * buffers and optimizer made anew) and STEPS steps. The status, its text
+ * in err; *fired_p: whether the hook failed an allocation. */
+static msr_status_t round_run(const msr_train_config_t *cfg, const msr_dataset_t *ds, msr_comm_t *c,
+                              int who, long k, char *err, size_t n, int *fired_p)
+{
+    msr_trainer_t *tr = NULL;
+    double loss;
+    OK(msr_trainer_create(cfg, ds, c, &tr));
+    if (!tr->ez)
+        fail("the experts are not sharded under ZeRO-3");
+    OK(msr_trainer_step(tr, &loss));
+    msr_train_experts_free(tr);
+    msr_adamw_destroy(tr->eopt);
+    tr->eopt = NULL;
+    if (msr_comm_rank(c) == who)
+        msr_alloc_fail_at(k);
+    msr_status_t st = msr_train_experts_shard(tr, c);
+    for (int i = 0; i < STEPS && st == MSR_OK; i++)
+        st = msr_trainer_step(tr, &loss);
+    *fired_p = msr_alloc_failed();
+    msr_alloc_fail_at(-1);
+    snprintf(err, n, "%s", st == MSR_OK ? "" : msr_last_error());
+    msr_trainer_destroy(tr);
+    return st;
+}
+
+int main(int argc, char **argv)
+{
+    if (argc != 3)
+        fail("usage: experts_oom_worker WHO EP");
+    int who = atoi(argv[1]), ep = atoi(argv[2]);
+    msr_ctx_t *ctx;
+    msr_comm_t *world = worker_world(&ctx, 0);
+    int me = msr_comm_rank(world), np = msr_comm_size(world);
+    if (who < 0 || who >= np || ep < 1 || np % ep != 0 || np / ep < 2)
+        fail("WHO %d, EP %d: want a rank of the %d and replica groups of 2 or more", who, ep, np);
+    msr_dataset_t *ds = NULL;
+    OK(msr_dataset_generate(5, 1 << 14, &ds));
+    msr_train_config_t cfg = config(np, me, ep);
+    long k;
+    for (k = 0; k < MAX_ROUNDS; k++) {
+        char what[64], err[512];
+        snprintf(what, sizeof what, "allocation %ld of rank %d", k, who);
+        snprintf(g_case, sizeof g_case, "%s", what);
+        msr_comm_t *c;
+        OK(msr_comm_split(world, 0, me, &c));
+        int hit = 0;
+        msr_status_t st = round_run(&cfg, ds, c, who, k, err, sizeof err, &hit);
+        int64_t fired = hit;
+        msr_comm_destroy(c);
+        same_everywhere(world, what, st, err);
+        if (st != MSR_OK)
+            check_failed(what, st, err, me, who);
+        printf("round %ld: rank %d: %s%s%s\n", k, me, st == MSR_OK ? "ok" : msr_status_name(st),
+               st == MSR_OK ? "" : ": ", err);
+        OK(msr_comm_allreduce(world, MSR_IN_PLACE, &fired, 1, MSR_DTYPE_I64, MSR_OP_MAX));
+        if (!fired)
+            break;
+    }
+    g_case[0] = '\0';
+    if (k == MAX_ROUNDS)
+        fail("rank %d still had an allocation to fail after %ld", who, k);
+    OK(msr_comm_barrier(world));
+    if (me == 0)
+        printf("experts oom: each of rank %d's %ld allocations failed in turn, every rank alike\n",
+               who, k);
+    msr_dataset_destroy(ds);
+    msr_comm_destroy(world);
+    if (me == 0)
+        printf("ok experts oom\n");
+    msr_finalize(ctx);
+    return 0;
+}
