@@ -390,8 +390,9 @@ static void read_in_order(msr_ckpt_reader_t *rd, const unsigned char *state, siz
 }
 
 /* A reader pointed at another rank's state (msr_ckpt_reader_reopen) with
- * a read ahead of the first in flight reads the second exactly, its
- * whole CRC checked, through the same staging buffers; one pointed at a
+ * a read ahead of the first in flight reads the second exactly (where
+ * its staging buffer held the first's bytes too), its whole CRC checked,
+ * through the same staging buffers; one pointed at a
  * state that is not there fails (MSR_ERR_NOT_FOUND) and still reads the
  * one it had; bad arguments are refused. */
 static void test_reader_reopen(void)
@@ -420,11 +421,16 @@ static void test_reader_reopen(void)
     MSR_CHECK(memcmp(got, a + piece, piece) == 0);
     int direct = msr_ckpt_reader_direct(rd);
     const void *s0 = msr_ckpt_reader_stage(rd);
-    MSR_CHECK_OK(msr_ckpt_reader_reopen(rd, dir, 11, 0, 1, &total));
+    MSR_CHECK_OK(msr_ckpt_reader_reopen(rd, dir, 11, 0, 0, &total));
     MSR_CHECK_EQ(total, (uint64_t)blen);
     MSR_CHECK_EQ(msr_ckpt_reader_direct(rd), direct);
-    MSR_CHECK_EQ(msr_ckpt_reader_checked(rd), 0);
     MSR_CHECK(msr_ckpt_reader_stage(rd) == s0); /* the same staging buffer, not a new one */
+    /* where the staging buffer held the first state's bytes: the second's */
+    MSR_CHECK_OK(msr_ckpt_reader_read(rd, 2 * piece, got, 100));
+    MSR_CHECK(memcmp(got, b + 2 * piece, 100) == 0);
+    /* the same state again, with its whole CRC checked */
+    MSR_CHECK_OK(msr_ckpt_reader_reopen(rd, dir, 11, 0, 1, NULL));
+    MSR_CHECK_EQ(msr_ckpt_reader_checked(rd), 0);
     read_in_order(rd, b, blen, got, piece);
     /* back to the first state, read whole again, then at a missing one */
     MSR_CHECK_OK(msr_ckpt_reader_reopen(rd, dir, 10, 0, 1, NULL));
