@@ -233,6 +233,21 @@ static void ahead_stop(msr_ckpt_reader_t *r)
     a->started = 0;
 }
 
+/* Opens r's file again with O_DIRECT into r->dfd (r->stage is had), or
+ * leaves r->dfd -1 where the filesystem refuses it. */
+static void direct_reopen(msr_ckpt_reader_t *r)
+{
+    /* test-only: as if the filesystem refused O_DIRECT (docs/testing.md) */
+    const char *no_direct = getenv("MSR_TEST_CKPT_NO_DIRECT");
+    if (no_direct != NULL && strcmp(no_direct, "1") == 0)
+        errno = EINVAL;
+    else
+        r->dfd = open(r->path, O_RDONLY | O_DIRECT | O_CLOEXEC);
+    if (r->dfd < 0)
+        MSR_DEBUG("checkpoint: %s: no O_DIRECT (%s): reading through the page cache", r->path,
+                  strerror(errno));
+}
+
 /* Opens r's file again with O_DIRECT, and its staging buffer: a reader's
  * reads then bypass the page cache (no page of the cache to allocate,
  * fill and copy out of, one copy from the staging buffer instead). Where
@@ -247,19 +262,12 @@ static void direct_open(msr_ckpt_reader_t *r)
     r->next = -1;
     if ((stage = stage_alloc()) == NULL)
         return;
-    /* test-only: as if the filesystem refused O_DIRECT (docs/testing.md) */
-    const char *no_direct = getenv("MSR_TEST_CKPT_NO_DIRECT");
-    if (no_direct != NULL && strcmp(no_direct, "1") == 0)
-        errno = EINVAL;
-    else
-        r->dfd = open(r->path, O_RDONLY | O_DIRECT | O_CLOEXEC);
-    if (r->dfd < 0) {
-        MSR_DEBUG("checkpoint: %s: no O_DIRECT (%s): reading through the page cache", r->path,
-                  strerror(errno));
-        free(stage);
-        return;
-    }
     r->stage = stage;
+    direct_reopen(r);
+    if (r->dfd < 0) {
+        free(stage);
+        r->stage = NULL;
+    }
 }
 
 int msr_ckpt_reader_direct(const msr_ckpt_reader_t *r)
@@ -267,7 +275,9 @@ int msr_ckpt_reader_direct(const msr_ckpt_reader_t *r)
     return r != NULL && r->dfd >= 0;
 }
 
-static msr_status_t reader_open(const char *dir, int64_t step, int rank, int check,
+/* Opens rank's state of step: past the page cache when direct (and the
+ * filesystem allows), else through it. */
+static msr_status_t reader_open(const char *dir, int64_t step, int rank, int check, int direct,
                                 msr_ckpt_reader_t **reader_p)
 {
     msr_ckpt_reader_t *r = calloc(1, sizeof *r);
@@ -279,7 +289,9 @@ static msr_status_t reader_open(const char *dir, int64_t step, int rank, int che
         return st;
     }
     r->check = check;
-    direct_open(r);
+    r->dfd = -1;
+    if (direct)
+        direct_open(r);
     *reader_p = r;
     return MSR_OK;
 }
@@ -385,12 +397,52 @@ msr_status_t msr_ckpt_reader_open(msr_ctx_t *ctx, const char *dir, int64_t step,
         return MSR_ERR_INVALID_ARG;
     }
     msr_ckpt_reader_t *r;
-    msr_status_t st = reader_open(dir, step, rank, check != 0, &r);
+    msr_status_t st = reader_open(dir, step, rank, check != 0, 1, &r);
     if (st != MSR_OK)
         return st;
     if (total_p != NULL)
         *total_p = r->h.len;
     *reader_p = r;
+    return MSR_OK;
+}
+
+msr_status_t msr_ckpt_reader_reopen(msr_ckpt_reader_t *r, const char *dir, int64_t step, int rank,
+                                    int check, uint64_t *total_p)
+{
+    if (r == NULL || dir == NULL || step < 0 || rank < 0) {
+        msr_err_set("checkpoint: bad arguments");
+        return MSR_ERR_INVALID_ARG;
+    }
+    char path[sizeof r->path];
+    int fd;
+    ckpt_header_t h;
+    msr_status_t st = ckpt_open_state(dir, step, rank, -1, path, sizeof path, &fd, &h);
+    if (st != MSR_OK)
+        return st;          /* r still reads its file */
+    if (r->ahead.started) { /* the read in flight is of the file before: dropped */
+        (void)ahead_wait(&r->ahead);
+        pthread_mutex_lock(&r->ahead.mu);
+        r->ahead.state = AHEAD_NONE;
+        pthread_mutex_unlock(&r->ahead.mu);
+    }
+    close(r->fd);
+    if (r->dfd >= 0)
+        close(r->dfd);
+    r->fd = fd;
+    r->dfd = -1;
+    memcpy(r->path, path, sizeof path);
+    r->h = h;
+    r->check = check != 0;
+    r->checked = 0;
+    r->crc_at = 0;
+    r->crc = 0;
+    r->stage_at = 0;
+    r->stage_len = 0;
+    r->next = -1;
+    if (r->stage != NULL) /* the same staging buffers, already faulted in */
+        direct_reopen(r);
+    if (total_p != NULL)
+        *total_p = h.len;
     return MSR_OK;
 }
 
@@ -456,7 +508,11 @@ msr_status_t msr_ckpt_read_rank(msr_ctx_t *ctx, const char *dir, int64_t step, i
         return MSR_ERR_INVALID_ARG;
     }
     msr_ckpt_reader_t *r;
-    msr_status_t st = reader_open(dir, step, rank, 0, &r); /* the caller checks its part */
+    /* the caller checks its part. One read shorter than a staging buffer
+     * (a header, a piece's table) goes through the page cache: past it,
+     * the reader would fault in a fresh staging buffer of huge pages to
+     * read a few pages once, costlier than the read itself */
+    msr_status_t st = reader_open(dir, step, rank, 0, len >= CKPT_DIRECT_STAGE, &r);
     if (st != MSR_OK)
         return st;
     st = msr_ckpt_reader_read(r, offset, buf, len);

@@ -659,6 +659,29 @@ test: ^it_ckpt$
     snprintf(path, sizeof path, "%s/rank-%d.bin", sd, msr_rank(ctx));
 >>>
 
+@ ckpt.reader.reopen_keeps_crc
+file: rendezvous/checkpoint_reader.c
+test: ^test_ckpt_prefault$
+<<<
+    r->crc_at = 0;
+    r->crc = 0;
+===
+    r->crc = 0;
+>>>
+
+@ ckpt.reader.reopen_keeps_stage_at
+file: rendezvous/checkpoint_reader.c
+test: ^test_ckpt_prefault$
+<<<
+    r->stage_at = 0;
+    r->stage_len = 0;
+    r->next = -1;
+    if (r->stage != NULL) /* the same staging buffers, already faulted in */
+===
+    r->next = -1;
+    if (r->stage != NULL) /* the same staging buffers, already faulted in */
+>>>
+
 @ ckpt.reader.whole_crc_ignored
 file: rendezvous/checkpoint_reader.c
 test: ^it_ckpt$

@@ -25,8 +25,10 @@
  *                 from those (msr_ckpt_reader_read_crc)
  *     reshard     a world of another size: every rank reads the header of
  *                 every saved file and only the pieces that overlap its
- *                 share (a reader per file, one piece's buffer, a chunk
- *                 at a time), checking each piece's CRC chunk by chunk
+ *                 share (one reader pointed at each file in turn, a chunk
+ *                 at a time; a piece all in the share straight into it,
+ *                 one cut by the share's edge through one piece's
+ *                 buffer), checking each piece's CRC chunk by chunk
  *                 (train_gpt's resume in another layout)
  *
  * A rank's share is msr_ckpt_slice of PARAMS over the world (ckpt_full.h),
@@ -234,11 +236,32 @@ static msr_status_t bench_load(msr_ctx_t *ctx, const char *dir, share_t *s, size
     return st;
 }
 
-/* Reads from saved rank `rank`'s file the pieces that overlap s, one
- * piece's buffer at a time, checking each against its CRC. *seen_p gets
- * the file's payload length. */
+/* Reads piece r, all of it in s, straight into s's parameters and
+ * moments (no piece's buffer, no copy), as train_gpt's resume reads a
+ * piece its rank holds whole; checks its CRC. */
+static msr_status_t piece_in_place(msr_ckpt_reader_t *rd, const msr_tckpt_header_t *h,
+                                   const msr_tckpt_range_t *r, share_t *s)
+{
+    size_t at = r->lo - s->lo, bytes = (size_t)r->n * sizeof(float);
+    uint32_t crc = msr_tckpt_piece_crc_start(h, r);
+    msr_status_t st = read_crc(rd, r->offset, s->params + at, bytes, &crc);
+    if (st == MSR_OK)
+        st = read_crc(rd, r->offset + bytes, s->m + at, bytes, &crc);
+    if (st == MSR_OK)
+        st = read_crc(rd, r->offset + 2 * bytes, s->v + at, bytes, &crc);
+    if (st == MSR_OK && h->version >= 3 && crc != r->crc)
+        st = MSR_ERR_CORRUPT;
+    return st;
+}
+
+/* Reads from saved rank `rank`'s file the pieces that overlap s, each in
+ * place when s holds all of it, else through one piece's buffer, checking
+ * each against its CRC. *rd_p: the reader, opened by the first file and
+ * pointed at each next one (its staging buffers set up once). *seen_p
+ * gets the file's payload length. */
 static msr_status_t reshard_one(msr_ctx_t *ctx, const char *dir, int rank, share_t *s,
-                                float **buf_p, size_t *cap_p, size_t *seen_p)
+                                msr_ckpt_reader_t **rd_p, float **buf_p, size_t *cap_p,
+                                size_t *seen_p)
 {
     unsigned char prefix[MSR_TCKPT_PREFIX_LEN];
     uint64_t total = 0;
@@ -247,8 +270,11 @@ static msr_status_t reshard_one(msr_ctx_t *ctx, const char *dir, int rank, share
     msr_tckpt_range_t *r = NULL;
     uint32_t n = 0;
     void *head = NULL;
-    msr_ckpt_reader_t *rd = NULL; /* one open per file, not per chunk */
-    msr_status_t st = msr_ckpt_reader_open(ctx, dir, BENCH_STEP, rank, 0, &rd, &total);
+    msr_ckpt_reader_t *rd = *rd_p; /* one open per file, not per chunk */
+    msr_status_t st = rd != NULL
+                          ? msr_ckpt_reader_reopen(rd, dir, BENCH_STEP, rank, 0, &total)
+                          : msr_ckpt_reader_open(ctx, dir, BENCH_STEP, rank, 0, rd_p, &total);
+    rd = *rd_p;
     if (st == MSR_OK)
         st = msr_ckpt_reader_read(rd, 0, prefix, sizeof prefix);
     if (st == MSR_OK)
@@ -263,6 +289,10 @@ static msr_status_t reshard_one(msr_ctx_t *ctx, const char *dir, int rank, share
         size_t lo, cnt, floats = 3 * (size_t)r[k].n;
         if (!msr_ckpt_overlap(s->lo, s->n, r[k].lo, r[k].n, &lo, &cnt))
             continue;
+        if (cnt == r[k].n) {
+            st = piece_in_place(rd, &h, &r[k], s);
+            continue;
+        }
         if (floats > *cap_p) {
             msr_free(*buf_p);
             *cap_p = floats;
@@ -283,7 +313,6 @@ static msr_status_t reshard_one(msr_ctx_t *ctx, const char *dir, int rank, share
         else
             share_take(s, &r[k]);
     }
-    msr_ckpt_reader_close(rd);
     msr_free(r);
     msr_free(head);
     *seen_p = (size_t)total;
@@ -298,14 +327,16 @@ static msr_status_t bench_reshard(msr_ctx_t *ctx, const char *dir, share_t *s, s
     int saved_world = 0;
     float *buf = NULL;
     size_t cap = 0, all = 0;
+    msr_ckpt_reader_t *rd = NULL;
     msr_status_t st = msr_ckpt_latest_any(ctx, dir, &step, &saved_world);
     if (st == MSR_OK && step != BENCH_STEP)
         st = MSR_ERR_NOT_FOUND;
     for (int r = 0; r < saved_world && st == MSR_OK; r++) {
         size_t seen = 0;
-        st = reshard_one(ctx, dir, r, s, &buf, &cap, &seen);
+        st = reshard_one(ctx, dir, r, s, &rd, &buf, &cap, &seen);
         all += seen + 48; /* and libmsrun's header of the file */
     }
+    msr_ckpt_reader_close(rd);
     msr_free(buf);
     *bytes_p = all;
     return st;

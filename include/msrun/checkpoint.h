@@ -148,6 +148,16 @@ MSR_API msr_status_t msr_ckpt_reader_open(msr_ctx_t *ctx, const char *dir, int64
                                           int check, msr_ckpt_reader_t **reader_p,
                                           uint64_t *total_p);
 
+/* Points reader at rank `rank`'s state of step under dir, as
+ * msr_ckpt_reader_open would open it (check and *total_p alike), keeping
+ * its staging buffers and read-ahead thread: a load that reads several
+ * ranks' states one after the other (a resume in another layout) sets
+ * them up once, not once a file. A read in flight of the file before is
+ * waited for and dropped. Errors as msr_ckpt_reader_open's; on failure
+ * the reader still reads the file it had. */
+MSR_API msr_status_t msr_ckpt_reader_reopen(msr_ckpt_reader_t *reader, const char *dir,
+                                            int64_t step, int rank, int check, uint64_t *total_p);
+
 /* Reads len bytes at offset of the state into buf: MSR_ERR_CORRUPT for
  * bytes past the state's end, a short file or a whole state read in order
  * that does not match its CRC; MSR_ERR_IO. */

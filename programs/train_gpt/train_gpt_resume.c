@@ -74,13 +74,18 @@ static msr_status_t read_payload(void *arg, int rank, uint64_t offset, void *buf
     fetch_arg_t *f = arg;
     msr_status_t st = MSR_OK;
     if (f->reader == NULL || f->reader_rank != rank) { /* one open per payload, not per piece */
-        msr_ckpt_reader_close(f->reader);
-        f->reader = NULL;
         /* its own payload of a step this world saved is read whole, in
          * order: checked by the file's CRC too, as msr_ckpt_load would */
         int whole = f->own_complete && rank == msr_rank(f->ctx);
-        st = msr_ckpt_reader_open(f->ctx, f->dir, f->step, rank, whole, &f->reader,
-                                  &f->reader_total);
+        if (f->reader != NULL) /* the next payload through the same buffers */
+            st = msr_ckpt_reader_reopen(f->reader, f->dir, f->step, rank, whole, &f->reader_total);
+        else
+            st = msr_ckpt_reader_open(f->ctx, f->dir, f->step, rank, whole, &f->reader,
+                                      &f->reader_total);
+        if (st != MSR_OK) { /* no payload read until one opens */
+            msr_ckpt_reader_close(f->reader);
+            f->reader = NULL;
+        }
         st = train_gpt_cut_err(st, f->dir, f->step, rank, f->meta);
         f->reader_rank = rank;
         f->reader_whole = whole;

@@ -4,7 +4,8 @@
  * lands whole with its neighbours untouched; a reader past the page cache
  * (O_DIRECT, through its staging buffer) reads any part exactly, and
  * with a read ahead in flight pieces in order; its staging buffers are
- * aligned to huge pages and advised to be of them. */
+ * aligned to huge pages and advised to be of them, and kept when the
+ * reader is pointed at another file. */
 #include <fcntl.h>
 #include <ftw.h>
 #include <stdint.h>
@@ -375,10 +376,84 @@ static void test_stage_huge(void)
     free(state);
 }
 
+/* Reads state (len bytes) through rd in pieces in order from its start,
+ * each against state; the whole state's CRC then checked. */
+static void read_in_order(msr_ckpt_reader_t *rd, const unsigned char *state, size_t len,
+                          unsigned char *got, size_t piece)
+{
+    for (size_t at = 0; at < len; at += piece) {
+        size_t n = len - at < piece ? len - at : piece;
+        MSR_CHECK_OK(msr_ckpt_reader_read(rd, at, got, n));
+        MSR_CHECK_MSG(memcmp(got, state + at, n) == 0, "bytes [%zu, %zu) differ", at, at + n);
+    }
+    MSR_CHECK_EQ(msr_ckpt_reader_checked(rd), 1);
+}
+
+/* A reader pointed at another rank's state (msr_ckpt_reader_reopen) with
+ * a read ahead of the first in flight reads the second exactly (where
+ * its staging buffer held the first's bytes too), its whole CRC checked,
+ * through the same staging buffers; one pointed at a
+ * state that is not there fails (MSR_ERR_NOT_FOUND) and still reads the
+ * one it had; bad arguments are refused. */
+static void test_reader_reopen(void)
+{
+    const size_t stage = CKPT_DIRECT_STAGE, alen = 2 * stage + 100, blen = 3 * stage + 7;
+    const size_t piece = stage / 3 + 5;
+    unsigned char *a = malloc(alen), *b = malloc(blen), *got = malloc(stage);
+    MSR_CHECK(a != NULL && b != NULL && got != NULL);
+    for (size_t i = 0; i < alen; i++)
+        a[i] = (unsigned char)(i * 29 + (i >> 12));
+    for (size_t i = 0; i < blen; i++)
+        b[i] = (unsigned char)(i * 53 + 7 + (i >> 10));
+    msr_ctx_t *ctx = NULL;
+    unsetenv("MSR_AGENT");
+    unsetenv("MSR_WORLD_SIZE");
+    MSR_CHECK_OK(msr_init(&ctx));
+    MSR_CHECK_OK(msr_ckpt_save(ctx, dir, 10, a, alen, 0));
+    MSR_CHECK_OK(msr_ckpt_save(ctx, dir, 11, b, blen, 0));
+    msr_ckpt_reader_t *rd = NULL;
+    uint64_t total = 0;
+    MSR_CHECK_OK(msr_ckpt_reader_open(ctx, dir, 10, 0, 1, &rd, &total));
+    MSR_CHECK_EQ(total, (uint64_t)alen);
+    /* two pieces in order: the second reads ahead, still in flight */
+    MSR_CHECK_OK(msr_ckpt_reader_read(rd, 0, got, piece));
+    MSR_CHECK_OK(msr_ckpt_reader_read(rd, piece, got, piece));
+    MSR_CHECK(memcmp(got, a + piece, piece) == 0);
+    int direct = msr_ckpt_reader_direct(rd);
+    const void *s0 = msr_ckpt_reader_stage(rd);
+    MSR_CHECK_OK(msr_ckpt_reader_reopen(rd, dir, 11, 0, 0, &total));
+    MSR_CHECK_EQ(total, (uint64_t)blen);
+    MSR_CHECK_EQ(msr_ckpt_reader_direct(rd), direct);
+    MSR_CHECK(msr_ckpt_reader_stage(rd) == s0); /* the same staging buffer, not a new one */
+    /* where the staging buffer held the first state's bytes: the second's */
+    MSR_CHECK_OK(msr_ckpt_reader_read(rd, 2 * piece, got, 100));
+    MSR_CHECK(memcmp(got, b + 2 * piece, 100) == 0);
+    /* the same state again, with its whole CRC checked */
+    MSR_CHECK_OK(msr_ckpt_reader_reopen(rd, dir, 11, 0, 1, NULL));
+    MSR_CHECK_EQ(msr_ckpt_reader_checked(rd), 0);
+    read_in_order(rd, b, blen, got, piece);
+    /* back to the first state, read whole again, then at a missing one */
+    MSR_CHECK_OK(msr_ckpt_reader_reopen(rd, dir, 10, 0, 1, NULL));
+    read_in_order(rd, a, alen, got, piece);
+    total = 1;
+    MSR_CHECK_EQ(msr_ckpt_reader_reopen(rd, dir, 12, 0, 1, &total), MSR_ERR_NOT_FOUND);
+    MSR_CHECK_EQ(total, 1);
+    MSR_CHECK_OK(msr_ckpt_reader_read(rd, alen - 9, got, 9));
+    MSR_CHECK(memcmp(got, a + alen - 9, 9) == 0);
+    MSR_CHECK_EQ(msr_ckpt_reader_reopen(rd, NULL, 10, 0, 1, NULL), MSR_ERR_INVALID_ARG);
+    MSR_CHECK_EQ(msr_ckpt_reader_reopen(NULL, dir, 10, 0, 1, NULL), MSR_ERR_INVALID_ARG);
+    msr_ckpt_reader_close(rd);
+    msr_finalize(ctx);
+    free(got);
+    free(b);
+    free(a);
+}
+
 static const msr_test_t tests[] = {
     {"prefault_pages", test_prefault_pages, 10}, {"read_misaligned", test_read_misaligned, 30},
     {"read_direct", test_read_direct, 30},       {"read_fallback", test_read_fallback, 30},
     {"read_ahead", test_read_ahead, 30},         {"stage_huge", test_stage_huge, 30},
+    {"reader_reopen", test_reader_reopen, 30},
 };
 
 static int remove_one(const char *path, const struct stat *st, int flag, struct FTW *ftw)
