@@ -1249,9 +1249,9 @@ test: ^test_parallel_train_gpt_tpoverlap$
 file: parallel/mp_tp_copy.c
 test: ^test_parallel_train_gpt_tpoverlap$
 <<<
-        msr_mp_seq_permute(mp, mp->d.B / 2, copy_perm(c), gbuf, 1);
+        st = msr_mp_seq_permute(mp, mp->d.B / 2, copy_perm(c), gbuf, 1);
 ===
-        msr_mp_seq_permute(mp, mp->d.B / 2, mp->w.perm, gbuf, 1);
+        st = msr_mp_seq_permute(mp, mp->d.B / 2, mp->w.perm, gbuf, 1);
 >>>
 
 @ mp.zero3_tied_wte_sent_ungathered
