@@ -797,6 +797,24 @@ test: ^test_device(_fake)?$
     if (dst == NULL || src == NULL)
 >>>
 
+@ mp.device_memory_accepted
+file: parallel/mp.c
+test: ^test_parallel_mp_device$
+<<<
+    if (!msr_device_is_host(dev)) {
+===
+    if (0 && !msr_device_is_host(dev)) {
+>>>
+
+@ mp.device_named_ignored
+file: parallel/mp.c
+test: ^test_parallel_mp_device$
+<<<
+    const msr_device_t *dev = cfg->device != NULL ? cfg->device : msr_device_cpu();
+===
+    const msr_device_t *dev = msr_device_cpu();
+>>>
+
 @ device.cuda_copy_on_default_stream
 file: comm/device_cuda.c
 test: ^test_device_fake$
