@@ -55,9 +55,20 @@ static size_t z3_count(const msr_dp_t *dp, size_t k)
     return dp->pz_off[k + 1] - dp->pz_off[k];
 }
 
-/* ZeRO-3: block k's owned elements between the shard buffer and the
- * store (put 1: into the store; 0: back), through a scratch buffer of
- * the store's block size (the blocks' shares differ by a few elements). */
+/* A copy of n floats between dp's device memory (the shard, the
+ * allgather's buffer) and the host (the offload store's buffers, the
+ * model's flat buffer), kind saying which way, on the device's default
+ * stream: the host reads or reuses either side only after msr_dp_sync. */
+static msr_status_t xfer(msr_dp_t *dp, float *dst, const float *src, size_t n,
+                         msr_device_copy_t kind)
+{
+    return msr_device_copy(dp->dev, dst, src, n * sizeof(float), kind, NULL);
+}
+
+/* ZeRO-3: block k's owned elements between the shard buffer (dp's device)
+ * and the store (put 1: into the store; 0: back), through a host scratch
+ * buffer of the store's block size (the blocks' shares differ by a few
+ * elements). */
 static msr_status_t z3_move(msr_dp_t *dp, int put)
 {
     size_t L = (size_t)layers(dp);
@@ -68,10 +79,13 @@ static msr_status_t z3_move(msr_dp_t *dp, int put)
     for (size_t k = 0; k < L && st == MSR_OK; k++) {
         float *sh = dp->pshard + dp->pz_off[k];
         if (put) {
-            memcpy(tmp, sh, z3_count(dp, k) * sizeof(float));
-            st = msr_params_put(dp->params_off, k, tmp);
+            if ((st = xfer(dp, tmp, sh, z3_count(dp, k), MSR_DEVICE_D2H)) == MSR_OK &&
+                (st = msr_dp_sync(dp)) == MSR_OK)
+                st = msr_params_put(dp->params_off, k, tmp);
         } else if ((st = msr_params_get(dp->params_off, k, tmp)) == MSR_OK) {
-            memcpy(sh, tmp, z3_count(dp, k) * sizeof(float));
+            /* tmp is filled again next: the copy must have read it */
+            if ((st = xfer(dp, sh, tmp, z3_count(dp, k), MSR_DEVICE_H2D)) == MSR_OK)
+                st = msr_dp_sync(dp);
         }
     }
     msr_free(tmp);
@@ -324,14 +338,17 @@ static void update_owned(msr_dp_t *dp, size_t lo, size_t hi, float *base)
     }
 }
 
-/* Rank j's elements of the sharded units in [lo, hi), in unit order:
- * packed into (pack 1) or out of (pack 0) buf, from or into base (NULL
- * buf: only counted); their count. */
-static size_t pieces(const msr_dp_t *dp, int j, size_t lo, size_t hi, float *base, float *buf,
-                     int pack)
+/* Rank j's elements of the sharded units in [lo, hi), in unit order,
+ * counted into *count_p and, with buf, packed into (pack 1: host to
+ * device) or out of (pack 0: device to host) buf, from or into base (the
+ * host's: a store buffer or the flat buffer). The copies are queued on
+ * dp's device: msr_dp_sync before either side is read. */
+static msr_status_t pieces(msr_dp_t *dp, int j, size_t lo, size_t hi, float *base, float *buf,
+                           int pack, size_t *count_p)
 {
     size_t c = 0;
-    for (int k = 0; k < dp->num_units; k++) {
+    msr_status_t st = MSR_OK;
+    for (int k = 0; k < dp->num_units && st == MSR_OK; k++) {
         const msr_dp_unit_t *u = &dp->units[k];
         size_t a, e;
         if (u->replicated)
@@ -342,12 +359,13 @@ static size_t pieces(const msr_dp_t *dp, int j, size_t lo, size_t hi, float *bas
         if (a >= e)
             continue;
         if (buf != NULL && pack)
-            memcpy(buf + c, base + (a - lo), (e - a) * sizeof(float));
+            st = xfer(dp, buf + c, base + (a - lo), e - a, MSR_DEVICE_H2D);
         else if (buf != NULL)
-            memcpy(base + (a - lo), buf + c, (e - a) * sizeof(float));
+            st = xfer(dp, base + (a - lo), buf + c, e - a, MSR_DEVICE_D2H);
         c += e - a;
     }
-    return c;
+    *count_p = c;
+    return st;
 }
 
 /* ZeRO 1-2: the other ranks' updated elements of [lo, hi) into base, from
@@ -357,24 +375,29 @@ static msr_status_t gather_range(msr_dp_t *dp, size_t lo, size_t hi, float *base
 {
     if (dp->comm == NULL || dp->size == 1 || hi <= lo)
         return MSR_OK;
-    size_t most = 0, size = (size_t)dp->size;
-    for (int j = 0; j < dp->size; j++)
-        most = MSR_MAX(most, pieces(dp, j, lo, hi, base, NULL, 0));
+    size_t most = 0, size = (size_t)dp->size, c = 0;
+    for (int j = 0; j < dp->size; j++) {
+        (void)pieces(dp, j, lo, hi, base, NULL, 0, &c); /* only counts: no copy to fail */
+        most = MSR_MAX(most, c);
+    }
     if (most == 0)
         return MSR_OK;
     float *buf = msr_dp_tmp_alloc(dp, size * most, 1);
     if (buf == NULL)
         return MSR_ERR_NO_MEMORY;
-    (void)pieces(dp, dp->rank, lo, hi, base, buf + (size_t)dp->rank * most, 1);
-    msr_status_t st =
-        msr_comm_allgather(dp->comm, MSR_IN_PLACE, buf, (uint64_t)most, MSR_DTYPE_F32);
-    if (st != MSR_OK)
-        st = msr_dp_comm_failed("parameter allgather of flat element", (int)lo, st);
+    msr_status_t st = pieces(dp, dp->rank, lo, hi, base, buf + (size_t)dp->rank * most, 1, &c);
+    if (st == MSR_OK && (st = msr_dp_sync(dp)) == MSR_OK) { /* the communicator reads next */
+        st = msr_comm_allgather(dp->comm, MSR_IN_PLACE, buf, (uint64_t)most, MSR_DTYPE_F32);
+        if (st != MSR_OK)
+            st = msr_dp_comm_failed("parameter allgather of flat element", (int)lo, st);
+    }
     for (int j = 0; j < dp->size && st == MSR_OK; j++)
         if (j != dp->rank)
-            (void)pieces(dp, j, lo, hi, base, buf + (size_t)j * most, 0);
+            st = pieces(dp, j, lo, hi, base, buf + (size_t)j * most, 0, &c);
+    /* the host reads base next, and buf is kept for reuse */
+    msr_status_t sst = msr_dp_sync(dp);
     msr_dp_tmp_free(dp, &buf, size * most);
-    return st;
+    return st != MSR_OK ? st : sst;
 }
 
 /* ZeRO 1-2: the resident elements, then the blocks one at a time (read

@@ -26,6 +26,43 @@ msr_status_t msr_mp_failed(const char *what, msr_status_t st)
     return msr_err_call(st, "mp: %s", what);
 }
 
+/* ---- buffers and copies on the device ---- */
+
+msr_status_t msr_mp_buf_alloc(msr_mp_t *mp, size_t n, int zeroed, float **p_p)
+{
+    void *p = NULL;
+    msr_status_t st = msr_device_alloc(mp->dev, n * sizeof(float), &p);
+    if (st == MSR_OK && zeroed && (st = msr_mp_zero(mp, p, n)) == MSR_OK)
+        st = msr_mp_sync(mp);
+    if (st != MSR_OK) {
+        msr_device_free(mp->dev, p);
+        return st;
+    }
+    *p_p = p;
+    return MSR_OK;
+}
+
+void msr_mp_buf_free(msr_mp_t *mp, float *p)
+{
+    msr_device_free(mp->dev, p);
+}
+
+msr_status_t msr_mp_copy(msr_mp_t *mp, float *dst, const float *src, size_t n,
+                         msr_device_copy_t kind)
+{
+    return msr_device_copy(mp->dev, dst, src, n * sizeof(float), kind, NULL);
+}
+
+msr_status_t msr_mp_zero(msr_mp_t *mp, float *dst, size_t n)
+{
+    return msr_device_memset(mp->dev, dst, 0, n * sizeof(float), NULL);
+}
+
+msr_status_t msr_mp_sync(msr_mp_t *mp)
+{
+    return msr_device_stream_sync(mp->dev, NULL);
+}
+
 /* ---- tracing ---- */
 
 void msr_mp_span_add(msr_mp_t *mp, int comm, uint64_t a, uint64_t b, const char *fmt, ...)
@@ -127,9 +164,8 @@ static msr_status_t alloc_cp(msr_mp_t *mp)
     const msr_gpt_config_t *g = &mp->model->cfg;
     if (g->arch == MSR_GPT_ARCH_LLAMA && g->kv_heads != g->heads) {
         size_t n = T / 2 * 2 * (size_t)mp->d.Cl; /* grouped-query: the kv heads repeated */
-        mp->cp_kvx = msr_calloc(n, sizeof(float));
-        mp->cp_dkvx = msr_calloc(n, sizeof(float));
-        if (mp->cp_kvx == NULL || mp->cp_dkvx == NULL)
+        if (msr_mp_buf_alloc(mp, n, 1, &mp->cp_kvx) != MSR_OK ||
+            msr_mp_buf_alloc(mp, n, 1, &mp->cp_dkvx) != MSR_OK)
             return MSR_ERR_NO_MEMORY;
         mp->stats.work_bytes += 2 * n * sizeof(float);
     }
@@ -148,13 +184,12 @@ static msr_status_t alloc_frames(msr_mp_t *mp, size_t nframes, int max_layers)
             NULL)
             return MSR_ERR_NO_MEMORY;
     if (mp->pp > 1 && (mp->pr > 0 || mp->cfg.chunks > 1) &&
-        (mp->gsend = msr_calloc(nframes * mp->d.Nl * (size_t)mp->d.C, sizeof(float))) == NULL)
+        msr_mp_buf_alloc(mp, nframes * mp->d.Nl * (size_t)mp->d.C, 1, &mp->gsend) != MSR_OK)
         return MSR_ERR_NO_MEMORY;
     if (mp->pp > 1 && mp->pr == mp->pp - 1 && mp->model->cfg.arch != MSR_GPT_ARCH_LLAMA) {
         size_t n = (size_t)mp->d.Vl * (size_t)mp->d.C; /* a Llama's head is untied */
-        mp->head_wte = msr_calloc(n, sizeof(float));
-        mp->head_dwte = msr_calloc(n, sizeof(float));
-        if (mp->head_wte == NULL || mp->head_dwte == NULL)
+        if (msr_mp_buf_alloc(mp, n, 1, &mp->head_wte) != MSR_OK ||
+            msr_mp_buf_alloc(mp, n, 1, &mp->head_dwte) != MSR_OK)
             return MSR_ERR_NO_MEMORY;
     }
     return MSR_OK;
@@ -225,10 +260,18 @@ msr_status_t msr_mp_create(const msr_mp_config_t *cfg, const msr_mesh_t *mesh, m
     msr_status_t st = check_part(cfg, mesh, model);
     if (st != MSR_OK)
         return st;
+    const msr_device_t *dev = cfg->device != NULL ? cfg->device : msr_device_cpu();
+    if (!msr_device_is_host(dev)) {
+        return msr_err(MSR_ERR_UNSUPPORTED,
+                       "mp: device %s: the model's kernels run on the host only, so model "
+                       "parallel's buffers stay there until they run on devices",
+                       msr_device_name(dev));
+    }
     msr_mp_t *mp = msr_calloc(1, sizeof *mp);
     if (mp == NULL)
         goto err_no_memory;
     mp->cfg = *cfg;
+    mp->dev = dev;
     mp->cfg.stage_layers = model->part.stage_layers; /* outlives cfg's */
     mp->mesh = mesh;
     mp->model = model;
@@ -251,14 +294,14 @@ msr_status_t msr_mp_create(const msr_mp_config_t *cfg, const msr_mesh_t *mesh, m
     int max_layers = 0;
     for (int c = 0; c < cfg->chunks; c++)
         max_layers = MSR_MAX(max_layers, model->chunk_hi[c] - model->chunk_lo[c]);
-    mp->wmem = msr_calloc(cw.used, sizeof(float));
+    if (msr_mp_buf_alloc(mp, cw.used, 1, &mp->wmem) != MSR_OK)
+        goto err_free;
     mp->stats.work_bytes = cw.used * sizeof(float);
     mp->frames = msr_calloc(nframes, sizeof *mp->frames);
     mp->pool = msr_calloc(nframes, sizeof *mp->pool);
     mp->sreq = msr_calloc(2 * nframes, sizeof *mp->sreq);
     mp->ops = msr_calloc(2 * nframes, sizeof *mp->ops);
-    if (mp->wmem == NULL || mp->frames == NULL || mp->pool == NULL || mp->sreq == NULL ||
-        mp->ops == NULL)
+    if (mp->frames == NULL || mp->pool == NULL || mp->sreq == NULL || mp->ops == NULL)
         goto err_free;
     if (mp->cp > 1 && alloc_cp(mp) != MSR_OK)
         goto err_free;
@@ -317,20 +360,20 @@ void msr_mp_destroy(msr_mp_t *mp)
     msr_free(mp->frames);
     msr_acts_destroy(mp->acts);
     for (int k = 0; mp->pool != NULL && k < mp->pool_n; k++)
-        msr_free(mp->pool[k].mem);
+        msr_mp_buf_free(mp, mp->pool[k].mem);
     msr_free(mp->pool);
     msr_free(mp->spans);
     msr_free(mp->ops);
     msr_free(mp->sreq);
-    msr_free(mp->gsend);
-    msr_free(mp->head_wte);
-    msr_free(mp->head_dwte);
+    msr_mp_buf_free(mp, mp->gsend);
+    msr_mp_buf_free(mp, mp->head_wte);
+    msr_mp_buf_free(mp, mp->head_dwte);
     msr_free(mp->cp_pos);
-    msr_free(mp->cp_kvx);
-    msr_free(mp->cp_dkvx);
+    msr_mp_buf_free(mp, mp->cp_kvx);
+    msr_mp_buf_free(mp, mp->cp_dkvx);
     msr_free(mp->cp_in);
     msr_free(mp->cp_tgt);
-    msr_free(mp->wmem);
+    msr_mp_buf_free(mp, mp->wmem);
     msr_free(mp);
 }
 

@@ -112,6 +112,7 @@
 
 #include "layout/layout.h"
 #include "msrun/base.h"
+#include "msrun/device.h"
 #include "parallel/dp.h"
 #include "model/gpt.h"
 #include "parallel/mesh.h"
@@ -154,6 +155,13 @@ typedef struct msr_mp_config {
      * (model/block.h, msr_block_forward_split); needs tp > 1 and an even
      * micro-batch */
     int tp_overlap;
+    /* where the runtime's buffers live and its copies run (msrun/device.h):
+     * the blocks' work space, the frames' kept activations, the pipeline's
+     * gradients in flight, the last stage's tied embedding, context
+     * parallel's ring copies and the tp gradient sums' buffer. NULL: the
+     * CPU. Only a device with host memory is accepted until the model's
+     * kernels run on devices (msr_mp_create: MSR_ERR_UNSUPPORTED) */
+    const msr_device_t *device;
 } msr_mp_config_t;
 
 /* Names of the schedules and recompute modes ("gpipe", "1f1b",

@@ -1,7 +1,6 @@
 /* Model parallel's context-parallel side (see mp.h): the layout of a
  * rank's positions and ring attention over the cp group. */
 #include <math.h>
-#include <string.h>
 
 #include "base/status.h"
 #include "base/time.h"
@@ -42,26 +41,31 @@ static size_t kv_width(const msr_mp_t *mp)
     return mp->blk.llama ? (size_t)mp->blk.NKVl * (size_t)(mp->d.Cl / mp->d.NHl) : (size_t)mp->d.Cl;
 }
 
-/* The K and V columns of qkv packed as (N, 2KV): what travels. */
-static void pack_kv(const msr_mp_t *mp, const float *qkv, float *kv)
+/* The K and V columns of qkv packed as (N, 2KV): what travels; copies
+ * within the device, synced before the ring sends or computes on them. */
+static msr_status_t pack_kv(msr_mp_t *mp, const float *qkv, float *kv)
 {
     size_t Cl = (size_t)mp->d.Cl, KV = kv_width(mp);
-    for (size_t n = 0; n < mp->d.N; n++)
-        memcpy(kv + n * 2 * KV, qkv + n * (Cl + 2 * KV) + Cl, 2 * KV * sizeof(float));
+    msr_status_t st = MSR_OK;
+    for (size_t n = 0; n < mp->d.N && st == MSR_OK; n++)
+        st = msr_mp_copy(mp, kv + n * 2 * KV, qkv + n * (Cl + 2 * KV) + Cl, 2 * KV, MSR_DEVICE_D2D);
+    return st == MSR_OK ? msr_mp_sync(mp) : st;
 }
 
 /* Grouped-query attention: S rows of kv (2KV wide) with each kv head
  * repeated for its NHl/NKVl query heads into x (S, 2Cl), what the ring
  * kernels take. */
-static void expand_kv(const msr_mp_t *mp, const float *kv, float *x, int S)
+static msr_status_t expand_kv(msr_mp_t *mp, const float *kv, float *x, int S)
 {
     size_t Cl = (size_t)mp->d.Cl, KV = kv_width(mp), HS = Cl / (size_t)mp->d.NHl;
     size_t G = (size_t)(mp->d.NHl / mp->blk.NKVl);
-    for (size_t n = 0; n < (size_t)S; n++)
-        for (size_t h = 0; h < (size_t)mp->d.NHl; h++)
-            for (size_t part = 0; part < 2; part++)
-                memcpy(x + n * 2 * Cl + part * Cl + h * HS,
-                       kv + n * 2 * KV + part * KV + h / G * HS, HS * sizeof(float));
+    msr_status_t st = MSR_OK;
+    for (size_t n = 0; n < (size_t)S && st == MSR_OK; n++)
+        for (size_t h = 0; h < (size_t)mp->d.NHl && st == MSR_OK; h++)
+            for (size_t part = 0; part < 2 && st == MSR_OK; part++)
+                st = msr_mp_copy(mp, x + n * 2 * Cl + part * Cl + h * HS,
+                                 kv + n * 2 * KV + part * KV + h / G * HS, HS, MSR_DEVICE_D2D);
+    return st == MSR_OK ? msr_mp_sync(mp) : st; /* the ring kernels read x next */
 }
 
 /* Its backward: dkv (S, 2KV) += the sum of each group's columns of dx. */
@@ -123,10 +127,11 @@ typedef struct chunk_pair {
     const int *qpos, *kpos; /* their global positions, S each */
 } chunk_pair_t;
 
-typedef void (*pair_fn)(const msr_mp_t *mp, const chunk_pair_t *p, void *arg);
+typedef msr_status_t (*pair_fn)(msr_mp_t *mp, const chunk_pair_t *p, void *arg);
 
 /* Calls fn(mp, pair, arg) for block j's chunk pairs, batch row by row, and
- * drives the transfers in flight between them (ring_poll). A pair whose
+ * drives the transfers in flight between them (ring_poll); a failure of
+ * fn (the device's) goes into *st_p too and ends the calls. A pair whose
  * keys all come after its queries is skipped, which is what balances the
  * causal work across the ring: forward and backward visit the same pairs. */
 static void for_each_pair(msr_mp_t *mp, int j, pair_fn fn, void *arg, msr_comm_req_t **req,
@@ -142,7 +147,12 @@ static void for_each_pair(msr_mp_t *mp, int j, pair_fn fn, void *arg, msr_comm_r
                     continue;
                 chunk_pair_t p = {(size_t)b * d->T + (size_t)qc * S,
                                   (size_t)b * d->T + (size_t)kc * S, qpos + qc * S, kpos + kc * S};
-                fn(mp, &p, arg);
+                msr_status_t fst = fn(mp, &p, arg);
+                if (fst != MSR_OK) {
+                    if (*st_p == MSR_OK)
+                        *st_p = fst;
+                    return;
+                }
                 ring_poll(req, nreq, st_p);
             }
         }
@@ -157,19 +167,22 @@ typedef struct fold_fwd {
     const float *qkv, *kv;
 } fold_fwd_t;
 
-static void pair_forward(const msr_mp_t *mp, const chunk_pair_t *p, void *arg)
+static msr_status_t pair_forward(msr_mp_t *mp, const chunk_pair_t *p, void *arg)
 {
     const fold_fwd_t *f = arg;
     const dims_t *d = &mp->d;
     int S = d->T / 2, KV = (int)kv_width(mp), W = d->Cl + 2 * KV, C2 = 2 * d->Cl, NH = d->NHl;
     const float *kv = f->kv + p->kr * 2 * KV;
     if (KV != d->Cl) { /* grouped-query: the kv heads repeated */
-        expand_kv(mp, kv, mp->cp_kvx, S);
+        msr_status_t st = expand_kv(mp, kv, mp->cp_kvx, S);
+        if (st != MSR_OK)
+            return st;
         kv = mp->cp_kvx;
     }
     msr_attention_ring_forward(mp->model->prod, f->out + p->qr * d->Cl, mp->w.rmx + p->qr * NH,
                                mp->w.rsum + p->qr * NH, f->qkv + p->qr * W, W, p->qpos, S, kv,
                                kv + d->Cl, C2, p->kpos, S, d->Cl, NH, mp->w.datt);
+    return MSR_OK;
 }
 
 msr_status_t msr_mp_cp_attend(void *arg, float *out, float *lse, const float *qkv)
@@ -178,12 +191,13 @@ msr_status_t msr_mp_cp_attend(void *arg, float *out, float *lse, const float *qk
     const dims_t *d = &mp->d;
     work_t *w = &mp->w;
     size_t rows = d->N * (size_t)d->NHl;
-    memset(out, 0, d->N * (size_t)d->Cl * sizeof(float));
+    msr_status_t zst = msr_mp_zero(mp, out, d->N * (size_t)d->Cl);
+    if (zst != MSR_OK || (zst = pack_kv(mp, qkv, w->kv[0])) != MSR_OK) /* pack_kv syncs */
+        return zst;
     for (size_t i = 0; i < rows; i++) {
         w->rmx[i] = -INFINITY;
         w->rsum[i] = 0.0f;
     }
-    pack_kv(mp, qkv, w->kv[0]);
     for (int s = 0; s < mp->cp; s++) {
         /* the next block travels while this one is computed */
         msr_comm_req_t *req[2] = {NULL, NULL};
@@ -211,7 +225,7 @@ typedef struct fold_bwd {
     const float *dout, *qkv, *kv, *lse;
 } fold_bwd_t;
 
-static void pair_backward(const msr_mp_t *mp, const chunk_pair_t *p, void *arg)
+static msr_status_t pair_backward(msr_mp_t *mp, const chunk_pair_t *p, void *arg)
 {
     const fold_bwd_t *f = arg;
     const dims_t *d = &mp->d;
@@ -219,8 +233,9 @@ static void pair_backward(const msr_mp_t *mp, const chunk_pair_t *p, void *arg)
     const float *kv = f->kv + p->kr * 2 * KV;
     float *dkv = f->dkv + p->kr * 2 * KV;
     if (KV != d->Cl) { /* grouped-query: the kv heads repeated, their gradients summed */
-        expand_kv(mp, kv, mp->cp_kvx, S);
-        memset(mp->cp_dkvx, 0, (size_t)S * (size_t)C2 * sizeof(float));
+        msr_status_t st = msr_mp_zero(mp, mp->cp_dkvx, (size_t)S * (size_t)C2);
+        if (st != MSR_OK || (st = expand_kv(mp, kv, mp->cp_kvx, S)) != MSR_OK) /* it syncs */
+            return st;
         kv = mp->cp_kvx;
         dkv = mp->cp_dkvx;
     }
@@ -230,6 +245,7 @@ static void pair_backward(const msr_mp_t *mp, const chunk_pair_t *p, void *arg)
                                 S, d->Cl, NH, mp->w.datt);
     if (KV != d->Cl)
         fold_dkv(mp, f->dkv + p->kr * 2 * KV, mp->cp_dkvx, S);
+    return MSR_OK;
 }
 
 /* Backward: at step s this rank holds block j = cr - s with the gradient
@@ -244,8 +260,9 @@ msr_status_t msr_mp_cp_attend_backward(void *arg, float *dqkv, const float *dout
     work_t *w = &mp->w;
     size_t KV = kv_width(mp), n2 = d->N * 2 * KV;
     msr_attention_ring_delta(w->delta, dout, out, (int)d->N, d->Cl, d->NHl);
-    pack_kv(mp, qkv, w->kv[0]);
-    memset(w->dkv[0], 0, n2 * sizeof(float));
+    msr_status_t zst = msr_mp_zero(mp, w->dkv[0], n2);
+    if (zst != MSR_OK || (zst = pack_kv(mp, qkv, w->kv[0])) != MSR_OK) /* pack_kv syncs */
+        return zst;
     for (int s = 0; s < mp->cp; s++) {
         int cur = s % 2, nxt = (s + 1) % 2;
         msr_comm_req_t *req[4] = {NULL, NULL, NULL, NULL};

@@ -48,6 +48,7 @@ typedef struct work {
 
 struct msr_mp {
     msr_mp_config_t cfg;
+    const msr_device_t *dev; /* borrowed: cfg.device, or the CPU */
     const msr_mesh_t *mesh;
     msr_gpt_t *model;
     dims_t d;
@@ -136,6 +137,22 @@ struct msr_mp {
     int num_spans, cap_spans;
 };
 
+/* The runtime's buffers and copies on mp->dev (mp.c). buf_alloc: n floats
+ * of the device's memory into *p_p, set to zero when zeroed (and synced,
+ * so the host may read them), else NO_MEMORY with the text set; buf_free
+ * of NULL does nothing. copy and zero queue n floats' work on the device's
+ * default stream, kind saying between which memories (the model's
+ * parameters and gradients are the host's); sync waits for it before a
+ * communicator or the host reads what it wrote (on the CPU device the
+ * work is done in the call). Each answers the device's failure, text
+ * set. */
+msr_status_t msr_mp_buf_alloc(msr_mp_t *mp, size_t n, int zeroed, float **p_p);
+void msr_mp_buf_free(msr_mp_t *mp, float *p);
+msr_status_t msr_mp_copy(msr_mp_t *mp, float *dst, const float *src, size_t n,
+                         msr_device_copy_t kind);
+msr_status_t msr_mp_zero(msr_mp_t *mp, float *dst, size_t n);
+msr_status_t msr_mp_sync(msr_mp_t *mp);
+
 /* This rank's sizes for cfg on a tp-way split. */
 dims_t msr_mp_dims(const msr_gpt_config_t *m, const msr_mp_config_t *cfg, int tp);
 /* Points la into keep (what the frame keeps) and scr (the shared scratch,
@@ -193,10 +210,11 @@ void msr_mp_point_copies(msr_mp_t *mp);
 msr_status_t msr_mp_tp_poll(void *arg);
 /* Sequence parallel's layout (mp_tp.c): the rows of B sequences from perm
  * (rank r's (B, T/tp, C) at r B T/tp C) into full (B, T, C) (dir 1), or
- * back (dir -1); full (B, T, C) on every rank gathered from each rank's
- * local (B, T/tp, C) through perm; local = this rank's positions of the
+ * back (dir -1), copies synced (the device's failure, else MSR_OK);
+ * full (B, T, C) on every rank gathered from each rank's local
+ * (B, T/tp, C) through perm; local = this rank's positions of the
  * sum over ranks of full (left unspecified). */
-void msr_mp_seq_permute(const msr_mp_t *mp, int B, float *perm, float *full, int dir);
+msr_status_t msr_mp_seq_permute(msr_mp_t *mp, int B, float *perm, float *full, int dir);
 msr_status_t msr_mp_seq_gather(msr_mp_t *mp, int B, float *perm, const float *local, float *full);
 msr_status_t msr_mp_seq_scatter(msr_mp_t *mp, int B, float *perm, float *full, float *local);
 /* The embeddings: out (Nl, C) = this rank's rows of wte[token] + wpe[t];

@@ -4,9 +4,7 @@
  * step around them (the tied embedding's gradient, sequence parallel's sums, the
  * gradients' hand-over to data parallel, the loss). */
 #include <math.h>
-#include <string.h>
 
-#include "base/alloc.h"
 #include "base/err.h"
 #include "base/status.h"
 #include "base/time.h"
@@ -164,7 +162,8 @@ static msr_status_t frame_open(msr_mp_t *mp, int m, int c, frame_t *f)
             mp->pool[k] = mp->pool[--mp->pool_n];
         }
     }
-    if (f->mem == NULL && (f->mem = msr_malloc(keep.used * sizeof(float))) == NULL) {
+    if (f->mem == NULL && msr_mp_buf_alloc(mp, keep.used, 0, &f->mem) != MSR_OK) {
+        f->mem = NULL;
         return msr_err(MSR_ERR_NO_MEMORY,
                        "mp: out of memory for the activations of micro-batch %d (%zu bytes)", m,
                        keep.used * sizeof(float));
@@ -483,9 +482,12 @@ static msr_status_t run_backward(msr_mp_t *mp, int m, int c)
     } else {
         size_t k = (size_t)m * mp->cfg.chunks + c;
         float *buf = mp->gsend + k * mp->d.Nl * (size_t)mp->d.C;
-        memcpy(buf, dres, mp->d.Nl * (size_t)mp->d.C * sizeof(float));
-        st = send_to(mp, buf, (j - 1 + mp->nv) % mp->pp, tag_of(mp, 1, m, j - 1),
-                     &mp->sreq[2 * k + 1]);
+        /* dres is the work space's, the next backward's: the send's own copy */
+        if ((st = msr_mp_copy(mp, buf, dres, mp->d.Nl * (size_t)mp->d.C, MSR_DEVICE_D2D)) ==
+                MSR_OK &&
+            (st = msr_mp_sync(mp)) == MSR_OK)
+            st = send_to(mp, buf, (j - 1 + mp->nv) % mp->pp, tag_of(mp, 1, m, j - 1),
+                         &mp->sreq[2 * k + 1]);
     }
     msr_mp_frame_close(mp, f);
     return st;
@@ -516,10 +518,11 @@ static msr_status_t tp_sum(msr_mp_t *mp, int seg)
     }
     if (total == 0)
         return MSR_OK;
-    float *buf = msr_calloc(total, sizeof(float));
-    if (buf == NULL)
-        return MSR_ERR_NO_MEMORY;
-    msr_status_t st = MSR_OK;
+    float *buf = NULL;
+    msr_status_t st = msr_mp_buf_alloc(mp, total, 1, &buf);
+    if (st != MSR_OK)
+        return st;
+    /* the gradients are the host's, the packed sum the device's */
     for (int pass = 0; pass < 2 && st == MSR_OK; pass++) {
         size_t off = 0;
         for (int k = 0; k < m->num_tensors; k++) {
@@ -530,15 +533,20 @@ static msr_status_t tp_sum(msr_mp_t *mp, int seg)
             float *g = s->grads + (t->offset - s->offset);
             float *slot = buf + off + (size_t)(mp->tr / t->tp_copies) * t->count;
             if (pass == 0)
-                memcpy(slot, g, t->count * sizeof(float));
+                st = msr_mp_copy(mp, slot, g, t->count, MSR_DEVICE_H2D);
             else
-                memcpy(g, slot, t->count * sizeof(float));
+                st = msr_mp_copy(mp, g, slot, t->count, MSR_DEVICE_D2H);
+            if (st != MSR_OK)
+                break;
             off += t->count * (size_t)(mp->tp / t->tp_copies);
         }
-        if (pass == 0)
+        /* the allreduce reads the packing; the host the sums after */
+        if (st == MSR_OK)
+            st = msr_mp_sync(mp);
+        if (pass == 0 && st == MSR_OK)
             st = msr_mp_tp_allreduce(mp, buf, total, MSR_DTYPE_F32, MSR_OP_SUM, "tp grads");
     }
-    msr_free(buf);
+    msr_mp_buf_free(mp, buf);
     return st;
 }
 
@@ -613,8 +621,10 @@ msr_status_t msr_mp_run(msr_mp_t *mp, msr_dp_t *dp, const int *inputs, const int
     mp->loss_sum = 0.0;
     mp->aux_sum = 0.0;
     mp->recv_ns = 0;
-    if (mp->head_dwte != NULL)
-        memset(mp->head_dwte, 0, (size_t)mp->d.Vl * (size_t)mp->d.C * sizeof(float));
+    if (mp->head_dwte != NULL &&
+        ((st = msr_mp_zero(mp, mp->head_dwte, (size_t)mp->d.Vl * (size_t)mp->d.C)) != MSR_OK ||
+         (st = msr_mp_sync(mp)) != MSR_OK))
+        return st;
     mp->backwards = 0;
     mp->last_backward = 0;
     if (!mp->overlap && (st = msr_dp_micro_begin(dp, 1, 1)) != MSR_OK)

@@ -4,7 +4,6 @@
  * stage's. */
 #include <stdint.h>
 
-#include "base/alloc.h"
 #include "base/err.h"
 #include "base/status.h"
 #include "base/time.h"
@@ -64,8 +63,8 @@ msr_status_t msr_mp_tied_add(msr_mp_t *mp)
     msr_gpt_t *m = mp->model;
     size_t n = (size_t)mp->d.Vl * (size_t)mp->d.C;
     float *tmp = mp->w.dln; /* (N, C) is free here; used if it is large enough */
-    float *buf = n <= mp->d.N * (size_t)mp->d.C ? tmp : msr_malloc(n * sizeof(float));
-    if (buf == NULL)
+    float *buf = tmp;
+    if (n > mp->d.N * (size_t)mp->d.C && msr_mp_buf_alloc(mp, n, 0, &buf) != MSR_OK)
         return MSR_ERR_NO_MEMORY;
     uint64_t a = msr_now_ns();
     msr_status_t st =
@@ -77,6 +76,6 @@ msr_status_t msr_mp_tied_add(msr_mp_t *mp)
     }
     msr_mp_span_add(mp, 1, a, msr_now_ns(), "tied wte grad");
     if (buf != tmp)
-        msr_free(buf);
+        msr_mp_buf_free(mp, buf);
     return st != MSR_OK ? msr_mp_failed("receiving the tied embedding's gradient", st) : MSR_OK;
 }

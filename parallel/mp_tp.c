@@ -3,9 +3,7 @@
  * them, and the vocabulary-parallel embeddings and head. */
 #include <math.h>
 #include <stdio.h>
-#include <string.h>
 
-#include "base/alloc.h"
 #include "base/err.h"
 #include "base/log.h"
 #include "base/status.h"
@@ -28,17 +26,20 @@ msr_status_t msr_mp_tp_allreduce(msr_mp_t *mp, void *x, size_t n, msr_dtype_t t,
 
 /* The rows of B sequences from the sequence-parallel layout perm (rank
  * r's (B, T/tp, C) at r B T/tp C) into full (B, T, C) (dir 1), or back
- * (dir -1). */
-void msr_mp_seq_permute(const msr_mp_t *mp, int B, float *perm, float *full, int dir)
+ * (dir -1): copies within the device, synced before the communicator or
+ * the block reads them. */
+msr_status_t msr_mp_seq_permute(msr_mp_t *mp, int B, float *perm, float *full, int dir)
 {
     const dims_t *d = &mp->d;
     size_t row = (size_t)d->Tl * (size_t)d->C, blk = (size_t)B * row;
-    for (int r = 0; r < d->tp; r++)
-        for (int b = 0; b < B; b++) {
+    msr_status_t st = MSR_OK;
+    for (int r = 0; r < d->tp && st == MSR_OK; r++)
+        for (int b = 0; b < B && st == MSR_OK; b++) {
             float *p = perm + (size_t)r * blk + (size_t)b * row;
             float *f = full + ((size_t)b * d->T + (size_t)r * d->Tl) * d->C;
-            memcpy(dir > 0 ? f : p, dir > 0 ? p : f, row * sizeof(float));
+            st = msr_mp_copy(mp, dir > 0 ? f : p, dir > 0 ? p : f, row, MSR_DEVICE_D2D);
         }
+    return st == MSR_OK ? msr_mp_sync(mp) : st;
 }
 
 /* full (B, T, C) on every rank from each rank's local (B, T/tp, C), for
@@ -50,9 +51,9 @@ msr_status_t msr_mp_seq_gather(msr_mp_t *mp, int B, float *perm, const float *lo
     msr_status_t st = msr_comm_allgather(mp->mesh->tp_comm, local, perm, blk, MSR_DTYPE_F32);
     if (st != MSR_OK)
         return msr_mp_failed("sequence allgather", st);
-    msr_mp_seq_permute(mp, B, perm, full, 1);
+    st = msr_mp_seq_permute(mp, B, perm, full, 1);
     msr_mp_span_add(mp, 1, a, msr_now_ns(), "allgather seq");
-    return MSR_OK;
+    return st;
 }
 
 /* local (B, T/tp, C) = this rank's positions of the sum over ranks of full
@@ -61,9 +62,10 @@ msr_status_t msr_mp_seq_scatter(msr_mp_t *mp, int B, float *perm, float *full, f
 {
     size_t blk = (size_t)B * mp->d.Tl * (size_t)mp->d.C;
     uint64_t a = msr_now_ns();
-    msr_mp_seq_permute(mp, B, perm, full, -1);
-    msr_status_t st =
-        msr_comm_reduce_scatter(mp->mesh->tp_comm, perm, local, blk, MSR_DTYPE_F32, MSR_OP_SUM);
+    msr_status_t st = msr_mp_seq_permute(mp, B, perm, full, -1);
+    if (st != MSR_OK)
+        return st;
+    st = msr_comm_reduce_scatter(mp->mesh->tp_comm, perm, local, blk, MSR_DTYPE_F32, MSR_OP_SUM);
     msr_mp_span_add(mp, 1, a, msr_now_ns(), "reduce-scatter seq");
     return st != MSR_OK ? msr_mp_failed("sequence reduce-scatter", st) : MSR_OK;
 }
@@ -177,9 +179,11 @@ msr_status_t msr_mp_embed_forward(msr_mp_t *mp, const int *tokens, float *out)
     const float *wte = m->segments[m->seg_embed].params; /* (Vl, C) */
     const float *wpe = wte + (size_t)d->Vl * d->C;       /* (maxT, C) */
     if (d->tp == 1 && is_llama(mp)) {                    /* every row whole here */
-        for (size_t n = 0; n < d->N; n++)
-            memcpy(out + n * d->C, wte + (size_t)tokens[n] * d->C, (size_t)d->C * sizeof(float));
-        return MSR_OK;
+        msr_status_t st = MSR_OK;
+        for (size_t n = 0; n < d->N && st == MSR_OK; n++)
+            st = msr_mp_copy(mp, out + n * d->C, wte + (size_t)tokens[n] * d->C, (size_t)d->C,
+                             MSR_DEVICE_H2D);
+        return st == MSR_OK ? msr_mp_sync(mp) : st;
     }
     if (d->tp == 1 && d->cp == 1) {
         msr_encoder_forward(out, tokens, wte, wpe, d->B, d->T, d->C);
@@ -187,14 +191,18 @@ msr_status_t msr_mp_embed_forward(msr_mp_t *mp, const int *tokens, float *out)
     }
     int lo = mp->tr * d->Vl;
     float *part = mp->w.proj, *r;
-    memset(part, 0, d->N * (size_t)d->C * sizeof(float));
-    for (size_t n = 0; n < d->N; n++) {
+    msr_status_t st = msr_mp_zero(mp, part, d->N * (size_t)d->C);
+    if (st != MSR_OK || (st = msr_mp_sync(mp)) != MSR_OK) /* the rows are written next */
+        return st;
+    /* this rank's rows of the embedding (the host's parameters) */
+    for (size_t n = 0; n < d->N && st == MSR_OK; n++) {
         int v = tokens[n] - lo;
         if (v >= 0 && v < d->Vl)
-            memcpy(part + n * d->C, wte + (size_t)v * d->C, (size_t)d->C * sizeof(float));
+            st = msr_mp_copy(mp, part + n * d->C, wte + (size_t)v * d->C, (size_t)d->C,
+                             MSR_DEVICE_H2D);
     }
-    msr_status_t st = tp_reduce(mp, part, mp->w.projl, &r);
-    if (st != MSR_OK)
+    if (st != MSR_OK || (st = msr_mp_sync(mp)) != MSR_OK ||
+        (st = tp_reduce(mp, part, mp->w.projl, &r)) != MSR_OK)
         return st;
     int t0 = d->sp ? mp->tr * d->Tl : 0;
     for (int b = 0; b < d->B; b++)
@@ -202,14 +210,15 @@ msr_status_t msr_mp_embed_forward(msr_mp_t *mp, const int *tokens, float *out)
             float *o = out + ((size_t)b * d->Tl + t) * d->C;
             const float *x = r + ((size_t)b * d->Tl + t) * d->C;
             if (is_llama(mp)) { /* no wpe: the rows as they are */
-                memcpy(o, x, (size_t)d->C * sizeof(float));
+                if ((st = msr_mp_copy(mp, o, x, (size_t)d->C, MSR_DEVICE_D2D)) != MSR_OK)
+                    return st;
                 continue;
             }
             const float *pe = wpe + (size_t)global_pos(mp, t0 + t) * d->C;
             for (int c = 0; c < d->C; c++)
                 o[c] = x[c] + pe[c];
         }
-    return MSR_OK;
+    return msr_mp_sync(mp); /* a Llama's rows copied */
 }
 
 msr_status_t msr_mp_embed_backward(msr_mp_t *mp, const int *tokens, float *dout)
@@ -339,9 +348,11 @@ msr_status_t msr_mp_head_backward(msr_mp_t *mp, frame_t *f, const float *x, cons
     msr_gpt_t *m = mp->model;
     work_t *w = &mp->w;
     size_t N = d->N, Vl = (size_t)d->Vl;
-    memset(w->dlogits, 0, N * Vl * sizeof(float));
-    memset(w->dres, 0, d->Nl * (size_t)d->C * sizeof(float));
-    memset(w->dln, 0, N * (size_t)d->C * sizeof(float));
+    msr_status_t st = msr_mp_zero(mp, w->dlogits, N * Vl);
+    if (st != MSR_OK || (st = msr_mp_zero(mp, w->dres, d->Nl * (size_t)d->C)) != MSR_OK ||
+        (st = msr_mp_zero(mp, w->dln, N * (size_t)d->C)) != MSR_OK ||
+        (st = msr_mp_sync(mp)) != MSR_OK)
+        return st;
     if (d->tp == 1) {
         msr_crossentropy_backward(w->dlogits, f->probs, targets, mp->dloss, (int)N, d->V);
     } else {
@@ -358,8 +369,7 @@ msr_status_t msr_mp_head_backward(msr_mp_t *mp, frame_t *f, const float *x, cons
     }
     const float *g;
     float *dl;
-    msr_status_t st = tp_enter(mp, f->lnf, w->gat, &g);
-    if (st != MSR_OK)
+    if ((st = tp_enter(mp, f->lnf, w->gat, &g)) != MSR_OK)
         return st;
     msr_matmul_backward(mp->model->prod, w->dln, head_wte(mp, 1), NULL, w->dlogits, g,
                         head_wte(mp, 0), (int)N, d->C, d->Vl);

@@ -46,7 +46,7 @@ static msr_status_t pre_wait(msr_mp_t *mp, float *gbuf)
     mp->pre.req = NULL;
     mp->pre.live = 0;
     if (st == MSR_OK && gbuf != NULL)
-        msr_mp_seq_permute(mp, mp->d.B / 2, mp->w.proj, gbuf, 1);
+        st = msr_mp_seq_permute(mp, mp->d.B / 2, mp->w.proj, gbuf, 1);
     msr_mp_span_add(mp, 1, a, msr_now_ns(), "wait gather");
     return st != MSR_OK ? msr_mp_failed("tp overlap allgather", st) : MSR_OK;
 }
@@ -113,7 +113,7 @@ static msr_status_t copy_enter_wait(void *arg, void *req, float *gbuf, const flo
     mp->flight[i].req = NULL;
     mp->flight[i].used = 0;
     if (st == MSR_OK)
-        msr_mp_seq_permute(mp, mp->d.B / 2, copy_perm(c), gbuf, 1);
+        st = msr_mp_seq_permute(mp, mp->d.B / 2, copy_perm(c), gbuf, 1);
     msr_mp_span_add(mp, 1, a, msr_now_ns(), "wait gather");
     *out_p = gbuf;
     return st != MSR_OK ? msr_mp_failed("tp overlap allgather", st) : MSR_OK;
@@ -161,7 +161,8 @@ static msr_status_t copy_reduce_start(void *arg, float *full, float *local, void
     uint64_t a = msr_now_ns();
     msr_status_t st;
     if (mp->d.sp) {
-        msr_mp_seq_permute(mp, B, copy_perm(c), full, -1);
+        if ((st = msr_mp_seq_permute(mp, B, copy_perm(c), full, -1)) != MSR_OK)
+            return st;
         st = msr_comm_ireduce_scatter(comm, copy_perm(c), local,
                                       (size_t)B * mp->d.Tl * (size_t)mp->d.C, MSR_DTYPE_F32,
                                       MSR_OP_SUM, &mp->flight[i].req);

@@ -820,6 +820,24 @@ test: ^test_device(_fake)?$
     if (dst == NULL || src == NULL)
 >>>
 
+@ mp.device_memory_accepted
+file: parallel/mp.c
+test: ^test_parallel_mp_device$
+<<<
+    if (!msr_device_is_host(dev)) {
+===
+    if (0 && !msr_device_is_host(dev)) {
+>>>
+
+@ mp.device_named_ignored
+file: parallel/mp.c
+test: ^test_parallel_mp_device$
+<<<
+    const msr_device_t *dev = cfg->device != NULL ? cfg->device : msr_device_cpu();
+===
+    const msr_device_t *dev = msr_device_cpu();
+>>>
+
 @ device.cuda_copy_on_default_stream
 file: comm/device_cuda.c
 test: ^test_device_fake$
@@ -1272,9 +1290,9 @@ test: ^test_parallel_train_gpt_tpoverlap$
 file: parallel/mp_tp_copy.c
 test: ^test_parallel_train_gpt_tpoverlap$
 <<<
-        msr_mp_seq_permute(mp, mp->d.B / 2, copy_perm(c), gbuf, 1);
+        st = msr_mp_seq_permute(mp, mp->d.B / 2, copy_perm(c), gbuf, 1);
 ===
-        msr_mp_seq_permute(mp, mp->d.B / 2, mp->w.perm, gbuf, 1);
+        st = msr_mp_seq_permute(mp, mp->d.B / 2, mp->w.perm, gbuf, 1);
 >>>
 
 @ mp.zero3_tied_wte_sent_ungathered
