@@ -7,7 +7,8 @@
  * double. OPERAND and OPERAND_AGAIN are msr_products_operand and _again
  * (NULL and nothing in double), ROUND(dst, at, src, n) rounds src's n
  * elements into dst + at unless dst is NULL (nothing in double): a kernel
- * rounds what it writes for the product that reads it next. The math
+ * rounds what it writes for the product that reads it next. HOLD and
+ * RELEASE are msr_products_hold and _release (nothing in double). The math
  * functions come from <tgmath.h>, so exp(x) is expf(x) for a float x;
  * constants are cast to real (R(...)) so no expression silently widens to
  * double in the float build.
@@ -173,6 +174,8 @@ void LAYER(attention_gqa_forward)(PRODUCTS real *out, real *att, const real *qkv
     int HS = C / NH, G = NH / KVH;
     int KVC = KVH * HS, C3 = C + 2 * KVC;
     real scale = R(1) / sqrt((real)HS);
+    /* q, k and v rounded once for every head's blocks */
+    HOLD(pr, 0, qkv, (size_t)B * T * C3);
     for (int b = 0; b < B; b++) {
         for (int h = 0; h < NH; h++) {
             const real *row0 = qkv + (size_t)b * T * C3;        /* (T,C3) */
@@ -214,6 +217,7 @@ void LAYER(attention_gqa_forward)(PRODUCTS real *out, real *att, const real *qkv
             }
         }
     }
+    RELEASE(pr, 0);
 }
 
 void LAYER(attention_forward)(PRODUCTS real *out, real *att, const real *qkv, int B, int T, int C,
@@ -238,6 +242,9 @@ void LAYER(attention_gqa_backward)(PRODUCTS real *dqkv, real *scratch, const rea
     int HS = C / NH, G = NH / KVH;
     int KVC = KVH * HS, C3 = C + 2 * KVC;
     real scale = R(1) / sqrt((real)HS);
+    /* q, k, v and dout rounded once for every head's blocks */
+    HOLD(pr, 0, qkv, (size_t)B * T * C3);
+    HOLD(pr, 1, dout, (size_t)B * T * C);
     for (int b = 0; b < B; b++) {
         for (int h = 0; h < NH; h++) {
             size_t qoff = (size_t)b * T * C3 + (size_t)h * HS;
@@ -293,6 +300,8 @@ void LAYER(attention_gqa_backward)(PRODUCTS real *dqkv, real *scratch, const rea
             }
         }
     }
+    RELEASE(pr, 1);
+    RELEASE(pr, 0);
 }
 
 #undef ATT_ROWS
