@@ -218,6 +218,9 @@ static void LAYER(row_softmax_grad)(real *restrict d, const real *restrict a, re
  * away. The keys left out would add exact zeros (att is 0 there), so the
  * sums are the full square's. */
 #define ATT_ROWS 64
+/* the keys that row i's block of ATT_ROWS rows reads: [0, this) */
+#define ATT_KEYS(i, T) \
+    ((i) - (i) % ATT_ROWS + ATT_ROWS < (T) ? (i) - (i) % ATT_ROWS + ATT_ROWS : (T))
 void LAYER(attention_gqa_forward)(PRODUCTS real *out, real *att, const real *qkv, int B, int T,
                                   int C, int NH, int KVH)
 {
@@ -239,7 +242,8 @@ void LAYER(attention_gqa_forward)(PRODUCTS real *out, real *att, const real *qkv
                 GEMM(pr, CblasNoTrans, CblasTrans, m, r0 + m, HS, scale, q + (size_t)r0 * C3, C3, k,
                      C3, R(0), a + (size_t)r0 * T, T);
             }
-            /* each row rounded as it is finished, for att V's blocks */
+            /* each row rounded as it is finished, for att V's blocks: to
+             * the end of its block's keys, all that they read of it */
             uint16_t *a16 = OPERAND(pr, a, (size_t)T * T);
             for (int i = 0; i < T; i++) {
                 real *row = a + (size_t)i * T; /* (T) */
@@ -252,7 +256,7 @@ void LAYER(attention_gqa_forward)(PRODUCTS real *out, real *att, const real *qkv
                 LAYER(row_scale)(row, R(1) / sum, i + 1);
                 for (int j = i + 1; j < T; j++)
                     row[j] = 0;
-                ROUND(a16, (size_t)i * T, row, (size_t)T);
+                ROUND(a16, (size_t)i * T, row, (size_t)ATT_KEYS(i, T));
             }
             for (int r0 = 0; r0 < T; r0 += ATT_ROWS) {
                 int m = T - r0 < ATT_ROWS ? T - r0 : ATT_ROWS;
@@ -310,7 +314,12 @@ void LAYER(attention_gqa_backward)(PRODUCTS real *dqkv, real *scratch, const rea
                      C3, R(0), da + (size_t)r0 * T, T);
             }
             /* each row of dpre rounded as it is finished, for both of its
-             * products (dQ's, then dK's on its transpose) */
+             * products (dQ's, then dK's on its transpose), zeroed above the
+             * diagonal and rounded to the end of its block's keys only:
+             * dQ's block of rows i reads keys [0, ATT_KEYS(i, T)), dK's
+             * block of keys [c0, c0 + m) the rows from c0 on, so no
+             * product reads da past a row's ATT_KEYS (the scratch's
+             * contents there are left as they were) */
             uint16_t *da16 = OPERAND(pr, da, (size_t)T * T);
             for (int i = 0; i < T; i++) {
                 const real *arow = a + (size_t)i * T; /* (T) */
@@ -319,9 +328,9 @@ void LAYER(attention_gqa_backward)(PRODUCTS real *dqkv, real *scratch, const rea
                 for (int j = 0; j <= i; j++)
                     dot += arow[j] * drow[j];
                 LAYER(row_softmax_grad)(drow, arow, dot, i + 1);
-                for (int j = i + 1; j < T; j++)
+                for (int j = i + 1; j < ATT_KEYS(i, T); j++)
                     drow[j] = 0;
-                ROUND(da16, (size_t)i * T, drow, (size_t)T);
+                ROUND(da16, (size_t)i * T, drow, (size_t)ATT_KEYS(i, T));
             }
             for (int r0 = 0; r0 < T; r0 += ATT_ROWS) { /* dQ's rows [r0, r0 + m) */
                 int m = T - r0 < ATT_ROWS ? T - r0 : ATT_ROWS;
@@ -350,6 +359,7 @@ void LAYER(attention_gqa_backward)(PRODUCTS real *dqkv, real *scratch, const rea
 }
 
 #undef ATT_ROWS
+#undef ATT_KEYS
 
 void LAYER(attention_backward)(PRODUCTS real *dqkv, real *scratch, const real *dout,
                                const real *qkv, const real *att, int B, int T, int C, int NH)
