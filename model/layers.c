@@ -21,6 +21,8 @@
 #define LINEAR_BACKWARD msr_products_linear_backward
 #define OPERAND         msr_products_operand
 #define OPERAND_AGAIN   msr_products_operand_again
+#define HOLD            msr_products_hold
+#define RELEASE         msr_products_release
 #define ROUND(dst, at, src, n)                             \
     do {                                                   \
         if ((dst) != NULL)                                 \
@@ -35,6 +37,8 @@
 #undef LINEAR_BACKWARD
 #undef OPERAND
 #undef OPERAND_AGAIN
+#undef HOLD
+#undef RELEASE
 #undef ROUND
 #undef real
 #undef LAYER
@@ -51,6 +55,8 @@
 /* no bf16 operands in double */
 #define OPERAND(pr, src, n)       ((uint16_t *)NULL)
 #define OPERAND_AGAIN(pr, src, n) ((void)0)
+#define HOLD(pr, slot, src, n)    ((void)0)
+#define RELEASE(pr, slot)         ((void)0)
 #define ROUND(dst, at, src, n)    ((void)(dst))
 #include "model/layers_impl.h"
 #undef real
@@ -61,3 +67,5 @@
 #undef OPERAND
 #undef OPERAND_AGAIN
 #undef ROUND
+#undef HOLD
+#undef RELEASE

@@ -146,6 +146,24 @@ uint16_t *msr_products_operand(msr_products_t *p, const float *src, size_t n);
  * src must not have changed since it was rounded. */
 bool msr_products_operand_again(msr_products_t *p, const float *src, size_t n);
 
+/* An operand rounded once for several products: hold rounds src (n
+ * elements) into slot's own buffer, and until release(slot) every product
+ * (msr_products_sgemm) whose A or B storage lies inside src's n elements,
+ * its rows lda or ldb apart in src's layout, takes its bf16 operand from
+ * there instead of rounding it (a handed-over A, above, comes first):
+ * attention rounds q, k and v once per call where each head's blocks of
+ * rows would round them again (the same bits, as the rounding is per
+ * element). src must not change while held. Slots are independent, holding
+ * a slot again replaces its source. Each slot's buffer grows to the largest
+ * it has held and is kept (counted in msr_products_scratch_bytes). Returns
+ * false (nothing held: the products round src themselves, as before) for
+ * NULL, an fp32 context, a slot outside [0, MSR_PRODUCTS_HOLDS), n 0, or
+ * when the buffer cannot grow (logged). release does nothing for NULL or
+ * a free slot. */
+#define MSR_PRODUCTS_HOLDS 2
+bool msr_products_hold(msr_products_t *p, int slot, const float *src, size_t n);
+void msr_products_release(msr_products_t *p, int slot);
+
 /* msr_layernorm_forward, and out16 (N,C) = out rounded to bf16 in the same
  * pass (a row at a time); msr_gelu_forward and out16 (n) likewise. out16
  * NULL: the fp32 kernel alone. Bitwise out as the fp32 kernels, out16 as

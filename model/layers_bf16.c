@@ -34,6 +34,13 @@ struct msr_products {
         size_t off, n; /* w16[off, off + n) holds w_base[off, off + n) rounded */
     } * w_kept;
     size_t w_kept_n, w_kept_cap;
+    /* operands rounded once for several products (msr_products_hold) */
+    struct hold {
+        const float *src; /* the held fp32 operand; NULL: the slot is free */
+        size_t n;         /* its elements */
+        uint16_t *buf;    /* (cap) its rounding, element for element */
+        size_t cap;       /* grown to the largest held, kept until destroy */
+    } holds[MSR_PRODUCTS_HOLDS];
 };
 
 const char *msr_precision_name(msr_precision_t precision)
@@ -106,6 +113,8 @@ void msr_products_destroy(msr_products_t *p)
     msr_free(p->b);
     msr_free(p->w16);
     msr_free(p->w_kept);
+    for (int i = 0; i < MSR_PRODUCTS_HOLDS; i++)
+        msr_free(p->holds[i].buf);
     msr_free(p);
 }
 
@@ -121,7 +130,12 @@ msr_status_t msr_products_status(const msr_products_t *p)
 
 size_t msr_products_scratch_bytes(const msr_products_t *p)
 {
-    return p != NULL ? (p->a_cap + p->b_cap + p->w_n) * sizeof(uint16_t) : 0;
+    if (p == NULL)
+        return 0;
+    size_t n = p->a_cap + p->b_cap + p->w_n;
+    for (int i = 0; i < MSR_PRODUCTS_HOLDS; i++)
+        n += p->holds[i].cap;
+    return n * sizeof(uint16_t);
 }
 
 /* The first failure sticks; later ones are the same story. */
@@ -164,18 +178,6 @@ static bool reserve_both(msr_products_t *p, size_t na, size_t nb)
     if (st != MSR_OK)
         fail(p, st);
     return st == MSR_OK;
-}
-
-/* Rounds op(A)'s (ar, ac) and op(B)'s (br, bc) storage into the scratch;
- * false (recorded) when it cannot grow */
-static bool round_operands(msr_products_t *p, const float *A, int lda, int ar, int ac,
-                           const float *B, int ldb, int br, int bc)
-{
-    if (!reserve_both(p, (size_t)ar * (size_t)ac, (size_t)br * (size_t)bc))
-        return false;
-    round_rows(p->a, A, lda, ar, ac);
-    round_rows(p->b, B, ldb, br, bc);
-    return true;
 }
 
 msr_status_t msr_products_keep_weights(msr_products_t *p, const float *params, size_t n)
@@ -273,6 +275,49 @@ bool msr_products_operand_again(msr_products_t *p, const float *src, size_t n)
     return true;
 }
 
+bool msr_products_hold(msr_products_t *p, int slot, const float *src, size_t n)
+{
+    if (p == NULL || p->precision != MSR_PRECISION_BF16 || slot < 0 || slot >= MSR_PRODUCTS_HOLDS ||
+        src == NULL || n == 0)
+        return false;
+    struct hold *h = &p->holds[slot];
+    h->src = NULL;
+    if (reserve(&h->buf, &h->cap, n) != MSR_OK)
+        return false; /* the products round src themselves, as before */
+    msr_bf16_from_f32_n(h->buf, src, n);
+    h->src = src;
+    h->n = n;
+    return true;
+}
+
+void msr_products_release(msr_products_t *p, int slot)
+{
+    if (p != NULL && slot >= 0 && slot < MSR_PRODUCTS_HOLDS)
+        p->holds[slot].src = NULL;
+}
+
+/* The held rounding of the operand at inp, rows of cols elements ld apart,
+ * when all of it lies inside a held operand (its rows then lie ld apart
+ * there too); NULL otherwise */
+static const uint16_t *held_block(const msr_products_t *p, const float *inp, size_t ld, size_t rows,
+                                  size_t cols)
+{
+    if (inp == NULL || rows == 0 || cols == 0 || ld < cols)
+        return NULL;
+    uintptr_t at = (uintptr_t)inp;
+    size_t extent = (rows - 1) * ld + cols;
+    for (int i = 0; i < MSR_PRODUCTS_HOLDS; i++) {
+        const struct hold *h = &p->holds[i];
+        uintptr_t base = (uintptr_t)h->src;
+        if (h->src == NULL || at < base || (at - base) % sizeof *inp != 0)
+            continue;
+        size_t off = (at - base) / sizeof *inp;
+        if (off <= h->n && extent <= h->n - off)
+            return h->buf + off;
+    }
+    return NULL;
+}
+
 /* Whether a holds the rounding of the operand at inp, rows of cols
  * elements ld apart (ld >= cols), for this product, and where: then *off_p
  * is inp's offset in the handed-over operand, whose rounding a mirrors
@@ -335,26 +380,30 @@ void msr_products_sgemm(msr_products_t *p, int trans_a, int trans_b, int M, int 
     }
     if (M == 0 || N == 0)
         return;
-    const uint16_t *a16 = NULL;
-    int lda16 = lda;
-    if (ready) {
-        /* only b: a holds the handed-over operand, which a reallocation
-         * would lose */
-        msr_status_t st = reserve(&p->b, &p->b_cap, (size_t)br * (size_t)bc);
-        if (st != MSR_OK) {
-            fail(p, st);
-            return;
-        }
-        round_rows(p->b, B, ldb, br, bc);
-        a16 = p->a + a_off;
-    } else if (!round_operands(p, A, lda, ar, ac, B, ldb, br, bc)) {
-        return;
-    } else {
-        a16 = p->a; /* packed */
+    /* A: handed over (in a, which must not be reallocated then), held,
+     * or rounded packed into a; B: held, or rounded packed into b */
+    const uint16_t *a16 =
+        ready ? p->a + a_off : held_block(p, A, (size_t)lda, (size_t)ar, (size_t)ac);
+    const uint16_t *b16 = held_block(p, B, (size_t)ldb, (size_t)br, (size_t)bc);
+    int lda16 = lda, ldb16 = ldb;
+    msr_status_t st = MSR_OK;
+    if (a16 == NULL && (st = reserve(&p->a, &p->a_cap, (size_t)ar * (size_t)ac)) == MSR_OK) {
+        round_rows(p->a, A, lda, ar, ac);
+        a16 = p->a;
         lda16 = ac > 0 ? ac : 1;
     }
-    msr_status_t st = msr_gemm_bf16(p->gemm, trans_a != 0, trans_b != 0, M, N, K, alpha, a16, lda16,
-                                    p->b, bc > 0 ? bc : 1, beta, C, ldc);
+    if (st == MSR_OK && b16 == NULL &&
+        (st = reserve(&p->b, &p->b_cap, (size_t)br * (size_t)bc)) == MSR_OK) {
+        round_rows(p->b, B, ldb, br, bc);
+        b16 = p->b;
+        ldb16 = bc > 0 ? bc : 1;
+    }
+    if (st != MSR_OK) {
+        fail(p, st);
+        return;
+    }
+    st = msr_gemm_bf16(p->gemm, trans_a != 0, trans_b != 0, M, N, K, alpha, a16, lda16, b16, ldb16,
+                       beta, C, ldc);
     if (st != MSR_OK)
         fail(p, st);
 }

@@ -7,7 +7,8 @@
  * double. OPERAND and OPERAND_AGAIN are msr_products_operand and _again
  * (NULL and nothing in double), ROUND(dst, at, src, n) rounds src's n
  * elements into dst + at unless dst is NULL (nothing in double): a kernel
- * rounds what it writes for the product that reads it next. The math
+ * rounds what it writes for the product that reads it next. HOLD and
+ * RELEASE are msr_products_hold and _release (nothing in double). The math
  * functions come from <tgmath.h>, so exp(x) is expf(x) for a float x;
  * constants are cast to real (R(...)) so no expression silently widens to
  * double in the float build.
@@ -153,6 +154,56 @@ void LAYER(matmul_backward)(PRODUCTS real *dinp, real *dweight, real *dbias, con
         LAYER(bias_backward)(dbias, dout, N, OC);
 }
 
+/* Attention's softmax rows, a block of ATT_LANES elements at a time in a
+ * loop of a fixed length over arrays that do not overlap, which the
+ * compiler turns into vector instructions (as bias_backward's sums):
+ * row_max gives what the loop m = x[j] > m ? x[j] : m from m = x[0] gives
+ * (a NaN x[0] stays, a later NaN is passed over), in ATT_LANES running
+ * maxima folded the same way; the one difference, the sign of a zero
+ * maximum, x - m does not see (x - 0 and x - (-0) are equal, but for x
+ * a zero, where exp gives 1 either way). row_scale and row_softmax_grad
+ * are elementwise: the plain loops' bits. */
+#define ATT_LANES 16
+static real LAYER(row_max)(const real *restrict x, int n)
+{
+    real lane[ATT_LANES];
+    for (int l = 0; l < ATT_LANES; l++)
+        lane[l] = x[0];
+    int J = n - n % ATT_LANES;
+    for (int j0 = 0; j0 < J; j0 += ATT_LANES)
+        for (int l = 0; l < ATT_LANES; l++)
+            lane[l] = x[j0 + l] > lane[l] ? x[j0 + l] : lane[l];
+    real m = x[0];
+    for (int l = 0; l < ATT_LANES; l++)
+        m = lane[l] > m ? lane[l] : m;
+    for (int j = J; j < n; j++)
+        m = x[j] > m ? x[j] : m;
+    return m;
+}
+
+/* x (n) *= s */
+static void LAYER(row_scale)(real *restrict x, real s, int n)
+{
+    int J = n - n % ATT_LANES;
+    for (int j0 = 0; j0 < J; j0 += ATT_LANES)
+        for (int l = 0; l < ATT_LANES; l++)
+            x[j0 + l] *= s;
+    for (int j = J; j < n; j++)
+        x[j] *= s;
+}
+
+/* d (n) = a (n) * (d - dot), the softmax backward of a row */
+static void LAYER(row_softmax_grad)(real *restrict d, const real *restrict a, real dot, int n)
+{
+    int J = n - n % ATT_LANES;
+    for (int j0 = 0; j0 < J; j0 += ATT_LANES)
+        for (int l = 0; l < ATT_LANES; l++)
+            d[j0 + l] = a[j0 + l] * (d[j0 + l] - dot);
+    for (int j = J; j < n; j++)
+        d[j] = a[j] * (d[j] - dot);
+}
+#undef ATT_LANES
+
 /* Per batch row b and head h, with Q the head's (T,HS) column block of qkv
  * and K, V those of its key/value head h / (NH/KVH):
  *   pre = Q K^T / sqrt(HS)          (T,T)
@@ -167,12 +218,17 @@ void LAYER(matmul_backward)(PRODUCTS real *dinp, real *dweight, real *dbias, con
  * away. The keys left out would add exact zeros (att is 0 there), so the
  * sums are the full square's. */
 #define ATT_ROWS 64
+/* the keys that row i's block of ATT_ROWS rows reads: [0, this) */
+#define ATT_KEYS(i, T) \
+    ((i) - (i) % ATT_ROWS + ATT_ROWS < (T) ? (i) - (i) % ATT_ROWS + ATT_ROWS : (T))
 void LAYER(attention_gqa_forward)(PRODUCTS real *out, real *att, const real *qkv, int B, int T,
                                   int C, int NH, int KVH)
 {
     int HS = C / NH, G = NH / KVH;
     int KVC = KVH * HS, C3 = C + 2 * KVC;
     real scale = R(1) / sqrt((real)HS);
+    /* q, k and v rounded once for every head's blocks */
+    HOLD(pr, 0, qkv, (size_t)B * T * C3);
     for (int b = 0; b < B; b++) {
         for (int h = 0; h < NH; h++) {
             const real *row0 = qkv + (size_t)b * T * C3;        /* (T,C3) */
@@ -186,24 +242,21 @@ void LAYER(attention_gqa_forward)(PRODUCTS real *out, real *att, const real *qkv
                 GEMM(pr, CblasNoTrans, CblasTrans, m, r0 + m, HS, scale, q + (size_t)r0 * C3, C3, k,
                      C3, R(0), a + (size_t)r0 * T, T);
             }
-            /* each row rounded as it is finished, for att V's blocks */
+            /* each row rounded as it is finished, for att V's blocks: to
+             * the end of its block's keys, all that they read of it */
             uint16_t *a16 = OPERAND(pr, a, (size_t)T * T);
             for (int i = 0; i < T; i++) {
                 real *row = a + (size_t)i * T; /* (T) */
-                real mx = row[0];
-                for (int j = 1; j <= i; j++)
-                    mx = row[j] > mx ? row[j] : mx;
+                real mx = LAYER(row_max)(row, i + 1);
                 real sum = 0;
                 for (int j = 0; j <= i; j++) {
                     row[j] = exp(row[j] - mx);
                     sum += row[j];
                 }
-                real inv = R(1) / sum;
-                for (int j = 0; j <= i; j++)
-                    row[j] *= inv;
+                LAYER(row_scale)(row, R(1) / sum, i + 1);
                 for (int j = i + 1; j < T; j++)
                     row[j] = 0;
-                ROUND(a16, (size_t)i * T, row, (size_t)T);
+                ROUND(a16, (size_t)i * T, row, (size_t)ATT_KEYS(i, T));
             }
             for (int r0 = 0; r0 < T; r0 += ATT_ROWS) {
                 int m = T - r0 < ATT_ROWS ? T - r0 : ATT_ROWS;
@@ -214,6 +267,7 @@ void LAYER(attention_gqa_forward)(PRODUCTS real *out, real *att, const real *qkv
             }
         }
     }
+    RELEASE(pr, 0);
 }
 
 void LAYER(attention_forward)(PRODUCTS real *out, real *att, const real *qkv, int B, int T, int C,
@@ -238,6 +292,9 @@ void LAYER(attention_gqa_backward)(PRODUCTS real *dqkv, real *scratch, const rea
     int HS = C / NH, G = NH / KVH;
     int KVC = KVH * HS, C3 = C + 2 * KVC;
     real scale = R(1) / sqrt((real)HS);
+    /* q, k, v and dout rounded once for every head's blocks */
+    HOLD(pr, 0, qkv, (size_t)B * T * C3);
+    HOLD(pr, 1, dout, (size_t)B * T * C);
     for (int b = 0; b < B; b++) {
         for (int h = 0; h < NH; h++) {
             size_t qoff = (size_t)b * T * C3 + (size_t)h * HS;
@@ -257,7 +314,12 @@ void LAYER(attention_gqa_backward)(PRODUCTS real *dqkv, real *scratch, const rea
                      C3, R(0), da + (size_t)r0 * T, T);
             }
             /* each row of dpre rounded as it is finished, for both of its
-             * products (dQ's, then dK's on its transpose) */
+             * products (dQ's, then dK's on its transpose), zeroed above the
+             * diagonal and rounded to the end of its block's keys only:
+             * dQ's block of rows i reads keys [0, ATT_KEYS(i, T)), dK's
+             * block of keys [c0, c0 + m) the rows from c0 on, so no
+             * product reads da past a row's ATT_KEYS (the scratch's
+             * contents there are left as they were) */
             uint16_t *da16 = OPERAND(pr, da, (size_t)T * T);
             for (int i = 0; i < T; i++) {
                 const real *arow = a + (size_t)i * T; /* (T) */
@@ -265,11 +327,10 @@ void LAYER(attention_gqa_backward)(PRODUCTS real *dqkv, real *scratch, const rea
                 real dot = 0;
                 for (int j = 0; j <= i; j++)
                     dot += arow[j] * drow[j];
-                for (int j = 0; j <= i; j++)
-                    drow[j] = arow[j] * (drow[j] - dot);
-                for (int j = i + 1; j < T; j++)
+                LAYER(row_softmax_grad)(drow, arow, dot, i + 1);
+                for (int j = i + 1; j < ATT_KEYS(i, T); j++)
                     drow[j] = 0;
-                ROUND(da16, (size_t)i * T, drow, (size_t)T);
+                ROUND(da16, (size_t)i * T, drow, (size_t)ATT_KEYS(i, T));
             }
             for (int r0 = 0; r0 < T; r0 += ATT_ROWS) { /* dQ's rows [r0, r0 + m) */
                 int m = T - r0 < ATT_ROWS ? T - r0 : ATT_ROWS;
@@ -293,9 +354,12 @@ void LAYER(attention_gqa_backward)(PRODUCTS real *dqkv, real *scratch, const rea
             }
         }
     }
+    RELEASE(pr, 1);
+    RELEASE(pr, 0);
 }
 
 #undef ATT_ROWS
+#undef ATT_KEYS
 
 void LAYER(attention_backward)(PRODUCTS real *dqkv, real *scratch, const real *dout,
                                const real *qkv, const real *att, int B, int T, int C, int NH)

@@ -159,7 +159,10 @@ static void linear_operands(uint64_t N, uint64_t IC, uint64_t OC, uint64_t *a, u
  * linear layers on all N rows of its positions (tp's shares), attention's
  * per-head products (T x T and T x head size; under cp the ring's half
  * chunks S = T / 2), the MoE router and experts, and the tied head
- * (N x V / tp) on the rank that holds it. The layout's dims are the
+ * (N x V / tp) on the rank that holds it; and without cp (whose ring
+ * kernels hold nothing) attention's two held operands (msr_products_hold:
+ * q, k and v, N x the qkv width, and the output's gradient, N x Cl; under
+ * tp's overlap each copy's N / 2 rows). The layout's dims are the
  * runtime's (layout/). Exact, except where an expert's product is the
  * largest: its rows are the tokens routed to it, counted here at their
  * most (min(capacity, N)), so then a bound (exact when every expert is
@@ -204,5 +207,10 @@ uint64_t msr_plan_bf16_scratch_bytes(const msr_plan_model_t *m, const msr_plan_l
     }
     if (has_head)
         linear_operands(N, C, (uint64_t)d.Vl, &a, &b);
-    return (a + b) * 2; /* bf16 */
+    uint64_t held = 0;
+    if (blocks > 0 && msr_plan_cp(l) == 1) {
+        uint64_t rows = l->tp_overlap ? N / 2 : N;
+        held = rows * qkv + rows * Cl;
+    }
+    return (a + b + held) * 2; /* bf16 */
 }

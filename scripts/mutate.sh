@@ -952,6 +952,24 @@ test: ^test_parallel_attention_bf16$
     ready = ready && off <= p->ready_n && extent <= p->ready_n - off + 1;
 >>>
 
+@ products.hold_one_past
+file: model/layers_bf16.c
+test: ^test_parallel_attention_bf16$
+<<<
+        if (off <= h->n && extent <= h->n - off)
+===
+        if (off <= h->n && extent <= h->n - off + 1)
+>>>
+
+@ products.hold_never_released
+file: model/layers_bf16.c
+test: ^test_parallel_attention_bf16$
+<<<
+        p->holds[slot].src = NULL;
+===
+        (void)p->holds[slot].src;
+>>>
+
 # ---- GELU (model/gelu.c)
 @ gelu.exp_coefficient_off
 file: model/gelu.c

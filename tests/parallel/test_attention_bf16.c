@@ -5,7 +5,10 @@
  * and only for the next product, or once more after
  * msr_products_operand_again; the attention kernels that round the softmax
  * rows (forward) and their gradient (backward) as they write them give,
- * bitwise, what each product rounding its own operands gives. */
+ * bitwise, what each product rounding its own operands gives; an operand
+ * held (msr_products_hold) is taken, as A or B, for every product whose
+ * storage lies inside it until it is released, with the bits of the
+ * product rounding it itself. */
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -144,12 +147,106 @@ static void check_block_handover(int trans_a)
     free(A), free(B), free(want), free(got);
 }
 
+/* A held (R, L) array: op(A)'s storage (ar, ac) at row 1, column 2, rows
+ * L apart, and B (K, NC) at row 1, column 0 with row stride L, are taken
+ * from the held rounding while they lie inside the n elements held (the
+ * last element at the bound), not one past them, and not after release;
+ * the held array is changed after hold to tell (the held rounding is the
+ * old one), and the held product gives the bits of the product rounding
+ * it itself. */
+static void check_hold(int trans_a)
+{
+    enum { L = (M > K ? M : K) + (NC > 3 ? NC : 3) + 3, R = L + 2 };
+    int ar = trans_a ? K : M, ac = trans_a ? M : K;
+    size_t at = (size_t)L + 2, end = at + (size_t)(ar - 1) * L + (size_t)ac;
+    size_t bend = (size_t)L + (size_t)(K - 1) * L + NC;
+    size_t n = (size_t)R * L, nc = (size_t)M * NC;
+    float *A = random_floats(n, 9), *old = malloc(n * sizeof *old);
+    float *want = malloc(nc * sizeof *want), *got = malloc(nc * sizeof *got);
+    float *now = malloc(nc * sizeof *now);
+    memcpy(old, A, n * sizeof *A);
+    msr_products_t *p = NULL;
+    MSR_CHECK_OK(msr_products_create(MSR_PRECISION_BF16, &p));
+    size_t bytes = msr_products_scratch_bytes(p);
+    /* the product of the array as it was, rounding its own operands */
+    memset(want, 0, nc * sizeof *want);
+    msr_products_sgemm(p, trans_a, 0, M, NC, K, 1.0f, A + at, L, A + L, L, 0.0f, want, NC);
+    for (size_t i = 0; i < n; i++) /* the array changes: a product that rounds sees it */
+        A[i] = -A[i] * 0.5f;
+    memset(now, 0, nc * sizeof *now);
+    msr_products_sgemm(p, trans_a, 0, M, NC, K, 1.0f, A + at, L, A + L, L, 0.0f, now, NC);
+    MSR_CHECK(memcmp(now, want, nc * sizeof *now) != 0);
+    bytes = msr_products_scratch_bytes(p);
+    /* held as it was, to A's last element and B's */
+    memcpy(A, old, n * sizeof *A);
+    size_t last = end > bend ? end : bend;
+    MSR_CHECK(msr_products_hold(p, 1, A, last));
+    MSR_CHECK_EQ(msr_products_scratch_bytes(p), bytes + last * sizeof(uint16_t));
+    for (size_t i = 0; i < n; i++)
+        A[i] = -A[i] * 0.5f;
+    memset(got, 0, nc * sizeof *got);
+    msr_products_sgemm(p, trans_a, 0, M, NC, K, 1.0f, A + at, L, A + L, L, 0.0f, got, NC);
+    MSR_CHECK_MSG(memcmp(got, want, nc * sizeof *got) == 0, "trans_a %d: the hold was not taken",
+                  trans_a);
+    /* one past: that operand rounds the array as it is now */
+    memcpy(A, old, n * sizeof *A);
+    MSR_CHECK(msr_products_hold(p, 1, A, last - 1));
+    for (size_t i = 0; i < n; i++)
+        A[i] = -A[i] * 0.5f;
+    memset(got, 0, nc * sizeof *got);
+    msr_products_sgemm(p, trans_a, 0, M, NC, K, 1.0f, A + at, L, A + L, L, 0.0f, got, NC);
+    MSR_CHECK(memcmp(got, want, nc * sizeof *got) != 0);
+    /* released: every operand rounds the array as it is now */
+    msr_products_release(p, 1);
+    memset(got, 0, nc * sizeof *got);
+    msr_products_sgemm(p, trans_a, 0, M, NC, K, 1.0f, A + at, L, A + L, L, 0.0f, got, NC);
+    MSR_CHECK(memcmp(got, now, nc * sizeof *got) == 0);
+    /* the slot's buffer is kept at its largest; slots outside the range,
+     * NULL, fp32 and n 0 hold nothing */
+    MSR_CHECK_EQ(msr_products_scratch_bytes(p), bytes + last * sizeof(uint16_t));
+    MSR_CHECK(!msr_products_hold(p, MSR_PRODUCTS_HOLDS, A, n));
+    MSR_CHECK(!msr_products_hold(p, -1, A, n));
+    MSR_CHECK(!msr_products_hold(p, 0, A, 0));
+    MSR_CHECK(!msr_products_hold(NULL, 0, A, n));
+    msr_products_release(NULL, 0);
+    msr_products_release(p, MSR_PRODUCTS_HOLDS);
+    msr_products_t *p32 = NULL;
+    MSR_CHECK_OK(msr_products_create(MSR_PRECISION_FP32, &p32));
+    MSR_CHECK(!msr_products_hold(p32, 0, A, n));
+    MSR_CHECK_EQ(msr_products_scratch_bytes(p32), 0);
+    msr_products_destroy(p32);
+    /* a buffer that cannot grow: nothing held, the slot free */
+    msr_alloc_fail_at(0);
+    MSR_CHECK(!msr_products_hold(p, 0, A, n));
+    MSR_CHECK(msr_alloc_failed());
+    msr_alloc_fail_at(-1);
+    memset(got, 0, nc * sizeof *got);
+    msr_products_sgemm(p, trans_a, 0, M, NC, K, 1.0f, A + at, L, A + L, L, 0.0f, got, NC);
+    MSR_CHECK(memcmp(got, now, nc * sizeof *got) == 0);
+    MSR_CHECK_OK(msr_products_status(p));
+    msr_products_destroy(p);
+    free(A), free(old), free(want), free(got), free(now);
+}
+
 static void test_sgemm_handover(void)
 {
     check_sgemm_handover(0);
     check_sgemm_handover(1);
     check_block_handover(0);
     check_block_handover(1);
+}
+
+static void test_hold(void)
+{
+    check_hold(0);
+    check_hold(1);
+}
+
+static void test_hold_blas(void)
+{
+    setenv("MSRUN_CPU_DISABLE", "avx512_bf16,avx512f", 1);
+    check_hold(0);
+    check_hold(1);
 }
 
 static void test_sgemm_handover_blas(void)
@@ -166,7 +263,8 @@ enum { B = 2, T = 150, C = 48, NH = 3, HS = C / NH, C3 = 3 * C };
 
 /* A fresh bf16 context whose scratch holds T x HS for op(A) and op(B),
  * what the attention kernels' products before their first handover need,
- * so that the handover's growth to T x T is the next allocation */
+ * so that the handover's growth to T x T is the next allocation after the
+ * pass's holds */
 static msr_products_t *pregrown(void)
 {
     msr_products_t *p = NULL;
@@ -179,9 +277,11 @@ static msr_products_t *pregrown(void)
 
 /* One head's attention, forward and backward, alone: qkv's head columns
  * copied into a (T, 3 HS) array, each pass on a fresh context whose
- * handover cannot grow the scratch (that allocation fails: no handover),
- * so the products round their own operands; the outputs written back into
- * the head's columns of out, att and dqkv. */
+ * handover cannot grow the scratch (that allocation, the one after the
+ * pass's holds, fails: no handover), so the products round the softmax
+ * rows and their gradient themselves (q, k, v and dout they take from the
+ * held rounding, whose bits test_hold shows are a product's own); the
+ * outputs written back into the head's columns of out, att and dqkv. */
 static void one_head(int b, int h, const float *qkv, const float *dout, float *out, float *att,
                      float *dqkv)
 {
@@ -195,7 +295,7 @@ static void one_head(int b, int h, const float *qkv, const float *dout, float *o
                     d1[t * HS + c] = dout[((size_t)b * T + t) * C + (size_t)h * HS + c];
             }
     msr_products_t *p = pregrown();
-    msr_alloc_fail_at(0);
+    msr_alloc_fail_at(1); /* after qkv's hold */
     msr_attention_forward(p, o1, a1, q1, 1, T, HS, 1);
     MSR_CHECK(msr_alloc_failed()); /* the growth, refused */
     msr_alloc_fail_at(-1);
@@ -203,7 +303,7 @@ static void one_head(int b, int h, const float *qkv, const float *dout, float *o
     msr_products_destroy(p);
     p = pregrown();
     memset(dq1, 0, sizeof dq1);
-    msr_alloc_fail_at(0);
+    msr_alloc_fail_at(2); /* after qkv's and dout's holds */
     msr_attention_backward(p, dq1, s1, d1, q1, a1, 1, T, HS, 1);
     MSR_CHECK(msr_alloc_failed());
     msr_alloc_fail_at(-1);
@@ -268,6 +368,8 @@ static void test_attention_handover_blas(void)
 static const msr_test_t tests[] = {
     {"sgemm_handover", test_sgemm_handover, 10},
     {"sgemm_handover_blas", test_sgemm_handover_blas, 10},
+    {"hold", test_hold, 10},
+    {"hold_blas", test_hold_blas, 10},
     {"attention_handover", test_attention_handover, 10},
     {"attention_handover_blas", test_attention_handover_blas, 10},
 };

@@ -67,14 +67,17 @@ cmp -s <(losses "$work/one") <(losses "$work/f32") &&
 # of any product are the head's, dlogits (N,V) and wte (V,C), N = 2 x 16
 # rows, V = 256, C = 32: 2 x (32 x 256 + 256 x 32) = 32768 bytes, and the
 # weights' bf16 copy of the 59,584 parameters (VC + TC + 4 (12C^2 + 13C) +
-# 2C), 119,168 bytes: 151,936. Under tp 2 each rank holds V/2 of the
-# vocabulary: 2 x (32 x 128 + 128 x 32) = 16384, and its 30,464 parameters
-# (VC/2 + TC + 4 (6C^2 + 19C/2) + 2C: a block's weights and qkv and fc
-# biases halved, its layernorms and output biases whole), 60,928 bytes:
-# 77,312
+# 2C), 119,168 bytes, and attention's two held operands (qkv, N x 3C, and
+# its output's gradient, N x C): 2 x (32 x 96 + 32 x 32) = 8192 bytes:
+# 160,128. Under tp 2 each rank holds V/2 of the vocabulary: 2 x (32 x
+# 128 + 128 x 32) = 16384, its 30,464 parameters (VC/2 + TC + 4 (6C^2 +
+# 19C/2) + 2C: a block's weights and qkv and fc biases halved, its
+# layernorms and output biases whole), 60,928 bytes, and its heads' held
+# operands on all N rows (gathered under sp): 2 x (32 x 48 + 32 x 16) =
+# 4096: 81,408
 timeout 60 "$bin/train_gpt" "${small[@]}" --steps 1 --report >/dev/null 2>"$work/rep" ||
     fail "--report: $(cat "$work/rep")"
-grep -q "rank 0 precision bf16: bf16 operand scratch 151936 bytes; gradients summed in fp32" \
+grep -q "rank 0 precision bf16: bf16 operand scratch 160128 bytes; gradients summed in fp32" \
     "$work/rep" || fail "--report: $(cat "$work/rep")"
 
 # nearer NAME B F L: layout L stays away from one fp32 process F: its
@@ -108,7 +111,7 @@ run zero2 2 --dp 2 --zero 2 --bucket-mb 0.02
 run zero3 2 --dp 2 --zero 3
 run tp2-sp 2 --tp 2 --sp --recompute selective --report
 for r in 0 1; do
-    grep -q "rank $r precision bf16: bf16 operand scratch 77312 bytes" "$work/tp2-sp.err" ||
+    grep -q "rank $r precision bf16: bf16 operand scratch 81408 bytes" "$work/tp2-sp.err" ||
         fail "tp 2 --report, rank $r: $(cat "$work/tp2-sp.err")"
 done
 run pp2-gpipe 2 --pp 2 --schedule gpipe
