@@ -8,14 +8,6 @@ TMP=$(mktemp -d /tmp/msrun-test.XXXXXX)
 # Only msrun and its children carry this marker: the test shell does not.
 MARKER="msrt-$$-$RANDOM$RANDOM"
 FAILED=0
-# python3 resolved once to the interpreter itself: where python3 is a
-# version manager's shim (pyenv), each call otherwise starts a shell script
-# and a second process first, half a second on a loaded machine, and these
-# tests call it for every HTTP request and JSON check
-MSR_PYTHON=$(python3 -c 'import sys; print(sys.executable)' 2>/dev/null) || MSR_PYTHON=
-if [ -n "$MSR_PYTHON" ] && [ -x "$MSR_PYTHON" ]; then
-    python3() { "$MSR_PYTHON" "$@"; }
-fi
 
 # Processes (pid list) that still carry this test's marker: one grep over
 # every environment (a pipeline per process took most of a second on a
