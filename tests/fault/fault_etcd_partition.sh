@@ -30,9 +30,12 @@ start_etcd
 reference_digest >/dev/null
 # the job id lib_fault.sh gave the test: its shared-memory files carry it
 job=$MSRUN_JOB_ID
+# the cut-off node, alone below --nnodes 2:3, waits out --cluster_time_out
+# for the others before it stops: long enough for 3 nodes to gather on a
+# loaded machine (the first generation runs within 2 s unloaded), no longer
 common=(--rdzv_backend=etcd --rdzv_endpoint="$ETCD_EP" --rdzv_id="$job" --nnodes=2:3
     --local_worker_num=1 --max_restarts=3 --etcd_lease=1 --node_timeout=1
-    --heartbeat_interval=0.3 --last_call=0.3 --coordinator_timeout=4 --cluster_time_out=20
+    --heartbeat_interval=0.3 --last_call=0.3 --coordinator_timeout=4 --cluster_time_out=10
     --log_level=info)
 args=("$JOB" "$TMP/ck" "$ITERS" "$EVERY" "$SLEEP_MS" "$TMP/result")
 # node N NS: one msrun in namespace NS (pid in pN; ip and env exec it, so
