@@ -42,30 +42,9 @@ case ${GRADS:-0} in 0) ;; 1) modes+=" disk+grads" ;; *) echo "GRADS='$GRADS' is 
 for z in $zeros; do
     [[ $z == 2 || $z == 3 ]] || { echo "ZERO='$zeros': each stage must be 2 or 3" >&2; exit 2; }
 done
-bin="$build/bin/train_gpt"
-msrun="$build/bin/msrun"
-[[ -x "$bin" && -x "$msrun" ]] || { echo "no $bin or $msrun: build first" >&2; exit 1; }
-# shellcheck source=bench/offload/cgroup_env.sh
-source "$here/cgroup_env.sh"
-own=""
-if [[ -z "$dir" ]]; then
-    dir=$(mktemp -d)
-    own=$dir
-fi
-tmp=$(mktemp -d)
-cg="$cg_parent/msrun-dp-bench-$$"
-job=cgroup-dp-bench-$$
-cleanup() {
-    local p r
-    grep -lsa "MSR_JOB_ID=$job" /proc/[0-9]*/environ 2>/dev/null | cut -d/ -f3 |
-        while read -r p; do kill -KILL "$p" 2>/dev/null || true; done
-    for ((r = 0; r < ranks; r++)); do
-        [[ ! -d "$cg-rank$r" ]] || rmdir "$cg-rank$r" 2>/dev/null || true
-    done
-    rm -rf "$tmp" "$dir/dd.bin"
-    [[ -z "$own" ]] || rm -rf "$own"
-}
-trap cleanup EXIT
+# shellcheck source=bench/offload/cgroup_job.sh
+source "$here/cgroup_job.sh"
+cgroup_job_start dp dd.bin
 
 # job LIMIT ARGS...: train_gpt on $ranks ranks, each in a cgroup of LIMIT
 # bytes (0: none); output in $tmp/out; prints "exit ms/step peaks rss-max"
