@@ -72,6 +72,18 @@ static msr_status_t copy_enter(void *arg, const float *x, float *gbuf, const flo
     return st;
 }
 
+/* Copy i's slot holds the collective just started in its req (gather:
+ * forward's allgather, else a reduction on buf); *req_p: the slot. */
+static msr_status_t flight_started(msr_mp_t *mp, int i, int gather, float *buf, void **req_p)
+{
+    mp->flight[i].used = 1;
+    mp->flight[i].gather = gather;
+    mp->flight[i].st = MSR_OK;
+    mp->flight[i].buf = buf;
+    *req_p = &mp->flight[i];
+    return MSR_OK;
+}
+
 /* Starts copy c's forward allgather of x (Nl/2, C), its B/2 sequences'
  * norm output, into its half of w.perm (laid out by rank); *req_p: its
  * slot, which holds one collective at a time. */
@@ -89,12 +101,7 @@ static msr_status_t copy_enter_start(void *arg, const float *x, void **req_p)
     msr_mp_span_add(mp, 1, a, msr_now_ns(), "start gather");
     if (st != MSR_OK)
         return msr_mp_failed("tp overlap allgather", st);
-    mp->flight[i].used = 1;
-    mp->flight[i].gather = 1;
-    mp->flight[i].st = MSR_OK;
-    mp->flight[i].buf = NULL;
-    *req_p = &mp->flight[i];
-    return MSR_OK;
+    return flight_started(mp, i, 1, NULL, req_p);
 }
 
 /* Waits for copy c's forward gather (the trace's "wait gather": the time
@@ -173,12 +180,7 @@ static msr_status_t copy_reduce_start(void *arg, float *full, float *local, void
     msr_mp_span_add(mp, 1, a, msr_now_ns(), "start tp");
     if (st != MSR_OK)
         return msr_mp_failed("tp overlap reduction", st);
-    mp->flight[i].used = 1;
-    mp->flight[i].gather = 0;
-    mp->flight[i].st = MSR_OK;
-    mp->flight[i].buf = full;
-    *req_p = &mp->flight[i];
-    return MSR_OK;
+    return flight_started(mp, i, 0, full, req_p);
 }
 
 /* Waits for copy c's reduction: the time a rank waits here is tp's
