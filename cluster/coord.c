@@ -310,6 +310,10 @@ void msr_coord_call(msr_coord_t *c, void *call, msr_rpc_method_t method,
         return;
     }
     c->calls[method]++;
+    if (msr_store_core_method(method)) {
+        msr_store_core_call(c->store, call, method, req);
+        return;
+    }
     switch (method) {
     case MSR_RPC_JOIN:
         msr_coord_join(c, call, (const Msr__JoinRequest *)req);
@@ -325,18 +329,6 @@ void msr_coord_call(msr_coord_t *c, void *call, msr_rpc_method_t method,
         break;
     case MSR_RPC_STATUS:
         do_status(c, call);
-        break;
-    case MSR_RPC_SET:
-    case MSR_RPC_GET:
-    case MSR_RPC_ADD:
-    case MSR_RPC_COMPARE_SET:
-    case MSR_RPC_DELETE:
-    case MSR_RPC_BARRIER:
-    case MSR_RPC_ALLGATHER:
-    case MSR_RPC_PUBLISH:
-    case MSR_RPC_FETCH:
-    case MSR_RPC_NUM_KEYS:
-        msr_store_core_call(c->store, call, method, req);
         break;
     case MSR_RPC_BEAT:
         msr_held_fail(&c->held, call, MSR_RPC_UNIMPLEMENTED,

@@ -188,17 +188,7 @@ msr_status_t msr_local_store_call(msr_local_store_t *ls, msr_rpc_method_t method
                                   ProtobufCMessage **resp_p)
 {
     lcall_t lc = {.deadline = deadline, .st = MSR_OK};
-    switch (method) {
-    case MSR_RPC_SET:
-    case MSR_RPC_GET:
-    case MSR_RPC_ADD:
-    case MSR_RPC_COMPARE_SET:
-    case MSR_RPC_DELETE:
-    case MSR_RPC_BARRIER:
-    case MSR_RPC_ALLGATHER:
-    case MSR_RPC_PUBLISH:
-    case MSR_RPC_FETCH:
-    case MSR_RPC_NUM_KEYS:
+    if (msr_store_core_method(method)) {
         pthread_mutex_lock(&ls->lock);
         msr_store_core_call(ls->core, &lc, method, req);
         /* Held: whichever waiting thread wakes first runs the timers. */
@@ -207,8 +197,7 @@ msr_status_t msr_local_store_call(msr_local_store_t *ls, msr_rpc_method_t method
             msr_store_core_tick(ls->core, msr_now_ns());
         }
         pthread_mutex_unlock(&ls->lock);
-        break;
-    default:
+    } else {
         lc.resp = other_call(method, &lc);
         if (lc.st == MSR_OK && lc.resp == NULL) {
             lc.st = MSR_ERR_NO_MEMORY;

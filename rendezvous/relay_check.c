@@ -6,6 +6,7 @@
 
 #include "base/map.h"
 #include "rendezvous/relay.h"
+#include "rendezvous/store_core.h"
 
 int msr_relay_method_relayed(msr_rpc_method_t m)
 {
@@ -15,21 +16,7 @@ int msr_relay_method_relayed(msr_rpc_method_t m)
 
 int msr_relay_method_forwarded(msr_rpc_method_t m)
 {
-    switch (m) {
-    case MSR_RPC_SET:
-    case MSR_RPC_GET:
-    case MSR_RPC_ADD:
-    case MSR_RPC_COMPARE_SET:
-    case MSR_RPC_DELETE:
-    case MSR_RPC_BARRIER:
-    case MSR_RPC_ALLGATHER:
-    case MSR_RPC_PUBLISH:
-    case MSR_RPC_FETCH:
-    case MSR_RPC_NUM_KEYS:
-        return 1;
-    default:
-        return 0;
-    }
+    return msr_store_core_method(m);
 }
 
 void msr_relay_call_key(msr_rpc_method_t m, const ProtobufCMessage *req, char *key, size_t len)

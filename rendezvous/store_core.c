@@ -208,6 +208,25 @@ void msr_store_core_destroy(msr_store_core_t *c)
     msr_free(c);
 }
 
+int msr_store_core_method(msr_rpc_method_t method)
+{
+    switch (method) {
+    case MSR_RPC_SET:
+    case MSR_RPC_GET:
+    case MSR_RPC_ADD:
+    case MSR_RPC_COMPARE_SET:
+    case MSR_RPC_DELETE:
+    case MSR_RPC_BARRIER:
+    case MSR_RPC_ALLGATHER:
+    case MSR_RPC_PUBLISH:
+    case MSR_RPC_FETCH:
+    case MSR_RPC_NUM_KEYS:
+        return 1;
+    default:
+        return 0;
+    }
+}
+
 void msr_store_core_call(msr_store_core_t *c, void *call, msr_rpc_method_t method,
                          const ProtobufCMessage *req)
 {

@@ -109,6 +109,10 @@ void msr_store_core_destroy(msr_store_core_t *core);
 void msr_store_core_call(msr_store_core_t *core, void *call, msr_rpc_method_t method,
                          const ProtobufCMessage *req);
 
+/* 1 when method is one of the store's calls msr_store_core_call answers
+ * (the list above), else 0. */
+int msr_store_core_method(msr_rpc_method_t method);
+
 /* Takes back a call the core holds (its client gave up): what it brought
  * (a barrier arrival, allgather contributions) is withdrawn. Returns 1 when
  * the core's table of held calls held it (a call of the user's in a shared
