@@ -10,28 +10,8 @@
 #include "base/err.h"
 #include "base/alloc.h"
 #include "parallel/train.h"
+#include "tests/parallel/mp_small.h"
 #include "tests/runner.h"
-
-static msr_train_config_t small_config(int grad_accum, int zero)
-{
-    msr_train_config_t c = {
-        .model = {MSR_GPT_VOCAB, 16, 2, 4, 32},
-        .micro_batch = 2,
-        .grad_accum = grad_accum,
-        .dp = 1,
-        .dp_rank = 0,
-        .seed = 3,
-        .lr = 3e-3f,
-        .warmup = 1,
-        .grad_clip = 1.0f,
-        .adamw = {0.9, 0.95, 1e-8, 0.1},
-    };
-    msr_train_config_defaults(&c);
-    c.par.zero = zero;
-    c.par.bucket_bytes = 4000;
-    c.par.zero_min_bytes = 1024;
-    return c;
-}
 
 static void test_mesh(void)
 {
@@ -185,7 +165,7 @@ static void test_alone_bitwise(void)
     msr_dataset_t *ds = NULL;
     MSR_CHECK_OK(msr_dataset_generate(3, 1 << 15, &ds));
     for (int zero = 0; zero <= 2; zero++) {
-        msr_train_config_t c = small_config(3, zero);
+        msr_train_config_t c = mp_small_config(3, zero);
         msr_trainer_t *ref = NULL;
         MSR_CHECK_OK(msr_trainer_create(&c, ds, NULL, &ref));
         double want[4];
@@ -228,7 +208,7 @@ static void test_alloc_failures(void)
 {
     msr_dataset_t *ds = NULL;
     MSR_CHECK_OK(msr_dataset_generate(3, 1 << 15, &ds));
-    msr_train_config_t c = small_config(2, 2);
+    msr_train_config_t c = mp_small_config(2, 2);
     c.mp.recompute = MSR_MP_RECOMPUTE_FULL;
     for (long i = 0;; i++) {
         msr_mesh_t *mesh = NULL;

@@ -13,26 +13,12 @@
 #include "comm/device_impl.h"
 #include "parallel/mp_impl.h"
 #include "parallel/train.h"
+#include "tests/parallel/mp_small.h"
 #include "tests/runner.h"
 
 static msr_train_config_t small_config(int zero, int rc, const msr_device_t *dev)
 {
-    msr_train_config_t c = {
-        .model = {MSR_GPT_VOCAB, 16, 2, 4, 32},
-        .micro_batch = 2,
-        .grad_accum = 3,
-        .dp = 1,
-        .dp_rank = 0,
-        .seed = 3,
-        .lr = 3e-3f,
-        .warmup = 1,
-        .grad_clip = 1.0f,
-        .adamw = {0.9, 0.95, 1e-8, 0.1},
-    };
-    msr_train_config_defaults(&c);
-    c.par.zero = zero;
-    c.par.bucket_bytes = 4000;
-    c.par.zero_min_bytes = 1024;
+    msr_train_config_t c = mp_small_config(3, zero);
     c.mp.recompute = (msr_mp_recompute_t)rc;
     c.mp.schedule = rc == 1 ? MSR_MP_GPIPE : MSR_MP_1F1B;
     c.mp.device = dev;

@@ -17,25 +17,7 @@
 #include "base/err.h"
 #include "parallel/offload_grads.h"
 #include "tests/runner.h"
-
-static char tdir[256];
-
-static void cleanup(void)
-{
-    char cmd[300];
-    snprintf(cmd, sizeof cmd, "rm -rf '%s'", tdir);
-    if (tdir[0] != '\0' && system(cmd) != 0)
-        fprintf(stderr, "cannot remove %s\n", tdir);
-}
-
-/* A fresh directory, removed when the test's process ends. */
-static void make_dir(void)
-{
-    const char *t = getenv("TMPDIR");
-    snprintf(tdir, sizeof tdir, "%s/offload_grads.XXXXXX", t != NULL && t[0] != '\0' ? t : "/tmp");
-    MSR_CHECK(mkdtemp(tdir) != NULL);
-    atexit(cleanup);
-}
+#include "tests/tmp_dir.h"
 
 /* Chunks of MSR_OFFLOAD_CHUNK_MIN bytes (1024 floats); N not a multiple
  * of them, so the last chunk is short. */
@@ -44,8 +26,8 @@ static void make_dir(void)
 
 static msr_offload_config_t config(void)
 {
-    return (msr_offload_config_t){MSR_OFFLOAD_DISK,       tdir, MSR_OFFLOAD_CHUNK_MIN,
-                                  MSR_OFFLOAD_IO_DEFAULT, 0,    3};
+    return (msr_offload_config_t){
+        MSR_OFFLOAD_DISK, msr_test_dir, MSR_OFFLOAD_CHUNK_MIN, MSR_OFFLOAD_IO_DEFAULT, 0, 3};
 }
 
 static float value(size_t i, int version)
@@ -68,7 +50,7 @@ static void check_all(msr_grads_t *g, const float *want)
  * whole and in pieces that cross the chunks. */
 static void test_set_add(void)
 {
-    make_dir();
+    msr_test_dir_make("offload_grads");
     msr_offload_config_t cfg = config();
     msr_grads_t *g;
     MSR_CHECK_OK(msr_grads_create(&cfg, N, &g));
@@ -104,7 +86,7 @@ static void test_set_add(void)
  * again. */
 static void test_corrupt(void)
 {
-    make_dir();
+    msr_test_dir_make("offload_grads");
     msr_offload_config_t cfg = config();
     msr_grads_t *g;
     MSR_CHECK_OK(msr_grads_create(&cfg, N, &g));
@@ -136,7 +118,7 @@ static void test_corrupt(void)
 /* The file cut short under a written chunk: a short read, named. */
 static void test_short_read(void)
 {
-    make_dir();
+    msr_test_dir_make("offload_grads");
     msr_offload_config_t cfg = config();
     msr_grads_t *g;
     MSR_CHECK_OK(msr_grads_create(&cfg, N, &g));
@@ -156,7 +138,7 @@ static void test_short_read(void)
  * exactly the limit every chunk fits. */
 static void test_file_size_limit(void)
 {
-    make_dir();
+    msr_test_dir_make("offload_grads");
     signal(SIGXFSZ, SIG_IGN); /* the write fails with EFBIG instead */
     struct rlimit rl = {3 * MSR_OFFLOAD_CHUNK_MIN, 3 * MSR_OFFLOAD_CHUNK_MIN};
     MSR_CHECK(setrlimit(RLIMIT_FSIZE, &rl) == 0);
@@ -174,7 +156,7 @@ static void test_file_size_limit(void)
                   "%s", msr_err_msg());
     msr_grads_destroy(g);
     char cmd[300];
-    snprintf(cmd, sizeof cmd, "test -z \"$(ls -A '%s')\"", tdir);
+    snprintf(cmd, sizeof cmd, "test -z \"$(ls -A '%s')\"", msr_test_dir);
     MSR_CHECK(system(cmd) == 0);
 }
 
@@ -182,7 +164,7 @@ static void test_file_size_limit(void)
  * bounds: errors, never a crash; the store goes on after a refused range. */
 static void test_bounds(void)
 {
-    make_dir();
+    msr_test_dir_make("offload_grads");
     msr_offload_config_t cfg = config();
     msr_grads_t *g;
     float src[2] = {1.0f, 2.0f}, got[2];
@@ -212,7 +194,7 @@ static void test_bounds(void)
  * directory that is not there and a mode but disk: clear errors. */
 static void test_mode_and_removal(void)
 {
-    make_dir();
+    msr_test_dir_make("offload_grads");
     umask(0);
     msr_offload_config_t cfg = config();
     msr_grads_t *g;
@@ -231,7 +213,7 @@ static void test_mode_and_removal(void)
     msr_grads_destroy(g);
     MSR_CHECK(access(path, F_OK) == 0);
     char missing[300];
-    snprintf(missing, sizeof missing, "%s/not-there", tdir);
+    snprintf(missing, sizeof missing, "%s/not-there", msr_test_dir);
     cfg.dir = missing;
     MSR_CHECK_STATUS(msr_grads_create(&cfg, N, &g), MSR_ERR_IO);
     MSR_CHECK_MSG(strstr(msr_err_msg(), missing) != NULL, "%s", msr_err_msg());

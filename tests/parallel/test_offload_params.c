@@ -14,29 +14,11 @@
 #include "base/err.h"
 #include "parallel/offload_params.h"
 #include "tests/runner.h"
-
-static char tdir[256];
-
-static void cleanup(void)
-{
-    char cmd[300];
-    snprintf(cmd, sizeof cmd, "rm -rf '%s'", tdir);
-    if (tdir[0] != '\0' && system(cmd) != 0)
-        fprintf(stderr, "cannot remove %s\n", tdir);
-}
-
-/* A fresh directory, removed when the test's process ends. */
-static void make_dir(void)
-{
-    const char *t = getenv("TMPDIR");
-    snprintf(tdir, sizeof tdir, "%s/offload_params.XXXXXX", t != NULL && t[0] != '\0' ? t : "/tmp");
-    MSR_CHECK(mkdtemp(tdir) != NULL);
-    atexit(cleanup);
-}
+#include "tests/tmp_dir.h"
 
 static msr_offload_config_t config(msr_offload_io_t io)
 {
-    return (msr_offload_config_t){MSR_OFFLOAD_DISK, tdir, 0, io, 0, 2};
+    return (msr_offload_config_t){MSR_OFFLOAD_DISK, msr_test_dir, 0, io, 0, 2};
 }
 
 /* Not a multiple of the file's alignment: every block has a padded tail. */
@@ -82,7 +64,7 @@ static void pass(msr_params_t *p, int way, int version, int update)
  * (each block was read ahead: the pass's next one, never another). */
 static void passes(msr_offload_io_t io)
 {
-    make_dir();
+    msr_test_dir_make("offload_params");
     msr_offload_config_t cfg = config(io);
     msr_params_t *p;
     MSR_CHECK_OK(msr_params_create(&cfg, N, BLOCKS, &p));
@@ -125,7 +107,7 @@ static void test_passes_uring(void)
  * block 2 with the file and the block named; the store refuses to go on. */
 static void test_corrupt(void)
 {
-    make_dir();
+    msr_test_dir_make("offload_params");
     msr_offload_config_t cfg = config(MSR_OFFLOAD_IO_THREADS);
     msr_params_t *p;
     MSR_CHECK_OK(msr_params_create(&cfg, N, BLOCKS, &p));
@@ -157,7 +139,7 @@ static void test_corrupt(void)
  * the store goes on after them. */
 static void test_bounds(void)
 {
-    make_dir();
+    msr_test_dir_make("offload_params");
     msr_offload_config_t cfg = config(MSR_OFFLOAD_IO_THREADS);
     msr_params_t *p;
     MSR_CHECK_STATUS(msr_params_create(&cfg, 0, BLOCKS, &p), MSR_ERR_INVALID_ARG);
@@ -200,7 +182,7 @@ static void test_bounds(void)
  * directory that is not there: a clear error naming the file. */
 static void test_mode_and_removal(void)
 {
-    make_dir();
+    msr_test_dir_make("offload_params");
     umask(0);
     msr_offload_config_t cfg = config(MSR_OFFLOAD_IO_DEFAULT);
     msr_params_t *p;
@@ -219,7 +201,7 @@ static void test_mode_and_removal(void)
     msr_params_destroy(p);
     MSR_CHECK(access(path, F_OK) == 0);
     char missing[300];
-    snprintf(missing, sizeof missing, "%s/not-there", tdir);
+    snprintf(missing, sizeof missing, "%s/not-there", msr_test_dir);
     cfg.dir = missing;
     MSR_CHECK_STATUS(msr_params_create(&cfg, N, BLOCKS, &p), MSR_ERR_IO);
     MSR_CHECK_MSG(strstr(msr_err_msg(), missing) != NULL, "%s", msr_err_msg());
