@@ -10,8 +10,10 @@
 
 #define FAKE(g) ((gpu_fake_t *)(g)->data)
 
+/* done: recorded when no hang was asked; aborts: the aborts before it was
+ * recorded (an abort ends what hung before it, as ncclCommAbort does) */
 typedef struct fake_event {
-    int done;
+    int done, aborts;
 } fake_event_t;
 
 typedef struct fake_nc {
@@ -95,13 +97,14 @@ static msr_status_t event_record(const msr_gpu_api_t *g, void *event, void *stre
 {
     (void)stream;
     ((fake_event_t *)event)->done = !FAKE(g)->hang;
+    ((fake_event_t *)event)->aborts = FAKE(g)->aborts;
     return MSR_OK;
 }
 
 static msr_status_t event_query(const msr_gpu_api_t *g, void *event)
 {
-    (void)g;
-    return ((fake_event_t *)event)->done ? MSR_OK : MSR_IN_PROGRESS;
+    const fake_event_t *e = event;
+    return e->done || e->aborts != FAKE(g)->aborts ? MSR_OK : MSR_IN_PROGRESS;
 }
 
 static msr_status_t stream_wait_event(const msr_gpu_api_t *g, void *stream, void *event)
