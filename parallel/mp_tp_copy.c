@@ -84,6 +84,18 @@ static msr_status_t flight_started(msr_mp_t *mp, int i, int gather, float *buf, 
     return MSR_OK;
 }
 
+/* Waits for what copy i's slot holds (its status if a poll saw it end)
+ * and frees the slot. */
+static msr_status_t flight_finish(msr_mp_t *mp, int i)
+{
+    msr_status_t st = mp->flight[i].st;
+    if (mp->flight[i].req != NULL)
+        st = msr_comm_wait(mp->flight[i].req);
+    mp->flight[i].req = NULL;
+    mp->flight[i].used = 0;
+    return st;
+}
+
 /* Starts copy c's forward allgather of x (Nl/2, C), its B/2 sequences'
  * norm output, into its half of w.perm (laid out by rank); *req_p: its
  * slot, which holds one collective at a time. */
@@ -114,11 +126,7 @@ static msr_status_t copy_enter_wait(void *arg, void *req, float *gbuf, const flo
     if (req != &mp->flight[i] || !mp->flight[i].gather)
         return msr_err(MSR_ERR_INTERNAL, "mp: copy %d waited for a gather not its own", i);
     uint64_t a = msr_now_ns();
-    msr_status_t st = mp->flight[i].st;
-    if (mp->flight[i].req != NULL)
-        st = msr_comm_wait(mp->flight[i].req);
-    mp->flight[i].req = NULL;
-    mp->flight[i].used = 0;
+    msr_status_t st = flight_finish(mp, i);
     if (st == MSR_OK)
         st = msr_mp_seq_permute(mp, mp->d.B / 2, copy_perm(c), gbuf, 1);
     msr_mp_span_add(mp, 1, a, msr_now_ns(), "wait gather");
@@ -194,11 +202,7 @@ static msr_status_t copy_reduce_wait(void *arg, void *req, float *full, float *l
     if (req != &mp->flight[i] || mp->flight[i].gather)
         return msr_err(MSR_ERR_INTERNAL, "mp: copy %d waited for a reduction not its own", i);
     uint64_t a = msr_now_ns();
-    msr_status_t st = mp->flight[i].st;
-    if (mp->flight[i].req != NULL)
-        st = msr_comm_wait(mp->flight[i].req);
-    mp->flight[i].req = NULL;
-    mp->flight[i].used = 0;
+    msr_status_t st = flight_finish(mp, i);
     msr_mp_span_add(mp, 1, a, msr_now_ns(), "wait tp");
     *out_p = mp->d.sp ? local : full;
     if (st != MSR_OK)
