@@ -307,7 +307,7 @@ static msr_status_t create_agree(msr_comm_t *comm, msr_status_t st)
         return msr_err_call(ast, "train: the agreement on the trainer's creation");
     if (v == INT64_MAX)
         return MSR_OK;
-    msr_status_t worst = (msr_status_t) - (v % 256);
+    msr_status_t worst = (msr_status_t)(-(v % 256));
     if (worst == MSR_ERR_NO_MEMORY)
         return msr_err(worst, "train: rank %lld is out of memory creating its trainer",
                        (long long)(v / 256));
