@@ -4,6 +4,7 @@
 #include "parallel/train_impl.h"
 
 #include <math.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -120,31 +121,46 @@ msr_status_t msr_train_config_check(const msr_train_config_t *cfg, const msr_dat
     return MSR_OK;
 }
 
-/* The experts of a MoE model: dp ranks [k * ep, (k + 1) * ep) share their
- * work (the ep group), the dp ranks of one ep index (and under cp every
- * cp rank of theirs) hold the same experts and sum their gradients (the
- * replica group, ranked as the dp x cp group), and the experts get their
- * own optimizer: over the whole store at ZeRO 0, else over this rank's
- * block of it in the replica group (ZeRO-1 for the experts: gradients
- * reduce-scattered, the block updated, the parameters all-gathered); under
- * ZeRO-3 with replicas the store itself is sharded per MoE block
- * (train_experts.c). */
-static msr_status_t experts_create(msr_trainer_t *tr, msr_comm_t *comm, int rank)
+/* The experts' groups of a MoE model: dp ranks [k * ep, (k + 1) * ep)
+ * share their work (the ep group), the dp ranks of one ep index (and under
+ * cp every cp rank of theirs: mesh not NULL) hold the same experts and sum
+ * their gradients (the replica group, ranked as the dp x cp group). The
+ * splits are collective: a creation makes them before anything a rank may
+ * fail to allocate, and every rank takes part in both whatever the first
+ * one's outcome (a split agrees on its own failures), so that none is
+ * left waiting in one. Errors: the splits'. */
+static msr_status_t experts_split(const msr_train_config_t *cfg, msr_comm_t *comm, int rank,
+                                  const msr_mesh_t *mesh, msr_comm_t **ep_p, msr_comm_t **rep_p)
 {
-    int ep = tr->cfg.ep > 1 ? tr->cfg.ep : 1;
+    int ep = cfg->ep > 1 ? cfg->ep : 1;
+    msr_status_t st = MSR_OK, rst = MSR_OK;
+    if (cfg->model.moe.experts == 0)
+        return MSR_OK;
+    if (ep > 1 && (st = msr_comm_split(comm, rank / ep, rank, ep_p)) != MSR_OK)
+        st = msr_err_call(st, "train: the expert-parallel group of ep %d", ep);
+    msr_comm_t *rcomm = comm;
+    int reps = cfg->dp / ep, rkey = rank;
+    if (mesh != NULL && mesh->cp > 1) {
+        rcomm = mesh->dcp_comm;
+        reps *= mesh->cp;
+        rkey = rank * mesh->cp + mesh->cp_rank;
+    }
+    if (reps > 1 && (rst = msr_comm_split(rcomm, rank % ep, rkey, rep_p)) != MSR_OK)
+        rst = msr_err_call(rst, "train: the group of the ranks holding the same experts");
+    return st != MSR_OK ? st : rst;
+}
+
+/* The experts of a MoE model over the groups experts_split made: they get
+ * their own optimizer, over the whole store at ZeRO 0, else over this
+ * rank's block of it in the replica group (ZeRO-1 for the experts:
+ * gradients reduce-scattered, the block updated, the parameters
+ * all-gathered); under ZeRO-3 with replicas the store itself is sharded
+ * per MoE block (train_experts.c). Local: the creation's agreement tells
+ * the other ranks of a failure. */
+static msr_status_t experts_create(msr_trainer_t *tr)
+{
     msr_moe_t *moe = tr->model->moe;
     msr_status_t st;
-    if (ep > 1 && (st = msr_comm_split(comm, rank / ep, rank, &tr->ep_comm)) != MSR_OK)
-        return msr_err_call(st, "train: the expert-parallel group of ep %d", ep);
-    msr_comm_t *rcomm = comm;
-    int reps = tr->cfg.dp / ep, rkey = rank;
-    if (tr->mesh != NULL && tr->mesh->cp > 1) {
-        rcomm = tr->mesh->dcp_comm;
-        reps *= tr->mesh->cp;
-        rkey = rank * tr->mesh->cp + tr->mesh->cp_rank;
-    }
-    if (reps > 1 && (st = msr_comm_split(rcomm, rank % ep, rkey, &tr->rep_comm)) != MSR_OK)
-        return msr_err_call(st, "train: the group of the ranks holding the same experts");
     /* model parallel: the experts of the blocks of this part's stages,
      * shared out over tp too */
     int nb = msr_moe_blocks(moe), every = tr->cfg.model.moe.every;
@@ -170,7 +186,7 @@ static msr_status_t experts_create(msr_trainer_t *tr, msr_comm_t *comm, int rank
     tr->rep_size = tr->rep_comm != NULL ? msr_comm_size(tr->rep_comm) : 1;
     tr->rep_rank = tr->rep_comm != NULL ? msr_comm_rank(tr->rep_comm) : 0;
     if (tr->cfg.par.zero >= 3 && tr->rep_size > 1 && msr_moe_held(moe) > 0)
-        return msr_train_experts_shard(tr, comm);
+        return msr_train_experts_shard_local(tr);
     msr_moe_init_params(moe, tr->cfg.seed);
     tr->eshard_lo = 0;
     tr->eshard_hi = count;
@@ -268,6 +284,86 @@ static msr_status_t set_precision(msr_trainer_t *tr)
     return MSR_OK;
 }
 
+/* The end of every creation: one allreduce over the world (comm; NULL:
+ * alone) of each rank's outcome st, so that when one rank failed part way
+ * (out of memory) every rank fails at once and alike, none left waiting
+ * in a collective after it: a rank that failed keeps its own error, the
+ * others return the lowest failed rank's status, naming it. The outcome
+ * travels as rank * 256 + (-status), least first (INT64_MAX: none). */
+static msr_status_t create_agree(msr_comm_t *comm, msr_status_t st)
+{
+    if (comm == NULL)
+        return st;
+    char why[512];
+    snprintf(why, sizeof why, "%s", msr_last_error());
+    int64_t code = st < 0 && st > -256 ? -(int64_t)st : -(int64_t)MSR_ERR_INTERNAL;
+    int64_t v = st != MSR_OK ? (int64_t)msr_comm_rank(comm) * 256 + code : INT64_MAX;
+    msr_status_t ast = msr_comm_allreduce(comm, MSR_IN_PLACE, &v, 1, MSR_DTYPE_I64, MSR_OP_MIN);
+    if (st != MSR_OK) {
+        msr_err_set("%s", why);
+        return st;
+    }
+    if (ast != MSR_OK)
+        return msr_err_call(ast, "train: the agreement on the trainer's creation");
+    if (v == INT64_MAX)
+        return MSR_OK;
+    msr_status_t worst = (msr_status_t)(-(v % 256));
+    if (worst == MSR_ERR_NO_MEMORY)
+        return msr_err(worst, "train: rank %lld is out of memory creating its trainer",
+                       (long long)(v / 256));
+    return msr_err(worst, "train: rank %lld failed creating its trainer (%s)", (long long)(v / 256),
+                   msr_status_str(worst));
+}
+
+/* A trainer with its experts' groups (experts_split, made first) and the
+ * step's token buffers of n tokens; *tr_p set even on failure (NULL when
+ * the trainer itself could not be allocated), for the caller to agree
+ * and then destroy. */
+static msr_status_t trainer_alloc(const msr_train_config_t *cfg, msr_comm_t *comm, int rank,
+                                  const msr_mesh_t *mesh, size_t n, msr_trainer_t **tr_p)
+{
+    msr_comm_t *ep = NULL, *rep = NULL;
+    msr_status_t st = experts_split(cfg, comm, rank, mesh, &ep, &rep);
+    msr_trainer_t *tr = *tr_p = msr_calloc(1, sizeof *tr);
+    if (tr == NULL) {
+        msr_comm_destroy(rep);
+        msr_comm_destroy(ep);
+        return st != MSR_OK ? st : msr_err(MSR_ERR_NO_MEMORY, "train: out of memory for a trainer");
+    }
+    tr->ep_comm = ep;
+    tr->rep_comm = rep;
+    tr->cfg = *cfg;
+    tr->mesh = mesh;
+    tr->sampler.seed = cfg->seed;
+    if (st != MSR_OK)
+        return st;
+    tr->inputs = msr_calloc(n, sizeof(int));
+    tr->targets = msr_calloc(n, sizeof(int));
+    if (tr->inputs == NULL || tr->targets == NULL)
+        return msr_err(MSR_ERR_NO_MEMORY, "train: out of memory for a step of %zu tokens", n);
+    return MSR_OK;
+}
+
+/* The data-parallel trainer's parts, each rank on its own (no collective
+ * after the experts' splits): the caller agrees on the outcome. */
+static msr_status_t create_dp(const msr_train_config_t *cfg, msr_comm_t *comm, int rank,
+                              msr_trainer_t **tr_p)
+{
+    size_t N = (size_t)cfg->micro_batch * (size_t)cfg->model.max_seq;
+    msr_status_t st = trainer_alloc(cfg, comm, rank, NULL, N, tr_p);
+    msr_trainer_t *tr = *tr_p;
+    if (st != MSR_OK)
+        return st;
+    tr->cfg.mp.stage_layers = NULL; /* the whole model: one stage */
+    st = msr_gpt_create_ex(&cfg->model, cfg->micro_batch, msr_dp_model_flags(cfg->par.zero),
+                           &tr->model);
+    if (st == MSR_OK)
+        st = msr_dp_create(&cfg->par, comm, tr->model, &cfg->adamw, cfg->seed, &tr->dp);
+    if (st == MSR_OK && tr->model->moe != NULL)
+        st = experts_create(tr);
+    return st != MSR_OK ? st : set_precision(tr);
+}
+
 msr_status_t msr_trainer_create(const msr_train_config_t *cfg, const msr_dataset_t *data,
                                 msr_comm_t *comm, msr_trainer_t **tr_p)
 {
@@ -280,38 +376,55 @@ msr_status_t msr_trainer_create(const msr_train_config_t *cfg, const msr_dataset
                        "train: dp %d (rank %d) needs a communicator of %d ranks, not %d (rank %d)",
                        cfg->dp, cfg->dp_rank, cfg->dp, size, rank);
     }
-    msr_status_t st = MSR_ERR_NO_MEMORY;
-    msr_trainer_t *tr = msr_calloc(1, sizeof *tr);
-    if (tr == NULL)
-        return msr_err(MSR_ERR_NO_MEMORY, "train: out of memory for a trainer");
-    tr->cfg = *cfg;
-    tr->cfg.mp.stage_layers = NULL; /* the whole model: one stage */
-    tr->data = data;
-    tr->sampler.seed = cfg->seed;
-    size_t N = (size_t)cfg->micro_batch * (size_t)cfg->model.max_seq;
-    tr->inputs = msr_calloc(N, sizeof(int));
-    tr->targets = msr_calloc(N, sizeof(int));
-    if (tr->inputs == NULL || tr->targets == NULL) {
-        msr_err_set("train: out of memory for a micro-batch of %zu tokens", N);
-        goto err_free;
+    msr_trainer_t *tr = NULL;
+    msr_status_t st = create_agree(comm, create_dp(cfg, comm, rank, &tr));
+    if (st != MSR_OK) {
+        msr_trainer_destroy(tr);
+        return st;
     }
-    st = msr_gpt_create_ex(&cfg->model, cfg->micro_batch, msr_dp_model_flags(cfg->par.zero),
-                           &tr->model);
-    if (st != MSR_OK)
-        goto err_free;
-    st = msr_dp_create(&cfg->par, comm, tr->model, &cfg->adamw, cfg->seed, &tr->dp);
-    if (st != MSR_OK)
-        goto err_free;
-    if (tr->model->moe != NULL && (st = experts_create(tr, comm, rank)) != MSR_OK)
-        goto err_free;
-    if ((st = set_precision(tr)) != MSR_OK)
-        goto err_free;
+    tr->data = data;
     *tr_p = tr;
     return MSR_OK;
+}
 
-err_free:
-    msr_trainer_destroy(tr);
-    return st;
+/* The model-parallel trainer's parts, each rank on its own as create_dp's
+ * (the tied embedding's first sync comes after the agreement). */
+static msr_status_t create_mp(const msr_train_config_t *cfg, const msr_mesh_t *mesh,
+                              msr_trainer_t **tr_p)
+{
+    int cp = cfg->cp > 1 ? cfg->cp : 1;
+    size_t N = (size_t)cfg->micro_batch * (size_t)cfg->model.max_seq * (size_t)cfg->grad_accum;
+    msr_status_t st = trainer_alloc(cfg, mesh->dp_comm, mesh->dp_rank, mesh, N, tr_p);
+    msr_trainer_t *tr = *tr_p;
+    if (st != MSR_OK)
+        return st;
+    tr->cfg.mp = mp_config(cfg);
+    msr_gpt_part_t part = {mesh->tp,      mesh->tp_rank,     mesh->pp,
+                           mesh->pp_rank, tr->cfg.mp.chunks, cfg->mp.stage_layers};
+    st = msr_gpt_create_part(&cfg->model, &part, msr_dp_model_flags(cfg->par.zero), &tr->model);
+    if (st != MSR_OK)
+        return st;
+    tr->cfg.mp.stage_layers = tr->model->part.stage_layers; /* the caller's may go */
+    /* the replicas of this part: dp x cp (parameters are replicated over cp) */
+    st = msr_dp_create(&cfg->par, mesh->dcp_comm, tr->model, &cfg->adamw, cfg->seed, &tr->dp);
+    if (st != MSR_OK)
+        return st;
+    msr_dp_set_model_parallel(tr->dp, mesh->tp_comm, mesh->tp_rank, mesh->pp_comm);
+    if (cfg->model.moe.experts > 0) {
+        /* the MoE state keeps each micro-batch's routing from its forward
+         * to its backward (one frame when full recompute runs it again) */
+        int frames = tr->cfg.mp.recompute == MSR_MP_RECOMPUTE_FULL ? 1 : cfg->grad_accum;
+        st = msr_moe_create_cp(&cfg->model, cfg->micro_batch * cfg->model.max_seq / cp, frames, cp,
+                               &tr->model->moe);
+        if (st != MSR_OK || (st = experts_create(tr)) != MSR_OK)
+            return st;
+    }
+    /* before msr_mp_create: its block takes the model's products */
+    if ((st = set_precision(tr)) != MSR_OK ||
+        (st = msr_mp_create(&tr->cfg.mp, mesh, tr->model, &tr->mp)) != MSR_OK)
+        return st;
+    msr_mp_set_dp(tr->mp, tr->dp);
+    return MSR_OK;
 }
 
 msr_status_t msr_trainer_create_mesh(const msr_train_config_t *cfg, const msr_dataset_t *data,
@@ -339,56 +452,17 @@ msr_status_t msr_trainer_create_mesh(const msr_train_config_t *cfg, const msr_da
                        cfg->dp, cfg->dp_rank, cfg->pp, cp, cfg->tp, mesh->dp, mesh->dp_rank,
                        mesh->pp, mesh->cp, mesh->tp);
     }
-    msr_status_t st = MSR_ERR_NO_MEMORY;
-    msr_trainer_t *tr = msr_calloc(1, sizeof *tr);
-    if (tr == NULL)
-        return msr_err(MSR_ERR_NO_MEMORY, "train: out of memory for a trainer");
-    tr->cfg = *cfg;
-    tr->cfg.mp = mp_config(cfg);
+    msr_trainer_t *tr = NULL;
+    msr_status_t st = create_agree(mesh->world, create_mp(cfg, mesh, &tr));
+    if (st == MSR_OK)
+        st = msr_mp_sync_tied(tr->mp);
+    if (st != MSR_OK) {
+        msr_trainer_destroy(tr);
+        return st;
+    }
     tr->data = data;
-    tr->mesh = mesh;
-    tr->sampler.seed = cfg->seed;
-    size_t N = (size_t)cfg->micro_batch * (size_t)cfg->model.max_seq * (size_t)cfg->grad_accum;
-    tr->inputs = msr_calloc(N, sizeof(int));
-    tr->targets = msr_calloc(N, sizeof(int));
-    if (tr->inputs == NULL || tr->targets == NULL) {
-        msr_err_set("train: out of memory for a step of %zu tokens", N);
-        goto err_free;
-    }
-    msr_gpt_part_t part = {mesh->tp,      mesh->tp_rank,     mesh->pp,
-                           mesh->pp_rank, tr->cfg.mp.chunks, cfg->mp.stage_layers};
-    st = msr_gpt_create_part(&cfg->model, &part, msr_dp_model_flags(cfg->par.zero), &tr->model);
-    if (st != MSR_OK)
-        goto err_free;
-    tr->cfg.mp.stage_layers = tr->model->part.stage_layers; /* the caller's may go */
-    /* the replicas of this part: dp x cp (parameters are replicated over cp) */
-    st = msr_dp_create(&cfg->par, mesh->dcp_comm, tr->model, &cfg->adamw, cfg->seed, &tr->dp);
-    if (st != MSR_OK)
-        goto err_free;
-    msr_dp_set_model_parallel(tr->dp, mesh->tp_comm, mesh->tp_rank, mesh->pp_comm);
-    if (cfg->model.moe.experts > 0) {
-        /* the MoE state keeps each micro-batch's routing from its forward
-         * to its backward (one frame when full recompute runs it again) */
-        int frames = tr->cfg.mp.recompute == MSR_MP_RECOMPUTE_FULL ? 1 : cfg->grad_accum;
-        st = msr_moe_create_cp(&cfg->model, cfg->micro_batch * cfg->model.max_seq / cp, frames, cp,
-                               &tr->model->moe);
-        if (st != MSR_OK || (st = experts_create(tr, mesh->dp_comm, mesh->dp_rank)) != MSR_OK)
-            goto err_free;
-    }
-    /* before msr_mp_create: its block takes the model's products */
-    if ((st = set_precision(tr)) != MSR_OK)
-        goto err_free;
-    if ((st = msr_mp_create(&tr->cfg.mp, mesh, tr->model, &tr->mp)) != MSR_OK)
-        goto err_free;
-    msr_mp_set_dp(tr->mp, tr->dp);
-    if ((st = msr_mp_sync_tied(tr->mp)) != MSR_OK)
-        goto err_free;
     *tr_p = tr;
     return MSR_OK;
-
-err_free:
-    msr_trainer_destroy(tr);
-    return st;
 }
 
 msr_status_t msr_trainer_init_params(msr_trainer_t *tr)

@@ -141,8 +141,12 @@ msr_status_t msr_train_config_check(const msr_train_config_t *cfg, const msr_dat
 /* Creates a trainer at step 0 with freshly initialised parameters, data
  * parallel over comm (NULL: alone, cfg->dp must be 1; else cfg->dp and
  * cfg->dp_rank must be comm's size and rank). data and comm must outlive
- * it. Errors: MSR_ERR_CONFIG (the reason in the error text, base/err.h),
- * MSR_ERR_NO_MEMORY. */
+ * it. Collective over comm: it ends with one agreement on every rank's
+ * outcome, so that when one rank fails (out of memory) every rank fails
+ * at once, the failed one with its own error, the others with its status,
+ * naming it (docs/model.md "Out of memory while a trainer is made").
+ * Errors: MSR_ERR_CONFIG (the reason in the error text, base/err.h),
+ * MSR_ERR_NO_MEMORY, the communicator's. */
 msr_status_t msr_trainer_create(const msr_train_config_t *cfg, const msr_dataset_t *data,
                                 msr_comm_t *comm, msr_trainer_t **tr_p);
 
@@ -150,6 +154,8 @@ msr_status_t msr_trainer_create(const msr_train_config_t *cfg, const msr_dataset
  * model (cfg->tp, cfg->pp, cfg->cp, cfg->dp must be the mesh's degrees and
  * cfg->dp_rank its dp rank), data parallel over the mesh's dp x cp group, model
  * parallel as cfg->mp says when msr_train_uses_mp. mesh must outlive it.
+ * Collective over the mesh's world, with the same agreement at its end
+ * (then the tied embedding's first send over the pipeline).
  * Errors: as msr_trainer_create, and the pipeline's first communication. */
 msr_status_t msr_trainer_create_mesh(const msr_train_config_t *cfg, const msr_dataset_t *data,
                                      const msr_mesh_t *mesh, msr_trainer_t **tr_p);

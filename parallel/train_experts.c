@@ -234,7 +234,7 @@ static msr_status_t shard_make(msr_trainer_t *tr)
     return st;
 }
 
-msr_status_t msr_train_experts_shard(msr_trainer_t *tr, msr_comm_t *comm)
+msr_status_t msr_train_experts_shard_local(msr_trainer_t *tr)
 {
     tr->ez = 1;
     tr->ez_at = -1;
@@ -248,6 +248,16 @@ msr_status_t msr_train_experts_shard(msr_trainer_t *tr, msr_comm_t *comm)
     tr->eshard_lo = 0; /* the optimizer's shard space: the shards, block after block */
     tr->eshard_hi = (size_t)msr_moe_held(tr->model->moe) * tr->ez_n;
     msr_status_t st = shard_make(tr);
+    if (st != MSR_OK)
+        return st;
+    msr_dp_extra_t x = {ez_acquire, ez_release, tr};
+    msr_dp_set_extra(tr->dp, &x);
+    return MSR_OK;
+}
+
+msr_status_t msr_train_experts_shard(msr_trainer_t *tr, msr_comm_t *comm)
+{
+    msr_status_t st = msr_train_experts_shard_local(tr);
     /* every rank learns the lowest one that failed, so that none goes on
      * to wait in a step for it */
     int me = msr_comm_rank(comm);
@@ -262,8 +272,6 @@ msr_status_t msr_train_experts_shard(msr_trainer_t *tr, msr_comm_t *comm)
                        "train: rank %lld is out of memory for its experts' shards",
                        (long long)first);
     }
-    msr_dp_extra_t x = {ez_acquire, ez_release, tr};
-    msr_dp_set_extra(tr->dp, &x);
     return MSR_OK;
 }
 

@@ -10,17 +10,20 @@
 msr_status_t msr_train_experts_gather(msr_trainer_t *tr);
 
 /* ZeRO-3 for the experts with replicas (train_experts.c, train.h's ez):
- * shard sets the store external, allocates and initialises the shards,
- * creates the experts' optimizer over them and has dp's hooks gather
- * each block around its uses, the next one's gather started while the
- * current one computes; collective over comm (the trainer's dp group),
- * whose ranks all fail when one is out of memory, naming the lowest such
- * (errors: MSR_ERR_NO_MEMORY, the store's, the communicator's; what it
- * allocated left to free); zero clears the shards' gradients, norm hands their
+ * shard_local sets the store external, allocates and initialises the
+ * shards, creates the experts' optimizer over them and has dp's hooks
+ * gather each block around its uses, the next one's gather started while
+ * the current one computes; local (a trainer's creation agrees on its
+ * outcome over the world; errors: MSR_ERR_NO_MEMORY, the store's; what it
+ * allocated left to free). shard does the same on a trainer made
+ * already, collective over comm (the trainer's dp group), whose ranks all
+ * fail when one is out of memory, naming the lowest such (errors: those
+ * and the communicator's). zero clears the shards' gradients, norm hands their
  * squared norm to the next msr_dp_update, and both forget the gathered
  * blocks, finishing the gathers in flight (collective over tr->rep_comm;
  * errors: the communicator's); free finishes those gathers and frees the
  * buffers (after a failed shard too). */
+msr_status_t msr_train_experts_shard_local(msr_trainer_t *tr);
 msr_status_t msr_train_experts_shard(msr_trainer_t *tr, msr_comm_t *comm);
 msr_status_t msr_train_experts_zero(msr_trainer_t *tr);
 msr_status_t msr_train_experts_norm(msr_trainer_t *tr);

@@ -1254,7 +1254,7 @@ test: ^test_parallel_train_gpt_moe_cp$
 file: parallel/train.c
 test: ^test_parallel_train_gpt_moe_cp$
 <<<
-        reps *= tr->mesh->cp;
+        reps *= mesh->cp;
 ===
         reps *= 1;
 >>>
@@ -1481,6 +1481,15 @@ test: ^test_parallel_train_gpt_experts_oom$
     int64_t first = st != MSR_OK ? me : INT64_MAX;
 ===
     int64_t first = INT64_MAX + 0 * me;
+>>>
+
+@ train.create_failure_not_agreed
+file: parallel/train.c
+test: ^test_parallel_train_create_oom$
+<<<
+    int64_t v = st != MSR_OK ? (int64_t)msr_comm_rank(comm) * 256 + code : INT64_MAX;
+===
+    int64_t v = INT64_MAX + 0 * code;
 >>>
 
 @ plan_acts.bf16_expert_rows_at_capacity

@@ -1,0 +1,205 @@
+/* A trainer's creation out of memory on one rank (train_create_oom.sh
+ * starts it under the real msrun):
+ *
+ *   create_oom_worker WHO LAYOUT EVERY
+ *
+ * LAYOUT: z0 (dp over the world, ZeRO 0, a dense model), z3 (dp over the
+ * world, ZeRO-3, every second block MoE: the dense segments and the
+ * experts sharded) or tp2pp2 (4 ranks: tp 2 x pp 2, ZeRO 1, the GPT's
+ * tied embedding across the pipeline). A first round makes the trainer
+ * with nothing failing and counts rank WHO's allocations in it (N,
+ * msr_alloc_fail_at); then each sampled one fails in turn: 0, EVERY,
+ * 2 EVERY, ... and N - 1 (EVERY 1: all of them), then N, N + 1, ...
+ * until a round where none failed. Each round is over a communicator
+ * split from the world (and a mesh on it), made before the hook is set
+ * and destroyed after. In each round every rank ends alike: a trainer
+ * that takes a step (an allocation that has a way around it), or
+ * MSR_ERR_NO_MEMORY on every rank, never at the communicators' deadline
+ * (MSR_TIMEOUT is short in the script: a rank left waiting would fail
+ * with MSR_ERR_TIMEOUT), WHO's error saying out of memory and every
+ * other's naming rank WHO. The round after a failed one makes a trainer
+ * again on the same world: the last one trains. Each round prints
+ * "round K: rank R: ok" or "round K: rank R: STATUS: TEXT"; rank 0
+ * prints "create oom LAYOUT: F of rank WHO's N allocations failed in
+ * turn, every rank alike" and "ok create oom" at the end. Every check
+ * that fails prints "FAIL" and exits 1. Linked to the static modules so
+ * that the allocation hook reaches them. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "base/alloc.h"
+#include "model/data.h"
+#include "msrun/msrun.h"
+#include "parallel/mesh.h"
+#include "parallel/train.h"
+#include "tests/worker_fail.h"
+
+WORKER_FAIL("create_oom_worker", exit)
+
+enum { MAX_PAST = 50 };
+
+/* The same outcome on every rank (over world, which stays whole). */
+static void same_everywhere(msr_comm_t *world, const char *what, msr_status_t st, const char *err)
+{
+    int64_t lo = st, hi = -(int64_t)st;
+    if (msr_comm_allreduce(world, MSR_IN_PLACE, &lo, 1, MSR_DTYPE_I64, MSR_OP_MIN) != MSR_OK ||
+        msr_comm_allreduce(world, MSR_IN_PLACE, &hi, 1, MSR_DTYPE_I64, MSR_OP_MIN) != MSR_OK)
+        fail("%s: the comparison over the world failed (this rank's: %s, %s)", what,
+             msr_status_name(st), err);
+    if (lo != -hi)
+        fail("%s: the ranks ended differently (%lld to %lld; this rank's: %s, %s)", what,
+             (long long)lo, (long long)-hi, msr_status_name(st), err);
+}
+
+/* A failed round: out of memory, said by WHO, named by the others. */
+static void check_failed(const char *what, msr_status_t st, const char *err, int me, int who)
+{
+    if (st != MSR_ERR_NO_MEMORY)
+        fail("%s: %s (%s), want MSR_ERR_NO_MEMORY", what, msr_status_name(st), err);
+    if (strstr(err, "out of memory") == NULL)
+        fail("%s: the error '%s' does not say out of memory", what, err);
+    char named[32];
+    snprintf(named, sizeof named, "rank %d ", who);
+    if (me != who && strstr(err, named) == NULL)
+        fail("%s: the error '%s' does not name rank %d", what, err, who);
+}
+
+static msr_train_config_t config(const char *layout, int np, int rank)
+{
+    msr_train_config_t c = {
+        .model = {MSR_GPT_VOCAB, 16, 2, 2, 16},
+        .micro_batch = 2,
+        .grad_accum = 2,
+        .dp = np,
+        .dp_rank = rank,
+        .seed = 5,
+        .lr = 3e-3f,
+        .warmup = 2,
+        .grad_clip = 1.0f,
+        .adamw = {0.9, 0.95, 1e-8, 0.1},
+    };
+    msr_train_config_defaults(&c);
+    c.par.bucket_bytes = 4000;
+    c.par.zero_min_bytes = 0;
+    if (strcmp(layout, "z3") == 0) {
+        c.par.zero = 3;
+        c.model.moe = (msr_gpt_moe_t){4, 2, 2, 1.0, 0.01};
+    } else if (strcmp(layout, "tp2pp2") == 0) {
+        if (np != 4)
+            fail("tp2pp2 needs 4 ranks, not %d", np);
+        c.par.zero = 1;
+        c.dp = 1;
+        c.dp_rank = 0;
+        c.tp = c.pp = 2;
+    } else if (strcmp(layout, "z0") != 0) {
+        fail("layout %s: want z0, z3 or tp2pp2", layout);
+    }
+    return c;
+}
+
+/* One round over a communicator split from world (and its mesh): the
+ * trainer made with rank who's k-th allocation from the creation on
+ * failing (k < 0: none), a step taken if it was made. The status, its text
+ * in err; *fired_p: whether the hook failed an allocation; *count_p: the
+ * allocations this rank made in the creation. */
+static msr_status_t round_run(const msr_train_config_t *cfg, const msr_dataset_t *ds,
+                              msr_comm_t *world, int who, long k, char *err, size_t n, int *fired_p,
+                              long *count_p)
+{
+    int me = msr_comm_rank(world);
+    msr_comm_t *c;
+    msr_mesh_t *mesh = NULL;
+    OK(msr_comm_split(world, 0, me, &c));
+    if (cfg->tp > 1)
+        OK(msr_mesh_create(c, cfg->dp, cfg->pp, 1, cfg->tp, &mesh));
+    msr_trainer_t *tr = NULL;
+    msr_alloc_fail_at(me == who ? k : -1);
+    msr_status_t st = mesh != NULL ? msr_trainer_create_mesh(cfg, ds, mesh, &tr)
+                                   : msr_trainer_create(cfg, ds, c, &tr);
+    *fired_p = msr_alloc_failed();
+    *count_p = msr_alloc_fail_at(-1);
+    snprintf(err, n, "%s", st == MSR_OK ? "" : msr_last_error());
+    double loss;
+    if (st == MSR_OK)
+        OK(msr_trainer_step(tr, &loss));
+    msr_trainer_destroy(tr);
+    msr_mesh_destroy(mesh);
+    msr_comm_destroy(c);
+    return st;
+}
+
+/* Round k: run, compared over the world, printed. Returns
+ * whether the hook failed an allocation on any rank; *count_p: rank
+ * who's count of allocations in the creation. */
+static int round_check(const msr_train_config_t *cfg, const msr_dataset_t *ds, msr_comm_t *world,
+                       int who, long k, long *count_p)
+{
+    int me = msr_comm_rank(world), hit = 0;
+    char what[64], err[512];
+    snprintf(what, sizeof what, "allocation %ld of rank %d", k, who);
+    snprintf(g_case, sizeof g_case, "%s", what);
+    long count = 0;
+    msr_status_t st = round_run(cfg, ds, world, who, k, err, sizeof err, &hit, &count);
+    same_everywhere(world, what, st, err);
+    if (st != MSR_OK)
+        check_failed(what, st, err, me, who);
+    printf("round %ld: rank %d: %s%s%s\n", k, me, st == MSR_OK ? "ok" : msr_status_name(st),
+           st == MSR_OK ? "" : ": ", err);
+    int64_t v[2] = {hit, me == who ? count : 0};
+    OK(msr_comm_allreduce(world, MSR_IN_PLACE, v, 2, MSR_DTYPE_I64, MSR_OP_MAX));
+    g_case[0] = '\0';
+    *count_p = (long)v[1];
+    return v[0] != 0;
+}
+
+/* The sampled index after k of n: every-th, and the last one n - 1. */
+static long next_index(long k, long every, long n)
+{
+    return k < n - 1 && k + every > n - 1 ? n - 1 : k + every;
+}
+
+int main(int argc, char **argv)
+{
+    if (argc != 4)
+        fail("usage: create_oom_worker WHO LAYOUT EVERY");
+    int who = atoi(argv[1]);
+    long every = atol(argv[3]);
+    msr_ctx_t *ctx;
+    msr_comm_t *world = worker_world(&ctx, 0);
+    int me = msr_comm_rank(world), np = msr_comm_size(world);
+    if (who < 0 || who >= np || np < 2 || every < 1)
+        fail("WHO %d, EVERY %ld: want a rank of the %d (2 or more) and EVERY >= 1", who, every, np);
+    msr_dataset_t *ds = NULL;
+    OK(msr_dataset_generate(5, 1 << 14, &ds));
+    msr_train_config_t cfg = config(argv[2], np, me);
+    long n = 0, failed = 0, k;
+    if (round_check(&cfg, ds, world, who, -1, &n))
+        fail("an allocation failed with the hook off");
+    if (n < 1)
+        fail("rank %d made no allocation in the creation", who);
+    for (k = 0; k < n; k = next_index(k, every, n)) {
+        long c;
+        if (!round_check(&cfg, ds, world, who, k, &c))
+            fail("allocation %ld of %ld did not fail", k, n);
+        failed++;
+    }
+    for (k = n; k < n + MAX_PAST; k++) { /* the count may vary by one or two */
+        long c;
+        if (!round_check(&cfg, ds, world, who, k, &c))
+            break;
+        failed++;
+    }
+    if (k == n + MAX_PAST)
+        fail("rank %d still had an allocation to fail after %ld", who, k);
+    OK(msr_comm_barrier(world));
+    if (me == 0)
+        printf("create oom %s: %ld of rank %d's %ld allocations failed in turn, every rank alike\n",
+               argv[2], failed, who, n);
+    msr_dataset_destroy(ds);
+    msr_comm_destroy(world);
+    if (me == 0)
+        printf("ok create oom\n");
+    msr_finalize(ctx);
+    return 0;
+}

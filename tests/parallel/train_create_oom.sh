@@ -1,0 +1,41 @@
+#!/usr/bin/env bash
+# A trainer's creation out of memory on one rank (create_oom_worker.c):
+# dp 2 at ZeRO 0 (a dense model), dp 2 at ZeRO-3 (every second block MoE,
+# the experts sharded) and tp 2 x pp 2 on 4 ranks (ZeRO 1, the tied
+# embedding across the pipeline). Rank WHO's allocations in the creation
+# are counted, then each sampled one fails in turn (every EVERY-th, the
+# first and the last, then one past them until none fails; EVERY 1: all
+# of them, a few dozen here): in every round every rank ends alike,
+# out of memory, the failing rank saying so and every other naming it,
+# none left waiting (the communicators' deadline, MSR_TIMEOUT, is short:
+# a rank that waited would fail otherwise, and the script's limit would
+# find a hang), nothing leaked (the sanitizer build checks); the next
+# creation works, and the last round, where none failed, trains a step.
+set -euo pipefail
+bin="$MSRUN_BUILD/bin"
+source "$(dirname "$0")/job_env.sh"
+job_test_setup
+source "$(dirname "$0")/ckpt_worker_env.sh"
+export MSR_TIMEOUT=20
+# run RANKS WHO LAYOUT EVERY: the worker on RANKS ranks, rank WHO failing
+run() {
+    local ranks=$1 who=$2 layout=$3 every=$4
+    ckpt_worker "$ranks" 300 create_oom_worker "$who" "$layout" "$every" ||
+        fail "$layout, rank $who out of memory: $(tail -20 "$work/log")"
+    ! grep -q "FAIL" "$work/log" || fail "$layout, rank $who: $(grep FAIL "$work/log")"
+    grep -Eq "create oom $layout: [0-9]+ of rank $who's [0-9]+ allocations failed in turn, every rank alike" \
+        "$work/log" || fail "$layout, rank $who: no summary: $(tail -20 "$work/log")"
+    grep -q "ok create oom" "$work/log" || fail "$layout: not ok: $(tail -20 "$work/log")"
+    # every other rank named the failing one in the creation's agreement
+    for ((r = 0; r < ranks; r++)); do
+        [[ $r -eq $who ]] && continue
+        grep -Eq "round [0-9]+: rank $r: MSR_ERR_NO_MEMORY: train: rank $who is out of memory creating its trainer" \
+            "$work/log" || fail "$layout: rank $r never named rank $who: $(tail -5 "$work/log")"
+    done
+    grep "create oom $layout:" "$work/log"
+}
+run 2 1 z0 1
+run 2 0 z3 1
+run 4 3 tp2pp2 1
+run 4 0 tp2pp2 2
+echo "train_create_oom: ok"
