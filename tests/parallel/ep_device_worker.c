@@ -1,12 +1,14 @@
 /* Expert parallel on the device interface (ep_device.sh starts it under
  * the real msrun on 2 and 4 ranks):
  *
- *   ep_device_worker EP ZERO
+ *   ep_device_worker EP ZERO [mp]
  *
  * A MoE trainer (every block MoE, 4 experts, top 2) over the world: dp =
- * the world's size, ep EP, ZeRO ZERO. It trains STEPS steps of 2
- * micro-batches twice: on the default device (NULL: the CPU) and on a
- * device that counts its calls (ep_device.h). Checked, on every rank:
+ * the world's size, ep EP, ZeRO ZERO; with "mp" on the model-parallel
+ * runtime (a mesh of dp ranks, tp = pp = 1) with the device given as
+ * mp's (dp's left to the CPU). It trains STEPS steps of 2 micro-batches
+ * twice: on the default device (NULL: the CPU) and on a device that
+ * counts its calls (ep_device.h). Checked, on every rank:
  *
  * - the losses of the two runs and their experts at the end are the
  *   same, bitwise;
@@ -36,6 +38,7 @@
 #include "model/data.h"
 #include "model/moe_impl.h"
 #include "msrun/msrun.h"
+#include "parallel/mesh.h"
 #include "parallel/train_impl.h"
 #include "tests/parallel/ep_device.h"
 #include "tests/worker_fail.h"
@@ -44,7 +47,8 @@ WORKER_FAIL("ep_device_worker", exit)
 
 enum { STEPS = 3, ACCUM = 2 };
 
-static msr_train_config_t config(int dp, int rank, int ep, int zero, const msr_device_t *dev)
+static msr_train_config_t config(int dp, int rank, int ep, int zero, int mp,
+                                 const msr_device_t *dev)
 {
     msr_train_config_t c = {
         .model = {MSR_GPT_VOCAB, 16, 2, 2, 16},
@@ -64,7 +68,11 @@ static msr_train_config_t config(int dp, int rank, int ep, int zero, const msr_d
     c.par.zero = zero;
     c.par.zero_min_bytes = 0;
     c.par.bucket_bytes = 4000;
-    c.par.device = dev;
+    c.mp_always = mp;
+    if (mp)
+        c.mp.device = dev;
+    else
+        c.par.device = dev;
     return c;
 }
 
@@ -158,13 +166,21 @@ static void check_counts(const msr_trainer_t *tr, long kept_before, int me)
 
 /* STEPS steps on dev (NULL: the default) into losses; the experts at the
  * end into experts (count floats, allocated). */
-static void train(const msr_dataset_t *ds, msr_comm_t *world, int ep, int zero,
+static void train(const msr_dataset_t *ds, msr_comm_t *world, int ep, int zero, int mp,
                   const msr_device_t *dev, double *losses, float **experts, size_t *count)
 {
     int me = msr_comm_rank(world), np = msr_comm_size(world);
-    msr_train_config_t cfg = config(np, me, ep, zero, dev);
+    msr_train_config_t cfg = config(np, me, ep, zero, mp, dev);
     msr_trainer_t *tr = NULL;
-    OK(msr_trainer_create(&cfg, ds, world, &tr));
+    msr_mesh_t *mesh = NULL;
+    if (mp) {
+        OK(msr_mesh_create(world, np, 1, 1, 1, &mesh));
+        OK(msr_trainer_create_mesh(&cfg, ds, mesh, &tr));
+        if (tr->mp == NULL)
+            fail("not on the model-parallel runtime");
+    } else {
+        OK(msr_trainer_create(&cfg, ds, world, &tr));
+    }
     if (dev != NULL) {
         int n = check_buffers(tr);
         printf("rank %d: ep buffers on the device: %d\n", me, n);
@@ -180,13 +196,14 @@ static void train(const msr_dataset_t *ds, msr_comm_t *world, int ep, int zero,
         fail("out of memory");
     OK(msr_trainer_experts_whole(tr, *experts));
     msr_trainer_destroy(tr);
+    msr_mesh_destroy(mesh);
 }
 
 int main(int argc, char **argv)
 {
-    if (argc != 3)
-        fail("usage: ep_device_worker EP ZERO");
-    int ep = atoi(argv[1]), zero = atoi(argv[2]);
+    if (argc != 3 && (argc != 4 || strcmp(argv[3], "mp") != 0))
+        fail("usage: ep_device_worker EP ZERO [mp]");
+    int ep = atoi(argv[1]), zero = atoi(argv[2]), mp = argc == 4;
     msr_ctx_t *ctx;
     msr_comm_t *world = worker_world(&ctx, 0);
     int me = msr_comm_rank(world), np = msr_comm_size(world);
@@ -197,8 +214,8 @@ int main(int argc, char **argv)
     double la[STEPS], lb[STEPS];
     float *ea, *eb;
     size_t na, nb;
-    train(ds, world, ep, zero, NULL, la, &ea, &na);
-    train(ds, world, ep, zero, ep_device(), lb, &eb, &nb);
+    train(ds, world, ep, zero, mp, NULL, la, &ea, &na);
+    train(ds, world, ep, zero, mp, ep_device(), lb, &eb, &nb);
     for (int i = 0; i < STEPS; i++)
         if (memcmp(&la[i], &lb[i], sizeof la[i]) != 0)
             fail("step %d: loss %.17g on the counting device, %.17g on the CPU's", i + 1, lb[i],
