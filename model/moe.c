@@ -54,18 +54,41 @@ static size_t expert_size(const msr_moe_t *moe)
     return expert_floats(moe->glu, (size_t)moe->C, (size_t)moe->H);
 }
 
-static void slot_free(moe_slot_t *s)
+/* Buffer p of the state's device freed (NULL: nothing). */
+static void dev_free(const msr_moe_t *moe, void *p)
 {
-    msr_free(s->probs);
-    msr_free(s->choice);
-    msr_free(s->gate);
-    msr_free(s->pos);
-    msr_free(s->frac);
-    msr_free(s->xin);
-    msr_free(s->fch);
-    msr_free(s->fch_g);
-    msr_free(s->comb);
-    msr_free(s->used);
+    msr_device_free(moe->dev, p);
+}
+
+static void slot_free(const msr_moe_t *moe, moe_slot_t *s)
+{
+    dev_free(moe, s->probs);
+    dev_free(moe, s->choice);
+    dev_free(moe, s->gate);
+    dev_free(moe, s->pos);
+    dev_free(moe, s->frac);
+    dev_free(moe, s->xin);
+    dev_free(moe, s->fch);
+    dev_free(moe, s->fch_g);
+    dev_free(moe, s->comb);
+    dev_free(moe, s->used);
+}
+
+/* bytes (at least 1, so that NULL always means failure) of the state's
+ * device, zeroed on its default stream: the caller syncs before the host
+ * reads them. NULL when out of memory or the device failed (its text
+ * set). */
+static void *dev_zalloc(const msr_moe_t *moe, size_t bytes)
+{
+    void *p = NULL;
+    size_t n = bytes > 0 ? bytes : 1;
+    if (msr_device_alloc(moe->dev, n, &p) != MSR_OK)
+        return NULL;
+    if (msr_device_memset(moe->dev, p, 0, n, NULL) != MSR_OK) {
+        msr_device_free(moe->dev, p);
+        return NULL;
+    }
+    return p;
 }
 
 /* The GPT-2 initialisation's stream for the experts (the flat buffers'
@@ -79,11 +102,11 @@ static size_t work_size(const msr_moe_t *moe, int w)
 }
 
 /* Buffer w of the layout's MoE table (layout/layout.h: what the planner
- * counts), zeroed, its bytes counted in moe->work_bytes. */
+ * counts) on the state's device, zeroed, its bytes counted in
+ * moe->work_bytes. */
 static void *work_alloc(msr_moe_t *moe, int w)
 {
-    void *b =
-        msr_calloc(msr_layout_moe_work(&moe->dims, w), msr_layout_moe_work_size(w, sizeof(float)));
+    void *b = dev_zalloc(moe, work_size(moe, w));
     if (b != NULL)
         moe->work_bytes += work_size(moe, w);
     return b;
@@ -96,7 +119,7 @@ static int work_alloc_range(msr_moe_t *moe, int w0, int w1, void **b)
     for (int w = w0; w < w1; w++) {
         if ((b[w] = work_alloc(moe, w)) == NULL) {
             while (w-- > w0) {
-                msr_free(b[w]);
+                dev_free(moe, b[w]);
                 moe->work_bytes -= work_size(moe, w);
             }
             return 0;
@@ -105,10 +128,75 @@ static int work_alloc_range(msr_moe_t *moe, int w0, int w1, void **b)
     return 1;
 }
 
+/* The work space on the state's device: every block's load counts, the
+ * frames of the blocks held (held NULL: all), the shared buffers (the
+ * cp group's choices under cp), synced. 0 when out of memory: what was
+ * made is in the state, for work_free. */
+static int work_make(msr_moe_t *moe, const int *held)
+{
+    void *b[MSR_MOE_WORK_ONCE_END]; /* indexed by the layout's buffer */
+    for (int i = 0; i < moe->nslots; i++) {
+        if ((moe->stats[i].load = work_alloc(moe, MSR_MOE_WORK_LOAD)) == NULL)
+            return 0;
+        for (int f = 0; f < moe->frames && (held == NULL || held[i]); f++) {
+            if (!work_alloc_range(moe, MSR_MOE_WORK_PROBS, MSR_MOE_WORK_SLOT_END, b))
+                return 0;
+            moe->slots[i * moe->frames + f] = (moe_slot_t){.probs = b[MSR_MOE_WORK_PROBS],
+                                                           .choice = b[MSR_MOE_WORK_CHOICE],
+                                                           .gate = b[MSR_MOE_WORK_GATE],
+                                                           .pos = b[MSR_MOE_WORK_POS],
+                                                           .frac = b[MSR_MOE_WORK_FRAC],
+                                                           .xin = b[MSR_MOE_WORK_XIN],
+                                                           .fch = b[MSR_MOE_WORK_FCH],
+                                                           .fch_g = b[MSR_MOE_WORK_FCH_G],
+                                                           .comb = b[MSR_MOE_WORK_COMB],
+                                                           .used = b[MSR_MOE_WORK_USED]};
+        }
+    }
+    if (!work_alloc_range(moe, MSR_MOE_WORK_SEND, MSR_MOE_WORK_GCHOICE, b))
+        return 0;
+    moe->send = b[MSR_MOE_WORK_SEND];
+    moe->out = b[MSR_MOE_WORK_OUT];
+    moe->dout = b[MSR_MOE_WORK_DOUT];
+    moe->dfch = b[MSR_MOE_WORK_DFCH];
+    moe->dfch_g = b[MSR_MOE_WORK_DFCH_G];
+    moe->dgate = b[MSR_MOE_WORK_DGATE];
+    moe->dprobs = b[MSR_MOE_WORK_DPROBS];
+    if (moe->cp > 1 && (moe->gchoice = work_alloc(moe, MSR_MOE_WORK_GCHOICE)) == NULL)
+        return 0;
+    return msr_device_stream_sync(moe->dev, NULL) == MSR_OK;
+}
+
+/* Frees the whole work space (NULL pointers after). */
+static void work_free(msr_moe_t *moe)
+{
+    for (int i = 0; i < moe->nslots * moe->frames && moe->slots != NULL; i++) {
+        slot_free(moe, &moe->slots[i]);
+        memset(&moe->slots[i], 0, sizeof *moe->slots);
+    }
+    for (int i = 0; i < moe->nslots && moe->stats != NULL; i++) {
+        dev_free(moe, moe->stats[i].load);
+        moe->stats[i].load = NULL;
+    }
+    dev_free(moe, moe->send);
+    dev_free(moe, moe->out);
+    dev_free(moe, moe->dout);
+    dev_free(moe, moe->dfch);
+    dev_free(moe, moe->dfch_g);
+    dev_free(moe, moe->dgate);
+    dev_free(moe, moe->dprobs);
+    dev_free(moe, moe->gchoice);
+    dev_free(moe, moe->rdx);
+    moe->send = moe->out = moe->dout = moe->dfch = moe->dfch_g = moe->dgate = NULL;
+    moe->dprobs = moe->rdx = NULL;
+    moe->gchoice = NULL;
+    moe->work_bytes = 0;
+}
+
 static void store_free(msr_moe_t *moe)
 {
-    msr_free(moe->params);
-    msr_free(moe->grads);
+    dev_free(moe, moe->params);
+    dev_free(moe, moe->grads);
     msr_free(moe->tensors);
     moe->params = moe->grads = NULL;
     moe->tensors = NULL;
@@ -133,9 +221,11 @@ static msr_status_t store_alloc(msr_moe_t *moe)
     int C = moe->C, H = moe->H, El = moe->El, nt = moe->glu ? 3 : 4;
     store_free(moe);
     moe->count = (size_t)moe->nheld * (size_t)El * expert_size(moe);
-    if (!moe->external) {
-        moe->params = msr_calloc(moe->count > 0 ? moe->count : 1, sizeof(float));
-        moe->grads = msr_calloc(moe->count > 0 ? moe->count : 1, sizeof(float));
+    if (!moe->external) { /* the experts' parameters and gradients: the device's */
+        moe->params = dev_zalloc(moe, moe->count * sizeof(float));
+        moe->grads = dev_zalloc(moe, moe->count * sizeof(float));
+        if (msr_device_stream_sync(moe->dev, NULL) != MSR_OK)
+            store_free(moe); /* the tensor table's check below reports it */
     }
     moe->tensors =
         msr_calloc((size_t)moe->nheld * (size_t)El * (size_t)nt + 1, sizeof *moe->tensors);
@@ -269,8 +359,15 @@ void msr_moe_init_params(msr_moe_t *moe, uint64_t seed)
 
 void msr_moe_zero_grad(msr_moe_t *moe)
 {
-    if (moe->grads != NULL)
-        memset(moe->grads, 0, moe->count * sizeof(float));
+    /* a device's failure here surfaces again at the forward's next sync */
+    if (moe->grads != NULL &&
+        msr_device_memset(moe->dev, moe->grads, 0, moe->count * sizeof(float), NULL) == MSR_OK)
+        (void)msr_device_stream_sync(moe->dev, NULL);
+}
+
+const msr_device_t *msr_moe_device(const msr_moe_t *moe)
+{
+    return moe->dev;
 }
 
 void msr_moe_set_products(msr_moe_t *moe, msr_products_t *prod)
@@ -288,23 +385,11 @@ void msr_moe_destroy(msr_moe_t *moe)
         msr_free(moe->tensors);
     msr_free(moe->bparams);
     msr_free(moe->bgrads);
-    for (int i = 0; i < moe->nslots * moe->frames && moe->slots != NULL; i++)
-        slot_free(&moe->slots[i]);
-    for (int i = 0; i < moe->nslots && moe->stats != NULL; i++)
-        msr_free(moe->stats[i].load);
+    work_free(moe);
     msr_free(moe->slots);
     msr_free(moe->stats);
     msr_free(moe->store_of);
     msr_free(moe->held);
-    msr_free(moe->rdx);
-    msr_free(moe->send);
-    msr_free(moe->out);
-    msr_free(moe->dout);
-    msr_free(moe->dfch);
-    msr_free(moe->dfch_g);
-    msr_free(moe->dgate);
-    msr_free(moe->dprobs);
-    msr_free(moe->gchoice);
     msr_free(moe);
 }
 
@@ -346,6 +431,7 @@ msr_status_t msr_moe_create_cp(const msr_gpt_config_t *cfg, int max_tokens, int 
     moe->El = moe->E;
     moe->frames = frames;
     moe->counting = 1;
+    moe->dev = msr_device_cpu();
     moe->max_tokens = max_tokens;
     moe->dims = msr_layout_moe_dims_cp((uint64_t)max_tokens, (uint64_t)cp, (uint64_t)m->experts,
                                        (uint64_t)m->top_k, m->capacity_factor, (uint64_t)moe->C,
@@ -361,37 +447,10 @@ msr_status_t msr_moe_create_cp(const msr_gpt_config_t *cfg, int max_tokens, int 
     if (moe->slots == NULL || moe->stats == NULL || moe->store_of == NULL || moe->held == NULL ||
         moe->bparams == NULL || moe->bgrads == NULL)
         goto err_free;
-    for (int i = 0; i < moe->nslots; i++) {
+    for (int i = 0; i < moe->nslots; i++)
         moe->store_of[i] = moe->held[i] = i;
-        if ((moe->stats[i].load = work_alloc(moe, MSR_MOE_WORK_LOAD)) == NULL)
-            goto err_free;
-    }
     moe->nheld = moe->nslots;
-    void *b[MSR_MOE_WORK_ONCE_END]; /* indexed by the layout's buffer */
-    for (int i = 0; i < moe->nslots * frames; i++) {
-        if (!work_alloc_range(moe, MSR_MOE_WORK_PROBS, MSR_MOE_WORK_SLOT_END, b))
-            goto err_free;
-        moe->slots[i] = (moe_slot_t){.probs = b[MSR_MOE_WORK_PROBS],
-                                     .choice = b[MSR_MOE_WORK_CHOICE],
-                                     .gate = b[MSR_MOE_WORK_GATE],
-                                     .pos = b[MSR_MOE_WORK_POS],
-                                     .frac = b[MSR_MOE_WORK_FRAC],
-                                     .xin = b[MSR_MOE_WORK_XIN],
-                                     .fch = b[MSR_MOE_WORK_FCH],
-                                     .fch_g = b[MSR_MOE_WORK_FCH_G],
-                                     .comb = b[MSR_MOE_WORK_COMB],
-                                     .used = b[MSR_MOE_WORK_USED]};
-    }
-    if (!work_alloc_range(moe, MSR_MOE_WORK_SEND, MSR_MOE_WORK_GCHOICE, b))
-        goto err_free;
-    moe->send = b[MSR_MOE_WORK_SEND];
-    moe->out = b[MSR_MOE_WORK_OUT];
-    moe->dout = b[MSR_MOE_WORK_DOUT];
-    moe->dfch = b[MSR_MOE_WORK_DFCH];
-    moe->dfch_g = b[MSR_MOE_WORK_DFCH_G];
-    moe->dgate = b[MSR_MOE_WORK_DGATE];
-    moe->dprobs = b[MSR_MOE_WORK_DPROBS];
-    if (cp > 1 && (moe->gchoice = work_alloc(moe, MSR_MOE_WORK_GCHOICE)) == NULL)
+    if (!work_make(moe, NULL))
         goto err_free;
     if (store_alloc(moe) != MSR_OK)
         goto err_free;
@@ -431,6 +490,30 @@ static msr_status_t set_cp(msr_moe_t *moe, const msr_moe_layout_t *lay)
     return MSR_OK;
 }
 
+/* The state's buffers made anew on the layout's device when it is another
+ * (before any forward: nothing is kept), the frames of the blocks the
+ * layout leaves out not made. */
+static msr_status_t set_device(msr_moe_t *moe, const msr_moe_layout_t *lay)
+{
+    const msr_device_t *dev = lay->device != NULL ? lay->device : msr_device_cpu();
+    if (dev == moe->dev)
+        return MSR_OK;
+    if (!msr_device_is_host(dev)) {
+        return msr_err(MSR_ERR_UNSUPPORTED,
+                       "moe: device %s: the experts' kernels run on the CPU, which cannot reach "
+                       "its memory",
+                       msr_device_name(dev));
+    }
+    store_free(moe);
+    work_free(moe);
+    moe->dev = dev;
+    if (!work_make(moe, lay->held)) {
+        return msr_err(MSR_ERR_NO_MEMORY, "moe: out of memory for the work space on device %s",
+                       msr_device_name(dev));
+    }
+    return MSR_OK;
+}
+
 msr_status_t msr_moe_set_layout(msr_moe_t *moe, const msr_moe_layout_t *lay)
 {
     int ep = lay->ep_comm != NULL ? msr_comm_size(lay->ep_comm) : 1;
@@ -441,6 +524,14 @@ msr_status_t msr_moe_set_layout(msr_moe_t *moe, const msr_moe_layout_t *lay)
     }
     msr_status_t st = set_cp(moe, lay);
     if (st != MSR_OK)
+        return st;
+    for (int i = 0; i < moe->nslots; i++) {
+        if ((lay->held == NULL || lay->held[i]) && moe->slots[i * moe->frames].probs == NULL) {
+            return msr_err(MSR_ERR_CONFIG, "moe: block %d's work space went with an earlier layout",
+                           i);
+        }
+    }
+    if ((st = set_device(moe, lay)) != MSR_OK)
         return st;
     moe->ep_comm = ep > 1 ? lay->ep_comm : NULL;
     moe->ep = ep;
@@ -455,12 +546,6 @@ msr_status_t msr_moe_set_layout(msr_moe_t *moe, const msr_moe_layout_t *lay)
         return msr_err(MSR_ERR_NO_MEMORY,
                        "moe: out of memory for the router's gradient (%d tokens)", moe->max_tokens);
     }
-    for (int i = 0; i < moe->nslots; i++) {
-        if ((lay->held == NULL || lay->held[i]) && moe->slots[i * moe->frames].probs == NULL) {
-            return msr_err(MSR_ERR_CONFIG, "moe: block %d's work space went with an earlier layout",
-                           i);
-        }
-    }
     moe->nheld = 0;
     for (int i = 0; i < moe->nslots; i++) {
         moe->store_of[i] = -1;
@@ -474,7 +559,7 @@ msr_status_t msr_moe_set_layout(msr_moe_t *moe, const msr_moe_layout_t *lay)
             for (int w = MSR_MOE_WORK_PROBS; w < MSR_MOE_WORK_SLOT_END; w++)
                 moe->work_bytes -=
                     moe->slots[i * moe->frames + f].probs != NULL ? work_size(moe, w) : 0;
-            slot_free(&moe->slots[i * moe->frames + f]);
+            slot_free(moe, &moe->slots[i * moe->frames + f]);
             memset(&moe->slots[i * moe->frames + f], 0, sizeof *moe->slots);
         }
     }

@@ -85,6 +85,7 @@
 
 #include "msrun/base.h"
 #include "msrun/comm.h"
+#include "msrun/device.h"
 #include "model/gpt.h"
 
 /* Tracing: called after each alltoall or allreduce of the MoE blocks with
@@ -154,6 +155,14 @@ typedef struct msr_moe_layout {
     int cp_seq;          /* under cp: the positions a rank holds of each
                           * sequence, two chunks of cp_seq / 2 (parallel/mp.h's
                           * layout: rank r holds chunks r and 2 cp - 1 - r) */
+    /* where the work space (the dispatch and combine buffers, the kept
+     * routing and activations) and the experts' store live and their
+     * copies and zeroing run (msrun/device.h); NULL: the CPU. Another
+     * device than the state's makes them anew there (nothing is kept:
+     * a layout comes before the first forward). Only a device with host
+     * memory is accepted while the experts' kernels run on the CPU
+     * (MSR_ERR_UNSUPPORTED, the device named, nothing allocated) */
+    const msr_device_t *device;
 } msr_moe_layout_t;
 
 /* msr_moe_set_ep with tensor parallel and a part of the blocks: the store
@@ -162,7 +171,9 @@ typedef struct msr_moe_layout {
  * micro-batch size and calls forward and backward of the same blocks in the
  * same order. The work space of the blocks not held is freed (a later
  * layout cannot hold them again: MSR_ERR_CONFIG). Errors: as
- * msr_moe_set_ep. */
+ * msr_moe_set_ep, MSR_ERR_UNSUPPORTED (a device without host memory);
+ * after a failed move to another device (MSR_ERR_NO_MEMORY) the state
+ * can only be destroyed. */
 msr_status_t msr_moe_set_layout(msr_moe_t *moe, const msr_moe_layout_t *lay);
 
 /* The forwards and backwards that follow keep and use frame's state
@@ -229,8 +240,13 @@ void msr_moe_init_range(const msr_moe_t *moe, uint64_t seed, size_t lo, size_t n
  * gets the same model. */
 void msr_moe_init_params(msr_moe_t *moe, uint64_t seed);
 
-/* Zeroes the store's gradients. */
+/* Zeroes the store's gradients (on the state's device, synced). */
 void msr_moe_zero_grad(msr_moe_t *moe);
+
+/* The device of the state's buffers (msr_moe_layout_t.device; at first
+ * the CPU): where a caller makes the buffers it swaps in by
+ * msr_moe_set_block (parallel/train_experts.c's gathered blocks). */
+const msr_device_t *msr_moe_device(const msr_moe_t *moe);
 
 /* The number of MoE blocks, and the counters of MoE block i. */
 int msr_moe_blocks(const msr_moe_t *moe);

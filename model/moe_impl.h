@@ -32,6 +32,7 @@ struct msr_moe {
     int HF;  /* fc's outputs: H, or gate and up, 2H */
     double F, A;
     int max_tokens, max_cap;
+    const msr_device_t *dev;    /* of the work space and the store (borrowed) */
     msr_layout_moe_dims_t dims; /* the layout's MoE table's sizes: its buffers */
     size_t work_bytes;          /* the bytes of its buffers allocated now (work_alloc) */
     msr_comm_t *ep_comm;        /* NULL: ep 1 */

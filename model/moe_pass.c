@@ -64,6 +64,25 @@ static void span(msr_moe_t *moe, const char *what, uint64_t a)
         moe->span(moe->span_arg, what, a, msr_now_ns());
 }
 
+/* The device's status of a copy or memset queued (or of its sync), with
+ * what it was for in the text; MSR_OK unchanged. */
+static msr_status_t dev_check(const msr_moe_t *moe, msr_status_t st, const char *what)
+{
+    if (st != MSR_OK)
+        return msr_err_call(st, "moe: device %s: %s", msr_device_name(moe->dev), what);
+    return MSR_OK;
+}
+
+/* Zeroes n floats of the state's device memory at p and syncs, so that
+ * the host (the experts' kernels) may write there next. */
+static msr_status_t dev_zero(const msr_moe_t *moe, float *p, size_t n, const char *what)
+{
+    msr_status_t st = msr_device_memset(moe->dev, p, 0, n * sizeof(float), NULL);
+    if (st == MSR_OK)
+        st = msr_device_stream_sync(moe->dev, NULL);
+    return dev_check(moe, st, what);
+}
+
 /* Sends each rank its block of rows (El experts x cap rows x C) of src
  * and receives the blocks the ranks send here into dst: the dispatch and
  * the combine, both ways. At ep 1 a copy. */
@@ -71,9 +90,12 @@ static msr_status_t exchange(msr_moe_t *moe, const float *src, float *dst, int c
                              const char *what)
 {
     size_t n = (size_t)row_blocks(moe) * (size_t)cap * (size_t)C;
-    if (moe->ep_comm == NULL) {
-        memcpy(dst, src, n * sizeof(float));
-        return MSR_OK;
+    if (moe->ep_comm == NULL) { /* synced: the host reads it next */
+        msr_status_t st =
+            msr_device_copy(moe->dev, dst, src, n * sizeof(float), MSR_DEVICE_D2D, NULL);
+        if (st == MSR_OK)
+            st = msr_device_stream_sync(moe->dev, NULL);
+        return dev_check(moe, st, what);
     }
     uint64_t a = msr_now_ns();
     msr_status_t st = msr_comm_alltoall(moe->ep_comm, src, dst, n / (size_t)moe->ep, MSR_DTYPE_F32);
@@ -176,10 +198,14 @@ static int token_home(const msr_moe_t *moe, int g, int *r_p)
 static msr_status_t gather_choices(msr_moe_t *moe, const moe_slot_t *s, int N)
 {
     size_t n = (size_t)N * (size_t)moe->K;
-    memcpy(moe->gchoice + (size_t)moe->cp_rank * n, s->choice, n * sizeof(int));
+    msr_status_t st = msr_device_copy(moe->dev, moe->gchoice + (size_t)moe->cp_rank * n, s->choice,
+                                      n * sizeof(int), MSR_DEVICE_D2D, NULL);
+    if (st == MSR_OK)
+        st = msr_device_stream_sync(moe->dev, NULL);
+    if ((st = dev_check(moe, st, "the choices into the cp group's")) != MSR_OK)
+        return st;
     uint64_t a = msr_now_ns();
-    msr_status_t st =
-        msr_comm_allgather(moe->cp_comm, MSR_IN_PLACE, moe->gchoice, n, MSR_DTYPE_I32);
+    st = msr_comm_allgather(moe->cp_comm, MSR_IN_PLACE, moe->gchoice, n, MSR_DTYPE_I32);
     span(moe, "moe cp choices", a);
     if (st != MSR_OK)
         return msr_err_call(st, "moe: the allgather of the choices over cp %d", moe->cp);
@@ -189,11 +215,13 @@ static msr_status_t gather_choices(msr_moe_t *moe, const moe_slot_t *s, int N)
 /* Capacity: one process's count over the micro-batch's tokens (under cp
  * the whole group's, from moe->gchoice), choice rank first, then token
  * index; this rank's kept choices get the next row of their expert's
- * block (of `stride` rows) here and fill moe->send, its dropped ones -1.
+ * block (of `stride` rows) here and fill moe->send (a row of the model's
+ * x copied host to device, queued: the caller syncs), its dropped ones -1.
  * f_e from the same count; filled: the rows of each row block. Every tp
- * rank counts every expert alike and fills the rows of its own. */
-static void capacity(msr_moe_t *moe, moe_slot_t *s, const float *x, int N, int cap, int stride,
-                     int *filled, msr_moe_stats_t *stats)
+ * rank counts every expert alike and fills the rows of its own. The
+ * device's failure, else MSR_OK. */
+static msr_status_t capacity(msr_moe_t *moe, moe_slot_t *s, const float *x, int N, int cap,
+                             int stride, int *filled, msr_moe_stats_t *stats)
 {
     int E = moe->E, K = moe->K, C = moe->C, G = moe->cp * N;
     const int *all = moe->cp > 1 ? moe->gchoice : s->choice;
@@ -222,12 +250,16 @@ static void capacity(msr_moe_t *moe, moe_slot_t *s, const float *x, int N, int c
             if (q < 0)
                 continue;
             filled[q] = mine[e];
-            memcpy(moe->send + ((size_t)q * stride + (size_t)s->pos[tj]) * C, x + (size_t)t * C,
-                   (size_t)C * sizeof(float));
+            msr_status_t st =
+                msr_device_copy(moe->dev, moe->send + ((size_t)q * stride + (size_t)s->pos[tj]) * C,
+                                x + (size_t)t * C, (size_t)C * sizeof(float), MSR_DEVICE_H2D, NULL);
+            if (st != MSR_OK)
+                return dev_check(moe, st, "a token's row into the dispatch");
         }
     }
     for (int e = 0; e < E; e++)
         s->frac[e] /= (double)G * K;
+    return MSR_OK;
 }
 
 /* The load-balancing loss of the micro-batch (its probabilities' means
@@ -281,10 +313,16 @@ msr_status_t msr_moe_forward(msr_moe_t *moe, int l, const msr_gpt_block_params_t
         return st;
     int filled[MSR_GPT_MAX_EXPERTS];
     memset(filled, 0, sizeof filled);
-    memset(moe->send, 0, rows * (size_t)C * sizeof(float));
+    st = msr_device_memset(moe->dev, moe->send, 0, rows * (size_t)C * sizeof(float), NULL);
+    if ((st = dev_check(moe, st, "the dispatch zeroed")) != MSR_OK)
+        return st;
     if (moe->counting)
         stats->tokens += N;
-    capacity(moe, s, x, N, cap, stride, filled, stats);
+    if ((st = capacity(moe, s, x, N, cap, stride, filled, stats)) != MSR_OK)
+        return st;
+    /* the rows in place before the communicator (or the copy) reads them */
+    if ((st = dev_check(moe, msr_device_stream_sync(moe->dev, NULL), "the dispatch")) != MSR_OK)
+        return st;
 
     /* dispatch, the experts (on the filled rows of each block), combine */
     st = exchange_counts(moe, filled, s->used);
@@ -330,12 +368,15 @@ msr_status_t msr_moe_forward(msr_moe_t *moe, int l, const msr_gpt_block_params_t
 }
 
 /* Combine's backward: the gates' gradients into moe->dgate (N, K) and
- * the outputs' into moe->send (rows, C), from dy (N, C). */
-static void combine_backward(msr_moe_t *moe, const moe_slot_t *s, const float *dy)
+ * the outputs' into moe->send (rows, C, zeroed on the device), from dy
+ * (N, C). The device's failure, else MSR_OK. */
+static msr_status_t combine_backward(msr_moe_t *moe, const moe_slot_t *s, const float *dy)
 {
     int K = moe->K, C = moe->C, N = s->N, cap = s->stride;
     size_t rows = (size_t)row_blocks(moe) * (size_t)cap;
-    memset(moe->send, 0, rows * (size_t)C * sizeof(float));
+    msr_status_t st = dev_zero(moe, moe->send, rows * (size_t)C, "the combine's gradient zeroed");
+    if (st != MSR_OK)
+        return st;
     for (int t = 0; t < N; t++) {
         const float *d = dy + (size_t)t * C;
         for (int j = 0; j < K; j++) {
@@ -354,6 +395,7 @@ static void combine_backward(msr_moe_t *moe, const moe_slot_t *s, const float *d
             moe->dgate[tj] = dg;
         }
     }
+    return MSR_OK;
 }
 
 /* The experts' backward where they ran, from moe->send's output gradients:
@@ -369,9 +411,12 @@ static msr_status_t experts_backward(msr_moe_t *moe, const moe_slot_t *s,
     msr_status_t st = exchange(moe, moe->send, moe->dout, cap, C, "moe dispatch grad");
     if (st != MSR_OK)
         return st;
-    memset(moe->dfch_g, 0, rows * (size_t)H * sizeof(float));
-    memset(moe->dfch, 0, rows * (size_t)HF * sizeof(float));
-    memset(moe->out, 0, rows * (size_t)C * sizeof(float));
+    if ((st = dev_zero(moe, moe->dfch_g, rows * (size_t)H, "the experts' gradients zeroed")) !=
+            MSR_OK ||
+        (st = dev_zero(moe, moe->dfch, rows * (size_t)HF, "the experts' gradients zeroed")) !=
+            MSR_OK ||
+        (st = dev_zero(moe, moe->out, rows * (size_t)C, "the experts' gradients zeroed")) != MSR_OK)
+        return st;
     for (int b = 0; b < nb; b++) {
         int e = block_expert(moe, b);
         expert_t w = expert_point(moe, p->experts, e), dw = expert_point(moe, g->experts, e);
@@ -422,9 +467,10 @@ static void gates_backward(float *dgate, const float *gate, const float *probs, 
 /* The router's backward from moe->dgate: the gates and the load-balancing
  * loss into the probabilities, softmax's backward into the logits (in
  * place), the router matmul into dx (N, C) and g->routerw. */
-static void router_backward(msr_moe_t *moe, const moe_slot_t *s, const msr_gpt_block_params_t *p,
-                            const msr_gpt_block_params_t *g, const float *x, float *dx,
-                            float aux_weight)
+static msr_status_t router_backward(msr_moe_t *moe, const moe_slot_t *s,
+                                    const msr_gpt_block_params_t *p,
+                                    const msr_gpt_block_params_t *g, const float *x, float *dx,
+                                    float aux_weight)
 {
     int E = moe->E, K = moe->K, C = moe->C, N = s->N;
     double daux = moe->A > 0.0 ? (double)aux_weight * moe->A * E / N : 0.0;
@@ -451,10 +497,14 @@ static void router_backward(msr_moe_t *moe, const moe_slot_t *s, const msr_gpt_b
     if (moe->tp_rank == 0) {
         msr_matmul_backward(moe->prod, dx, g->routerw, NULL, moe->dprobs, x, p->routerw, N, C, E);
     } else if (!moe->router_once) {
-        memset(moe->rdx, 0, (size_t)N * C * sizeof(float));
+        msr_status_t st =
+            dev_zero(moe, moe->rdx, (size_t)N * C, "the router's input gradient zeroed");
+        if (st != MSR_OK)
+            return st;
         msr_matmul_backward(moe->prod, moe->rdx, g->routerw, NULL, moe->dprobs, x, p->routerw, N, C,
                             E);
     }
+    return MSR_OK;
 }
 
 msr_status_t msr_moe_backward(msr_moe_t *moe, int l, const msr_gpt_block_params_t *p,
@@ -465,9 +515,8 @@ msr_status_t msr_moe_backward(msr_moe_t *moe, int l, const msr_gpt_block_params_
     if (s->N == 0)
         return msr_err(MSR_ERR_STATE, "moe: backward of block %d without its forward", l);
     int N = s->N, K = moe->K;
-    combine_backward(moe, s, dy);
-    msr_status_t st = experts_backward(moe, s, p, g, dx);
-    if (st != MSR_OK)
+    msr_status_t st = combine_backward(moe, s, dy);
+    if (st != MSR_OK || (st = experts_backward(moe, s, p, g, dx)) != MSR_OK)
         return st;
     /* tp: a gate's gradient came from the rank computing its expert (zero
      * on the others): the sum gives every rank all of them */
@@ -481,6 +530,5 @@ msr_status_t msr_moe_backward(msr_moe_t *moe, int l, const msr_gpt_block_params_
                                 moe->tp);
     }
 
-    router_backward(moe, s, p, g, x, dx, aux_weight);
-    return MSR_OK;
+    return router_backward(moe, s, p, g, x, dx, aux_weight);
 }

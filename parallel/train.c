@@ -171,8 +171,10 @@ static msr_status_t experts_create(msr_trainer_t *tr)
         for (int c = 0; c < tr->model->part.chunks; c++)
             held[i] |= (i + 1) * every - 1 >= tr->model->chunk_lo[c] &&
                        (i + 1) * every - 1 < tr->model->chunk_hi[c];
-    msr_moe_layout_t lay = {tr->ep_comm, NULL, held, 0, NULL, 0};
+    /* the experts' buffers on dp's device, or mp's on its path when named */
+    msr_moe_layout_t lay = {tr->ep_comm, NULL, held, 0, NULL, 0, tr->cfg.par.device};
     if (tr->mesh != NULL) { /* set before this only on the model-parallel path */
+        lay.device = tr->cfg.mp.device != NULL ? tr->cfg.mp.device : lay.device;
         lay.tp_comm = tr->mesh->tp_comm;
         lay.router_once = tr->cfg.mp.sp;
         lay.cp_comm = tr->mesh->cp_comm;

@@ -40,7 +40,9 @@ typedef struct msr_train_config {
     int warmup;             /* steps of linear warm-up to lr (0: none) */
     float grad_clip;        /* global gradient-norm limit (0: none) */
     msr_adamw_config_t adamw;
-    msr_dp_config_t par; /* ZeRO stage, buckets */
+    msr_dp_config_t par; /* ZeRO stage, buckets; par.device is the MoE
+                          * state's too (mp.device on the model-parallel
+                          * path when named: msr_moe_layout_t.device) */
     /* model parallel (parallel/mp.h): tp, pp and cp degrees (1: none) and
      * the rest of its settings (sp, schedule, chunks, recompute,
      * stage_layers; cp, micro_batch, micros and zero are filled in from the

@@ -31,6 +31,41 @@ static int held_block(const msr_trainer_t *tr, int s)
     return -1;
 }
 
+/* The device of the experts' buffers (msr_moe_device): the shards, the
+ * gathered blocks and the gathered gradients are its memory, the copies
+ * and zeroing between them its work (synced before a communicator or the
+ * host reads them). */
+static const msr_device_t *ez_dev(const msr_trainer_t *tr)
+{
+    return tr->model != NULL && tr->model->moe != NULL ? msr_moe_device(tr->model->moe)
+                                                       : msr_device_cpu();
+}
+
+/* n floats of the experts' device, zeroed (synced); NULL when out of
+ * memory or the device failed. */
+static float *ez_alloc(const msr_trainer_t *tr, size_t n)
+{
+    const msr_device_t *dev = ez_dev(tr);
+    void *p = NULL;
+    size_t bytes = (n > 0 ? n : 1) * sizeof(float);
+    if (msr_device_alloc(dev, bytes, &p) != MSR_OK)
+        return NULL;
+    if (msr_device_memset(dev, p, 0, bytes, NULL) != MSR_OK ||
+        msr_device_stream_sync(dev, NULL) != MSR_OK) {
+        msr_device_free(dev, p);
+        return NULL;
+    }
+    return p;
+}
+
+/* The device's status st of what, its text naming the device. */
+static msr_status_t ez_check(const msr_trainer_t *tr, msr_status_t st, const char *what)
+{
+    if (st != MSR_OK)
+        return msr_err_call(st, "train: device %s: %s", msr_device_name(ez_dev(tr)), what);
+    return MSR_OK;
+}
+
 /* ---- the gathered blocks (train.h's ez_slot) ---- */
 
 /* Hands a span of the experts' gathers to the trace, named apart from
@@ -58,12 +93,21 @@ static int slot_of(const msr_trainer_t *tr, int k)
 static msr_status_t slot_start(msr_trainer_t *tr, int i, int k, int ahead)
 {
     size_t blk = tr->ez_blk;
+    const msr_device_t *dev = ez_dev(tr);
     float *mine = tr->ez_slot[i] + (size_t)tr->rep_rank * blk;
-    memcpy(mine, tr->ez_params + (size_t)k * tr->ez_n, tr->ez_n * sizeof(float));
-    memset(mine + tr->ez_n, 0, (blk - tr->ez_n) * sizeof(float));
+    msr_status_t st = msr_device_copy(dev, mine, tr->ez_params + (size_t)k * tr->ez_n,
+                                      tr->ez_n * sizeof(float), MSR_DEVICE_D2D, NULL);
+    if (st == MSR_OK)
+        st = msr_device_memset(dev, mine + tr->ez_n, 0, (blk - tr->ez_n) * sizeof(float), NULL);
+    if (st == MSR_OK)
+        st = msr_device_stream_sync(dev, NULL);
+    if (st != MSR_OK) {
+        tr->ez_slot_k[i] = -1;
+        return ez_check(tr, st, "a shard of the experts into its gather");
+    }
     uint64_t a = msr_now_ns();
-    msr_status_t st = msr_comm_iallgather(tr->rep_comm, MSR_IN_PLACE, tr->ez_slot[i], blk,
-                                          MSR_DTYPE_F32, &tr->ez_req[i]);
+    st = msr_comm_iallgather(tr->rep_comm, MSR_IN_PLACE, tr->ez_slot[i], blk, MSR_DTYPE_F32,
+                             &tr->ez_req[i]);
     if (st != MSR_OK) {
         tr->ez_slot_k[i] = -1;
         return msr_err_call(st, "train: the start of the gather of MoE block %d's experts", k);
@@ -160,7 +204,13 @@ static msr_status_t ez_acquire(void *arg, int s, msr_gpt_pass_t pass)
         return st;
     float *g = NULL;
     if (pass == MSR_GPT_BACKWARD) {
-        memset(tr->ez_gfull, 0, tr->ez_blk * (size_t)tr->rep_size * sizeof(float));
+        const msr_device_t *dev = ez_dev(tr);
+        st = msr_device_memset(dev, tr->ez_gfull, 0,
+                               tr->ez_blk * (size_t)tr->rep_size * sizeof(float), NULL);
+        if (st == MSR_OK)
+            st = msr_device_stream_sync(dev, NULL);
+        if (st != MSR_OK)
+            return ez_check(tr, st, "the experts' gathered gradients zeroed");
         g = tr->ez_gfull;
     }
     msr_moe_set_block(tr->model->moe, k, tr->ez_slot[i], g);
@@ -211,10 +261,10 @@ static msr_status_t shard_make(msr_trainer_t *tr)
         return st;
     int slots_ok = 1;
     for (int i = 0; i < MSR_TRAIN_EZ_SLOTS; i++)
-        slots_ok &= (tr->ez_slot[i] = msr_calloc(all, sizeof(float))) != NULL;
-    tr->ez_params = msr_calloc(shard + 1, sizeof(float));
-    tr->ez_grads = msr_calloc(shard + 1, sizeof(float));
-    tr->ez_gfull = msr_calloc(all, sizeof(float));
+        slots_ok &= (tr->ez_slot[i] = ez_alloc(tr, all)) != NULL;
+    tr->ez_params = ez_alloc(tr, shard + 1);
+    tr->ez_grads = ez_alloc(tr, shard + 1);
+    tr->ez_gfull = ez_alloc(tr, all);
     msr_adamw_range_t *own = msr_calloc((size_t)held + 1, sizeof *own);
     if (!slots_ok || tr->ez_params == NULL || tr->ez_grads == NULL || tr->ez_gfull == NULL ||
         own == NULL) {
@@ -277,8 +327,13 @@ msr_status_t msr_train_experts_shard(msr_trainer_t *tr, msr_comm_t *comm)
 
 msr_status_t msr_train_experts_zero(msr_trainer_t *tr)
 {
-    memset(tr->ez_grads, 0, (tr->eshard_hi - tr->eshard_lo) * sizeof(float));
-    return slots_forget(tr); /* a load may have changed the shards since */
+    const msr_device_t *dev = ez_dev(tr);
+    msr_status_t st = msr_device_memset(dev, tr->ez_grads, 0,
+                                        (tr->eshard_hi - tr->eshard_lo) * sizeof(float), NULL);
+    if (st == MSR_OK)
+        st = msr_device_stream_sync(dev, NULL);
+    msr_status_t fst = slots_forget(tr); /* a load may have changed the shards since */
+    return st != MSR_OK ? ez_check(tr, st, "the experts' gradients zeroed") : fst;
 }
 
 msr_status_t msr_train_experts_norm(msr_trainer_t *tr)
@@ -295,13 +350,14 @@ void msr_train_experts_free(msr_trainer_t *tr)
 {
     if (tr->ez)
         (void)slots_forget(tr); /* a failed step's gathers finished: their buffers go */
+    const msr_device_t *dev = ez_dev(tr);
     for (int i = 0; i < MSR_TRAIN_EZ_SLOTS; i++) {
-        msr_free(tr->ez_slot[i]);
+        msr_device_free(dev, tr->ez_slot[i]);
         tr->ez_slot[i] = NULL;
     }
-    msr_free(tr->ez_params);
-    msr_free(tr->ez_grads);
-    msr_free(tr->ez_gfull);
+    msr_device_free(dev, tr->ez_params);
+    msr_device_free(dev, tr->ez_grads);
+    msr_device_free(dev, tr->ez_gfull);
     tr->ez_params = tr->ez_grads = tr->ez_gfull = NULL;
 }
 
@@ -325,9 +381,14 @@ msr_train_expert_bytes_t msr_trainer_expert_bytes(const msr_trainer_t *tr)
 msr_status_t msr_trainer_experts_whole(msr_trainer_t *tr, float *out)
 {
     msr_moe_t *moe = tr->model->moe;
-    if (!tr->ez) {
-        memcpy(out, msr_moe_params(moe), msr_moe_count(moe) * sizeof(float));
-        return MSR_OK;
+    const msr_device_t *dev = ez_dev(tr);
+    if (!tr->ez) { /* out is the host's */
+        msr_status_t cst =
+            msr_device_copy(dev, out, msr_moe_params(moe), msr_moe_count(moe) * sizeof(float),
+                            MSR_DEVICE_D2H, NULL);
+        if (cst == MSR_OK)
+            cst = msr_device_stream_sync(dev, NULL);
+        return ez_check(tr, cst, "the experts' parameters out");
     }
     msr_status_t st = slots_forget(tr); /* a load may have changed the shards */
     for (int s = 0; s < tr->model->num_segments && st == MSR_OK; s++) {
@@ -336,9 +397,12 @@ msr_status_t msr_trainer_experts_whole(msr_trainer_t *tr, float *out)
             continue;
         if ((st = ez_acquire(tr, s, MSR_GPT_FORWARD)) != MSR_OK)
             return st;
-        memcpy(out + (size_t)k * tr->ez_per, tr->ez_slot[slot_of(tr, k)],
-               tr->ez_per * sizeof(float));
-        st = ez_release(tr, s, MSR_GPT_FORWARD);
+        st = msr_device_copy(dev, out + (size_t)k * tr->ez_per, tr->ez_slot[slot_of(tr, k)],
+                             tr->ez_per * sizeof(float), MSR_DEVICE_D2H, NULL);
+        if (st == MSR_OK)
+            st = msr_device_stream_sync(dev, NULL);
+        msr_status_t rst = ez_release(tr, s, MSR_GPT_FORWARD);
+        st = st != MSR_OK ? ez_check(tr, st, "a block of the experts out") : rst;
     }
     return st;
 }

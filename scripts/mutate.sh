@@ -1451,9 +1451,9 @@ test: ^test_parallel_train_gpt_zero3_moe$
 file: parallel/train_experts.c
 test: ^test_parallel_train_gpt_zero3_moe$
 <<<
-        memset(tr->ez_gfull, 0, tr->ez_blk * (size_t)tr->rep_size * sizeof(float));
+                               tr->ez_blk * (size_t)tr->rep_size * sizeof(float), NULL);
 ===
-        (void)tr->ez_blk;
+                               0, NULL);
 >>>
 
 @ train_experts.gathered_blocks_kept_past_the_update
@@ -3463,6 +3463,24 @@ test: ^comm_killanysrc_np3$
         if (r->uc == uc) /* the message says which operation it ended */
 ===
         if (r->uc == uc && !r->pub.args.any)
+>>>
+
+@ moe.device.dispatch_row_by_memcpy
+file: model/moe_pass.c
+test: ^test_parallel_moe_device$|^test_parallel_ep_device$
+<<<
+                msr_device_copy(moe->dev, moe->send + ((size_t)q * stride + (size_t)s->pos[tj]) * C,
+===
+                msr_device_copy(msr_device_cpu(), moe->send + ((size_t)q * stride + (size_t)s->pos[tj]) * C,
+>>>
+
+@ moe.device.layout_device_ignored
+file: model/moe.c
+test: ^test_parallel_moe_device$|^test_parallel_ep_device$
+<<<
+    const msr_device_t *dev = lay->device != NULL ? lay->device : msr_device_cpu();
+===
+    const msr_device_t *dev = msr_device_cpu();
 >>>
 
 __END__

@@ -364,7 +364,10 @@ static void test_refused(void)
 }
 
 /* Every allocation of a MoE model failing in turn gives MSR_ERR_NO_MEMORY
- * and leaks nothing (the sanitizer build checks the leaks). */
+ * and leaks nothing (the sanitizer build checks the leaks). The MoE work
+ * space and store come from the CPU device, whose allocator is libmsrun's
+ * (not this binary's hook): test_moe_device fails those, on a device of
+ * this binary's. */
 static void test_no_memory(void)
 {
     msr_gpt_config_t cfg = {MSR_GPT_VOCAB, 6, 2, 2, 8, {4, 2, 1, 1.0, 0.01}};
@@ -378,7 +381,7 @@ static void test_no_memory(void)
             MSR_CHECK_OK(st);
             MSR_CHECK(m->moe != NULL);
             msr_gpt_destroy(m);
-            MSR_CHECK(i > 20);
+            MSR_CHECK(i > 12);
             break;
         }
         MSR_CHECK_STATUS(st, MSR_ERR_NO_MEMORY);
