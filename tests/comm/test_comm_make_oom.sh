@@ -46,7 +46,12 @@ make_oom "make oom" "split dup"
 # the dups with MSR_COMM_OWN_WORKER: an engine of their own, its opening
 # and its address exchange failing too (a member failing before it
 # published its address once left the others waiting until MSR_TIMEOUT)
-make_oom "make oom, own worker" "dup" own
+# A member whose own engine went (its dup failed) is sent the others'
+# abort notices all the same: connecting to its gone shared-memory FIFO
+# fails in UCX, whose error path leaks a few small blocks in libuct (see
+# ucx_leave.supp; read by LeakSanitizer only).
+LSAN_OPTIONS="suppressions=$(cd "$(dirname "$0")" && pwd)/ucx_leave.supp" \
+    make_oom "make oom, own worker" "dup" own
 no_leftovers "make oom"
 ok "make oom: each allocation of a split and a dup failing, every member fails at once, naming it"
 exit "$FAILED"
