@@ -3483,4 +3483,23 @@ test: ^test_parallel_moe_device$|^test_parallel_ep_device$
     const msr_device_t *dev = msr_device_cpu();
 >>>
 
+@ comm.drain.notices_only
+file: comm/ucx/engine.c
+test: ^comm_make_oom$
+<<<
+        ucp_tag_message_h m = ucp_tag_probe_nb(e->worker, 0, 0, 1, &info);
+===
+        ucp_tag_message_h m = ucp_tag_probe_nb(e->worker, ucx_tag(UCX_TAG_CTRL, 0, 0, 0),
+                                               ~0ull << 62, 1, &info);
+>>>
+
+@ comm.dup_own.addresses_through_store
+file: comm/ucx/comm_ucx.c
+test: ^comm_make_oom$
+<<<
+        if (flags & MSR_COMM_SPLIT_DUP) /* its addresses over comm, no store */
+===
+        if (0)
+>>>
+
 __END__

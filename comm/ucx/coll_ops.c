@@ -56,6 +56,12 @@ static msr_status_t peer_ep(ucx_req_t *r, int peer, ucp_ep_h *ep_p)
     }
     *ep_p = ucx_engine_ep(r->uc->engine, p);
     if (*ep_p == NULL) {
+        /* A member whose own engine went, because the communicator broke
+         * on it, cannot be reached: the notice that broke it, where it
+         * came, says why (the same on every member), not this. */
+        msr_status_t st = ucx_comm_take_notices(r->uc);
+        if (st != MSR_OK)
+            return st;
         snprintf(r->pub.error, sizeof r->pub.error, "%s: cannot connect to rank %d (job rank %d)",
                  r->algo, peer, p->world_rank);
         return MSR_ERR_BACKEND;

@@ -1,4 +1,7 @@
-/* msr_comm_pairs on the UCX backend: a communicator of two, each on an
+/* msr_comm_pairs on the UCX backend, and the engine of a dup with
+ * MSR_COMM_OWN_WORKER, whose addresses travel the same way.
+ *
+ * msr_comm_pairs: a communicator of two, each on an
  * engine of its own, with every listed member, made in one call: every
  * engine opened first, their addresses handed over in one alltoallv of
  * the communicator they are made over (no store traffic), no shared-memory
@@ -115,25 +118,31 @@ static msr_status_t open_engines(pairs_t *p)
     return st;
 }
 
-/* The outcome of a step on this member: its own error when it failed
- * (why, kept from before the agreement), else the failed member named;
- * MSR_OK when every member succeeded. */
-static msr_status_t outcome(msr_comm_t *comm, msr_status_t mine, const char *why, const char *step)
+/* The outcome of a step of call on this member: its own error when it
+ * failed (why, kept from before the agreement), else the failed member
+ * named; MSR_OK when every member succeeded. min_io (may be NULL): a value
+ * whose least over the members comes back in the same agreement. */
+static msr_status_t outcome_of(const char *call, msr_comm_t *comm, msr_status_t mine,
+                               int64_t *min_io, const char *why, const char *step)
 {
     msr_status_t worst = MSR_OK;
     int who = 0;
-    msr_status_t xst = ucx_comm_agree(comm, mine, &worst, &who);
+    msr_status_t xst = ucx_comm_agree_min(comm, mine, min_io, &worst, &who);
     if (mine != MSR_OK) {
         msr_err_set("%s", why);
         return mine;
     }
     if (xst != MSR_OK)
-        return msr_err_prefix(xst, "msr_comm_pairs: the agreement after %s", step);
+        return msr_err_prefix(xst, "%s: the agreement after %s", call, step);
     if (worst != MSR_OK)
-        return msr_err(worst,
-                       "msr_comm_pairs: rank %d of the communicator (job rank %d) failed %s (%s)",
+        return msr_err(worst, "%s: rank %d of the communicator (job rank %d) failed %s (%s)", call,
                        who, comm->world_ranks[who], step, msr_status_str(worst));
     return MSR_OK;
+}
+
+static msr_status_t outcome(msr_comm_t *comm, msr_status_t mine, const char *why, const char *step)
+{
+    return outcome_of("msr_comm_pairs", comm, mine, NULL, why, step);
 }
 
 /* The records, over comm: their sizes (every member sends every other
@@ -260,4 +269,78 @@ msr_status_t msr_ucx_comm_pairs(msr_comm_t *comm, int n, const int *peers, msr_c
     pairs_free(&p);
     msr_err_set("%s", kept);
     return st;
+}
+
+/* ---- the engine of a dup with MSR_COMM_OWN_WORKER ---- */
+
+/* Every member's record in one allgather over comm, each in a block of
+ * the longest's size (its length first); *all_p allocated. */
+static msr_status_t gather_records(msr_comm_t *comm, const unsigned char *rec, size_t len,
+                                   size_t stride, unsigned char **all_p)
+{
+    unsigned char *mine = msr_calloc(1, stride);
+    unsigned char *all = msr_malloc((size_t)comm->size * stride);
+    msr_status_t st = MSR_OK;
+    char why[256] = "";
+    if (mine == NULL || all == NULL) {
+        st = MSR_ERR_NO_MEMORY;
+        snprintf(why, sizeof why, "msr_comm_dup: out of memory for %d addresses of %zu bytes",
+                 comm->size, stride);
+    }
+    st = outcome_of("msr_comm_dup", comm, st, NULL, why, "to allocate its addresses");
+    if (st == MSR_OK) {
+        uint64_t l = len;
+        memcpy(mine, &l, sizeof l);
+        memcpy(mine + sizeof l, rec, len);
+        st = msr_comm_allgather(comm, mine, all, stride, MSR_DTYPE_U8);
+        if (st != MSR_OK)
+            st = msr_err_prefix(st, "msr_comm_dup: the exchange of addresses");
+    }
+    msr_free(mine);
+    if (st != MSR_OK) {
+        msr_free(all);
+        return st;
+    }
+    *all_p = all;
+    return MSR_OK;
+}
+
+/* The engine of a dup of comm with MSR_COMM_OWN_WORKER (every member of
+ * comm a member, at its rank): opened on each member, its address handed
+ * over in an allgather of comm rather than through the store, where a
+ * member that failed before publishing left the others waiting until
+ * their deadline. Every member takes part in each step whatever its own
+ * outcome (an agreement after opening, which also finds the longest
+ * record, and one after allocating the exchange's buffers), so that all
+ * fail at once and alike, the others naming the member that failed; a
+ * failure after the exchange is the caller's to agree on (the split's
+ * last agreement). */
+msr_status_t ucx_engine_create_over(msr_comm_t *comm, const char *uid, ucx_engine_t **engine_p)
+{
+    int n = comm->size;
+    ucx_engine_t *e = NULL;
+    unsigned char *rec = NULL, *all = NULL;
+    size_t len = 0;
+    char why[256] = "";
+    msr_status_t st = ucx_engine_open(comm->ctx, uid, n, 0, &e);
+    if (st == MSR_OK)
+        st = ucx_engine_record(e, &rec, &len);
+    if (st != MSR_OK)
+        snprintf(why, sizeof why, "%s", msr_last_error());
+    int64_t least = -(int64_t)len; /* the longest record, negated */
+    st = outcome_of("msr_comm_dup", comm, st, &least, why, "to open its engine");
+    if (st == MSR_OK)
+        st = gather_records(comm, rec, len, sizeof(uint64_t) + (size_t)-least, &all);
+    if (st == MSR_OK)
+        st = ucx_engine_take_all(e, n, comm->world_ranks, comm->rank, all,
+                                 sizeof(uint64_t) + (size_t)-least);
+    msr_free(rec);
+    msr_free(all);
+    if (st != MSR_OK) {
+        ucx_engine_discard(e);
+        return st;
+    }
+    ucx_engine_ready(e, n);
+    *engine_p = e;
+    return MSR_OK;
 }

@@ -271,7 +271,10 @@ static msr_status_t split_make(msr_comm_t *comm, unsigned flags, int64_t id, int
         char uid[256];
         snprintf(uid, sizeof uid, "%.200s.%lld.%d", e->uid, (long long)id, wr[0]);
         ucx_engine_t *ne = NULL;
-        st = ucx_engine_create(comm->ctx, uid, m, wr, &ne);
+        if (flags & MSR_COMM_SPLIT_DUP) /* its addresses over comm, no store */
+            st = ucx_engine_create_over(comm, uid, &ne);
+        else
+            st = ucx_engine_create(comm->ctx, uid, m, wr, &ne);
         if (st != MSR_OK)
             return st;
         unsigned nid = ne->next_comm_id++;

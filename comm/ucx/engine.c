@@ -392,41 +392,75 @@ void ucx_engine_reap_orphans(ucx_engine_t *e)
     e->n_orphans = k;
 }
 
-/* Receives and drops the notices (left, abort) that arrived for
- * communicators already gone, so that UCX has no unmatched message to warn
- * about when the worker goes. Each is received whole, into a buffer of the
- * length the probe reports: a buffer shorter than the notice made the
- * receive fail as truncated, and the drain stopped there with the notices
- * after it still unmatched. A probed message is off UCX's queue whatever
- * its receive's outcome, so a failed receive ends only that one. */
-static void drain_notices(ucx_engine_t *e)
+/* The most of a message the drain at close copies: a longer one is
+ * received truncated, which takes it off UCX's queue just the same without
+ * moving its data (a rendezvous is answered at once, whatever its sender's
+ * state). */
+#define DRAIN_MAX_BYTES 4096
+
+/* Receives one probed message into a buffer of its own and waits for it
+ * until the deadline; a receive still running then is left to UCX (its
+ * request an orphan, its buffer in the graveyard). 0 when out of memory. */
+static int drain_one(ucx_engine_t *e, ucp_tag_message_h m, size_t len, uint64_t deadline)
 {
-    ucp_tag_recv_info_t info;
     ucp_request_param_t prm = {.op_attr_mask = 0};
-    int n = 0;
-    for (; n < 1 << 16; n++) {
-        ucp_tag_message_h m =
-            ucp_tag_probe_nb(e->worker, ucx_tag(UCX_TAG_CTRL, 0, 0, 0), ~0ull << 62, 1, &info);
+    if (len > DRAIN_MAX_BYTES)
+        len = DRAIN_MAX_BYTES;
+    /* on the heap: a receive UCX still holds writes to it after we go */
+    void *buf = msr_malloc(len ? len : 1);
+    if (buf == NULL)
+        return 0;
+    void *h = ucp_tag_msg_recv_nbx(e->worker, buf, len, m, &prm);
+    while (UCS_PTR_IS_PTR(h) && ucp_request_check_status(h) == UCS_INPROGRESS &&
+           !msr_deadline_passed(deadline))
+        ucp_worker_progress(e->worker);
+    if (UCS_PTR_IS_PTR(h) && ucp_request_check_status(h) == UCS_INPROGRESS) {
+        ucx_engine_orphan(e, h); /* freed before ucp_worker_destroy */
+        ucx_engine_bury(e, buf); /* freed after it */
+        return 1;
+    }
+    if (UCS_PTR_IS_PTR(h))
+        ucp_request_free(h);
+    msr_free(buf);
+    return 1;
+}
+
+/* Receives and drops every message left for this engine's communicators,
+ * all closed by now, so that UCX has none to warn about when the worker
+ * goes ("unexpected tag-receive descriptor ... was not matched"): notices
+ * (left, abort) that came after their receive was gone, and the messages
+ * of operations that a failure ended before this member received them (a
+ * broken communicator's collective, its peers' parts already sent). The
+ * worker is progressed before each probe: a message still in a
+ * transport's queue (shared memory's FIFO) is in UCX's unexpected queue,
+ * where the probe looks, only after that; a probe without it missed those,
+ * and the next progress (a receive of the drain) brought them in too late
+ * for the probes before it. A probed message is off UCX's queue whatever
+ * its receive's outcome, so a failed receive ends only that one. Bounded
+ * by MSR_COMM_CLOSE_MS. */
+static void drain_messages(ucx_engine_t *e)
+{
+    uint64_t t0 = msr_now_ns();
+    uint64_t deadline = msr_deadline_in_ms(msr_env_i64("MSR_COMM_CLOSE_MS", 1000, 0, 600000));
+    ucp_tag_recv_info_t info;
+    int notices = 0, others = 0;
+    for (int k = 0; k < 1 << 20 && !msr_deadline_passed(deadline); k++) {
+        int spins = 0;
+        while (spins++ < 1024 && ucp_worker_progress(e->worker) != 0)
+            continue;
+        ucp_tag_message_h m = ucp_tag_probe_nb(e->worker, 0, 0, 1, &info);
         if (m == NULL)
             break;
-        /* on the heap: a receive UCX still holds writes to it after we go */
-        void *buf = msr_malloc(info.length ? info.length : 1);
-        if (buf == NULL)
+        if (!drain_one(e, m, info.length, deadline))
             break; /* out of memory at exit: UCX warns of what is left */
-        void *h = ucp_tag_msg_recv_nbx(e->worker, buf, info.length, m, &prm);
-        uint64_t deadline = msr_deadline_in_ms(100);
-        while (UCS_PTR_IS_PTR(h) && ucp_request_check_status(h) == UCS_INPROGRESS &&
-               !msr_deadline_passed(deadline))
-            ucp_worker_progress(e->worker);
-        if (UCS_PTR_IS_PTR(h) && ucp_request_check_status(h) == UCS_INPROGRESS) {
-            ucx_engine_bury(e, buf); /* freed after ucp_worker_destroy */
-            break;                   /* the request is left to it */
-        }
-        if (UCS_PTR_IS_PTR(h))
-            ucp_request_free(h);
-        msr_free(buf);
+        if ((info.sender_tag >> 62) == UCX_TAG_CTRL)
+            notices++;
+        else
+            others++;
     }
-    MSR_DEBUG("comm: engine %s: %d notices drained at its close", e->uid, n);
+    MSR_DEBUG("comm: engine %s: %d notices drained at its close (and %d messages of operations "
+              "that ended without them) in %.3f ms",
+              e->uid, notices, others, (double)(msr_now_ns() - t0) / 1e6);
 }
 
 /* Closes the endpoints: flushed to live peers, by force to lost peers where
@@ -489,7 +523,7 @@ void ucx_engine_unref(ucx_engine_t *e)
               (unsigned long long)e->stat_sleep_timeouts, (double)e->stat_slept_ns / 1e6);
     ucx_engine_reap_orphans(e);
     close_endpoints(e);
-    drain_notices(e);
+    drain_messages(e);
     for (size_t i = 0; i < e->n_orphans; i++)
         ucp_request_free(e->orphans[i]);
     msr_list_t *pos, *tmp;

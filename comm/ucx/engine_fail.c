@@ -241,6 +241,15 @@ void ucx_engine_handle_aborts(ucx_engine_t *e)
     }
 }
 
+msr_status_t ucx_comm_take_notices(ucx_comm_t *uc)
+{
+    ucx_engine_t *e = uc->engine;
+    ucp_worker_progress(e->worker);
+    if (e->abort_pending)
+        ucx_engine_handle_aborts(e);
+    return msr_comm_status(uc->comm);
+}
+
 void ucx_comm_give_up(ucx_comm_t *uc, msr_status_t st, const char *why)
 {
     if (uc->comm->size > 1 && st != MSR_ERR_CANCELED && st != MSR_ERR_INVALID_ARG &&

@@ -334,16 +334,15 @@ msr_status_t ucx_engine_record(ucx_engine_t *e, unsigned char **rec_p, size_t *l
     return MSR_OK;
 }
 
-msr_status_t ucx_engine_take_pair(ucx_engine_t *e, const int ranks[2], int index,
-                                  const unsigned char *rec, size_t len, int host_ranks)
+/* Takes one member's record (handed over without the store) into p: its
+ * address, pid and machine (*host_p); a peer of this node adds its CPUs
+ * and is watched through a pidfd. */
+static msr_status_t take_peer(ucx_engine_t *e, ucx_peer_t *p, const unsigned char *rec, size_t len,
+                              uint64_t *host_p)
 {
-    for (int i = 0; i < 2; i++) {
-        e->peers[ranks[i]].member = 1;
-        e->peers[ranks[i]].index = (uint32_t)i;
-    }
-    ucx_peer_t *p = &e->peers[ranks[1 - index]];
     addr_head_t h = {0};
     msr_status_t st = take_record(p, rec, len, &h);
+    *host_p = h.host;
     if (st != MSR_OK)
         return st;
     p->same_host = h.host == e->my_host && h.pidns != 0 && h.pidns == e->my_pidns;
@@ -351,7 +350,6 @@ msr_status_t ucx_engine_take_pair(ucx_engine_t *e, const int ranks[2], int index
         msr_err_set("comm: job rank %d of this node runs on another machine", p->world_rank);
         return MSR_ERR_PROTOCOL;
     }
-    e->host_ranks = host_ranks;
     if (p->node != e->my_node)
         return MSR_OK;
     for (int w = 0; w < UCX_CPU_WORDS; w++)
@@ -359,6 +357,47 @@ msr_status_t ucx_engine_take_pair(ucx_engine_t *e, const int ranks[2], int index
     p->pidfd = pidfd_open_(p->pid);
     if (p->pidfd < 0)
         MSR_DEBUG("comm: no pidfd for pid %d (%s): liveness by polling", p->pid, strerror(errno));
+    return MSR_OK;
+}
+
+msr_status_t ucx_engine_take_pair(ucx_engine_t *e, const int ranks[2], int index,
+                                  const unsigned char *rec, size_t len, int host_ranks)
+{
+    for (int i = 0; i < 2; i++) {
+        e->peers[ranks[i]].member = 1;
+        e->peers[ranks[i]].index = (uint32_t)i;
+    }
+    e->host_ranks = host_ranks;
+    uint64_t host = 0;
+    return take_peer(e, &e->peers[ranks[1 - index]], rec, len, &host);
+}
+
+msr_status_t ucx_engine_take_all(ucx_engine_t *e, int n, const int *world_ranks, int index,
+                                 const unsigned char *recs, size_t stride)
+{
+    for (int i = 0; i < n; i++) {
+        e->peers[world_ranks[i]].member = 1;
+        e->peers[world_ranks[i]].index = (uint32_t)i;
+    }
+    e->host_ranks = 1;
+    for (int i = 0; i < n; i++) {
+        if (i == index)
+            continue;
+        const unsigned char *rec = recs + (size_t)i * stride;
+        uint64_t len = 0;
+        memcpy(&len, rec, sizeof len);
+        if (len > stride - sizeof len) {
+            msr_err_set("comm: job rank %d handed over a %llu-byte address", world_ranks[i],
+                        (unsigned long long)len);
+            return MSR_ERR_PROTOCOL;
+        }
+        uint64_t host = 0;
+        msr_status_t st =
+            take_peer(e, &e->peers[world_ranks[i]], rec + sizeof len, (size_t)len, &host);
+        if (st != MSR_OK)
+            return st;
+        e->host_ranks += host == e->my_host;
+    }
     return MSR_OK;
 }
 

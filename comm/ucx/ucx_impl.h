@@ -440,6 +440,17 @@ msr_status_t ucx_engine_record(ucx_engine_t *e, unsigned char **rec_p, size_t *l
  * MSR_ERR_PROTOCOL for a malformed record. */
 msr_status_t ucx_engine_take_pair(ucx_engine_t *e, const int ranks[2], int index,
                                   const unsigned char *rec, size_t len, int host_ranks);
+/* Makes e's group the n members world_ranks (this one at index), each
+ * other's record taken from recs: n blocks of stride bytes, each a
+ * uint64_t length then the record (ucx_engine_record's); the members on
+ * this machine counted from them. MSR_ERR_PROTOCOL for a malformed one. */
+msr_status_t ucx_engine_take_all(ucx_engine_t *e, int n, const int *world_ranks, int index,
+                                 const unsigned char *recs, size_t stride);
+/* comm_pairs.c: the engine of a dup of comm with MSR_COMM_OWN_WORKER, the
+ * members' addresses handed over in an allgather of comm, every member
+ * taking part in each step whatever its outcome (all fail alike, the
+ * failing member named); ready on success. */
+msr_status_t ucx_engine_create_over(msr_comm_t *comm, const char *uid, ucx_engine_t **engine_p);
 void ucx_engine_unref(ucx_engine_t *e);
 ucp_ep_h ucx_engine_ep(ucx_engine_t *e, ucx_peer_t *p);
 /* Which machine this process is on (host id and PID namespace, hashed to a
@@ -470,6 +481,11 @@ void ucx_comm_fail(ucx_comm_t *uc, msr_status_t st, int culprit, const char *fmt
  * deadline). Nothing for statuses that stay local (canceled, invalid
  * arguments, truncated) or a group of one. Lock held. */
 void ucx_comm_give_up(ucx_comm_t *uc, msr_status_t st, const char *why);
+/* Progresses UCX once and takes the abort notices that came (failing
+ * uc's operations where one broke it); the communicator's status after.
+ * For a step that cannot reach a member: whether a notice says why.
+ * Lock held. */
+msr_status_t ucx_comm_take_notices(ucx_comm_t *uc);
 /* Tells the other members of a healthy communicator that this rank is done
  * with it, so that its exit afterwards does not break it for them. */
 void ucx_comm_say_left(ucx_comm_t *uc);

@@ -161,9 +161,9 @@ MSR_API msr_status_t msr_comm_pairs(msr_comm_t *comm, int n, const int *peers,
 MSR_API msr_status_t msr_comm_split(msr_comm_t *comm, int color, int key, msr_comm_t **newcomm_p);
 
 /* A copy of comm's group with its own tag space; with MSR_COMM_OWN_WORKER
- * also its own UCX worker (addresses exchanged through the store, so it
- * waits for every member up to the timeout). Collective over comm. Errors as
- * msr_comm_split, plus MSR_ERR_BACKEND and the store's. */
+ * also its own UCX worker (addresses exchanged over comm; a member that
+ * fails on its way fails every member at once, naming it). Collective over
+ * comm. Errors as msr_comm_split, plus MSR_ERR_BACKEND. */
 MSR_API msr_status_t msr_comm_dup(msr_comm_t *comm, unsigned flags, msr_comm_t **newcomm_p);
 
 /* Frees comm. Local (not collective); NULL does nothing. Requests still in

@@ -12,8 +12,11 @@
  * own state (the failing rank's error says so), allocated before the
  * members' last agreement on the segment. Each call is made over a
  * communicator split from the world, destroyed after; the statuses are
- * compared over the world. Linked to the static modules so that the
- * allocation hook reaches them. Every check that fails prints "FAIL" and
+ * compared over the world. With the argument "own", the dups alone, each
+ * with MSR_COMM_OWN_WORKER: an engine of its own, whose opening and
+ * address exchange fail the same way (a member failing there once left
+ * the others waiting for its address until their deadline). Linked to the
+ * static modules so that the allocation hook reaches them. Every check that fails prints "FAIL" and
  * exits 1; rank 0 prints "ok make oom". */
 #include <stdio.h>
 #include <stdlib.h>
@@ -65,6 +68,9 @@ static void check_made(msr_comm_t *c)
         fail("allreduce on the new communicator: %lld, want %d", (long long)sum, NP * (NP - 1) / 2);
 }
 
+/* The dup's flags: MSR_COMM_OWN_WORKER with the argument "own". */
+static unsigned g_dup_flags;
+
 /* Every allocation of who's split (dup = 0) or dup in turn; the members'
  * errors are printed where who's was the segment's. */
 static void each_allocation(msr_comm_t *world, int dup, int who)
@@ -77,8 +83,8 @@ static void each_allocation(msr_comm_t *world, int dup, int who)
         OK(msr_comm_split(world, 0, me, &parent));
         if (me == who)
             msr_alloc_fail_at(k);
-        msr_status_t st =
-            dup ? msr_comm_dup(parent, 0, &c) : msr_comm_split(parent, 1, NP - 1 - me, &c);
+        msr_status_t st = dup ? msr_comm_dup(parent, g_dup_flags, &c)
+                              : msr_comm_split(parent, 1, NP - 1 - me, &c);
         /* [0]: whether who's allocation failed, [1]: whether it was the segment's */
         int64_t seen[2] = {msr_alloc_failed(), 0};
         msr_alloc_fail_at(-1);
@@ -111,11 +117,13 @@ static void each_allocation(msr_comm_t *world, int dup, int who)
                k);
 }
 
-int main(void)
+int main(int argc, char **argv)
 {
     msr_ctx_t *ctx;
     msr_comm_t *world = worker_world(&ctx, NP);
-    for (int dup = 0; dup < 2; dup++) {
+    int own = argc > 1 && strcmp(argv[1], "own") == 0;
+    g_dup_flags = own ? MSR_COMM_OWN_WORKER : 0;
+    for (int dup = own; dup < 2; dup++) {
         each_allocation(world, dup, 0);
         each_allocation(world, dup, NP - 1);
     }
