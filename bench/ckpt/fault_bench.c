@@ -8,8 +8,10 @@
  * virtual machine also the host's work on the guest's first touch of its
  * memory) and how much of the memory the kernel gave as huge pages
  * (AnonHugePages, the most of any run).
- * Usage: fault_bench [MIB] [RUNS] (defaults 349 and 9). Exit 1 when the
- * memory cannot be had or the kernel cannot populate it. */
+ * Usage: fault_bench [MIB] [RUNS] (defaults 349 and 9). Exit 2 on bad
+ * arguments, 1 when the memory cannot be had or the kernel cannot
+ * populate it. */
+#include <errno.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -18,7 +20,10 @@
 #include <time.h>
 
 #define MAX_RUNS 99
-#define HUGE     ((size_t)2 << 20)
+#ifndef MADV_POPULATE_WRITE
+#define MADV_POPULATE_WRITE 23 /* Linux 5.14; older kernels refuse it: exit 1 */
+#endif
+#define HUGE ((size_t)2 << 20)
 
 static double clock_s(clockid_t id)
 {
@@ -74,18 +79,28 @@ static void row(const char *name, double *wall, double *cpu, long hmib, int runs
            wall[runs / 2], wall[0], wall[runs - 1], cpu[runs / 2], cpu[0], cpu[runs - 1], hmib);
 }
 
+/* text as a whole number in [lo, hi], else -1. */
+static long parse_num(const char *text, long lo, long hi)
+{
+    char *end = NULL;
+    errno = 0;
+    long v = strtol(text, &end, 10);
+    return errno == 0 && end != text && *end == '\0' && v >= lo && v <= hi ? v : -1;
+}
+
 int main(int argc, char **argv)
 {
-    size_t mib = argc > 1 ? strtoul(argv[1], NULL, 10) : 349;
-    int runs = argc > 2 ? atoi(argv[2]) : 9;
-    if (mib == 0 || mib > ((size_t)1 << 20) || runs < 1 || runs > MAX_RUNS) {
-        fprintf(stderr, "usage: fault_bench [MIB 1..1048576] [RUNS 1..%d]\n", MAX_RUNS);
+    long m = argc > 1 ? parse_num(argv[1], 1, 65536) : 349;
+    long runs = argc > 2 ? parse_num(argv[2], 1, MAX_RUNS) : 9;
+    if (argc > 3 || m < 0 || runs < 0) {
+        fprintf(stderr, "usage: fault_bench [MIB 1..65536] [RUNS 1..%d]\n", MAX_RUNS);
         return 2;
     }
-    size_t len = (mib << 20) / HUGE * HUGE + HUGE;
+    size_t mib = (size_t)m;
+    size_t len = ((mib << 20) + HUGE - 1) / HUGE * HUGE; /* whole huge pages */
     double wall[2][MAX_RUNS], cpu[2][MAX_RUNS];
     long hmib[2] = {0, 0};
-    for (int i = 0; i < runs; i++) {
+    for (long i = 0; i < runs; i++) {
         for (int k = 0; k < 2; k++) {
             long h = 0;
             if (one(len, k, &wall[k][i], &cpu[k][i], &h) != 0) {
@@ -97,12 +112,12 @@ int main(int argc, char **argv)
     }
     printf("fresh memory faulted in: %zu MiB, MADV_POPULATE_WRITE, median of %d runs each, "
            "alternating\n\n",
-           len >> 20, runs);
+           len >> 20, (int)runs);
     printf("| %-13s | %7s | %7s | %7s | %7s | %7s | %7s | %8s |\n", "pages", "wall s", "fastest",
            "slowest", "CPU s", "fastest", "slowest", "huge MiB");
     printf("|---------------|--------:|--------:|--------:|--------:|--------:|--------:|---------:"
            "|\n");
-    row("4 KiB", wall[0], cpu[0], hmib[0], runs);
-    row("MADV_HUGEPAGE", wall[1], cpu[1], hmib[1], runs);
+    row("4 KiB", wall[0], cpu[0], hmib[0], (int)runs);
+    row("MADV_HUGEPAGE", wall[1], cpu[1], hmib[1], (int)runs);
     return 0;
 }
