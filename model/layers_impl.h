@@ -139,19 +139,33 @@ static void LAYER(bias_backward)(real *restrict dbias, const real *restrict dout
 }
 #undef BIAS_BLOCK
 
-void LAYER(matmul_backward)(PRODUCTS real *dinp, real *dweight, real *dbias, const real *dout,
-                            const real *inp, const real *weight, int N, int IC, int OC)
+/* matmul_backward with dinp = dout @ weight + beta dinp (beta 1 or 0) */
+static void LAYER(linear_backward)(PRODUCTS real beta, real *dinp, real *dweight, real *dbias,
+                                   const real *dout, const real *inp, const real *weight, int N,
+                                   int IC, int OC)
 {
 #ifdef LINEAR_BACKWARD /* float: dout rounded once for both on bf16 */
-    LINEAR_BACKWARD(pr, dinp, dweight, dout, inp, weight, N, IC, OC);
+    LINEAR_BACKWARD(pr, beta, dinp, dweight, dout, inp, weight, N, IC, OC);
 #else
-    /* dinp (N,IC) += dout (N,OC) @ weight (OC,IC) */
-    GEMM(pr, CblasNoTrans, CblasNoTrans, N, IC, OC, R(1), dout, OC, weight, IC, R(1), dinp, IC);
+    /* dinp (N,IC) = dout (N,OC) @ weight (OC,IC) + beta dinp */
+    GEMM(pr, CblasNoTrans, CblasNoTrans, N, IC, OC, R(1), dout, OC, weight, IC, beta, dinp, IC);
     /* dweight (OC,IC) += dout^T (OC,N) @ inp (N,IC) */
     GEMM(pr, CblasTrans, CblasNoTrans, OC, IC, N, R(1), dout, OC, inp, IC, R(1), dweight, IC);
 #endif
     if (dbias != NULL)
         LAYER(bias_backward)(dbias, dout, N, OC);
+}
+
+void LAYER(matmul_backward)(PRODUCTS real *dinp, real *dweight, real *dbias, const real *dout,
+                            const real *inp, const real *weight, int N, int IC, int OC)
+{
+    LAYER(linear_backward)(PASS_PR R(1), dinp, dweight, dbias, dout, inp, weight, N, IC, OC);
+}
+
+void LAYER(matmul_backward_set)(PRODUCTS real *dinp, real *dweight, real *dbias, const real *dout,
+                                const real *inp, const real *weight, int N, int IC, int OC)
+{
+    LAYER(linear_backward)(PASS_PR R(0), dinp, dweight, dbias, dout, inp, weight, N, IC, OC);
 }
 
 /* Attention's softmax rows, a block of ATT_LANES elements at a time in a
