@@ -454,14 +454,16 @@ static msr_status_t attn_backward(const msr_block_t *b, const msr_gpt_block_para
         proj_backward(b, b->datty, g->attprojw, g->attprojb, dres, a->atty, p->attprojw, b->Cl);
     if (st != MSR_OK)
         return st;
-    memset(b->dqkv, 0, b->N * (size_t)qkv_width(b) * sizeof(float));
+    bool own = !b->llama && (b->comm == NULL || b->comm->attend_backward == NULL);
+    if (!own) /* they add into dqkv; the causal kernel writes it */
+        memset(b->dqkv, 0, b->N * (size_t)qkv_width(b) * sizeof(float));
     if (b->llama)
         st = llama_attend_backward(b, a);
-    else if (b->comm != NULL && b->comm->attend_backward != NULL)
+    else if (!own)
         st = b->comm->attend_backward(b->comm->arg, b->dqkv, b->datty, a->qkv, a->atty, a->att);
     else
-        msr_attention_backward(b->prod, b->dqkv, b->datt, b->datty, a->qkv, a->att, b->B, b->T,
-                               b->Cl, b->NHl);
+        msr_attention_backward_set(b->prod, b->dqkv, b->datt, b->datty, a->qkv, a->att, b->B, b->T,
+                                   b->Cl, b->NHl);
     if (st != MSR_OK || (st = poll(b)) != MSR_OK)
         return st;
     /* dres = d x */

@@ -234,6 +234,11 @@ void msr_attention_forward(msr_products_t *pr, float *out, float *att, const flo
 /* dqkv (B,T,3C) +=. scratch: T*T floats of work space. */
 void msr_attention_backward(msr_products_t *pr, float *dqkv, float *scratch, const float *dout,
                             const float *qkv, const float *att, int B, int T, int C, int NH);
+/* As msr_attention_backward, but dqkv is written, its old contents never
+ * read: the bits of msr_attention_backward on a zeroed dqkv but for the
+ * sign of a zero sum (as msr_matmul_backward_set). */
+void msr_attention_backward_set(msr_products_t *pr, float *dqkv, float *scratch, const float *dout,
+                                const float *qkv, const float *att, int B, int T, int C, int NH);
 
 /* The same with grouped-query attention: qkv (B,T,C + 2 KVC) laid out
  * [q (C) | k (KVC) | v (KVC)], KVC = KVH * HS, KVH dividing NH; query head
@@ -382,6 +387,9 @@ void msr_attention_forward_f64(double *out, double *att, const double *qkv, int 
                                int NH);
 void msr_attention_backward_f64(double *dqkv, double *scratch, const double *dout,
                                 const double *qkv, const double *att, int B, int T, int C, int NH);
+void msr_attention_backward_set_f64(double *dqkv, double *scratch, const double *dout,
+                                    const double *qkv, const double *att, int B, int T, int C,
+                                    int NH);
 void msr_attention_ring_forward_f64(double *acc, double *mx, double *sum, const double *q, int ldq,
                                     const int *qpos, int Tq, const double *k, const double *v,
                                     int ldk, const int *kpos, int Tk, int C, int NH,

@@ -1,8 +1,10 @@
 /* The backward kernels that write their input gradient instead of adding
  * to it (model/layers.h): msr_matmul_backward_set against
- * msr_matmul_backward on a zeroed dinp, and msr_gelu_backward_set_bf16
- * against msr_gelu_backward_bf16 on a zeroed dinp, bitwise, with dinp
- * holding NaN beforehand (never read), through fp32 (NULL and a context)
+ * msr_matmul_backward on a zeroed dinp, msr_attention_backward_set
+ * against msr_attention_backward on a zeroed dqkv, and
+ * msr_gelu_backward_set_bf16 against msr_gelu_backward_bf16 on a zeroed
+ * dinp, bitwise, with the gradient holding NaN beforehand (never read),
+ * through fp32 (NULL and a context)
  * and bf16 contexts, on the CPU's widest paths and the blas one; the
  * weight and bias gradients still accumulate. */
 #include <math.h>
@@ -62,6 +64,30 @@ static void check_matmul_set(msr_products_t *p, const char *what)
     MSR_CHECK_OK(msr_products_status(p));
 }
 
+/* Attention's _set against the zeroed dqkv's through context p, at
+ * sequences around its blocks of 64 rows (every block of dQ, dK and dV
+ * written once) */
+static void check_attention_set(msr_products_t *p, const char *what)
+{
+    enum { B = 2, C = 16, NH = 2 };
+    const int seqs[] = {1, 63, 64, 65, 130};
+    for (size_t k = 0; k < sizeof seqs / sizeof seqs[0]; k++) {
+        int T = seqs[k];
+        size_t nq = (size_t)B * T * 3 * C, no = (size_t)B * T * C, na = (size_t)B * NH * T * T;
+        float *qkv = random_floats(nq, 70 + k), *dout = random_floats(no, 80 + k);
+        float *out = malloc(no * sizeof *out), *att = malloc(na * sizeof *att);
+        float *scratch = malloc((size_t)T * T * sizeof *scratch);
+        float *got = nans(nq + 1), *want = calloc(nq, sizeof *want);
+        msr_attention_forward(p, out, att, qkv, B, T, C, NH);
+        msr_attention_backward_set(p, got, scratch, dout, qkv, att, B, T, C, NH);
+        msr_attention_backward(p, want, scratch, dout, qkv, att, B, T, C, NH);
+        MSR_CHECK_MSG(memcmp(got, want, nq * sizeof *got) == 0, "%s, T %d", what, T);
+        MSR_CHECK_MSG(isnan(got[nq]), "%s: past dqkv written, T %d", what, T);
+        free(qkv), free(dout), free(out), free(att), free(scratch), free(got), free(want);
+    }
+    MSR_CHECK_OK(msr_products_status(p));
+}
+
 /* The GELU backward's _set against the zeroed dinp's, with and without
  * the rounded copy, at lengths around its blocks of 2048 and the vector
  * widths */
@@ -98,6 +124,8 @@ static void check_all(void)
     check_matmul_set(NULL, "no context");
     check_matmul_set(p32, "fp32");
     check_matmul_set(p16, "bf16");
+    check_attention_set(NULL, "no context");
+    check_attention_set(p16, "bf16");
     check_gelu_set();
     msr_products_destroy(p32);
     msr_products_destroy(p16);
