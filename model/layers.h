@@ -381,15 +381,10 @@ void msr_matmul_forward_f64(double *out, const double *inp, const double *weight
                             const double *bias, int N, int IC, int OC);
 void msr_matmul_backward_f64(double *dinp, double *dweight, double *dbias, const double *dout,
                              const double *inp, const double *weight, int N, int IC, int OC);
-void msr_matmul_backward_set_f64(double *dinp, double *dweight, double *dbias, const double *dout,
-                                 const double *inp, const double *weight, int N, int IC, int OC);
 void msr_attention_forward_f64(double *out, double *att, const double *qkv, int B, int T, int C,
                                int NH);
 void msr_attention_backward_f64(double *dqkv, double *scratch, const double *dout,
                                 const double *qkv, const double *att, int B, int T, int C, int NH);
-void msr_attention_backward_set_f64(double *dqkv, double *scratch, const double *dout,
-                                    const double *qkv, const double *att, int B, int T, int C,
-                                    int NH);
 void msr_attention_ring_forward_f64(double *acc, double *mx, double *sum, const double *q, int ldq,
                                     const int *qpos, int Tq, const double *k, const double *v,
                                     int ldk, const int *kpos, int Tk, int C, int NH,

@@ -162,12 +162,6 @@ void LAYER(matmul_backward)(PRODUCTS real *dinp, real *dweight, real *dbias, con
     LAYER(linear_backward)(PASS_PR R(1), dinp, dweight, dbias, dout, inp, weight, N, IC, OC);
 }
 
-void LAYER(matmul_backward_set)(PRODUCTS real *dinp, real *dweight, real *dbias, const real *dout,
-                                const real *inp, const real *weight, int N, int IC, int OC)
-{
-    LAYER(linear_backward)(PASS_PR R(0), dinp, dweight, dbias, dout, inp, weight, N, IC, OC);
-}
-
 /* Attention's softmax rows, a block of ATT_LANES elements at a time in a
  * loop of a fixed length over arrays that do not overlap, which the
  * compiler turns into vector instructions (as bias_backward's sums):
@@ -381,12 +375,6 @@ void LAYER(attention_gqa_backward)(PRODUCTS real *dqkv, real *scratch, const rea
                                    int KVH)
 {
     LAYER(attention_backward_beta)(PASS_PR R(1), dqkv, scratch, dout, qkv, att, B, T, C, NH, KVH);
-}
-
-void LAYER(attention_backward_set)(PRODUCTS real *dqkv, real *scratch, const real *dout,
-                                   const real *qkv, const real *att, int B, int T, int C, int NH)
-{
-    LAYER(attention_backward_beta)(PASS_PR R(0), dqkv, scratch, dout, qkv, att, B, T, C, NH, NH);
 }
 
 #undef ATT_ROWS

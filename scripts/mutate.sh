@@ -937,12 +937,12 @@ test: ^test_parallel_adamw$
 
 # ---- the layers' kernels and the bf16 products (model/layers_impl.h, model/layers_bf16.c)
 @ layers.backward_set_adds
-file: model/layers_impl.h
+file: model/layers.c
 test: ^test_parallel_layers_bf16_set$
 <<<
-    LAYER(linear_backward)(PASS_PR R(0), dinp, dweight, dbias, dout, inp, weight, N, IC, OC);
+    msr_linear_backward(pr, 0.0f, dinp, dweight, dbias, dout, inp, weight, N, IC, OC);
 ===
-    LAYER(linear_backward)(PASS_PR R(1), dinp, dweight, dbias, dout, inp, weight, N, IC, OC);
+    msr_linear_backward(pr, 1.0f, dinp, dweight, dbias, dout, inp, weight, N, IC, OC);
 >>>
 
 @ layers.attention_set_kv_adds
