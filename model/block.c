@@ -374,9 +374,9 @@ static msr_status_t proj_backward(const msr_block_t *b, float *din, float *dw, f
     msr_status_t st = enter(b, dres, b->dgat, &dfull);
     if (st != MSR_OK)
         return st;
-    memset(din, 0, b->N * (size_t)IC * sizeof(float));
-    msr_matmul_backward(b->prod, din, dw, b->tp == 1 ? db : NULL, dfull, in, w, (int)b->N, IC,
-                        b->C);
+    /* din written, not added to: no pass to zero it first */
+    msr_matmul_backward_set(b->prod, din, dw, b->tp == 1 ? db : NULL, dfull, in, w, (int)b->N, IC,
+                            b->C);
     if (b->tp > 1 && db != NULL) /* a Llama has no biases */
         add_colsum(db, dres, b->Nl, b->C);
     return poll(b);
@@ -407,8 +407,7 @@ static msr_status_t norm_backward(const msr_block_t *b, float *dres, const float
     msr_status_t st = enter(b, ln, b->gat, &in);
     if (st != MSR_OK)
         return st;
-    memset(b->dln, 0, b->N * (size_t)b->C * sizeof(float));
-    msr_matmul_backward(b->prod, b->dln, dw, db, dout, in, w, (int)b->N, b->C, OC);
+    msr_matmul_backward_set(b->prod, b->dln, dw, db, dout, in, w, (int)b->N, b->C, OC);
     if ((st = poll(b)) != MSR_OK)
         return st;
     if (defer != NULL) /* two copies: the reduction started, the norm's backward later */
@@ -433,12 +432,13 @@ static msr_status_t mlp_backward(const msr_block_t *b, const msr_gpt_block_param
                                     p->fcprojw, b->Hl);
     if (st != MSR_OK)
         return st;
-    memset(b->dfch, 0, b->N * (size_t)OC * sizeof(float));
-    if (b->llama)
+    if (b->llama) {
+        memset(b->dfch, 0, b->N * (size_t)OC * sizeof(float));
         msr_swiglu_backward(b->dfch, a->fch, b->dfch_gelu, (int)b->N, b->Hl);
-    else
-        msr_gelu_backward_bf16(b->dfch, operand(b, b->dfch, b->N, OC), a->fch, b->dfch_gelu,
-                               NH); /* fc's backward takes dfch's rounding */
+    } else { /* dfch zeroed a block at a time; fc's backward takes its rounding */
+        msr_gelu_backward_set_bf16(b->dfch, operand(b, b->dfch, b->N, OC), a->fch, b->dfch_gelu,
+                                   NH);
+    }
     return norm_backward(b, dres, b->dfch, OC, a->ln2, p->fcw, g->fcw, g->fcb, a->res2, p->ln2w,
                          g->ln2w, g->ln2b, a->ln2_mean, a->ln2_rstd, defer);
 }
@@ -454,14 +454,16 @@ static msr_status_t attn_backward(const msr_block_t *b, const msr_gpt_block_para
         proj_backward(b, b->datty, g->attprojw, g->attprojb, dres, a->atty, p->attprojw, b->Cl);
     if (st != MSR_OK)
         return st;
-    memset(b->dqkv, 0, b->N * (size_t)qkv_width(b) * sizeof(float));
+    bool own = !b->llama && (b->comm == NULL || b->comm->attend_backward == NULL);
+    if (!own) /* they add into dqkv; the causal kernel writes it */
+        memset(b->dqkv, 0, b->N * (size_t)qkv_width(b) * sizeof(float));
     if (b->llama)
         st = llama_attend_backward(b, a);
-    else if (b->comm != NULL && b->comm->attend_backward != NULL)
+    else if (!own)
         st = b->comm->attend_backward(b->comm->arg, b->dqkv, b->datty, a->qkv, a->atty, a->att);
     else
-        msr_attention_backward(b->prod, b->dqkv, b->datt, b->datty, a->qkv, a->att, b->B, b->T,
-                               b->Cl, b->NHl);
+        msr_attention_backward_set(b->prod, b->dqkv, b->datt, b->datty, a->qkv, a->att, b->B, b->T,
+                                   b->Cl, b->NHl);
     if (st != MSR_OK || (st = poll(b)) != MSR_OK)
         return st;
     /* dres = d x */

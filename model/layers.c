@@ -69,3 +69,17 @@
 #undef ROUND
 #undef HOLD
 #undef RELEASE
+
+/* the float kernels that write their input gradient (beta 0), layers.h */
+void msr_matmul_backward_set(msr_products_t *pr, float *dinp, float *dweight, float *dbias,
+                             const float *dout, const float *inp, const float *weight, int N,
+                             int IC, int OC)
+{
+    msr_linear_backward(pr, 0.0f, dinp, dweight, dbias, dout, inp, weight, N, IC, OC);
+}
+
+void msr_attention_backward_set(msr_products_t *pr, float *dqkv, float *scratch, const float *dout,
+                                const float *qkv, const float *att, int B, int T, int C, int NH)
+{
+    msr_attention_backward_beta(pr, 0.0f, dqkv, scratch, dout, qkv, att, B, T, C, NH, NH);
+}

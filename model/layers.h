@@ -113,13 +113,14 @@ void msr_products_sgemm(msr_products_t *p, int trans_a, int trans_b, int M, int 
  * onednn path (no fill and no read of out) and as fp32 does on blas. */
 void msr_products_linear(msr_products_t *p, float *out, const float *inp, const float *weight,
                          const float *bias, int N, int IC, int OC);
-/* dinp (N,IC) += dout (N,OC) @ weight (OC,IC) and dweight (OC,IC) +=
- * dout^T @ inp (N,IC), the linear layer's two backward products in p's
- * precision; dinp overlaps none of the inputs. bf16 rounds dout once for
- * both (the same bf16 operands as two msr_products_sgemm calls, so the
- * same bits). */
-void msr_products_linear_backward(msr_products_t *p, float *dinp, float *dweight, const float *dout,
-                                  const float *inp, const float *weight, int N, int IC, int OC);
+/* dinp (N,IC) = dout (N,OC) @ weight (OC,IC) + beta dinp (beta 1 adds to
+ * dinp, 0 writes it without reading it) and dweight (OC,IC) += dout^T @ inp
+ * (N,IC), the linear layer's two backward products in p's precision; dinp
+ * overlaps none of the inputs. bf16 rounds dout once for both (the same
+ * bf16 operands as two msr_products_sgemm calls, so the same bits). */
+void msr_products_linear_backward(msr_products_t *p, float beta, float *dinp, float *dweight,
+                                  const float *dout, const float *inp, const float *weight, int N,
+                                  int IC, int OC);
 
 /* The bf16 operand the next product may take instead of rounding src (n
  * elements, packed rows): a kernel that makes src can write src's rounding
@@ -179,6 +180,11 @@ void msr_gelu_forward_bf16(float *out, uint16_t *out16, const float *inp, size_t
  * dinp as msr_gelu_backward, dinp16 as msr_bf16_from_f32_n on that dinp. */
 void msr_gelu_backward_bf16(float *dinp, uint16_t *dinp16, const float *inp, const float *dout,
                             size_t n);
+/* msr_gelu_backward_bf16 on a dinp of zeros, dinp's old contents never
+ * read: each block is zeroed just before its kernel, in the L1 cache, where
+ * zeroing all of dinp first was a pass of its own. The same bits. */
+void msr_gelu_backward_set_bf16(float *dinp, uint16_t *dinp16, const float *inp, const float *dout,
+                                size_t n);
 
 /* LayerNorm's epsilon, as in GPT-2 and torch.nn.LayerNorm's default. */
 #define MSR_LAYERNORM_EPS 1e-5
@@ -209,6 +215,14 @@ void msr_matmul_forward(msr_products_t *pr, float *out, const float *inp, const 
 void msr_matmul_backward(msr_products_t *pr, float *dinp, float *dweight, float *dbias,
                          const float *dout, const float *inp, const float *weight, int N, int IC,
                          int OC);
+/* As msr_matmul_backward, but dinp (N,IC) = dout @ weight is written, its
+ * old contents never read (the product's beta is 0): where dinp would be
+ * zeroed first, that pass over it is saved. The bits of msr_matmul_backward
+ * on a zeroed dinp but for the sign of a zero: a sum that is -0 stays -0
+ * where 0 + (-0) made it +0. */
+void msr_matmul_backward_set(msr_products_t *pr, float *dinp, float *dweight, float *dbias,
+                             const float *dout, const float *inp, const float *weight, int N,
+                             int IC, int OC);
 
 /* Causal multi-head self-attention on packed q, k, v.
  * out (B,T,C), att (B,NH,T,T) the softmax of each query row (zero above the
@@ -220,6 +234,11 @@ void msr_attention_forward(msr_products_t *pr, float *out, float *att, const flo
 /* dqkv (B,T,3C) +=. scratch: T*T floats of work space. */
 void msr_attention_backward(msr_products_t *pr, float *dqkv, float *scratch, const float *dout,
                             const float *qkv, const float *att, int B, int T, int C, int NH);
+/* As msr_attention_backward, but dqkv is written, its old contents never
+ * read: the bits of msr_attention_backward on a zeroed dqkv but for the
+ * sign of a zero sum (as msr_matmul_backward_set). */
+void msr_attention_backward_set(msr_products_t *pr, float *dqkv, float *scratch, const float *dout,
+                                const float *qkv, const float *att, int B, int T, int C, int NH);
 
 /* The same with grouped-query attention: qkv (B,T,C + 2 KVC) laid out
  * [q (C) | k (KVC) | v (KVC)], KVC = KVH * HS, KVH dividing NH; query head

@@ -433,13 +433,14 @@ void msr_products_linear(msr_products_t *p, float *out, const float *inp, const 
         fail(p, st);
 }
 
-void msr_products_linear_backward(msr_products_t *p, float *dinp, float *dweight, const float *dout,
-                                  const float *inp, const float *weight, int N, int IC, int OC)
+void msr_products_linear_backward(msr_products_t *p, float beta, float *dinp, float *dweight,
+                                  const float *dout, const float *inp, const float *weight, int N,
+                                  int IC, int OC)
 {
     /* dout's rounding may already be in a (msr_products_operand) */
     bool ready = p != NULL && N > 0 && OC > 0 && take_ready(p, dout, (size_t)N * (size_t)OC);
     if (p == NULL || p->precision == MSR_PRECISION_FP32 || N <= 0 || IC <= 0 || OC <= 0) {
-        msr_products_sgemm(p, 0, 0, N, IC, OC, 1.0f, dout, OC, weight, IC, 1.0f, dinp, IC);
+        msr_products_sgemm(p, 0, 0, N, IC, OC, 1.0f, dout, OC, weight, IC, beta, dinp, IC);
         msr_products_sgemm(p, 1, 0, OC, IC, N, 1.0f, dout, OC, inp, IC, 1.0f, dweight, IC);
         return;
     }
@@ -453,7 +454,7 @@ void msr_products_linear_backward(msr_products_t *p, float *dinp, float *dweight
         round_rows(p->a, dout, OC, N, OC);
     const uint16_t *w = weight_operand(p, weight, OC, IC);
     msr_status_t st =
-        msr_gemm_bf16(p->gemm, false, false, N, IC, OC, 1.0f, p->a, OC, w, IC, 1.0f, dinp, IC);
+        msr_gemm_bf16(p->gemm, false, false, N, IC, OC, 1.0f, p->a, OC, w, IC, beta, dinp, IC);
     if (st == MSR_OK) {
         round_rows(p->b, inp, IC, N, IC);
         st = msr_gemm_bf16(p->gemm, true, false, OC, IC, N, 1.0f, p->a, OC, p->b, IC, 1.0f, dweight,
@@ -497,16 +498,32 @@ void msr_gelu_forward_bf16(float *out, uint16_t *out16, const float *inp, size_t
     }
 }
 
+/* The GELU backward a block at a time: dinp zeroed first when set, then
+ * accumulated, then rounded into dinp16 unless NULL */
+static void gelu_backward_blocks(float *dinp, uint16_t *dinp16, const float *inp, const float *dout,
+                                 size_t n, bool set)
+{
+    for (size_t i = 0; i < n; i += GELU_BF16_BLOCK) {
+        size_t m = n - i < GELU_BF16_BLOCK ? n - i : GELU_BF16_BLOCK;
+        if (set)
+            memset(dinp + i, 0, m * sizeof *dinp);
+        msr_gelu_backward(dinp + i, inp + i, dout + i, m);
+        if (dinp16 != NULL)
+            msr_bf16_from_f32_n(dinp16 + i, dinp + i, m);
+    }
+}
+
 void msr_gelu_backward_bf16(float *dinp, uint16_t *dinp16, const float *inp, const float *dout,
                             size_t n)
 {
-    if (dinp16 == NULL) {
+    if (dinp16 == NULL)
         msr_gelu_backward(dinp, inp, dout, n);
-        return;
-    }
-    for (size_t i = 0; i < n; i += GELU_BF16_BLOCK) {
-        size_t m = n - i < GELU_BF16_BLOCK ? n - i : GELU_BF16_BLOCK;
-        msr_gelu_backward(dinp + i, inp + i, dout + i, m);
-        msr_bf16_from_f32_n(dinp16 + i, dinp + i, m);
-    }
+    else
+        gelu_backward_blocks(dinp, dinp16, inp, dout, n, false);
+}
+
+void msr_gelu_backward_set_bf16(float *dinp, uint16_t *dinp16, const float *inp, const float *dout,
+                                size_t n)
+{
+    gelu_backward_blocks(dinp, dinp16, inp, dout, n, true);
 }

@@ -139,19 +139,27 @@ static void LAYER(bias_backward)(real *restrict dbias, const real *restrict dout
 }
 #undef BIAS_BLOCK
 
-void LAYER(matmul_backward)(PRODUCTS real *dinp, real *dweight, real *dbias, const real *dout,
-                            const real *inp, const real *weight, int N, int IC, int OC)
+/* matmul_backward with dinp = dout @ weight + beta dinp (beta 1 or 0) */
+static void LAYER(linear_backward)(PRODUCTS real beta, real *dinp, real *dweight, real *dbias,
+                                   const real *dout, const real *inp, const real *weight, int N,
+                                   int IC, int OC)
 {
 #ifdef LINEAR_BACKWARD /* float: dout rounded once for both on bf16 */
-    LINEAR_BACKWARD(pr, dinp, dweight, dout, inp, weight, N, IC, OC);
+    LINEAR_BACKWARD(pr, beta, dinp, dweight, dout, inp, weight, N, IC, OC);
 #else
-    /* dinp (N,IC) += dout (N,OC) @ weight (OC,IC) */
-    GEMM(pr, CblasNoTrans, CblasNoTrans, N, IC, OC, R(1), dout, OC, weight, IC, R(1), dinp, IC);
+    /* dinp (N,IC) = dout (N,OC) @ weight (OC,IC) + beta dinp */
+    GEMM(pr, CblasNoTrans, CblasNoTrans, N, IC, OC, R(1), dout, OC, weight, IC, beta, dinp, IC);
     /* dweight (OC,IC) += dout^T (OC,N) @ inp (N,IC) */
     GEMM(pr, CblasTrans, CblasNoTrans, OC, IC, N, R(1), dout, OC, inp, IC, R(1), dweight, IC);
 #endif
     if (dbias != NULL)
         LAYER(bias_backward)(dbias, dout, N, OC);
+}
+
+void LAYER(matmul_backward)(PRODUCTS real *dinp, real *dweight, real *dbias, const real *dout,
+                            const real *inp, const real *weight, int N, int IC, int OC)
+{
+    LAYER(linear_backward)(PASS_PR R(1), dinp, dweight, dbias, dout, inp, weight, N, IC, OC);
 }
 
 /* Attention's softmax rows, a block of ATT_LANES elements at a time in a
@@ -284,10 +292,13 @@ void LAYER(attention_forward)(PRODUCTS real *out, real *att, const real *qkv, in
  * The NH/KVH query heads of a key/value head add up in its dK and dV.
  * As in forward, the products skip the masked triangle by blocks of
  * ATT_ROWS: datt's and dQ's row blocks need keys [0, r0 + m), dK's and
- * dV's row blocks (keys [c0, c0 + m)) need queries [c0, T). */
-void LAYER(attention_gqa_backward)(PRODUCTS real *dqkv, real *scratch, const real *dout,
-                                   const real *qkv, const real *att, int B, int T, int C, int NH,
-                                   int KVH)
+ * dV's row blocks (keys [c0, c0 + m)) need queries [c0, T).
+ * Each block of dQ, and of dK and dV for the first query head of their
+ * key/value head, is one product's: with beta 0 there, dqkv is written
+ * (its old contents never read), with beta 1 added to. */
+static void LAYER(attention_backward_beta)(PRODUCTS real beta, real *dqkv, real *scratch,
+                                           const real *dout, const real *qkv, const real *att,
+                                           int B, int T, int C, int NH, int KVH)
 {
     int HS = C / NH, G = NH / KVH;
     int KVC = KVH * HS, C3 = C + 2 * KVC;
@@ -308,6 +319,7 @@ void LAYER(attention_gqa_backward)(PRODUCTS real *dqkv, real *scratch, const rea
             const real *a = att + ((size_t)b * NH + h) * T * T;        /* (T,T) */
             const real *d = dout + (size_t)b * T * C + (size_t)h * HS; /* (T,HS), stride C */
             real *da = scratch;                                        /* (T,T) */
+            real kv_beta = h % G == 0 ? beta : R(1); /* the group's later heads add */
             for (int r0 = 0; r0 < T; r0 += ATT_ROWS) {
                 int m = T - r0 < ATT_ROWS ? T - r0 : ATT_ROWS;
                 GEMM(pr, CblasNoTrans, CblasTrans, m, r0 + m, HS, R(1), d + (size_t)r0 * C, C, v,
@@ -337,25 +349,32 @@ void LAYER(attention_gqa_backward)(PRODUCTS real *dqkv, real *scratch, const rea
                 if (r0 > 0)
                     OPERAND_AGAIN(pr, da, (size_t)T * T);
                 GEMM(pr, CblasNoTrans, CblasNoTrans, m, HS, r0 + m, scale, da + (size_t)r0 * T, T,
-                     k, C3, R(1), dq + (size_t)r0 * C3, C3);
+                     k, C3, beta, dq + (size_t)r0 * C3, C3);
             }
             for (int c0 = 0; c0 < T; c0 += ATT_ROWS) { /* dK's rows [c0, c0 + m) */
                 int m = T - c0 < ATT_ROWS ? T - c0 : ATT_ROWS;
                 size_t at = (size_t)c0 * T + (size_t)c0; /* da[c0:, c0:] */
                 OPERAND_AGAIN(pr, da, (size_t)T * T);
                 GEMM(pr, CblasTrans, CblasNoTrans, m, HS, T - c0, scale, da + at, T,
-                     q + (size_t)c0 * C3, C3, R(1), dk + (size_t)c0 * C3, C3);
+                     q + (size_t)c0 * C3, C3, kv_beta, dk + (size_t)c0 * C3, C3);
             }
             for (int c0 = 0; c0 < T; c0 += ATT_ROWS) { /* dV's rows [c0, c0 + m) */
                 int m = T - c0 < ATT_ROWS ? T - c0 : ATT_ROWS;
                 size_t at = (size_t)c0 * T + (size_t)c0; /* att[c0:, c0:] */
                 GEMM(pr, CblasTrans, CblasNoTrans, m, HS, T - c0, R(1), a + at, T,
-                     d + (size_t)c0 * C, C, R(1), dv + (size_t)c0 * C3, C3);
+                     d + (size_t)c0 * C, C, kv_beta, dv + (size_t)c0 * C3, C3);
             }
         }
     }
     RELEASE(pr, 1);
     RELEASE(pr, 0);
+}
+
+void LAYER(attention_gqa_backward)(PRODUCTS real *dqkv, real *scratch, const real *dout,
+                                   const real *qkv, const real *att, int B, int T, int C, int NH,
+                                   int KVH)
+{
+    LAYER(attention_backward_beta)(PASS_PR R(1), dqkv, scratch, dout, qkv, att, B, T, C, NH, KVH);
 }
 
 #undef ATT_ROWS

@@ -924,7 +924,47 @@ test: ^test_parallel_adamw$
 }
 >>>
 
+@ adamw.sumsq_avx2_lanes_swapped
+file: model/adamw.c
+test: ^test_parallel_adamw$
+<<<
+    _mm256_storeu_pd(lanes, lo);
+    _mm256_storeu_pd(lanes + 4, hi);
+===
+    _mm256_storeu_pd(lanes, hi);
+    _mm256_storeu_pd(lanes + 4, lo);
+>>>
+
 # ---- the layers' kernels and the bf16 products (model/layers_impl.h, model/layers_bf16.c)
+@ layers.backward_set_adds
+file: model/layers.c
+test: ^test_parallel_layers_bf16_set$
+<<<
+    msr_linear_backward(pr, 0.0f, dinp, dweight, dbias, dout, inp, weight, N, IC, OC);
+===
+    msr_linear_backward(pr, 1.0f, dinp, dweight, dbias, dout, inp, weight, N, IC, OC);
+>>>
+
+@ layers.attention_set_kv_adds
+file: model/layers_impl.h
+test: ^test_parallel_layers_bf16_set$
+<<<
+            real kv_beta = h % G == 0 ? beta : R(1); /* the group's later heads add */
+===
+            real kv_beta = R(1); /* the group's later heads add */
+>>>
+
+@ layers.gelu_set_not_zeroed
+file: model/layers_bf16.c
+test: ^test_parallel_layers_bf16_set$
+<<<
+        if (set)
+            memset(dinp + i, 0, m * sizeof *dinp);
+===
+        if (set && i > 0)
+            memset(dinp + i, 0, m * sizeof *dinp);
+>>>
+
 @ layers.bias_grad_block_once
 file: model/layers_impl.h
 test: ^test_parallel_layers$

@@ -194,6 +194,47 @@ static void test_clip_and_norm(void)
     }
 }
 
+/* The sum of squares in its documented order, written out here: element i
+ * into lane i mod 8, each lane in index order, the lanes folded pairwise.
+ * Every length to 41 (the vector loop's eight at a time, each tail) and
+ * each start offset within a lane's period (a piece of a streamed shard
+ * whose first element is not lane 0's), on values whose sums round, so a
+ * path that swaps lanes or reorders a lane's adds gives other bits. */
+static void check_sumsq_lane_order(void)
+{
+    float y[64];
+    for (int i = 0; i < 64; i++)
+        y[i] = (float)msr_rng_normal(7, 0, i) * (1.0f + 0.37f * (float)(i % 5));
+    for (size_t at = 0; at < MSR_SUMSQ_LANES; at++)
+        for (size_t n = 0; n <= 41; n++) {
+            double ref[MSR_SUMSQ_LANES] = {0}, lanes[MSR_SUMSQ_LANES] = {0};
+            for (size_t i = 0; i < n; i++)
+                ref[(at + i) % MSR_SUMSQ_LANES] += (double)y[i] * (double)y[i];
+            msr_sumsq_add(lanes, y, n, at);
+            for (int j = 0; j < MSR_SUMSQ_LANES; j++)
+                MSR_CHECK_MSG(lanes[j] == ref[j], "at %zu n %zu lane %d: %a, not %a", at, n, j,
+                              lanes[j], ref[j]);
+        }
+    double ref[MSR_SUMSQ_LANES] = {0};
+    for (size_t i = 0; i < 64; i++)
+        ref[i % MSR_SUMSQ_LANES] += (double)y[i] * (double)y[i];
+    MSR_CHECK(msr_sumsq(y, 64) ==
+              ((ref[0] + ref[1]) + (ref[2] + ref[3])) + ((ref[4] + ref[5]) + (ref[6] + ref[7])));
+}
+
+/* The widest path the CPU has (AVX2 on x86-64), then the plain loop (each
+ * test runs in a child of its own, so the mask applies from its start) */
+static void test_sumsq_lane_order(void)
+{
+    check_sumsq_lane_order();
+}
+
+static void test_sumsq_lane_order_plain(void)
+{
+    setenv("MSRUN_CPU_DISABLE", "all", 1);
+    check_sumsq_lane_order();
+}
+
 /* Epsilon is added to sqrt(v-hat), outside the root: with a large eps and
  * gradients of its size, two steps by hand (in double, closed form). */
 static void test_eps_outside_the_root(void)
@@ -296,6 +337,8 @@ static const msr_test_t tests[] = {
     {"shards_match_whole", test_shards_match_whole, 10},
     {"ranges_match_whole", test_ranges_match_whole, 10},
     {"clip_and_norm", test_clip_and_norm, 10},
+    {"sumsq_lane_order", test_sumsq_lane_order, 10},
+    {"sumsq_lane_order_plain", test_sumsq_lane_order_plain, 10},
     {"eps_outside_the_root", test_eps_outside_the_root, 10},
     {"vector_matches_scalar", test_vector_matches_scalar, 10},
     {"bad_config", test_bad_config, 10},
