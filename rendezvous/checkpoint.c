@@ -322,44 +322,41 @@ struct msr_ckpt_writer {
     uint64_t len;    /* bytes after the head */
     uint32_t crc;    /* their CRC */
     uint64_t synced; /* file bytes written back and dropped from the cache */
-    char *dir;
-    char sd[4096], path[4200], tmp[4300];
+    char dir[4096], sd[4096], path[4200], tmp[4300];
 };
 
-static void writer_free(msr_ckpt_writer_t *w, int remove_tmp)
+/* Closes w's file (removing it with remove_tmp); w's memory stays. */
+static void writer_end(msr_ckpt_writer_t *w, int remove_tmp)
 {
     if (w->fd >= 0)
         close(w->fd);
+    w->fd = -1;
     if (remove_tmp)
         unlink(w->tmp);
-    free(w->dir);
-    msr_free(w);
 }
 
-msr_status_t msr_ckpt_writer_open(msr_ctx_t *ctx, const char *dir, int64_t step, size_t head_len,
-                                  msr_ckpt_writer_t **writer_p)
+/* Sets up w (the caller's memory, no allocation: msr_ckpt_save's first
+ * allocation stays its gather's) for this rank's state of step. */
+static msr_status_t writer_init(msr_ckpt_writer_t *w, msr_ctx_t *ctx, const char *dir, int64_t step,
+                                size_t head_len)
 {
-    if (ctx == NULL || dir == NULL || *dir == '\0' || step < 0 || writer_p == NULL ||
-        head_len > SIZE_MAX - MSR_CKPT_HEADER_LEN) {
+    if (ctx == NULL || dir == NULL || *dir == '\0' || step < 0 ||
+        head_len > SIZE_MAX - MSR_CKPT_HEADER_LEN || strlen(dir) >= sizeof w->dir) {
         msr_err_set("checkpoint: bad arguments (dir, step >= 0, data)");
         return MSR_ERR_INVALID_ARG;
     }
-    msr_ckpt_writer_t *w = msr_calloc(1, sizeof *w);
-    char *d = strdup(dir);
-    if (w == NULL || d == NULL) {
-        msr_free(w);
-        free(d);
-        return msr_err(MSR_ERR_NO_MEMORY, "checkpoint: out of memory for a writer");
-    }
-    *w = (msr_ckpt_writer_t){.ctx = ctx, .fd = -1, .step = step, .head_len = head_len, .dir = d};
+    memset(w, 0, sizeof *w);
+    w->ctx = ctx;
+    w->fd = -1;
+    w->step = step;
+    w->head_len = head_len;
+    snprintf(w->dir, sizeof w->dir, "%s", dir);
     step_dir(dir, step, w->sd, sizeof w->sd);
     msr_status_t st = mkdirs(w->sd);
     if (st == MSR_OK)
         st = check_step_dir(w->sd);
-    if (st != MSR_OK) {
-        writer_free(w, 0);
+    if (st != MSR_OK)
         return st;
-    }
     msr_ckpt_remove_leftovers(ctx, w->sd);
     snprintf(w->path, sizeof w->path, "%s/rank-%d.bin", w->sd, msr_rank(ctx));
     snprintf(w->tmp, sizeof w->tmp, "%s.tmp.%d", w->path, (int)getpid());
@@ -368,7 +365,25 @@ msr_status_t msr_ckpt_writer_open(msr_ctx_t *ctx, const char *dir, int64_t step,
     w->fd = open(w->tmp, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, ckpt_file_mode());
     if (w->fd < 0 || lseek(w->fd, (off_t)(MSR_CKPT_HEADER_LEN + head_len), SEEK_SET) < 0) {
         st = io_error(w->fd < 0 ? "cannot create" : "cannot write", w->tmp);
-        writer_free(w, w->fd >= 0);
+        writer_end(w, w->fd >= 0);
+        return st;
+    }
+    return MSR_OK;
+}
+
+msr_status_t msr_ckpt_writer_open(msr_ctx_t *ctx, const char *dir, int64_t step, size_t head_len,
+                                  msr_ckpt_writer_t **writer_p)
+{
+    if (writer_p == NULL) {
+        msr_err_set("checkpoint: bad arguments (dir, step >= 0, data)");
+        return MSR_ERR_INVALID_ARG;
+    }
+    msr_ckpt_writer_t *w = msr_malloc(sizeof *w);
+    if (w == NULL)
+        return msr_err(MSR_ERR_NO_MEMORY, "checkpoint: out of memory for a writer");
+    msr_status_t st = writer_init(w, ctx, dir, step, head_len);
+    if (st != MSR_OK) {
+        msr_free(w);
         return st;
     }
     *writer_p = w;
@@ -433,17 +448,19 @@ static msr_status_t writer_close(msr_ckpt_writer_t *w, const void *head, uint32_
         return io_error("cannot write", w->tmp);
     int fd = w->fd;
     w->fd = -1;
-    if (close(fd) != 0 || rename(w->tmp, w->path) != 0)
-        return io_error("cannot write", w->path);
+    if (close(fd) != 0 || rename(w->tmp, w->path) != 0) {
+        msr_status_t st = io_error("cannot write", w->path);
+        unlink(w->tmp);
+        return st;
+    }
     fsync_dir(w->sd);
     *crc_p = crc;
     return MSR_OK;
 }
 
-msr_status_t msr_ckpt_writer_commit(msr_ckpt_writer_t *w, const void *head, int keep)
+/* msr_ckpt_writer_commit but for freeing w (whose file is closed). */
+static msr_status_t writer_commit(msr_ckpt_writer_t *w, const void *head, int keep)
 {
-    if (w == NULL)
-        return msr_err(MSR_ERR_INVALID_ARG, "checkpoint: no writer to commit");
     uint32_t crc = 0;
     msr_status_t st = w->st;
     if (st == MSR_OK && head == NULL && w->head_len > 0)
@@ -454,18 +471,27 @@ msr_status_t msr_ckpt_writer_commit(msr_ckpt_writer_t *w, const void *head, int 
     else
         msr_err_set("checkpoint: %s failed before its commit", w->tmp);
     if (st != MSR_OK) {
-        writer_free(w, 1);
+        writer_end(w, 1);
         return st;
     }
-    st = save_finish(w->ctx, w->dir, w->sd, w->step, w->head_len + w->len, crc, keep);
-    writer_free(w, 0);
+    return save_finish(w->ctx, w->dir, w->sd, w->step, w->head_len + w->len, crc, keep);
+}
+
+msr_status_t msr_ckpt_writer_commit(msr_ckpt_writer_t *w, const void *head, int keep)
+{
+    if (w == NULL)
+        return msr_err(MSR_ERR_INVALID_ARG, "checkpoint: no writer to commit");
+    msr_status_t st = writer_commit(w, head, keep);
+    msr_free(w);
     return st;
 }
 
 void msr_ckpt_writer_abort(msr_ckpt_writer_t *w)
 {
-    if (w != NULL)
-        writer_free(w, 1);
+    if (w == NULL)
+        return;
+    writer_end(w, 1);
+    msr_free(w);
 }
 
 msr_status_t msr_ckpt_save(msr_ctx_t *ctx, const char *dir, int64_t step, const void *data,
@@ -475,15 +501,15 @@ msr_status_t msr_ckpt_save(msr_ctx_t *ctx, const char *dir, int64_t step, const 
         msr_err_set("checkpoint: bad arguments (dir, step >= 0, data)");
         return MSR_ERR_INVALID_ARG;
     }
-    msr_ckpt_writer_t *w;
-    msr_status_t st = msr_ckpt_writer_open(ctx, dir, step, 0, &w);
+    msr_ckpt_writer_t w; /* on the stack: the gather's is the first allocation */
+    msr_status_t st = writer_init(&w, ctx, dir, step, 0);
     if (st != MSR_OK)
         return st;
-    if ((st = msr_ckpt_writer_write(w, data, len, NULL)) != MSR_OK) {
-        msr_ckpt_writer_abort(w);
+    if ((st = msr_ckpt_writer_write(&w, data, len, NULL)) != MSR_OK) {
+        writer_end(&w, 1);
         return st;
     }
-    return msr_ckpt_writer_commit(w, NULL, keep);
+    return writer_commit(&w, NULL, keep);
 }
 
 /* Maps the pages that hold [p, p + len) writable before a read fills
