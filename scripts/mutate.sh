@@ -3262,7 +3262,7 @@ test: ^test_parallel_ckpt_stream$
 <<<
     if (q < a || q >= a + count * sizeof(float)) /* not the blocks' buffer: in place */
 ===
-    if (1)
+    if (q < a || q >= a + count * sizeof(float) || q != 0)
 >>>
 
 @ ckpt.writer_head_not_in_crc

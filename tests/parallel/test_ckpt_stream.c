@@ -245,5 +245,5 @@ static const msr_test_t tests[] = {
 
 int main(int argc, char **argv)
 {
-    MSR_TEST_MAIN(argc, argv, tests);
+    return MSR_TEST_MAIN(argc, argv, tests);
 }
