@@ -121,8 +121,11 @@ static void put_pieces(unsigned char *p, uint32_t head, const msr_tckpt_range_t 
     }
 }
 
-static msr_status_t encode(const msr_tckpt_header_t *h, const msr_tckpt_range_t *ranges, uint32_t n,
-                           int seal, void **buf_p, size_t *len_p)
+/* Checks h and ranges[0..n) and gives the meta's length, the pieces, the
+ * header's length (with the range table) and the payload's. */
+static msr_status_t encode_plan(const msr_tckpt_header_t *h, const msr_tckpt_range_t *ranges,
+                                uint32_t n, size_t *meta_len_p, uint64_t *pieces_p, size_t *hl_p,
+                                size_t *len_p)
 {
     size_t meta_len = h->meta != NULL ? strlen(h->meta) : 0;
     uint64_t floats = 0, pieces = 0;
@@ -141,12 +144,17 @@ static msr_status_t encode(const msr_tckpt_header_t *h, const msr_tckpt_range_t 
                        " parameters, meta %zu bytes)",
                        h->rank, h->world, n, h->num_params, meta_len);
     }
-    size_t hl = head_len(FIXED_LEN, meta_len, pieces), len = hl + (size_t)floats * sizeof(float);
-    unsigned char *buf = msr_calloc(len, 1);
-    if (buf == NULL) {
-        return msr_err(MSR_ERR_NO_MEMORY, "checkpoint: out of memory for a shard of %zu bytes",
-                       len);
-    }
+    *meta_len_p = meta_len;
+    *pieces_p = pieces;
+    *hl_p = head_len(FIXED_LEN, meta_len, pieces);
+    *len_p = *hl_p + (size_t)floats * sizeof(float);
+    return MSR_OK;
+}
+
+/* The header's fixed part and meta into buf (zeroed, hl bytes at least). */
+static void put_fixed(unsigned char *buf, const msr_tckpt_header_t *h, size_t meta_len,
+                      uint64_t pieces, size_t hl)
+{
     unsigned char *p = buf;
     memcpy(p, PAYLOAD_MAGIC, 8);
     p += 8;
@@ -165,11 +173,58 @@ static msr_status_t encode(const msr_tckpt_header_t *h, const msr_tckpt_range_t 
     const uint32_t layout[6] = {h->tp, h->pp, h->cp, h->ep, h->chunks, h->sp};
     for (int k = 0; k < 6; k++)
         put_u32(&p, layout[k]);
-    memcpy(p, h->meta, meta_len); /* the NUL and padding are calloc's zeros */
+    memcpy(p, h->meta, meta_len); /* the NUL and padding are the buffer's zeros */
+}
+
+static msr_status_t encode(const msr_tckpt_header_t *h, const msr_tckpt_range_t *ranges, uint32_t n,
+                           int seal, void **buf_p, size_t *len_p)
+{
+    size_t meta_len, hl, len;
+    uint64_t pieces;
+    msr_status_t st = encode_plan(h, ranges, n, &meta_len, &pieces, &hl, &len);
+    if (st != MSR_OK)
+        return st;
+    unsigned char *buf = msr_calloc(len, 1);
+    if (buf == NULL) {
+        return msr_err(MSR_ERR_NO_MEMORY, "checkpoint: out of memory for a shard of %zu bytes",
+                       len);
+    }
+    put_fixed(buf, h, meta_len, pieces, hl);
     put_pieces(buf + hl - (size_t)pieces * 16, head_crc(buf, PAYLOAD_VERSION), ranges, n, seal);
     *buf_p = buf;
     *len_p = len;
     return MSR_OK;
+}
+
+msr_status_t msr_tckpt_encode_head(const msr_tckpt_header_t *h, const msr_tckpt_range_t *ranges,
+                                   uint32_t n, void **head_p, size_t *hl_p, size_t *len_p)
+{
+    size_t meta_len, hl, len;
+    uint64_t pieces;
+    msr_status_t st = encode_plan(h, ranges, n, &meta_len, &pieces, &hl, &len);
+    if (st != MSR_OK)
+        return st;
+    unsigned char *head = msr_calloc(hl, 1);
+    if (head == NULL)
+        return msr_err(MSR_ERR_NO_MEMORY, "checkpoint: out of memory for a header of %zu bytes",
+                       hl);
+    put_fixed(head, h, meta_len, pieces, hl);
+    unsigned char *p = head + hl - (size_t)pieces * 16;
+    for (uint32_t k = 0; k < n; k++)
+        for (uint64_t at = 0; at < ranges[k].n; at += MSR_TCKPT_PIECE_MAX) {
+            put_u64(&p, ranges[k].lo + at);
+            put_u32(&p, (uint32_t)MSR_MIN(ranges[k].n - at, (uint64_t)MSR_TCKPT_PIECE_MAX));
+            put_u32(&p, 0); /* the CRC: msr_tckpt_head_set_crc */
+        }
+    *head_p = head;
+    *hl_p = hl;
+    *len_p = len;
+    return MSR_OK;
+}
+
+void msr_tckpt_head_set_crc(void *head, size_t hl, uint32_t pieces, uint32_t j, uint32_t crc)
+{
+    memcpy((unsigned char *)head + hl - (size_t)(pieces - j) * 16 + 12, &crc, 4);
 }
 
 msr_status_t msr_tckpt_encode(const msr_tckpt_header_t *h, const msr_tckpt_range_t *ranges,

@@ -94,6 +94,17 @@ typedef struct msr_tckpt_range {
 msr_status_t msr_tckpt_encode(const msr_tckpt_header_t *h, const msr_tckpt_range_t *ranges,
                               uint32_t n, void **buf_p, size_t *len_p);
 
+/* The header and range table of the payload msr_tckpt_encode makes of
+ * h and ranges[0..n), the pieces' CRCs 0, in *head_p (msr_free it) of
+ * *hl_p bytes, and the payload's length in *len_p: for a save that
+ * writes the pieces after it one at a time (each piece's parameters, m
+ * and v, in the table's order) and fills in each piece's CRC
+ * (msr_tckpt_head_set_crc: piece j of the table's `pieces`) as it goes.
+ * Errors: msr_tckpt_encode's. */
+msr_status_t msr_tckpt_encode_head(const msr_tckpt_header_t *h, const msr_tckpt_range_t *ranges,
+                                   uint32_t n, void **head_p, size_t *hl_p, size_t *len_p);
+void msr_tckpt_head_set_crc(void *head, size_t hl, uint32_t pieces, uint32_t j, uint32_t crc);
+
 /* Reads a payload: *h_p, and *ranges_p (msr_free it) of *n_p ranges whose
  * pointers, like h_p->meta, point into buf (which must stay alive and be
  * 8-byte aligned, as malloc's are). Errors: MSR_ERR_CORRUPT (wrong magic or

@@ -1,6 +1,7 @@
 /* Data parallel's optimizer with its moments in a file (parallel/offload.h):
  * the step's AdamW a chunk of the shard space at a time, and the moments
  * streamed for checkpoints, or held whole for ZeRO 0's restore (see dp.h). */
+#include <stdint.h>
 #include <string.h>
 
 #include "base/alloc.h"
@@ -128,6 +129,89 @@ msr_status_t msr_dp_moments_get(msr_dp_t *dp, size_t moff, size_t n, float *m, f
     memcpy(m, dp->opt->m + moff, n * sizeof(float));
     memcpy(v, dp->opt->v + moff, n * sizeof(float));
     return MSR_OK;
+}
+
+/* ---- a checkpoint's save, streamed ---- */
+
+size_t msr_dp_params_block_floats(const msr_dp_t *dp)
+{
+    return dp->params_off != NULL && !dp->pflat ? dp->pblk_n : 0;
+}
+
+/* Under the parameters' offload, where the blocks are in the buffer the
+ * owned pieces' parameters point into (the flat buffer; ZeRO-3: the
+ * shard): that buffer, its length and the blocks' [lo, hi). */
+static const float *blocks_span(const msr_dp_t *dp, size_t *count_p, size_t *lo_p, size_t *hi_p)
+{
+    size_t L = (size_t)dp->pnb;
+    if (dp->pz_off != NULL) {
+        *count_p = dp->shard_count;
+        *lo_p = dp->pz_off[0];
+        *hi_p = dp->pz_off[L];
+        return dp->pshard;
+    }
+    *count_p = dp->model->num_params;
+    *lo_p = dp->pblk_lo;
+    *hi_p = dp->pblk_lo + L * dp->pblk_n;
+    return dp->model->params;
+}
+
+/* The block that element s of blocks_span's buffer is in (lo <= s < hi)
+ * and the block's first element there. */
+static size_t block_at(const msr_dp_t *dp, size_t s, size_t lo, size_t *first_p)
+{
+    size_t k = 0;
+    if (dp->pz_off != NULL) {
+        while (dp->pz_off[k + 1] <= s)
+            k++;
+        *first_p = dp->pz_off[k];
+        return k;
+    }
+    k = (s - lo) / dp->pblk_n;
+    *first_p = lo + k * dp->pblk_n;
+    return k;
+}
+
+msr_status_t msr_dp_params_spans(msr_dp_t *dp, const float *p, size_t n, msr_dp_blk_t *blk,
+                                 msr_dp_span_fn fn, void *arg)
+{
+    if (msr_dp_params_block_floats(dp) == 0)
+        return fn(arg, p, n);
+    size_t count, lo, hi;
+    const float *base = blocks_span(dp, &count, &lo, &hi);
+    uintptr_t a = (uintptr_t)base, q = (uintptr_t)p;
+    if (q < a || q >= a + count * sizeof(float)) /* not the blocks' buffer: in place */
+        return fn(arg, p, n);
+    size_t s = (size_t)(p - base), e = s + n;
+    msr_status_t st = MSR_OK;
+    while (s < e && st == MSR_OK) {
+        size_t end = s < lo ? MSR_MIN(e, lo) : e, first = 0;
+        if (s < lo || s >= hi) {
+            st = fn(arg, base + s, end - s);
+            s = end;
+            continue;
+        }
+        size_t k = block_at(dp, s, lo, &first);
+        end = MSR_MIN(e, dp->pz_off != NULL ? dp->pz_off[k + 1] : first + dp->pblk_n);
+        if (blk->k != k) {
+            blk->k = SIZE_MAX;
+            if ((st = msr_params_get(dp->params_off, k, blk->buf)) != MSR_OK)
+                break;
+            blk->k = k;
+        }
+        st = fn(arg, blk->buf + (s - first), end - s);
+        s = end;
+    }
+    return st;
+}
+
+msr_status_t msr_dp_params_spans_end(msr_dp_t *dp)
+{
+    /* ZeRO-3's next forward reads block 0 first: ahead again, as after a
+     * step (the save's reads took the one in flight) */
+    if (msr_dp_params_block_floats(dp) == 0 || dp->pz_off == NULL)
+        return MSR_OK;
+    return msr_params_prefetch(dp->params_off, 0);
 }
 
 /* ---- the gradient shard's file ---- */

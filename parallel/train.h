@@ -20,6 +20,7 @@
 
 #include "msrun/base.h"
 #include "msrun/comm.h"
+#include "msrun/store.h"
 #include "model/adamw.h"
 #include "parallel/ckpt.h"
 #include "parallel/ckpt_map.h"
@@ -221,6 +222,19 @@ msr_status_t msr_trainer_params(msr_trainer_t *tr, float *out);
  * layout). *buf_p is the caller's (msr_free). Errors: MSR_ERR_NO_MEMORY,
  * MSR_ERR_INVALID_ARG (meta too long). */
 msr_status_t msr_trainer_snapshot(msr_trainer_t *tr, const char *meta, void **buf_p, size_t *len_p);
+
+/* msr_trainer_snapshot's payload saved as this rank's state of step
+ * through libmsrun (ctx, dir, step, keep: as msr_ckpt_save; collective
+ * alike, every rank calls it), the same bytes, but written a piece at a
+ * time (msr_ckpt_writer_t) and never built in memory: what the save adds
+ * to the rank's memory is the payload's header and range table (16 bytes
+ * a piece of at most MSR_TCKPT_PIECE_MAX elements), one piece's moments
+ * (8 MiB at most) when they are offloaded, read from their file, and one
+ * block (msr_dp_params_block_floats) when the parameters are, each block
+ * read once from its file. Errors: msr_trainer_snapshot's,
+ * msr_ckpt_writer_*'s, the offload stores'. */
+msr_status_t msr_trainer_save(msr_trainer_t *tr, const char *meta, msr_ctx_t *ctx, const char *dir,
+                              int64_t step, int keep);
 
 /* Gives the payload that rank `rank` of the saving world wrote, into *buf_p
  * (msr_free'd by the caller) and *len_p. */

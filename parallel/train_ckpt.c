@@ -13,6 +13,7 @@
 #include "base/status.h"
 #include "model/err_call.h"
 #include "model/moe.h"
+#include "msrun/checkpoint.h"
 
 /* A range a rank saves, and where its moments are when they are in the
  * offload's file (moff: the first one's shard element; NO_MOFF: the
@@ -138,18 +139,10 @@ static msr_status_t stream_moments(msr_trainer_t *tr, const range_list_t *l, voi
     return st;
 }
 
-static msr_status_t snapshot(msr_trainer_t *tr, const char *meta, void **buf_p, size_t *len_p)
+/* The header of this rank's shard (meta: the text a resume must match). */
+static msr_tckpt_header_t shard_header(const msr_trainer_t *tr, const char *meta)
 {
-    msr_ckpt_map_t map;
-    range_list_t l;
-    msr_status_t st = msr_ckpt_map_build_saved(tr->model, &map);
-    if (st != MSR_OK)
-        return st;
-    st = saved_ranges(tr, &map, &l);
-    msr_ckpt_map_free(&map);
-    if (st != MSR_OK)
-        return st;
-    msr_tckpt_header_t h = {
+    return (msr_tckpt_header_t){
         .step = tr->step,
         .adam_t = tr->dp->opt->t,
         .data_seed = tr->sampler.seed,
@@ -166,6 +159,21 @@ static msr_status_t snapshot(msr_trainer_t *tr, const char *meta, void **buf_p, 
         .chunks = (uint32_t)MSR_MAX(tr->cfg.mp.chunks, 1),
         .sp = (uint32_t)(tr->cfg.mp.sp != 0),
     };
+}
+
+/* The ranges this rank saves (*l_p, its s the caller's) and their
+ * encoder's table (*r_p, msr_free). */
+static msr_status_t shard_ranges(msr_trainer_t *tr, range_list_t *l_p, msr_tckpt_range_t **r_p)
+{
+    msr_ckpt_map_t map;
+    range_list_t l;
+    msr_status_t st = msr_ckpt_map_build_saved(tr->model, &map);
+    if (st != MSR_OK)
+        return st;
+    st = saved_ranges(tr, &map, &l);
+    msr_ckpt_map_free(&map);
+    if (st != MSR_OK)
+        return st;
     msr_tckpt_range_t *r = msr_realloc_array(NULL, MSR_MAX(l.n, (size_t)1), sizeof *r);
     if (r == NULL) {
         msr_free(l.s);
@@ -174,6 +182,19 @@ static msr_status_t snapshot(msr_trainer_t *tr, const char *meta, void **buf_p, 
     }
     for (size_t k = 0; k < l.n; k++)
         r[k] = l.s[k].r;
+    *l_p = l;
+    *r_p = r;
+    return MSR_OK;
+}
+
+static msr_status_t snapshot(msr_trainer_t *tr, const char *meta, void **buf_p, size_t *len_p)
+{
+    range_list_t l;
+    msr_tckpt_range_t *r;
+    msr_status_t st = shard_ranges(tr, &l, &r);
+    if (st != MSR_OK)
+        return st;
+    msr_tckpt_header_t h = shard_header(tr, meta);
     /* offloaded moments: sealed once they are in */
     int unsealed = tr->unsealed_snapshots || l.offloaded;
     void *buf = NULL;
@@ -191,6 +212,110 @@ static msr_status_t snapshot(msr_trainer_t *tr, const char *meta, void **buf_p, 
     *buf_p = buf;
     *len_p = len;
     return MSR_OK;
+}
+
+/* A save written into its file a piece at a time (msr_trainer_save): the
+ * writer, the payload's head and its pieces decoded from it, the CRC of
+ * the piece being written, and the buffers the offloaded parts are read
+ * into (a piece's moments: m then v; a block's parameters). */
+typedef struct save_stream {
+    msr_trainer_t *tr;
+    msr_ckpt_writer_t *w;
+    void *head;
+    size_t hl, len;
+    msr_tckpt_header_t h;
+    msr_tckpt_range_t *d;
+    uint32_t n, crc;
+    float *mv;
+    msr_dp_blk_t blk;
+} save_stream_t;
+
+/* msr_dp_span_fn: n floats at p into the file, into the piece's CRC. */
+static msr_status_t stream_out(void *arg, const float *p, size_t n)
+{
+    save_stream_t *s = arg;
+    uint32_t crc = 0;
+    msr_status_t st = msr_ckpt_writer_write(s->w, p, n * sizeof(float), &crc);
+    if (st == MSR_OK)
+        s->crc = msr_crc32_combine(s->crc, crc, n * sizeof(float));
+    return st;
+}
+
+/* Piece j of the payload: elements [at, at + c) of saved range x. */
+static msr_status_t stream_piece(save_stream_t *s, const saved_range_t *x, uint64_t at, size_t c,
+                                 uint32_t j)
+{
+    if (j >= s->n || s->d[j].lo != x->r.lo + at || s->d[j].n != c)
+        return msr_err(MSR_ERR_INTERNAL, "train: the shard's piece %u is not its range's", j);
+    s->crc = msr_tckpt_piece_crc_start(&s->h, &s->d[j]);
+    msr_status_t st = msr_dp_params_spans(s->tr->dp, x->r.params + at, c, &s->blk, stream_out, s);
+    const float *m = x->r.m + at, *v = x->r.v + at;
+    if (st == MSR_OK && x->moff != NO_MOFF) {
+        m = s->mv;
+        v = s->mv + c;
+        st = msr_dp_moments_get(s->tr->dp, x->moff + (size_t)at, c, s->mv, s->mv + c);
+    }
+    if (st == MSR_OK)
+        st = stream_out(s, m, c);
+    if (st == MSR_OK)
+        st = stream_out(s, v, c);
+    if (st == MSR_OK)
+        msr_tckpt_head_set_crc(s->head, s->hl, s->n, j, s->crc);
+    return st;
+}
+
+/* The head of l's payload, its pieces, and the buffers for what is
+ * offloaded: a piece's moments, the largest offloaded piece's; a block. */
+static msr_status_t stream_begin(save_stream_t *s, const range_list_t *l,
+                                 const msr_tckpt_range_t *r, const char *meta)
+{
+    msr_tckpt_header_t h = shard_header(s->tr, meta);
+    msr_status_t st = msr_tckpt_encode_head(&h, r, (uint32_t)l->n, &s->head, &s->hl, &s->len);
+    if (st == MSR_OK)
+        st = msr_tckpt_decode_head(s->head, s->hl, s->len, "the shard being saved", &s->h, &s->d,
+                                   &s->n);
+    size_t most = 0, bn = msr_dp_params_block_floats(s->tr->dp);
+    for (size_t k = 0; k < l->n; k++)
+        if (l->s[k].moff != NO_MOFF)
+            most = MSR_MAX(most, MSR_MIN(l->s[k].r.n, (size_t)MSR_TCKPT_PIECE_MAX));
+    if (st == MSR_OK && most > 0 && (s->mv = msr_malloc(2 * most * sizeof(float))) == NULL)
+        st = msr_err(MSR_ERR_NO_MEMORY, "train: out of memory for a piece's moments");
+    if (st == MSR_OK && bn > 0 && (s->blk.buf = msr_malloc(bn * sizeof(float))) == NULL)
+        st = msr_err(MSR_ERR_NO_MEMORY, "train: out of memory for a block's parameters");
+    return st;
+}
+
+msr_status_t msr_trainer_save(msr_trainer_t *tr, const char *meta, msr_ctx_t *ctx, const char *dir,
+                              int64_t step, int keep)
+{
+    range_list_t l;
+    msr_tckpt_range_t *r;
+    msr_status_t st = shard_ranges(tr, &l, &r);
+    if (st != MSR_OK)
+        return st;
+    save_stream_t s = {.tr = tr, .blk = {NULL, SIZE_MAX}};
+    st = stream_begin(&s, &l, r, meta);
+    msr_free(r);
+    if (st == MSR_OK)
+        st = msr_ckpt_writer_open(ctx, dir, step, s.hl, &s.w);
+    uint32_t j = 0;
+    for (size_t k = 0; k < l.n && st == MSR_OK; k++)
+        for (uint64_t at = 0; at < l.s[k].r.n && st == MSR_OK; at += MSR_TCKPT_PIECE_MAX, j++)
+            st = stream_piece(&s, &l.s[k], at,
+                              (size_t)MSR_MIN(l.s[k].r.n - at, (uint64_t)MSR_TCKPT_PIECE_MAX), j);
+    if (st == MSR_OK && j != s.n)
+        st = msr_err(MSR_ERR_INTERNAL, "train: %u of the shard's %u pieces written", j, s.n);
+    if (st == MSR_OK)
+        st = msr_ckpt_writer_commit(s.w, s.head, keep);
+    else
+        msr_ckpt_writer_abort(s.w);
+    msr_status_t est = msr_dp_params_spans_end(tr->dp);
+    msr_free(l.s);
+    msr_free(s.head);
+    msr_free(s.d);
+    msr_free(s.mv);
+    msr_free(s.blk.buf);
+    return st != MSR_OK ? st : est;
 }
 
 static msr_status_t payload_fetch(msr_trainer_fetch_t fetch, void *arg, int rank, payload_t *p)

@@ -270,36 +270,16 @@ void msr_ckpt_remove_leftovers(msr_ctx_t *ctx, const char *sd)
         closedir(d);
 }
 
-msr_status_t msr_ckpt_save(msr_ctx_t *ctx, const char *dir, int64_t step, const void *data,
-                           size_t len, int keep)
+/* After every rank's state is durable: rank 0's MANIFEST, this rank's
+ * commit, then the older steps pruned. len and crc: this rank's state's. */
+static msr_status_t save_finish(msr_ctx_t *ctx, const char *dir, const char *sd, int64_t step,
+                                uint64_t len, uint32_t crc, int keep)
 {
-    if (ctx == NULL || dir == NULL || *dir == '\0' || step < 0 || (data == NULL && len)) {
-        msr_err_set("checkpoint: bad arguments (dir, step >= 0, data)");
-        return MSR_ERR_INVALID_ARG;
-    }
-    char sd[4096];
-    step_dir(dir, step, sd, sizeof sd);
-    msr_status_t st = mkdirs(sd);
-    if (st == MSR_OK)
-        st = check_step_dir(sd);
-    if (st != MSR_OK)
-        return st;
-    msr_ckpt_remove_leftovers(ctx, sd);
-    ckpt_header_t h = {
-        (uint32_t)msr_rank(ctx), (uint32_t)msr_world_size(ctx), msr_generation(ctx), step, len,
-        msr_crc32(0, data, len)};
-    unsigned char hb[MSR_CKPT_HEADER_LEN];
-    header_pack(&h, hb);
-    char name[64];
-    snprintf(name, sizeof name, "rank-%d.bin", msr_rank(ctx));
-    st = write_atomic(sd, name, hb, sizeof hb, data, len);
-    if (st != MSR_OK)
-        return st;
     /* Every rank's state is durable once everyone is past this point. */
-    uint64_t mine[2] = {len, h.crc};
+    uint64_t mine[2] = {len, crc};
     int world = msr_world_size(ctx);
     uint64_t *all = NULL;
-    st = msr_ckpt_gather_all(ctx, mine, sizeof mine, (void **)&all);
+    msr_status_t st = msr_ckpt_gather_all(ctx, mine, sizeof mine, (void **)&all);
     if (st != MSR_OK)
         return st;
     if (msr_rank(ctx) == 0) {
@@ -319,13 +299,217 @@ msr_status_t msr_ckpt_save(msr_ctx_t *ctx, const char *dir, int64_t step, const 
     msr_free(all);
     if (st != MSR_OK)
         return st;
-    char commit[64];
+    char commit[64], name[64];
     snprintf(name, sizeof name, "rank-%d.commit", msr_rank(ctx));
     int n = snprintf(commit, sizeof commit, "%" PRId64 "\n", step);
     st = write_atomic(sd, name, commit, (size_t)n, NULL, 0);
     if (st == MSR_OK)
         prune(ctx, dir, keep);
     return st;
+}
+
+/* A rank's state being written (checkpoint.h): its temporary file, the
+ * bytes after the head written so far and their CRC. The file's cache is
+ * written back and dropped a window at a time behind the writes
+ * (writer_flow), so a state larger than the rank's memory limit never
+ * sits whole in the page cache that the limit counts. */
+struct msr_ckpt_writer {
+    msr_ctx_t *ctx;
+    int fd;
+    msr_status_t st; /* the first failure: every call after it fails */
+    int64_t step;
+    size_t head_len;
+    uint64_t len;    /* bytes after the head */
+    uint32_t crc;    /* their CRC */
+    uint64_t synced; /* file bytes written back and dropped from the cache */
+    char dir[4096], sd[4096], path[4200], tmp[4300];
+};
+
+/* Closes w's file (removing it with remove_tmp); w's memory stays. */
+static void writer_end(msr_ckpt_writer_t *w, int remove_tmp)
+{
+    if (w->fd >= 0)
+        close(w->fd);
+    w->fd = -1;
+    if (remove_tmp)
+        unlink(w->tmp);
+}
+
+/* Sets up w (the caller's memory, no allocation: msr_ckpt_save's first
+ * allocation stays its gather's) for this rank's state of step. */
+static msr_status_t writer_init(msr_ckpt_writer_t *w, msr_ctx_t *ctx, const char *dir, int64_t step,
+                                size_t head_len)
+{
+    if (ctx == NULL || dir == NULL || *dir == '\0' || step < 0 ||
+        head_len > SIZE_MAX - MSR_CKPT_HEADER_LEN || strlen(dir) >= sizeof w->dir) {
+        msr_err_set("checkpoint: bad arguments (dir, step >= 0, data)");
+        return MSR_ERR_INVALID_ARG;
+    }
+    memset(w, 0, sizeof *w);
+    w->ctx = ctx;
+    w->fd = -1;
+    w->step = step;
+    w->head_len = head_len;
+    snprintf(w->dir, sizeof w->dir, "%s", dir);
+    step_dir(dir, step, w->sd, sizeof w->sd);
+    msr_status_t st = mkdirs(w->sd);
+    if (st == MSR_OK)
+        st = check_step_dir(w->sd);
+    if (st != MSR_OK)
+        return st;
+    msr_ckpt_remove_leftovers(ctx, w->sd);
+    snprintf(w->path, sizeof w->path, "%s/rank-%d.bin", w->sd, msr_rank(ctx));
+    snprintf(w->tmp, sizeof w->tmp, "%s.tmp.%d", w->path, (int)getpid());
+    /* a fresh file of ours: never through a link, never one planted there */
+    unlink(w->tmp);
+    w->fd = open(w->tmp, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, ckpt_file_mode());
+    if (w->fd < 0 || lseek(w->fd, (off_t)(MSR_CKPT_HEADER_LEN + head_len), SEEK_SET) < 0) {
+        st = io_error(w->fd < 0 ? "cannot create" : "cannot write", w->tmp);
+        writer_end(w, w->fd >= 0);
+        return st;
+    }
+    return MSR_OK;
+}
+
+msr_status_t msr_ckpt_writer_open(msr_ctx_t *ctx, const char *dir, int64_t step, size_t head_len,
+                                  msr_ckpt_writer_t **writer_p)
+{
+    if (writer_p == NULL) {
+        msr_err_set("checkpoint: bad arguments (dir, step >= 0, data)");
+        return MSR_ERR_INVALID_ARG;
+    }
+    msr_ckpt_writer_t *w = msr_malloc(sizeof *w);
+    if (w == NULL)
+        return msr_err(MSR_ERR_NO_MEMORY, "checkpoint: out of memory for a writer");
+    msr_status_t st = writer_init(w, ctx, dir, step, head_len);
+    if (st != MSR_OK) {
+        msr_free(w);
+        return st;
+    }
+    *writer_p = w;
+    return MSR_OK;
+}
+
+/* The cache behind the writes: once a window past the last one dropped is
+ * written, its writeback starts; the window before it, waited for, leaves
+ * the cache. At most two windows of the file are in the cache at a time. */
+#define WRITER_WINDOW ((uint64_t)8 << 20)
+
+static void writer_flow(msr_ckpt_writer_t *w)
+{
+    uint64_t end = MSR_CKPT_HEADER_LEN + w->head_len + w->len;
+    while (end - w->synced >= 2 * WRITER_WINDOW) {
+        off_t a = (off_t)w->synced, b = (off_t)(w->synced + WRITER_WINDOW);
+        (void)sync_file_range(w->fd, b, (off_t)WRITER_WINDOW, SYNC_FILE_RANGE_WRITE);
+        (void)sync_file_range(w->fd, a, (off_t)WRITER_WINDOW,
+                              SYNC_FILE_RANGE_WAIT_BEFORE | SYNC_FILE_RANGE_WRITE |
+                                  SYNC_FILE_RANGE_WAIT_AFTER);
+        (void)posix_fadvise(w->fd, a, (off_t)WRITER_WINDOW, POSIX_FADV_DONTNEED);
+        w->synced += WRITER_WINDOW;
+    }
+}
+
+msr_status_t msr_ckpt_writer_write(msr_ckpt_writer_t *w, const void *data, size_t len,
+                                   uint32_t *crc_p)
+{
+    if (w == NULL || (data == NULL && len))
+        return msr_err(MSR_ERR_INVALID_ARG, "checkpoint: bad arguments to a writer's write");
+    if (w->st != MSR_OK)
+        return msr_err(w->st, "checkpoint: %s failed before", w->tmp);
+    if (msr_write_all(w->fd, data, len) != MSR_OK)
+        return w->st = io_error("cannot write", w->tmp);
+    /* one pass over the bytes for both CRCs (base/crc32.h) */
+    uint32_t crc = msr_crc32(w->crc, data, len);
+    if (crc_p != NULL)
+        *crc_p = crc ^ msr_crc32_combine(w->crc, 0, len);
+    w->crc = crc;
+    w->len += len;
+    writer_flow(w);
+    return MSR_OK;
+}
+
+/* The head and the file's header into the temporary file, durable, under
+ * the state's name; the state's CRC in *crc_p. */
+static msr_status_t writer_close(msr_ckpt_writer_t *w, const void *head, uint32_t *crc_p)
+{
+    uint32_t crc = w->crc;
+    if (w->head_len > 0)
+        crc = msr_crc32_combine(msr_crc32(0, head, w->head_len), w->crc, w->len);
+    ckpt_header_t h = {(uint32_t)msr_rank(w->ctx), (uint32_t)msr_world_size(w->ctx),
+                       msr_generation(w->ctx),     w->step,
+                       w->head_len + w->len,       crc};
+    unsigned char hb[MSR_CKPT_HEADER_LEN];
+    header_pack(&h, hb);
+    int ok = pwrite(w->fd, hb, sizeof hb, 0) == (ssize_t)sizeof hb &&
+             (w->head_len == 0 ||
+              pwrite(w->fd, head, w->head_len, MSR_CKPT_HEADER_LEN) == (ssize_t)w->head_len) &&
+             fsync(w->fd) == 0;
+    if (!ok)
+        return io_error("cannot write", w->tmp);
+    int fd = w->fd;
+    w->fd = -1;
+    if (close(fd) != 0 || rename(w->tmp, w->path) != 0) {
+        msr_status_t st = io_error("cannot write", w->path);
+        unlink(w->tmp);
+        return st;
+    }
+    fsync_dir(w->sd);
+    *crc_p = crc;
+    return MSR_OK;
+}
+
+/* msr_ckpt_writer_commit but for freeing w (whose file is closed). */
+static msr_status_t writer_commit(msr_ckpt_writer_t *w, const void *head, int keep)
+{
+    uint32_t crc = 0;
+    msr_status_t st = w->st;
+    if (st == MSR_OK && head == NULL && w->head_len > 0)
+        st = msr_err(MSR_ERR_INVALID_ARG, "checkpoint: %s: no head of %zu bytes to commit", w->tmp,
+                     w->head_len);
+    else if (st == MSR_OK)
+        st = writer_close(w, head, &crc);
+    else
+        msr_err_set("checkpoint: %s failed before its commit", w->tmp);
+    if (st != MSR_OK) {
+        writer_end(w, 1);
+        return st;
+    }
+    return save_finish(w->ctx, w->dir, w->sd, w->step, w->head_len + w->len, crc, keep);
+}
+
+msr_status_t msr_ckpt_writer_commit(msr_ckpt_writer_t *w, const void *head, int keep)
+{
+    if (w == NULL)
+        return msr_err(MSR_ERR_INVALID_ARG, "checkpoint: no writer to commit");
+    msr_status_t st = writer_commit(w, head, keep);
+    msr_free(w);
+    return st;
+}
+
+void msr_ckpt_writer_abort(msr_ckpt_writer_t *w)
+{
+    if (w == NULL)
+        return;
+    writer_end(w, 1);
+    msr_free(w);
+}
+
+msr_status_t msr_ckpt_save(msr_ctx_t *ctx, const char *dir, int64_t step, const void *data,
+                           size_t len, int keep)
+{
+    if (data == NULL && len) {
+        msr_err_set("checkpoint: bad arguments (dir, step >= 0, data)");
+        return MSR_ERR_INVALID_ARG;
+    }
+    msr_ckpt_writer_t w; /* on the stack: the gather's is the first allocation */
+    msr_status_t st = writer_init(&w, ctx, dir, step, 0);
+    if (st != MSR_OK)
+        return st;
+    if ((st = msr_ckpt_writer_write(&w, data, len, NULL)) != MSR_OK) {
+        writer_end(&w, 1);
+        return st;
+    }
+    return writer_commit(&w, NULL, keep);
 }
 
 /* Maps the pages that hold [p, p + len) writable before a read fills

@@ -3238,7 +3238,7 @@ test: ^test_parallel_train_gpt_offload$
 
 @ offload.snapshot_moments_not_streamed
 file: parallel/train_ckpt.c
-test: ^test_parallel_train_gpt_offload_ckpt$
+test: ^test_parallel_ckpt_stream$
 <<<
             st = msr_dp_moments_get(tr->dp, x->moff + (size_t)at, c, m, m + c);
 ===
@@ -3285,6 +3285,42 @@ test: ^test_parallel_train_gpt_offload_ckpt$
     msr_status_t wst = msr_dp_offload_drop(tr->dp, st == MSR_OK);
 ===
     msr_status_t wst = msr_dp_offload_drop(tr->dp, 0);
+>>>
+
+@ ckpt.stream_piece_crc_not_set
+file: parallel/train_ckpt.c
+test: ^test_parallel_ckpt_stream$
+<<<
+        msr_tckpt_head_set_crc(s->head, s->hl, s->n, j, s->crc);
+===
+        (void)s->crc;
+>>>
+
+@ ckpt.stream_moments_not_read
+file: parallel/train_ckpt.c
+test: ^test_parallel_ckpt_stream$
+<<<
+        st = msr_dp_moments_get(s->tr->dp, x->moff + (size_t)at, c, s->mv, s->mv + c);
+===
+        memset(s->mv, 0, 2 * c * sizeof(float));
+>>>
+
+@ ckpt.stream_blocks_not_read
+file: parallel/dp_offload.c
+test: ^test_parallel_ckpt_stream$
+<<<
+    if (q < a || q >= a + count * sizeof(float)) /* not the blocks' buffer: in place */
+===
+    if (q < a || q >= a + count * sizeof(float) || q != 0)
+>>>
+
+@ ckpt.writer_head_not_in_crc
+file: rendezvous/checkpoint.c
+test: ^test_parallel_ckpt_stream$
+<<<
+        crc = msr_crc32_combine(msr_crc32(0, head, w->head_len), w->crc, w->len);
+===
+        crc = w->crc;
 >>>
 
 @ offload_acts.read_ahead_ascending

@@ -57,6 +57,47 @@ extern "C" {
 MSR_API msr_status_t msr_ckpt_save(msr_ctx_t *ctx, const char *dir, int64_t step, const void *data,
                                    size_t len, int keep);
 
+/* A rank's state of a step written in parts, in order, for a state that
+ * is not held whole in memory: msr_ckpt_save's file, bytes, commit and
+ * pruning (msr_ckpt_save is open, one write, commit). What it adds to the
+ * caller's memory is the writer itself: the parts are written from where
+ * they are, and the file's page cache is written back and dropped behind
+ * the writes, at most 16 MiB of it kept. The state's first head_len bytes
+ * (a head that depends on the bytes after it, such as a table of their
+ * CRCs) are given last, to msr_ckpt_writer_commit. One writer is used by
+ * one thread at a time. */
+typedef struct msr_ckpt_writer msr_ckpt_writer_t;
+
+/* Opens this rank's state of step (>= 0) under dir for writing: the step
+ * folder made and checked and the temporary file created as msr_ckpt_save
+ * does. Does not communicate. Errors: MSR_ERR_IO, MSR_ERR_PERMISSION,
+ * MSR_ERR_INVALID_ARG, MSR_ERR_NO_MEMORY; *writer_p untouched on
+ * failure. */
+MSR_API msr_status_t msr_ckpt_writer_open(msr_ctx_t *ctx, const char *dir, int64_t step,
+                                          size_t head_len, msr_ckpt_writer_t **writer_p);
+
+/* Appends len bytes of the state after its head (and the parts before),
+ * and *crc_p (NULL: not wanted) gets their CRC-32 (msr_crc32(0, data,
+ * len), computed in the same pass as the state's). Errors: MSR_ERR_IO
+ * (the file and errno in msr_last_error()), MSR_ERR_INVALID_ARG; after
+ * a failure every write and the commit fail. */
+MSR_API msr_status_t msr_ckpt_writer_write(msr_ckpt_writer_t *writer, const void *data, size_t len,
+                                           uint32_t *crc_p);
+
+/* Writes head (head_len bytes as opened; NULL when 0) and the file's
+ * header, makes the file durable under its name, then as msr_ckpt_save:
+ * waits for every rank of the job (a store allgather), marks the step
+ * complete and prunes to `keep`. Frees writer whatever the outcome; on a
+ * failure before the wait (a write failed before, MSR_ERR_IO) the
+ * temporary file is removed and the call does not communicate. Errors:
+ * msr_ckpt_save's. */
+MSR_API msr_status_t msr_ckpt_writer_commit(msr_ckpt_writer_t *writer, const void *head, int keep);
+
+/* Drops a state being written: the temporary file removed, writer freed;
+ * NULL does nothing. Does not communicate: the other ranks' commits wait
+ * for this rank's as for a rank that never saved. */
+MSR_API void msr_ckpt_writer_abort(msr_ckpt_writer_t *writer);
+
 /* The latest step complete and intact for every rank of the job in dir,
  * agreed by all ranks (store allgathers: every rank must call it), in
  * *step_p; -1 when there is none. Every rank reads its state of the newest

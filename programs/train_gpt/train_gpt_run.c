@@ -131,8 +131,11 @@ static msr_status_t saver_wait(saver_t *s)
 
 /* Writes checkpoint tr->step through libmsrun: every rank its shard; the
  * step counts once every rank's is durable (msr_ckpt_save waits for all).
- * With --ckpt-async the step only copies the state (the payload) and a
- * thread writes it; a save first waits for the one before. */
+ * The CPU trainer writes its shard a piece at a time (msr_trainer_save:
+ * the payload is never whole in memory, as under a memory limit with
+ * offload); the GPU's copies it to the host whole first. With
+ * --ckpt-async the step only copies the state (the payload) and a thread
+ * writes it; a save first waits for the one before. */
 static msr_status_t save_checkpoint(const trainer_t *t, const job_t *job, const options_t *o,
                                     const char *meta, saver_t *s)
 {
@@ -143,7 +146,17 @@ static msr_status_t save_checkpoint(const trainer_t *t, const job_t *job, const 
     s->wait_ns += msr_now_ns() - t0;
     if (st != MSR_OK)
         return st;
-    msr_err_clear(); /* what is printed below is this call's */
+    msr_err_clear();                        /* what is printed below is this call's */
+    if (!o->ckpt_async && t->cpu != NULL) { /* written a piece at a time, never whole */
+        s->saves++;
+        st =
+            msr_trainer_save(t->cpu, meta, job->ctx, o->ckpt_dir, (int64_t)step, (int)o->ckpt_keep);
+        if (st != MSR_OK)
+            fprintf(stderr, "train_gpt: checkpoint of step %llu under %s: %s: %s\n",
+                    (unsigned long long)step, o->ckpt_dir, msr_status_str(st), msr_last_error());
+        s->stall_ns += msr_now_ns() - t0;
+        return st;
+    }
     st = t->ops->snapshot(t->tr, meta, &buf, &len);
     if (st != MSR_OK) {
         fprintf(stderr, "train_gpt: checkpoint of step %llu: %s: %s\n", (unsigned long long)step,
