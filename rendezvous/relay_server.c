@@ -13,30 +13,7 @@
 #include "base/time.h"
 #include "rendezvous/held.h"
 #include "rendezvous/relay.h"
-
-struct msr_relay_server {
-    msr_rpc_loop_t *loop;
-    msr_rpc_server_t *rpc;
-    msr_relay_t *relay;
-    msr_rpc_channel_t *up;        /* the relay's one connection upstream (the caller's) */
-    msr_list_t forwards;          /* store calls forwarded and not yet answered */
-    atomic_size_t nforwards;      /* how many: read by any thread */
-    _Atomic uint64_t forward_max; /* the most forwarded at once (set by any thread) */
-    uint64_t forwarded;           /* store calls forwarded so far (the loop's thread) */
-    uint32_t subtree;
-    msr_relay_cover_t cover;       /* the relays under this one and the nodes it serves */
-    int stopping;                  /* destroy began: calls still dispatched are refused */
-    char me[MSR_RELAY_ID_MAX + 8]; /* "relay <id>", for messages */
-};
-
-/* A node's call being relayed; call is NULL once the node gave up. The
- * first member of every call's data (on_cancel clears it). */
-typedef struct node_call {
-    msr_rpc_call_t *call;
-    msr_relay_server_t *server; /* NULL in a lower relay's batch (head) */
-    msr_rpc_method_t method;
-    char key[256]; /* the node's msr_relay_call_key */
-} node_call_t;
+#include "rendezvous/relay_server_impl.h"
 
 /* A node's store call forwarded upstream alone (its answer is its own: a
  * Get or a Barrier may wait long, which would hold a batch). head.method
@@ -245,6 +222,8 @@ static void forward_start(msr_relay_server_t *s, msr_rpc_call_t *call, msr_rpc_m
                           msr_rpc_methods[method].name);
         return;
     }
+    if (method == MSR_RPC_BARRIER && msr_relay_merge_add(s, call, (const Msr__BarrierRequest *)req))
+        return;
     forward_t *f = msr_calloc(1, sizeof *f);
     if (f == NULL) {
         msr_rpc_call_fail(call, MSR_RPC_RESOURCE_EXHAUSTED, "relay out of memory");
@@ -329,6 +308,10 @@ static void on_cancel(void *arg, msr_rpc_call_t *call)
     node_call_t *nc = msr_rpc_call_get_data(call);
     if (nc == NULL)
         return;
+    if (nc->merged) {
+        msr_relay_merged_gave_up(s, nc);
+        return;
+    }
     nc->call = NULL;
     if (msr_relay_method_forwarded(nc->method)) {
         /* its upstream call ends too; forward_done frees it */
@@ -363,6 +346,8 @@ msr_status_t msr_relay_server_create_tls(msr_rpc_loop_t *loop, const char *addre
     s->loop = loop;
     s->up = up;
     msr_list_init(&s->forwards);
+    msr_list_init(&s->merges);
+    msr_list_init(&s->withdraws);
     s->subtree = subtree;
     atomic_init(&s->forward_max, msr_relay_forward_max_default(subtree));
     snprintf(s->me, sizeof s->me, "relay %s", relay_id ? relay_id : "");
@@ -418,6 +403,7 @@ uint64_t msr_relay_server_forwarded(const msr_relay_server_t *s)
 void msr_relay_server_flush(msr_relay_server_t *s)
 {
     msr_relay_flush(s->relay);
+    msr_relay_merges_flush(s);
 }
 
 void msr_relay_server_destroy(msr_relay_server_t *s)
@@ -434,12 +420,15 @@ void msr_relay_server_destroy(msr_relay_server_t *s)
     {
         msr_rpc_async_cancel(&MSR_CONTAINER_OF(pos, forward_t, link)->async);
     }
+    msr_relay_merges_stop(s);
     uint64_t limit = msr_deadline_in_ms(5000);
-    while ((msr_relay_in_flight(s->relay) > 0 || !msr_list_empty(&s->forwards)) &&
+    while ((msr_relay_in_flight(s->relay) > 0 || !msr_list_empty(&s->forwards) ||
+            !msr_list_empty(&s->merges) || !msr_list_empty(&s->withdraws)) &&
            !msr_deadline_passed(limit))
         msr_rpc_loop_poll(s->loop, msr_deadline_in_ms(50));
     msr_relay_destroy(s->relay);
     msr_rpc_server_destroy(s->rpc);
     msr_relay_cover_cleanup(&s->cover);
+    msr_map_cleanup(&s->open, NULL);
     msr_free(s);
 }
