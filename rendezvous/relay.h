@@ -117,7 +117,9 @@ int msr_relay_batch_check(const Msr__RelayRequest *req, uint32_t subtree_max, ui
  * its lower relays and its own). A lower relay counts from its first batch
  * until one of its Relay calls breaks (it died, or its link up did: a
  * replacement, under any id, then takes its place; a relay still alive
- * counts again with its next batch); a node from its first call until
+ * counts again with its next batch), or until its user drops it for want
+ * of batches (the coordinator: no batch in flight and no alive node
+ * through it; a relay's server: no batch in flight for 3 s); a node from its first call until
  * one of its calls fails or ends unanswered (it then calls elsewhere or is
  * gone). Used by one thread. */
 typedef struct msr_relay_cover {

@@ -82,6 +82,78 @@ static void node_answered(void *arg, int code, const char *message, const uint8_
     msr_free(nc);
 }
 
+/* ---- how long a lower relay counts ---- */
+
+/* A lower relay counts in the cover until one of its Relay calls breaks,
+ * or once it has had no batch in flight here for LOWER_IDLE_MS: one killed
+ * between two batches ends no call (its nodes fall back to the
+ * coordinator, which this relay does not see), and a live one always has
+ * a batch in flight but for the moment its nodes call again; it counts
+ * again with its next batch. */
+#define LOWER_IDLE_MS 3000
+
+typedef struct lower_use {
+    uint32_t batches; /* in flight here */
+    uint64_t idle_since;
+} lower_use_t;
+
+static void lower_busy(msr_relay_server_t *s, const char *relay_id, int delta)
+{
+    lower_use_t *u = msr_map_get(&s->lower_use, relay_id);
+    if (u == NULL && delta > 0) {
+        if ((u = msr_calloc(1, sizeof *u)) == NULL ||
+            msr_map_put(&s->lower_use, relay_id, u, NULL) != MSR_OK) {
+            msr_free(u);
+            return; /* it counts until one of its calls breaks, as before */
+        }
+    }
+    if (u == NULL)
+        return;
+    u->batches += (uint32_t)delta;
+    if (u->batches == 0)
+        u->idle_since = msr_now_ns();
+}
+
+typedef struct reclaim {
+    uint64_t now;
+    char ids[16][MSR_RELAY_ID_MAX + 1];
+    int n;
+} reclaim_t;
+
+static void reclaim_one(const char *key, void *value, void *arg)
+{
+    reclaim_t *r = arg;
+    const lower_use_t *u = value;
+    if (u->batches == 0 && r->now - u->idle_since >= (uint64_t)LOWER_IDLE_MS * 1000000ull &&
+        r->n < 16)
+        snprintf(r->ids[r->n++], sizeof r->ids[0], "%s", key);
+}
+
+/* Drops the lower relays idle past LOWER_IDLE_MS (16 at most a call): how
+ * many. */
+static int lower_reclaim(msr_relay_server_t *s)
+{
+    reclaim_t r = {.now = msr_now_ns()};
+    msr_map_foreach(&s->lower_use, reclaim_one, &r);
+    for (int k = 0; k < r.n; k++) {
+        MSR_INFO("%s: lower relay %s sent nothing for %d ms: no longer counted", s->me, r.ids[k],
+                 LOWER_IDLE_MS);
+        msr_free(msr_map_remove(&s->lower_use, r.ids[k]));
+        msr_relay_cover_drop_relay(&s->cover, r.ids[k]);
+    }
+    return r.n;
+}
+
+/* msr_relay_cover_check, again once the idle lower relays were dropped. */
+static int cover_check(msr_relay_server_t *s, const Msr__RelayRequest *req, char *why, size_t wlen)
+{
+    if (msr_relay_cover_check(&s->cover, s->me, s->subtree, req, why, wlen) == 0)
+        return 0;
+    if (strcmp(why, MSR_RELAY_NO_MEMORY) == 0 || lower_reclaim(s) == 0)
+        return -1;
+    return msr_relay_cover_check(&s->cover, s->me, s->subtree, req, why, wlen);
+}
+
 /* Every call of a lower relay's batch answered: one RelayResponse. */
 static void child_finish(child_batch_t *cb)
 {
@@ -112,6 +184,7 @@ static void child_finish(child_batch_t *cb)
         msr_free(cb->slots[k].message);
         msr_free(cb->slots[k].resp);
     }
+    lower_busy(cb->server, cb->relay_id, -1);
     msr_free(cb);
 }
 
@@ -149,7 +222,7 @@ static void on_child_batch(msr_relay_server_t *s, msr_rpc_call_t *call,
         return;
     }
     if (msr_relay_batch_check(req, s->subtree, 1, reqs, why, sizeof why) != 0 ||
-        msr_relay_cover_check(&s->cover, s->me, s->subtree, req, why, sizeof why) != 0) {
+        cover_check(s, req, why, sizeof why) != 0) {
         int no_mem = strcmp(why, MSR_RELAY_NO_MEMORY) == 0;
         if (!no_mem)
             MSR_WARN("relay %s: refused a lower relay's batch: %s", msr_relay_id(s->relay), why);
@@ -165,6 +238,7 @@ static void on_child_batch(msr_relay_server_t *s, msr_rpc_call_t *call,
     cb->head.method = MSR_RPC_RELAY;
     cb->server = s;
     snprintf(cb->relay_id, sizeof cb->relay_id, "%s", req->relay_id);
+    lower_busy(s, cb->relay_id, 1);
     cb->n = req->n_calls;
     cb->pending = req->n_calls + 1; /* + 1: held until every call is queued */
     msr_rpc_call_set_data(call, cb);
@@ -430,5 +504,6 @@ void msr_relay_server_destroy(msr_relay_server_t *s)
     msr_rpc_server_destroy(s->rpc);
     msr_relay_cover_cleanup(&s->cover);
     msr_map_cleanup(&s->open, NULL);
+    msr_map_cleanup(&s->lower_use, msr_free);
     msr_free(s);
 }

@@ -20,6 +20,7 @@ struct msr_relay_server {
     uint64_t forwarded;           /* store calls forwarded so far (the loop's thread) */
     uint32_t subtree;
     msr_relay_cover_t cover;          /* the relays under this one and the nodes it serves */
+    msr_map_t lower_use;              /* lower relay id -> lower_use_t (relay_server.c) */
     msr_list_t merges;                /* merged barriers: open (not sent yet) or in flight */
     msr_map_t open;                   /* the open ones by merge_key */
     msr_list_t withdraws;             /* withdrawals of merged callers in flight */

@@ -9,8 +9,8 @@
  * subtree killed and replaced under another id, one more refused beside
  * either (under a middle relay and under the coordinator); a middle relay's
  * own nodes counted beside its lower relay, at its bound and one past; a
- * relay killed between two batches counted until its nodes fall back, then
- * replaced. */
+ * relay killed between two batches counted until its nodes fall back (at
+ * the coordinator) or it stays idle (at a middle relay), then replaced. */
 #include <pthread.h>
 #include <signal.h>
 #include <stdio.h>
@@ -529,6 +529,36 @@ static void test_dead_between_batches(void)
     msr_tserved_stop(&s);
 }
 
+/* The same under a middle relay (subtree 3), which does not see the nodes
+ * fall back to the coordinator: "old" (3) killed between two batches
+ * stops counting once it has sent nothing for a few seconds, "new" (3)
+ * then takes its place and one more is refused beside it. */
+static void test_dead_between_batches_mid(void)
+{
+    mid_relay_t m;
+    mid_start(&m, 3);
+    msr_trelay_t old;
+    msr_trelay_start(&old, m.mid.target, "tok", "old", 3);
+    msr_rpc_loop_t *loop;
+    msr_rpc_channel_t *via;
+    MSR_CHECK_OK(msr_rpc_loop_create(&loop));
+    MSR_CHECK_OK(msr_rpc_channel_create_own(old.target, "tok", &via));
+    msr_tnode_call_t c;
+    memset(&c, 0, sizeof c);
+    join_start(via, loop, &c, 0, 8);
+    msr_tnode_calls_wait(loop, &c, 1);
+    MSR_CHECK_MSG(c.code == 0, "join through old: %d %s", c.code, c.message);
+    msr_trelay_kill(&old);
+    batch_accepted(m.mid.target, "new", 3, 1);
+    char why[400];
+    batch_refused(m.mid.target, "extra", 1, 0, 2, why, sizeof why);
+    MSR_CHECK_MSG(strstr(why, "node 4 lies outside relay mid"), "one past beside new: %s", why);
+    msr_rpc_channel_destroy(via);
+    msr_rpc_loop_destroy(loop);
+    msr_trelay_stop(&old);
+    mid_stop(&m);
+}
+
 /* A Join for the node of index straight to a relay over ch: its answer. */
 static void own_join(msr_rpc_channel_t *ch, msr_rpc_loop_t *loop, msr_tnode_call_t *c, int index)
 {
@@ -582,6 +612,7 @@ static const msr_test_t tests[] = {
     {"replaced_relay", test_replaced_relay, 60},
     {"own_nodes", test_own_nodes, 60},
     {"dead_between_batches", test_dead_between_batches, 60},
+    {"dead_between_batches_mid", test_dead_between_batches_mid, 60},
 };
 
 int main(int argc, char **argv)
