@@ -4,7 +4,8 @@
  * arrive within one poll: three callers go upstream as one arrival of 3;
  * one of them giving up is taken back (a direct caller then finds 3 of 4
  * arrived, not 4), and the other two meet two direct callers; the
- * coordinator served one Barrier call for the three. */
+ * coordinator served one Barrier call for the three. A relay dying
+ * mid-merge: its callers meet again at the coordinator, counted once. */
 #include <stdio.h>
 #include <string.h>
 
@@ -149,8 +150,74 @@ static void test_merged_give_up(void)
     msr_tserved_stop(&s);
 }
 
+/* A relay that dies mid-merge: its arrival of 2 is taken back upstream
+ * (a probe of another count no longer finds the barrier), and its two
+ * callers, answered UNAVAILABLE, meet a third at the coordinator directly:
+ * counted once each. */
+static void test_relay_dies_mid_merge(void)
+{
+    msr_tserved_t s;
+    msr_tserved_start_nodes(&s, 8);
+    msr_rpc_loop_t *loop;
+    msr_rpc_channel_t *up, *via, *direct;
+    msr_relay_server_t *relay;
+    int port = 0;
+    char target[64];
+    MSR_CHECK_OK(msr_rpc_loop_create(&loop));
+    MSR_CHECK_OK(msr_rpc_channel_create_own(s.target, "tok", &up));
+    MSR_CHECK_OK(msr_relay_server_create(loop, "127.0.0.1:0", "tok", up, "a", 4, &port, &relay));
+    snprintf(target, sizeof target, "127.0.0.1:%d", port);
+    MSR_CHECK_OK(msr_rpc_channel_create_own(target, "tok", &via));
+    MSR_CHECK_OK(msr_rpc_channel_create_own(s.target, "tok", &direct));
+    op_t o[3];
+    barrier_start(via, loop, &o[0], 3, 20000, 15000);
+    barrier_start(via, loop, &o[1], 3, 20000, 15000);
+    relay_at_t at = {relay, 2, 0};
+    poll_until(loop, relay_reached, &at, "two Barrier calls at the relay");
+    msr_relay_server_flush(relay);
+    /* the arrival reached the coordinator: a barrier of count 4 is refused */
+    op_t probe;
+    int code;
+    uint64_t limit = msr_deadline_in_ms(20000);
+    do {
+        MSR_CHECK_MSG(!msr_deadline_passed(limit), "the merged arrival never reached it");
+        barrier_start(direct, loop, &probe, 4, 20000, 50);
+        poll_until(loop, op_is_done, &probe, "a probe");
+        code = probe.a.grpc_code;
+        msr_rpc_async_cleanup(&probe.a);
+    } while (code != MSR_RPC_INVALID_ARGUMENT);
+    msr_relay_server_destroy(relay);
+    msr_rpc_channel_destroy(up);
+    for (int k = 0; k < 2; k++) {
+        poll_until(loop, op_is_done, &o[k], "a merged caller");
+        MSR_CHECK_EQ(o[k].a.grpc_code, MSR_RPC_UNAVAILABLE);
+        msr_rpc_async_cleanup(&o[k].a);
+    }
+    /* taken back: a probe of count 4 makes a barrier of its own (expired) */
+    limit = msr_deadline_in_ms(20000);
+    do {
+        MSR_CHECK_MSG(!msr_deadline_passed(limit), "the dead relay's arrival still counts");
+        barrier_start(direct, loop, &probe, 4, 20000, 50);
+        poll_until(loop, op_is_done, &probe, "a probe");
+        code = probe.a.grpc_code;
+        msr_rpc_async_cleanup(&probe.a);
+    } while (code != MSR_RPC_DEADLINE_EXCEEDED);
+    for (int k = 0; k < 3; k++)
+        barrier_start(direct, loop, &o[k], 3, 20000, 15000);
+    for (int k = 0; k < 3; k++) {
+        poll_until(loop, op_is_done, &o[k], "the callers again, directly");
+        MSR_CHECK_MSG(o[k].a.status == MSR_OK, "caller %d: %d %s", k, o[k].a.grpc_code, o[k].a.err);
+        msr_rpc_async_cleanup(&o[k].a);
+    }
+    msr_rpc_channel_destroy(via);
+    msr_rpc_channel_destroy(direct);
+    msr_rpc_loop_destroy(loop);
+    msr_tserved_stop(&s);
+}
+
 static const msr_test_t tests[] = {
     {"merged_give_up", test_merged_give_up, 60},
+    {"relay_dies_mid_merge", test_relay_dies_mid_merge, 60},
 };
 
 int main(int argc, char **argv)
