@@ -3453,7 +3453,7 @@ test: ^test_relay_tree$
 <<<
     if (strcmp(why, MSR_RELAY_NO_MEMORY) == 0 || lower_reclaim(s) == 0)
 ===
-    if (1)
+    if (strcmp(why, MSR_RELAY_NO_MEMORY) == 0 || 1 || lower_reclaim(s) == 0)
 >>>
 
 @ relay.merged_withdraw_ignored
