@@ -211,7 +211,8 @@ struct msr_coord {
     msr_relay_cover_t relay_cover;
     /* the hosts of the relays in relay_cover, for the bounds of held
      * calls: "r:<relay id>" -> its host and subtree, "h:<host>" -> the
-     * subtrees of its relays together (uintptr_t) */
+     * subtrees of its relays together (uintptr_t); and how long a relay
+     * counts: "u:<relay id>" -> its batches in flight and alive nodes */
     msr_map_t relay_hosts;
     /* Kept counts and an index, so that no call costs O(nodes): nodes
      * alive, nodes ready for the generation (ready_for), nodes by id. */
@@ -258,10 +259,19 @@ static inline int ready_for(const msr_coord_t *c, const node_t *n)
 
 /* Every change of a node's alive or ready_generation goes through these,
  * which keep c->nalive and c->nready; msr_coord_recount() recomputes both
- * after the generation changes or the state is loaded. */
+ * after the generation changes or the state is loaded. A change of alive
+ * also counts the node for the relay it joined through (relay.c:
+ * msr_coord_relay_nodes, below). */
+/* The alive nodes recorded as joined through relay_id change by delta
+ * (relay.c): a relay counts against the coordinator's bounds while it has
+ * a batch in flight or such a node, and no longer once it has neither. */
+void msr_coord_relay_nodes(msr_coord_t *c, const char *relay_id, int delta);
+
 static inline void node_set_alive(msr_coord_t *c, node_t *n, int alive)
 {
     int was = ready_for(c, n);
+    if (n->relay[0] != '\0' && (alive != 0) != (n->alive != 0))
+        msr_coord_relay_nodes(c, n->relay, alive ? 1 : -1);
     c->nalive += (alive != 0) - (n->alive != 0);
     n->alive = alive != 0;
     c->nready += ready_for(c, n) - was;
@@ -285,6 +295,9 @@ void msr_coord_relay(msr_coord_t *c, void *call, const Msr__RelayRequest *req);
 /* The Relay call ended unanswered: its held entries end with it. Returns 1
  * when call was a relay's batch. */
 int msr_coord_relay_cancel(msr_coord_t *c, void *call);
+/* Records the relay n joined through (or calls through: "" once it calls
+ * directly), moving its count from the relay it had. */
+void msr_coord_node_set_relay(msr_coord_t *c, node_t *n, const char *relay_id);
 /* Frees the batches left at the core's end (their calls are not answered). */
 void msr_coord_relays_cleanup(msr_coord_t *c);
 /* The responder, as the core uses it: a sub-call's answer goes to its

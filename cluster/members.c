@@ -452,10 +452,10 @@ void msr_coord_join(msr_coord_t *c, void *call, const Msr__JoinRequest *req)
     }
     if (n == NULL && (n = join_new_node(c, call, req, host)) == NULL)
         return;
-    node_set_alive(c, n, 1);
     /* the relay it joined through (relay.c), "" when directly: a relay
      * speaks only for the nodes that joined through it */
-    snprintf(n->relay, sizeof n->relay, "%s", c->relaying);
+    msr_coord_node_set_relay(c, n, c->relaying);
+    node_set_alive(c, n, 1);
     n->pid = req->pid;
     n->local_worker_num = req->local_worker_num;
     n->free_port = req->free_port;
@@ -486,6 +486,13 @@ void msr_coord_heartbeat(msr_coord_t *c, void *call, const Msr__HeartbeatRequest
     }
     n->last_seen = msr_now_ns();
     n->suspect_until = 0;
+    if (n->relay[0] && c->relaying[0] == '\0') {
+        /* its relay failed it: it calls directly now, and the relay no
+         * longer counts for it (relay.c) */
+        MSR_INFO("job %s: node %s heartbeats directly (it joined through relay %s)", c->job_id,
+                 n->id, n->relay);
+        msr_coord_node_set_relay(c, n, "");
+    }
     if (n->hb) {
         /* A newer heartbeat replaces the held one. */
         msr_held_t *w = n->hb;

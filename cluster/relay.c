@@ -46,6 +46,7 @@ struct batch {
     int cancelled; /* the Relay call ended: answers are dropped */
     int started;   /* every entry was handed to the core */
     int in_flush;  /* batch_flush runs: the last answer leaves finishing to it */
+    int counted;   /* counted in its relay's batches in flight (relay_use) */
     sub_t subs[];
 };
 
@@ -74,6 +75,8 @@ static void batch_free(batch_t *b)
     msr_free(b);
 }
 
+static void batch_uncount(batch_t *b);
+
 /* Every entry is answered: one RelayResponse for the relay. */
 static void batch_finish(batch_t *b)
 {
@@ -101,6 +104,7 @@ static void batch_finish(batch_t *b)
     }
     msr_free(ans);
     msr_free(ansp);
+    batch_uncount(b);
     batch_free(b);
 }
 
@@ -289,6 +293,70 @@ static void relay_host_record(msr_coord_t *c, void *call, const Msr__RelayReques
     msr_held_calls_shares(&c->held, relay_shares, c);
 }
 
+/* ---- how long a relay counts ---- */
+
+/* A relay counts against the coordinator's cover and its host's share of
+ * the bounds of held calls while it has a batch in flight or an alive node
+ * recorded as joined through it. A relay killed between two batches ends no
+ * call: it stops counting once its nodes fall back (they join or heartbeat
+ * directly, or through another relay) or are lost, so that as many nodes can
+ * come back through a replacement. */
+typedef struct relay_use {
+    uint32_t batches, nodes;
+} relay_use_t;
+
+static void relay_use_add(msr_coord_t *c, const char *relay_id, int batches, int nodes)
+{
+    char key[MSR_RELAY_ID_MAX + 8];
+    snprintf(key, sizeof key, "u:%s", relay_id);
+    relay_use_t *u = msr_map_get(&c->relay_hosts, key);
+    if (u == NULL && (batches < 0 || nodes < 0))
+        return; /* counted before its record could be made */
+    if (u == NULL) {
+        if ((u = msr_calloc(1, sizeof *u)) == NULL ||
+            msr_map_put(&c->relay_hosts, key, u, NULL) != MSR_OK) {
+            MSR_WARN("job %s: out of memory counting relay %s", c->job_id, relay_id);
+            msr_free(u);
+            return;
+        }
+    }
+    u->batches += (uint32_t)batches;
+    u->nodes += (uint32_t)nodes;
+    if (u->batches > 0 || u->nodes > 0)
+        return;
+    msr_free(msr_map_remove(&c->relay_hosts, key));
+    msr_relay_cover_drop_relay(&c->relay_cover, relay_id);
+    relay_host_drop(c, relay_id);
+}
+
+void msr_coord_relay_nodes(msr_coord_t *c, const char *relay_id, int delta)
+{
+    relay_use_add(c, relay_id, 0, delta);
+}
+
+void msr_coord_node_set_relay(msr_coord_t *c, node_t *n, const char *relay_id)
+{
+    if (strcmp(n->relay, relay_id) == 0)
+        return;
+    char old[sizeof n->relay];
+    snprintf(old, sizeof old, "%s", n->relay);
+    snprintf(n->relay, sizeof n->relay, "%s", relay_id);
+    if (!n->alive)
+        return;
+    if (*relay_id)
+        relay_use_add(c, relay_id, 0, 1);
+    if (*old) /* after: the old relay may stop counting now */
+        relay_use_add(c, old, 0, -1);
+}
+
+static void batch_uncount(batch_t *b)
+{
+    if (b->counted) {
+        b->counted = 0;
+        relay_use_add(b->coord, b->relay_id, -1, 0);
+    }
+}
+
 /* ---- the batch ---- */
 
 static const char *relay_peer(const msr_coord_t *c, void *call)
@@ -368,6 +436,8 @@ void msr_coord_relay(msr_coord_t *c, void *call, const Msr__RelayRequest *req)
     b->coord = c;
     b->call = call;
     snprintf(b->relay_id, sizeof b->relay_id, "%s", req->relay_id);
+    b->counted = 1;
+    relay_use_add(c, b->relay_id, 1, 0);
     msr_list_push_back(&c->relay_batches, &b->link);
     for (size_t k = 0; k < req->n_calls; k++)
         batch_start_one(c, b, (msr_rpc_method_t)req->calls[k]->method, reqs[k]);
@@ -396,6 +466,7 @@ int msr_coord_relay_cancel(msr_coord_t *c, void *call)
          * batch */
         msr_relay_cover_drop_relay(&c->relay_cover, b->relay_id);
         relay_host_drop(c, b->relay_id);
+        batch_uncount(b);
         /* the entries still held (a long-polled heartbeat: its node is
          * suspect, as when its own connection breaks; an answer waiting
          * for a save: the change stays) end with the call */
@@ -416,7 +487,7 @@ int msr_coord_relay_cancel(msr_coord_t *c, void *call)
 static void free_relay_host(const char *key, void *value, void *arg)
 {
     (void)arg;
-    if (key[0] == 'r')
+    if (key[0] == 'r' || key[0] == 'u')
         msr_free(value);
 }
 

@@ -117,7 +117,9 @@ int msr_relay_batch_check(const Msr__RelayRequest *req, uint32_t subtree_max, ui
  * its lower relays and its own). A lower relay counts from its first batch
  * until one of its Relay calls breaks (it died, or its link up did: a
  * replacement, under any id, then takes its place; a relay still alive
- * counts again with its next batch); a node from its first call until
+ * counts again with its next batch), or until its user drops it for want
+ * of batches (the coordinator: no batch in flight and no alive node
+ * through it; a relay's server: no batch in flight for 3 s); a node from its first call until
  * one of its calls fails or ends unanswered (it then calls elsewhere or is
  * gone). Used by one thread. */
 typedef struct msr_relay_cover {
@@ -177,8 +179,11 @@ void msr_relay_cover_drop_node(msr_relay_cover_t *cover, const char *node_key);
  * cancels its call upstream, and the server's stop answers those in
  * flight UNAVAILABLE (the node calls the coordinator); one past the
  * relay's bound on calls forwarded at once (msr_relay_server_limit) is
- * refused RESOURCE_EXHAUSTED. Other methods are
- * refused with UNIMPLEMENTED. */
+ * refused RESOURCE_EXHAUSTED. Barrier calls of the same generation, name,
+ * count and wait that arrive within one poll (before a flush) go upstream
+ * as one arrival of their weights together (relay_merge.c); a merged
+ * caller that gives up is taken back upstream (BarrierRequest.withdraw).
+ * Other methods are refused with UNIMPLEMENTED. */
 typedef struct msr_relay_server msr_relay_server_t;
 
 /* Serves on address ("127.0.0.1:0"; *port_p gets the port) on loop, with
@@ -222,6 +227,12 @@ void msr_relay_server_limit(msr_relay_server_t *server, uint64_t forward_max);
 
 /* The store calls forwarded upstream so far (the loop's thread). */
 uint64_t msr_relay_server_forwarded(const msr_relay_server_t *server);
+
+/* The nodes' Barrier calls merged so far, the arrivals they went upstream
+ * as, and the withdrawals of merged callers that gave up answered
+ * upstream (any thread). */
+void msr_relay_server_merges(const msr_relay_server_t *server, uint64_t *calls_p,
+                             uint64_t *arrivals_p, uint64_t *withdrawals_p);
 
 /* Stops serving: the nodes' calls still waiting are cancelled (the nodes
  * hear it and go to the coordinator), and the server freed. Polls the loop

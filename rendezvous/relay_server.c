@@ -13,30 +13,7 @@
 #include "base/time.h"
 #include "rendezvous/held.h"
 #include "rendezvous/relay.h"
-
-struct msr_relay_server {
-    msr_rpc_loop_t *loop;
-    msr_rpc_server_t *rpc;
-    msr_relay_t *relay;
-    msr_rpc_channel_t *up;        /* the relay's one connection upstream (the caller's) */
-    msr_list_t forwards;          /* store calls forwarded and not yet answered */
-    atomic_size_t nforwards;      /* how many: read by any thread */
-    _Atomic uint64_t forward_max; /* the most forwarded at once (set by any thread) */
-    uint64_t forwarded;           /* store calls forwarded so far (the loop's thread) */
-    uint32_t subtree;
-    msr_relay_cover_t cover;       /* the relays under this one and the nodes it serves */
-    int stopping;                  /* destroy began: calls still dispatched are refused */
-    char me[MSR_RELAY_ID_MAX + 8]; /* "relay <id>", for messages */
-};
-
-/* A node's call being relayed; call is NULL once the node gave up. The
- * first member of every call's data (on_cancel clears it). */
-typedef struct node_call {
-    msr_rpc_call_t *call;
-    msr_relay_server_t *server; /* NULL in a lower relay's batch (head) */
-    msr_rpc_method_t method;
-    char key[256]; /* the node's msr_relay_call_key */
-} node_call_t;
+#include "rendezvous/relay_server_impl.h"
 
 /* A node's store call forwarded upstream alone (its answer is its own: a
  * Get or a Barrier may wait long, which would hold a batch). head.method
@@ -105,6 +82,78 @@ static void node_answered(void *arg, int code, const char *message, const uint8_
     msr_free(nc);
 }
 
+/* ---- how long a lower relay counts ---- */
+
+/* A lower relay counts in the cover until one of its Relay calls breaks,
+ * or once it has had no batch in flight here for LOWER_IDLE_MS: one killed
+ * between two batches ends no call (its nodes fall back to the
+ * coordinator, which this relay does not see), and a live one always has
+ * a batch in flight but for the moment its nodes call again; it counts
+ * again with its next batch. */
+#define LOWER_IDLE_MS 3000
+
+typedef struct lower_use {
+    uint32_t batches; /* in flight here */
+    uint64_t idle_since;
+} lower_use_t;
+
+static void lower_busy(msr_relay_server_t *s, const char *relay_id, int delta)
+{
+    lower_use_t *u = msr_map_get(&s->lower_use, relay_id);
+    if (u == NULL && delta > 0) {
+        if ((u = msr_calloc(1, sizeof *u)) == NULL ||
+            msr_map_put(&s->lower_use, relay_id, u, NULL) != MSR_OK) {
+            msr_free(u);
+            return; /* it counts until one of its calls breaks, as before */
+        }
+    }
+    if (u == NULL)
+        return;
+    u->batches += (uint32_t)delta;
+    if (u->batches == 0)
+        u->idle_since = msr_now_ns();
+}
+
+typedef struct reclaim {
+    uint64_t now;
+    char ids[16][MSR_RELAY_ID_MAX + 1];
+    int n;
+} reclaim_t;
+
+static void reclaim_one(const char *key, void *value, void *arg)
+{
+    reclaim_t *r = arg;
+    const lower_use_t *u = value;
+    if (u->batches == 0 && r->now - u->idle_since >= (uint64_t)LOWER_IDLE_MS * 1000000ull &&
+        r->n < 16)
+        snprintf(r->ids[r->n++], sizeof r->ids[0], "%s", key);
+}
+
+/* Drops the lower relays idle past LOWER_IDLE_MS (16 at most a call): how
+ * many. */
+static int lower_reclaim(msr_relay_server_t *s)
+{
+    reclaim_t r = {.now = msr_now_ns()};
+    msr_map_foreach(&s->lower_use, reclaim_one, &r);
+    for (int k = 0; k < r.n; k++) {
+        MSR_INFO("%s: lower relay %s sent nothing for %d ms: no longer counted", s->me, r.ids[k],
+                 LOWER_IDLE_MS);
+        msr_free(msr_map_remove(&s->lower_use, r.ids[k]));
+        msr_relay_cover_drop_relay(&s->cover, r.ids[k]);
+    }
+    return r.n;
+}
+
+/* msr_relay_cover_check, again once the idle lower relays were dropped. */
+static int cover_check(msr_relay_server_t *s, const Msr__RelayRequest *req, char *why, size_t wlen)
+{
+    if (msr_relay_cover_check(&s->cover, s->me, s->subtree, req, why, wlen) == 0)
+        return 0;
+    if (strcmp(why, MSR_RELAY_NO_MEMORY) == 0 || lower_reclaim(s) == 0)
+        return -1;
+    return msr_relay_cover_check(&s->cover, s->me, s->subtree, req, why, wlen);
+}
+
 /* Every call of a lower relay's batch answered: one RelayResponse. */
 static void child_finish(child_batch_t *cb)
 {
@@ -135,6 +184,7 @@ static void child_finish(child_batch_t *cb)
         msr_free(cb->slots[k].message);
         msr_free(cb->slots[k].resp);
     }
+    lower_busy(cb->server, cb->relay_id, -1);
     msr_free(cb);
 }
 
@@ -172,7 +222,7 @@ static void on_child_batch(msr_relay_server_t *s, msr_rpc_call_t *call,
         return;
     }
     if (msr_relay_batch_check(req, s->subtree, 1, reqs, why, sizeof why) != 0 ||
-        msr_relay_cover_check(&s->cover, s->me, s->subtree, req, why, sizeof why) != 0) {
+        cover_check(s, req, why, sizeof why) != 0) {
         int no_mem = strcmp(why, MSR_RELAY_NO_MEMORY) == 0;
         if (!no_mem)
             MSR_WARN("relay %s: refused a lower relay's batch: %s", msr_relay_id(s->relay), why);
@@ -188,6 +238,7 @@ static void on_child_batch(msr_relay_server_t *s, msr_rpc_call_t *call,
     cb->head.method = MSR_RPC_RELAY;
     cb->server = s;
     snprintf(cb->relay_id, sizeof cb->relay_id, "%s", req->relay_id);
+    lower_busy(s, cb->relay_id, 1);
     cb->n = req->n_calls;
     cb->pending = req->n_calls + 1; /* + 1: held until every call is queued */
     msr_rpc_call_set_data(call, cb);
@@ -245,6 +296,8 @@ static void forward_start(msr_relay_server_t *s, msr_rpc_call_t *call, msr_rpc_m
                           msr_rpc_methods[method].name);
         return;
     }
+    if (method == MSR_RPC_BARRIER && msr_relay_merge_add(s, call, (const Msr__BarrierRequest *)req))
+        return;
     forward_t *f = msr_calloc(1, sizeof *f);
     if (f == NULL) {
         msr_rpc_call_fail(call, MSR_RPC_RESOURCE_EXHAUSTED, "relay out of memory");
@@ -329,6 +382,10 @@ static void on_cancel(void *arg, msr_rpc_call_t *call)
     node_call_t *nc = msr_rpc_call_get_data(call);
     if (nc == NULL)
         return;
+    if (nc->merged) {
+        msr_relay_merged_gave_up(s, nc);
+        return;
+    }
     nc->call = NULL;
     if (msr_relay_method_forwarded(nc->method)) {
         /* its upstream call ends too; forward_done frees it */
@@ -363,6 +420,8 @@ msr_status_t msr_relay_server_create_tls(msr_rpc_loop_t *loop, const char *addre
     s->loop = loop;
     s->up = up;
     msr_list_init(&s->forwards);
+    msr_list_init(&s->merges);
+    msr_list_init(&s->withdraws);
     s->subtree = subtree;
     atomic_init(&s->forward_max, msr_relay_forward_max_default(subtree));
     snprintf(s->me, sizeof s->me, "relay %s", relay_id ? relay_id : "");
@@ -418,6 +477,7 @@ uint64_t msr_relay_server_forwarded(const msr_relay_server_t *s)
 void msr_relay_server_flush(msr_relay_server_t *s)
 {
     msr_relay_flush(s->relay);
+    msr_relay_merges_flush(s);
 }
 
 void msr_relay_server_destroy(msr_relay_server_t *s)
@@ -434,12 +494,16 @@ void msr_relay_server_destroy(msr_relay_server_t *s)
     {
         msr_rpc_async_cancel(&MSR_CONTAINER_OF(pos, forward_t, link)->async);
     }
+    msr_relay_merges_stop(s);
     uint64_t limit = msr_deadline_in_ms(5000);
-    while ((msr_relay_in_flight(s->relay) > 0 || !msr_list_empty(&s->forwards)) &&
+    while ((msr_relay_in_flight(s->relay) > 0 || !msr_list_empty(&s->forwards) ||
+            !msr_list_empty(&s->merges) || !msr_list_empty(&s->withdraws)) &&
            !msr_deadline_passed(limit))
         msr_rpc_loop_poll(s->loop, msr_deadline_in_ms(50));
     msr_relay_destroy(s->relay);
     msr_rpc_server_destroy(s->rpc);
     msr_relay_cover_cleanup(&s->cover);
+    msr_map_cleanup(&s->open, NULL);
+    msr_map_cleanup(&s->lower_use, msr_free);
     msr_free(s);
 }

@@ -30,8 +30,9 @@ typedef struct fetch {
  * gather_t it waits on, in that record's list of waiters. */
 typedef struct waiter {
     msr_held_t held;
-    uint32_t weight; /* MSR_HELD_BARRIER: the participants this call stands for */
-    fetch_t *fetch;  /* MSR_HELD_FETCH: its request */
+    uint32_t weight;   /* MSR_HELD_BARRIER: the participants this call stands for */
+    uint64_t merge_id; /* MSR_HELD_BARRIER: a relay's merged arrival (0: none) */
+    fetch_t *fetch;    /* MSR_HELD_FETCH: its request */
     /* MSR_HELD_GET waiting for a change: the value it saw (NULL: a get
      * waiting for its key to be set) */
     struct msr_store_value *old;

@@ -59,10 +59,49 @@ void msr_store_gather_withdraw(msr_store_core_t *c, gather_t *g, void *call)
     }
 }
 
+/* A relay takes back req->withdraw participants of its merged arrival
+ * req->merge_id, still waiting (some of its callers gave up, as direct
+ * callers' cancelled calls are taken back); once the barrier released it,
+ * they stay counted, as a direct caller giving up too late. */
+static void barrier_withdraw(msr_store_core_t *c, void *call, const Msr__BarrierRequest *req)
+{
+    barrier_t *b = msr_map_get(&c->barriers, req->name);
+    msr_list_t *pos, *tmp;
+    waiter_t *w = NULL;
+    if (b != NULL && req->merge_id != 0) {
+        msr_list_for_each_safe(pos, tmp, &b->waiters)
+        {
+            if (w == NULL && WAITER_AT(pos)->merge_id == req->merge_id)
+                w = WAITER_AT(pos);
+        }
+    }
+    if (w == NULL) {
+        msr_held_fail(c->held, call, MSR_RPC_FAILED_PRECONDITION,
+                      "barrier '%.200s': no merged arrival %llu waits (released already)",
+                      req->name, (unsigned long long)req->merge_id);
+        return;
+    }
+    if (req->withdraw >= w->weight) {
+        msr_held_fail(c->held, call, MSR_RPC_INVALID_ARGUMENT,
+                      "barrier '%.200s': %u participants taken back from an arrival of %u (cancel "
+                      "its call to take back all)",
+                      req->name, req->withdraw, w->weight);
+        return;
+    }
+    w->weight -= req->withdraw;
+    b->arrived -= req->withdraw;
+    Msr__BarrierResponse r = MSR__BARRIER_RESPONSE__INIT;
+    reply(c, call, &r.base);
+}
+
 void msr_store_do_barrier(msr_store_core_t *c, void *call, const Msr__BarrierRequest *req)
 {
     if (!check_generation(c, call, req->generation) || !check_key(c, call, "barrier", req->name))
         return;
+    if (req->withdraw > 0) {
+        barrier_withdraw(c, call, req);
+        return;
+    }
     uint32_t weight = req->weight ? req->weight : 1;
     uint32_t most = participants_max(c);
     if (req->count == 0 || req->count > most) {
@@ -118,6 +157,7 @@ void msr_store_do_barrier(msr_store_core_t *c, void *call, const Msr__BarrierReq
             return;
         }
         w->weight = weight;
+        w->merge_id = req->merge_id;
         return;
     }
     /* Everyone is here: release them all and forget the barrier. */

@@ -2946,9 +2946,9 @@ test: ^test_relay$
 file: cluster/members.c
 test: ^test_relay$
 <<<
-    snprintf(n->relay, sizeof n->relay, "%s", c->relaying);
+    msr_coord_node_set_relay(c, n, c->relaying);
 ===
-    n->relay[0] = '\0';
+    msr_coord_node_set_relay(c, n, "");
 >>>
 
 @ relay.store_not_forwarded
@@ -3521,6 +3521,42 @@ test: ^comm_p2p_np3$
     else if (op->recv && info.length != op->len)
 ===
     else if (op->recv && info.length > op->len)
+>>>
+
+@ relay.direct_heartbeat_keeps_relay
+file: cluster/members.c
+test: ^test_relay_tree$
+<<<
+    if (n->relay[0] && c->relaying[0] == '\0') {
+===
+    if (0) {
+>>>
+
+@ relay.idle_lower_relay_kept
+file: rendezvous/relay_server.c
+test: ^test_relay_tree$
+<<<
+    if (strcmp(why, MSR_RELAY_NO_MEMORY) == 0 || lower_reclaim(s) == 0)
+===
+    if (strcmp(why, MSR_RELAY_NO_MEMORY) == 0 || 1 || lower_reclaim(s) == 0)
+>>>
+
+@ relay.merged_withdraw_ignored
+file: rendezvous/store_gather.c
+test: ^test_relay_merge$
+<<<
+    b->arrived -= req->withdraw;
+===
+    (void)0;
+>>>
+
+@ relay.merged_stop_cancelled
+file: rendezvous/relay_merge.c
+test: ^test_relay_merge$
+<<<
+        if (s->stopping && a->status == MSR_ERR_CANCELED)
+===
+        if (0)
 >>>
 
 @ python.wait_change_delete_raises

@@ -8,7 +8,9 @@
  * on a relay sent in two batches; a lower relay holding its parent's whole
  * subtree killed and replaced under another id, one more refused beside
  * either (under a middle relay and under the coordinator); a middle relay's
- * own nodes counted beside its lower relay, at its bound and one past. */
+ * own nodes counted beside its lower relay, at its bound and one past; a
+ * relay killed between two batches counted until its nodes fall back (at
+ * the coordinator) or it stays idle (at a middle relay), then replaced. */
 #include <pthread.h>
 #include <signal.h>
 #include <stdio.h>
@@ -471,6 +473,92 @@ static void test_replaced_relay(void)
     msr_tserved_stop(&s);
 }
 
+/* A relay killed between two batches (its joins answered, nothing in flight)
+ * ends no call at the coordinator: it counts, with the coordinator's whole
+ * subtree, while a node is recorded as joined through it, and a
+ * replacement is refused; once its two nodes fell back (one joins again
+ * directly, the other heartbeats directly), "new" takes its place, and one
+ * more relay is refused beside it. */
+static void test_dead_between_batches(void)
+{
+    msr_tserved_t s;
+    msr_tserved_start_nodes(&s, 8);
+    msr_trelay_t old;
+    msr_trelay_start(&old, s.target, "tok", "old", MSR_RELAY_SUBTREE_MAX);
+    msr_rpc_loop_t *loop;
+    msr_rpc_channel_t *via, *direct;
+    MSR_CHECK_OK(msr_rpc_loop_create(&loop));
+    MSR_CHECK_OK(msr_rpc_channel_create_own(old.target, "tok", &via));
+    MSR_CHECK_OK(msr_rpc_channel_create_own(s.target, "tok", &direct));
+    msr_tnode_call_t c[2], beat[2];
+    memset(c, 0, sizeof c);
+    memset(beat, 0, sizeof beat);
+    for (int k = 0; k < 2; k++)
+        join_start(via, loop, &c[k], k, 8);
+    msr_tnode_calls_wait(loop, c, 2);
+    for (int k = 0; k < 2; k++)
+        MSR_CHECK_MSG(c[k].code == 0 && c[k].id[0], "join %d through old: %d %s", k, c[k].code,
+                      c[k].message);
+    msr_trelay_kill(&old);
+    char why[400], past[80];
+    snprintf(past, sizeof past, "node %llu lies outside the coordinator",
+             (unsigned long long)MSR_RELAY_SUBTREE_MAX + 1);
+    batch_refused(s.target, "new", MSR_RELAY_SUBTREE_MAX, 0, 2, why, sizeof why);
+    MSR_CHECK_MSG(strstr(why, past), "new beside old's two nodes: %s", why);
+    join_start(direct, loop, &c[0], 0, 8); /* its id kept */
+    msr_tnode_calls_wait(loop, c, 1);
+    MSR_CHECK_MSG(c[0].code == 0, "node 0 joining again directly: %d %s", c[0].code, c[0].message);
+    batch_refused(s.target, "new", MSR_RELAY_SUBTREE_MAX, 0, 3, why, sizeof why);
+    MSR_CHECK_MSG(strstr(why, past), "new beside old's node 1: %s", why);
+    snprintf(beat[0].id, sizeof beat[0].id, "%s", c[1].id);
+    beat_start(direct, loop, &beat[0]); /* held: the job needs 8 nodes */
+    batch_accepted(s.target, "new", MSR_RELAY_SUBTREE_MAX, 4);
+    batch_refused(s.target, "extra", 1, 0, 5, why, sizeof why);
+    MSR_CHECK_MSG(strstr(why, past), "one past beside new: %s", why);
+    /* a newer heartbeat answers the held one */
+    Msr__HeartbeatRequest h = MSR__HEARTBEAT_REQUEST__INIT;
+    h.node_id = c[1].id;
+    msr_tnode_call_start(direct, loop, &beat[1], MSR_RPC_HEARTBEAT, &h.base);
+    msr_tnode_calls_wait(loop, beat, 2);
+    MSR_CHECK_MSG(beat[0].code == 0, "node 1's direct heartbeat: %d %s", beat[0].code,
+                  beat[0].message);
+    msr_rpc_channel_destroy(direct);
+    msr_rpc_channel_destroy(via);
+    msr_rpc_loop_destroy(loop);
+    msr_trelay_stop(&old);
+    msr_tserved_stop(&s);
+}
+
+/* The same under a middle relay (subtree 3), which does not see the nodes
+ * fall back to the coordinator: "old" (3) killed between two batches
+ * stops counting once it has sent nothing for a few seconds, "new" (3)
+ * then takes its place and one more is refused beside it. */
+static void test_dead_between_batches_mid(void)
+{
+    mid_relay_t m;
+    mid_start(&m, 3);
+    msr_trelay_t old;
+    msr_trelay_start(&old, m.mid.target, "tok", "old", 3);
+    msr_rpc_loop_t *loop;
+    msr_rpc_channel_t *via;
+    MSR_CHECK_OK(msr_rpc_loop_create(&loop));
+    MSR_CHECK_OK(msr_rpc_channel_create_own(old.target, "tok", &via));
+    msr_tnode_call_t c;
+    memset(&c, 0, sizeof c);
+    join_start(via, loop, &c, 0, 8);
+    msr_tnode_calls_wait(loop, &c, 1);
+    MSR_CHECK_MSG(c.code == 0, "join through old: %d %s", c.code, c.message);
+    msr_trelay_kill(&old);
+    batch_accepted(m.mid.target, "new", 3, 1);
+    char why[400];
+    batch_refused(m.mid.target, "extra", 1, 0, 2, why, sizeof why);
+    MSR_CHECK_MSG(strstr(why, "node 4 lies outside relay mid"), "one past beside new: %s", why);
+    msr_rpc_channel_destroy(via);
+    msr_rpc_loop_destroy(loop);
+    msr_trelay_stop(&old);
+    mid_stop(&m);
+}
+
 /* A Join for the node of index straight to a relay over ch: its answer. */
 static void own_join(msr_rpc_channel_t *ch, msr_rpc_loop_t *loop, msr_tnode_call_t *c, int index)
 {
@@ -515,10 +603,16 @@ static void test_own_nodes(void)
 }
 
 static const msr_test_t tests[] = {
-    {"depth_two", test_depth_two, 60},           {"middle_killed", test_middle_killed, 60},
-    {"chain_bound", test_chain_bound, 60},       {"batch_bounds", test_batch_bounds, 60},
-    {"lower_cover", test_lower_cover, 60},       {"same_node_twice", test_same_node_twice, 30},
-    {"replaced_relay", test_replaced_relay, 60}, {"own_nodes", test_own_nodes, 60},
+    {"depth_two", test_depth_two, 60},
+    {"middle_killed", test_middle_killed, 60},
+    {"chain_bound", test_chain_bound, 60},
+    {"batch_bounds", test_batch_bounds, 60},
+    {"lower_cover", test_lower_cover, 60},
+    {"same_node_twice", test_same_node_twice, 30},
+    {"replaced_relay", test_replaced_relay, 60},
+    {"own_nodes", test_own_nodes, 60},
+    {"dead_between_batches", test_dead_between_batches, 60},
+    {"dead_between_batches_mid", test_dead_between_batches_mid, 60},
 };
 
 int main(int argc, char **argv)

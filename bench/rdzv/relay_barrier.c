@@ -1,0 +1,249 @@
+/* A barrier of N nodes through one relay, against a real coordinator: the
+ * coordinator's Barrier calls and CPU per round when the relay sends each
+ * node's call alone (each arrives in a poll of its own) and when it merges
+ * those that arrive within one poll into one arrival (docs/performance.md,
+ * "Relays: a million ranks").
+ *
+ *   relay_barrier [--nodes 256,1024] [--rounds 5] [--msrun PATH]
+ *
+ * The relay's server runs in this process, polled by it; the nodes' calls
+ * come over 8 channels to it. One line per nodes and mode. */
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "base/time.h"
+#include "bench_coord.h"
+#include "rendezvous/relay.h"
+#include "rendezvous/rpc.h"
+
+#define CHANNELS 8
+
+static const char *token = "relay-barrier-token";
+
+typedef struct bench {
+    msr_rpc_loop_t *loop;
+    msr_rpc_channel_t *up, *status, *via[CHANNELS];
+    msr_relay_server_t *relay;
+    pid_t coord;
+} bench_t;
+
+static double cpu_ms(pid_t pid)
+{
+    char path[64], buf[1024];
+    snprintf(path, sizeof path, "/proc/%d/stat", (int)pid);
+    FILE *f = fopen(path, "r");
+    if (f == NULL)
+        return -1;
+    size_t n = fread(buf, 1, sizeof buf - 1, f);
+    fclose(f);
+    buf[n] = '\0';
+    char *p = strrchr(buf, ')');
+    unsigned long long ut = 0, st = 0;
+    if (p == NULL ||
+        sscanf(p + 2, "%*c %*d %*d %*d %*d %*d %*u %*u %*u %*u %*u %llu %llu", &ut, &st) != 2)
+        return -1;
+    return (double)(ut + st) * 1000.0 / (double)sysconf(_SC_CLK_TCK);
+}
+
+static long long coord_barriers(bench_t *b)
+{
+    Msr__StatusRequest req = MSR__STATUS_REQUEST__INIT;
+    ProtobufCMessage *resp = NULL;
+    if (msr_rpc_call(b->status, MSR_RPC_STATUS, &req.base, msr_deadline_in_ms(10000), 1, &resp) !=
+        MSR_OK)
+        return -1;
+    const Msr__StatusResponse *r = (const Msr__StatusResponse *)resp;
+    long long n = 0;
+    for (size_t i = 0; i < r->n_call_names && i < r->n_call_counts; i++)
+        if (strcmp(r->call_names[i], "Barrier") == 0)
+            n = (long long)r->call_counts[i];
+    msr_rpc_message_free(resp);
+    return n;
+}
+
+typedef struct op {
+    msr_rpc_async_t a;
+    int done;
+} op_t;
+
+static void op_done(msr_rpc_async_t *a)
+{
+    ((op_t *)a)->done = 1;
+}
+
+/* Polls until the relay holds want calls (10 s at most): 0, or -1. */
+static int relay_holds(bench_t *b, size_t want)
+{
+    uint64_t limit = msr_deadline_in_ms(10000);
+    while (msr_relay_server_forwarding(b->relay) < want)
+        if (msr_deadline_passed(limit))
+            return -1;
+        else
+            msr_rpc_loop_poll(b->loop, msr_deadline_in_ms(5));
+    return 0;
+}
+
+/* One barrier of n nodes through the relay: merged, one flush once all
+ * arrived; else a flush after each. 0, or -1 with why on stderr. */
+static int round_run(bench_t *b, op_t *ops, int n, int merged, int round)
+{
+    char name[32];
+    snprintf(name, sizeof name, "r%d-%d", merged, round);
+    Msr__BarrierRequest r = MSR__BARRIER_REQUEST__INIT;
+    r.name = name;
+    r.count = (uint32_t)n;
+    r.wait_ms = 60000;
+    for (int k = 0; k < n; k++) {
+        memset(&ops[k], 0, sizeof ops[k]);
+        ops[k].a.method = MSR_RPC_BARRIER;
+        ops[k].a.deadline = msr_deadline_in_ms(60000);
+        ops[k].a.done = op_done;
+        if (msr_rpc_call_start(b->via[k % CHANNELS], b->loop, &ops[k].a, &r.base) != MSR_OK)
+            return -1;
+        if (!merged && relay_holds(b, (size_t)k + 1) != 0)
+            return -1;
+        if (!merged)
+            msr_relay_server_flush(b->relay);
+    }
+    if (merged && relay_holds(b, (size_t)n) != 0)
+        return -1;
+    msr_relay_server_flush(b->relay);
+    uint64_t limit = msr_deadline_in_ms(60000);
+    for (int k = 0; k < n; k++)
+        while (!ops[k].done && !msr_deadline_passed(limit))
+            msr_rpc_loop_poll(b->loop, msr_deadline_in_ms(20));
+    int rc = 0;
+    for (int k = 0; k < n; k++) {
+        if (!ops[k].done || ops[k].a.status != MSR_OK) {
+            fprintf(stderr, "relay_barrier: node %d: %s\n", k, ops[k].done ? ops[k].a.err : "hung");
+            rc = -1;
+        }
+        msr_rpc_async_cleanup(&ops[k].a);
+    }
+    return rc;
+}
+
+static int bench_open(bench_t *b, const char *msrun, int nodes)
+{
+    char workers[16];
+    snprintf(workers, sizeof workers, "%d", nodes);
+    const char *args[] = {"--job_id",
+                          "bench",
+                          "--worker_num",
+                          workers,
+                          "--local_worker_num",
+                          "1",
+                          "--max_restarts",
+                          "0",
+                          "--log_level",
+                          "error",
+                          NULL};
+    int port = 0, rport = 0;
+    char target[64], rtarget[64];
+    memset(b, 0, sizeof *b);
+    if ((b->coord = bench_coord_start("relay_barrier", msrun, token, args, &port)) < 0)
+        return -1;
+    snprintf(target, sizeof target, "127.0.0.1:%d", port);
+    if (msr_rpc_loop_create(&b->loop) != MSR_OK ||
+        msr_rpc_channel_create_own(target, token, &b->up) != MSR_OK ||
+        msr_rpc_channel_create_own(target, token, &b->status) != MSR_OK ||
+        msr_relay_server_create(b->loop, "127.0.0.1:0", token, b->up, "bench", (uint32_t)nodes,
+                                &rport, &b->relay) != MSR_OK)
+        return -1;
+    snprintf(rtarget, sizeof rtarget, "127.0.0.1:%d", rport);
+    for (int k = 0; k < CHANNELS; k++)
+        if (msr_rpc_channel_create_own(rtarget, token, &b->via[k]) != MSR_OK)
+            return -1;
+    return 0;
+}
+
+static void bench_close(bench_t *b)
+{
+    for (int k = 0; k < CHANNELS; k++)
+        msr_rpc_channel_destroy(b->via[k]);
+    msr_relay_server_destroy(b->relay);
+    msr_rpc_channel_destroy(b->up);
+    msr_rpc_channel_destroy(b->status);
+    msr_rpc_loop_destroy(b->loop);
+    if (b->coord > 0) {
+        kill(b->coord, SIGTERM);
+        waitpid(b->coord, NULL, 0);
+    }
+}
+
+/* The rounds of one mode: one line. */
+static int mode_run(bench_t *b, op_t *ops, int nodes, int rounds, int merged)
+{
+    for (int i = 0; i < 2; i++) /* warm the connections up */
+        if (round_run(b, ops, nodes, merged, -1 - i) != 0)
+            return -1;
+    long long calls0 = coord_barriers(b);
+    double cpu0 = cpu_ms(b->coord);
+    uint64_t t0 = msr_now_ns();
+    for (int i = 0; i < rounds; i++)
+        if (round_run(b, ops, nodes, merged, i) != 0)
+            return -1;
+    double wall = (double)(msr_now_ns() - t0) / 1e6 / rounds;
+    double cpu = (cpu_ms(b->coord) - cpu0) / rounds;
+    long long calls = coord_barriers(b) - calls0;
+    printf(
+        "nodes=%-6d mode=%-8s coord_barrier_calls_per_round=%-7.1f coord_cpu_ms_per_round=%-8.2f "
+        "coord_cpu_us_per_node=%-7.1f wall_ms_per_round=%.1f\n",
+        nodes, merged ? "merged" : "separate", (double)(calls < 0 ? 0 : calls) / rounds, cpu,
+        cpu * 1000.0 / nodes, wall);
+    fflush(stdout);
+    return 0;
+}
+
+int main(int argc, char **argv)
+{
+    const char *list = "256,1024";
+    int rounds = 5;
+    char msrun[4096] = "";
+    for (int i = 1; i < argc; i++) {
+        if (strcmp(argv[i], "--nodes") == 0 && i + 1 < argc)
+            list = argv[++i];
+        else if (strcmp(argv[i], "--rounds") == 0 && i + 1 < argc)
+            rounds = atoi(argv[++i]);
+        else if (strcmp(argv[i], "--msrun") == 0 && i + 1 < argc)
+            snprintf(msrun, sizeof msrun, "%s", argv[++i]);
+        else {
+            fprintf(stderr, "usage: relay_barrier [--nodes N,M] [--rounds R] [--msrun PATH]\n");
+            return 2;
+        }
+    }
+    if (rounds < 1) {
+        fprintf(stderr, "relay_barrier: --rounds must be at least 1\n");
+        return 2;
+    }
+    if (msrun[0] == '\0') { /* next to this program */
+        ssize_t n = readlink("/proc/self/exe", msrun, sizeof msrun - 16);
+        if (n <= 0)
+            return 1;
+        msrun[n] = '\0';
+        snprintf(strrchr(msrun, '/') + 1, 8, "msrun");
+    }
+    signal(SIGPIPE, SIG_IGN);
+    for (const char *p = list; *p;) {
+        int nodes = atoi(p);
+        if (nodes < 2 || nodes > 65536) {
+            fprintf(stderr, "relay_barrier: --nodes takes 2 to 65536 each\n");
+            return 2;
+        }
+        op_t *ops = calloc((size_t)nodes, sizeof *ops);
+        bench_t b;
+        int rc = ops == NULL || bench_open(&b, msrun, nodes) != 0;
+        for (int merged = 0; rc == 0 && merged < 2; merged++)
+            rc = mode_run(&b, ops, nodes, rounds, merged) != 0;
+        bench_close(&b);
+        free(ops);
+        if (rc != 0)
+            return 1;
+        p = strchr(p, ',') ? strchr(p, ',') + 1 : p + strlen(p);
+    }
+    return 0;
+}

@@ -1,0 +1,58 @@
+/* The relay agent's server inside (relay_server.c, relay_merge.c):
+ * private to those two. */
+#ifndef MSR_RENDEZVOUS_RELAY_SERVER_IMPL_H
+#define MSR_RENDEZVOUS_RELAY_SERVER_IMPL_H
+
+#include <stdatomic.h>
+
+#include "base/list.h"
+#include "base/map.h"
+#include "rendezvous/relay.h"
+
+struct msr_relay_server {
+    msr_rpc_loop_t *loop;
+    msr_rpc_server_t *rpc;
+    msr_relay_t *relay;
+    msr_rpc_channel_t *up;        /* the relay's one connection upstream (the caller's) */
+    msr_list_t forwards;          /* store calls forwarded and not yet answered */
+    atomic_size_t nforwards;      /* how many: read by any thread */
+    _Atomic uint64_t forward_max; /* the most forwarded at once (set by any thread) */
+    uint64_t forwarded;           /* store calls forwarded so far (the loop's thread) */
+    uint32_t subtree;
+    msr_relay_cover_t cover;          /* the relays under this one and the nodes it serves */
+    msr_map_t lower_use;              /* lower relay id -> lower_use_t (relay_server.c) */
+    msr_list_t merges;                /* merged barriers: open (not sent yet) or in flight */
+    msr_map_t open;                   /* the open ones by merge_key */
+    msr_list_t withdraws;             /* withdrawals of merged callers in flight */
+    _Atomic uint64_t merge_counts[3]; /* msr_relay_server_merges' counts (any thread) */
+    int stopping;                     /* destroy began: calls still dispatched are refused */
+    char me[MSR_RELAY_ID_MAX + 8];    /* "relay <id>", for messages */
+};
+
+/* A node's call being relayed; call is NULL once the node gave up. The
+ * first member of every call's data (on_cancel clears it). */
+typedef struct node_call {
+    msr_rpc_call_t *call;
+    msr_relay_server_t *server; /* NULL in a lower relay's batch (head) */
+    msr_rpc_method_t method;
+    int merged;    /* a Barrier in a merge (merged_t) */
+    char key[256]; /* the node's msr_relay_call_key */
+} node_call_t;
+
+/* ---- a node's Barrier calls merged (relay_merge.c) ---- */
+
+/* Adds a node's Barrier to the open merge of its kind (sent at the next
+ * msr_relay_merges_flush): 1, or 0 when it must be forwarded alone (a
+ * lower relay's merged call or withdrawal, a name too long to key, out of
+ * memory). */
+int msr_relay_merge_add(msr_relay_server_t *s, msr_rpc_call_t *call,
+                        const Msr__BarrierRequest *req);
+/* The node of a merged call (nc->merged) gave up. */
+void msr_relay_merged_gave_up(msr_relay_server_t *s, node_call_t *nc);
+/* Sends the open merges upstream, one arrival each. */
+void msr_relay_merges_flush(msr_relay_server_t *s);
+/* The server stops: open merges answered UNAVAILABLE, those in flight and
+ * the withdrawals cancelled. */
+void msr_relay_merges_stop(msr_relay_server_t *s);
+
+#endif

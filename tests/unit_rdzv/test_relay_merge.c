@@ -1,0 +1,226 @@
+/* A node's Barrier calls merged at a relay (rendezvous/relay.h,
+ * docs/architecture.md "Relays") against a coordinator on loopback, the
+ * relay's server polled by the test itself so that it decides which calls
+ * arrive within one poll: three callers go upstream as one arrival of 3;
+ * one of them giving up is taken back (a direct caller then finds 3 of 4
+ * arrived, not 4), and the other two meet two direct callers; the
+ * coordinator served one Barrier call for the three. A relay dying
+ * mid-merge: its callers meet again at the coordinator, counted once. */
+#include <stdio.h>
+#include <string.h>
+
+#include "base/time.h"
+#include "rendezvous/relay.h"
+#include "rendezvous/rpc.h"
+#include "tests/runner.h"
+#include "tests/unit_rdzv/fixtures.h"
+
+typedef struct op {
+    msr_rpc_async_t a;
+    int done;
+} op_t;
+
+static void op_done(msr_rpc_async_t *a)
+{
+    ((op_t *)a)->done = 1;
+}
+
+/* A Barrier "b" of count over ch: its call's deadline in ms, its wait in
+ * the store wait_ms. */
+static void barrier_start(msr_rpc_channel_t *ch, msr_rpc_loop_t *loop, op_t *o, uint32_t count,
+                          int64_t ms, uint32_t wait_ms)
+{
+    Msr__BarrierRequest r = MSR__BARRIER_REQUEST__INIT;
+    r.name = "b";
+    r.count = count;
+    r.wait_ms = wait_ms;
+    memset(o, 0, sizeof *o);
+    o->a.method = MSR_RPC_BARRIER;
+    o->a.deadline = msr_deadline_in_ms(ms);
+    o->a.wait_for_ready = 1;
+    o->a.done = op_done;
+    MSR_CHECK_OK(msr_rpc_call_start(ch, loop, &o->a, &r.base));
+}
+
+/* Polls loop until cond(arg) (20 s at most, what names it in the failure). */
+static void poll_until(msr_rpc_loop_t *loop, int (*cond)(void *), void *arg, const char *what)
+{
+    uint64_t limit = msr_deadline_in_ms(20000);
+    while (!cond(arg)) {
+        MSR_CHECK_MSG(!msr_deadline_passed(limit), "%s: not within 20 s", what);
+        msr_rpc_loop_poll(loop, msr_deadline_in_ms(20));
+    }
+}
+
+static int op_is_done(void *arg)
+{
+    return ((op_t *)arg)->done;
+}
+
+typedef struct relay_at {
+    msr_relay_server_t *server;
+    uint64_t forwarding, withdrawals;
+} relay_at_t;
+
+static int relay_reached(void *arg)
+{
+    relay_at_t *r = arg;
+    uint64_t calls, arrivals, withdrawals;
+    msr_relay_server_merges(r->server, &calls, &arrivals, &withdrawals);
+    return msr_relay_server_forwarding(r->server) == r->forwarding && withdrawals == r->withdrawals;
+}
+
+/* The Barrier calls the coordinator at target served. */
+static uint64_t coord_barriers(const char *target)
+{
+    msr_rpc_channel_t *ch;
+    MSR_CHECK_OK(msr_rpc_channel_create_own(target, "tok", &ch));
+    Msr__StatusRequest req = MSR__STATUS_REQUEST__INIT;
+    ProtobufCMessage *resp = NULL;
+    MSR_CHECK_OK(msr_rpc_call(ch, MSR_RPC_STATUS, &req.base, msr_deadline_in_ms(10000), 1, &resp));
+    const Msr__StatusResponse *r = (const Msr__StatusResponse *)resp;
+    uint64_t n = 0;
+    for (size_t i = 0; i < r->n_call_names && i < r->n_call_counts; i++)
+        if (strcmp(r->call_names[i], "Barrier") == 0)
+            n = r->call_counts[i];
+    msr_rpc_message_free(resp);
+    msr_rpc_channel_destroy(ch);
+    return n;
+}
+
+static void test_merged_give_up(void)
+{
+    msr_tserved_t s;
+    msr_tserved_start_nodes(&s, 8);
+    msr_rpc_loop_t *loop;
+    msr_rpc_channel_t *up, *via, *direct;
+    msr_relay_server_t *relay;
+    int port = 0;
+    char target[64];
+    MSR_CHECK_OK(msr_rpc_loop_create(&loop));
+    MSR_CHECK_OK(msr_rpc_channel_create_own(s.target, "tok", &up));
+    MSR_CHECK_OK(msr_relay_server_create(loop, "127.0.0.1:0", "tok", up, "a", 4, &port, &relay));
+    snprintf(target, sizeof target, "127.0.0.1:%d", port);
+    MSR_CHECK_OK(msr_rpc_channel_create_own(target, "tok", &via));
+    MSR_CHECK_OK(msr_rpc_channel_create_own(s.target, "tok", &direct));
+    /* A, B and C (which gives up after 1.5 s) reach the relay in one poll:
+     * one arrival of 3 */
+    op_t o[6];
+    barrier_start(via, loop, &o[0], 4, 20000, 15000);
+    barrier_start(via, loop, &o[1], 4, 20000, 15000);
+    barrier_start(via, loop, &o[2], 4, 1500, 15000);
+    relay_at_t at = {relay, 3, 0};
+    poll_until(loop, relay_reached, &at, "three Barrier calls at the relay");
+    uint64_t before = coord_barriers(s.target);
+    msr_relay_server_flush(relay);
+    uint64_t calls, arrivals, withdrawals;
+    msr_relay_server_merges(relay, &calls, &arrivals, &withdrawals);
+    MSR_CHECK_EQ(calls, 3);
+    MSR_CHECK_EQ(arrivals, 1);
+    /* C gives up: taken back once the coordinator answers the withdrawal */
+    poll_until(loop, op_is_done, &o[2], "C giving up");
+    MSR_CHECK_EQ(o[2].a.grpc_code, MSR_RPC_DEADLINE_EXCEEDED);
+    at = (relay_at_t){relay, 2, 1};
+    poll_until(loop, relay_reached, &at, "C taken back upstream");
+    /* D alone finds A and B: 3 of 4 (with C still counted, 4 of 4) */
+    barrier_start(direct, loop, &o[3], 4, 20000, 1000);
+    poll_until(loop, op_is_done, &o[3], "D");
+    MSR_CHECK_MSG(o[3].a.grpc_code == MSR_RPC_DEADLINE_EXCEEDED &&
+                      strstr(o[3].a.err, "3 of 4 participants arrived"),
+                  "D: %d %s", o[3].a.grpc_code, o[3].a.err);
+    MSR_CHECK(!o[0].done && !o[1].done);
+    /* E and F complete it with A and B */
+    barrier_start(direct, loop, &o[4], 4, 20000, 15000);
+    barrier_start(direct, loop, &o[5], 4, 20000, 15000);
+    for (int k = 0; k < 6; k++)
+        poll_until(loop, op_is_done, &o[k], "the barrier's callers");
+    for (int k = 0; k < 6; k++)
+        if (k != 2 && k != 3)
+            MSR_CHECK_MSG(o[k].a.status == MSR_OK, "caller %d: %d %s", k, o[k].a.grpc_code,
+                          o[k].a.err);
+    /* the coordinator: one arrival, one withdrawal, D, E and F */
+    MSR_CHECK_EQ(coord_barriers(s.target) - before, 5);
+    for (int k = 0; k < 6; k++)
+        msr_rpc_async_cleanup(&o[k].a);
+    msr_rpc_channel_destroy(via);
+    msr_rpc_channel_destroy(direct);
+    msr_relay_server_destroy(relay);
+    msr_rpc_channel_destroy(up);
+    msr_rpc_loop_destroy(loop);
+    msr_tserved_stop(&s);
+}
+
+/* A relay that dies mid-merge: its arrival of 2 is taken back upstream
+ * (a probe of another count no longer finds the barrier), and its two
+ * callers, answered UNAVAILABLE, meet a third at the coordinator directly:
+ * counted once each. */
+static void test_relay_dies_mid_merge(void)
+{
+    msr_tserved_t s;
+    msr_tserved_start_nodes(&s, 8);
+    msr_rpc_loop_t *loop;
+    msr_rpc_channel_t *up, *via, *direct;
+    msr_relay_server_t *relay;
+    int port = 0;
+    char target[64];
+    MSR_CHECK_OK(msr_rpc_loop_create(&loop));
+    MSR_CHECK_OK(msr_rpc_channel_create_own(s.target, "tok", &up));
+    MSR_CHECK_OK(msr_relay_server_create(loop, "127.0.0.1:0", "tok", up, "a", 4, &port, &relay));
+    snprintf(target, sizeof target, "127.0.0.1:%d", port);
+    MSR_CHECK_OK(msr_rpc_channel_create_own(target, "tok", &via));
+    MSR_CHECK_OK(msr_rpc_channel_create_own(s.target, "tok", &direct));
+    op_t o[3];
+    barrier_start(via, loop, &o[0], 3, 20000, 15000);
+    barrier_start(via, loop, &o[1], 3, 20000, 15000);
+    relay_at_t at = {relay, 2, 0};
+    poll_until(loop, relay_reached, &at, "two Barrier calls at the relay");
+    msr_relay_server_flush(relay);
+    /* the arrival reached the coordinator: a barrier of count 4 is refused */
+    op_t probe;
+    int code;
+    uint64_t limit = msr_deadline_in_ms(20000);
+    do {
+        MSR_CHECK_MSG(!msr_deadline_passed(limit), "the merged arrival never reached it");
+        barrier_start(direct, loop, &probe, 4, 20000, 50);
+        poll_until(loop, op_is_done, &probe, "a probe");
+        code = probe.a.grpc_code;
+        msr_rpc_async_cleanup(&probe.a);
+    } while (code != MSR_RPC_INVALID_ARGUMENT);
+    msr_relay_server_destroy(relay);
+    msr_rpc_channel_destroy(up);
+    for (int k = 0; k < 2; k++) {
+        poll_until(loop, op_is_done, &o[k], "a merged caller");
+        MSR_CHECK_EQ(o[k].a.grpc_code, MSR_RPC_UNAVAILABLE);
+        msr_rpc_async_cleanup(&o[k].a);
+    }
+    /* taken back: a probe of count 4 makes a barrier of its own (expired) */
+    limit = msr_deadline_in_ms(20000);
+    do {
+        MSR_CHECK_MSG(!msr_deadline_passed(limit), "the dead relay's arrival still counts");
+        barrier_start(direct, loop, &probe, 4, 20000, 50);
+        poll_until(loop, op_is_done, &probe, "a probe");
+        code = probe.a.grpc_code;
+        msr_rpc_async_cleanup(&probe.a);
+    } while (code != MSR_RPC_DEADLINE_EXCEEDED);
+    for (int k = 0; k < 3; k++)
+        barrier_start(direct, loop, &o[k], 3, 20000, 15000);
+    for (int k = 0; k < 3; k++) {
+        poll_until(loop, op_is_done, &o[k], "the callers again, directly");
+        MSR_CHECK_MSG(o[k].a.status == MSR_OK, "caller %d: %d %s", k, o[k].a.grpc_code, o[k].a.err);
+        msr_rpc_async_cleanup(&o[k].a);
+    }
+    msr_rpc_channel_destroy(via);
+    msr_rpc_channel_destroy(direct);
+    msr_rpc_loop_destroy(loop);
+    msr_tserved_stop(&s);
+}
+
+static const msr_test_t tests[] = {
+    {"merged_give_up", test_merged_give_up, 60},
+    {"relay_dies_mid_merge", test_relay_dies_mid_merge, 60},
+};
+
+int main(int argc, char **argv)
+{
+    return MSR_TEST_MAIN(argc, argv, tests); /* gRPC starts in each test's process */
+}
