@@ -9,6 +9,7 @@
 #include <inttypes.h>
 #include <pthread.h>
 #include <signal.h>
+#include <stdatomic.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
@@ -57,7 +58,8 @@ struct msr_ckpt_reader {
     uint64_t crc_at; /* bytes of the state from its start the CRC covers */
     uint32_t crc;
     ckpt_header_t h;
-    ckpt_ahead_t ahead; /* with dfd: the next stretch of the file, read ahead */
+    ckpt_ahead_t ahead;          /* with dfd: the next stretch of the file, read ahead */
+    _Atomic uint64_t disk_bytes; /* asked of the files since open, read ahead too */
     char path[4200];
 };
 
@@ -95,6 +97,8 @@ static void *ahead_main(void *arg)
         pthread_mutex_unlock(&a->mu);
         ssize_t got = pread_full(r->dfd, a->buf, CKPT_DIRECT_STAGE, at);
         int err = errno;
+        if (got > 0) /* read, whether taken or dropped later */
+            atomic_fetch_add(&r->disk_bytes, (uint64_t)got);
         pthread_mutex_lock(&a->mu);
         a->got = got;
         a->err = err;
@@ -315,6 +319,8 @@ static msr_status_t direct_fill(msr_ckpt_reader_t *r, off_t pos, size_t want, in
         want = MSR_MIN(want, CKPT_DIRECT_STAGE - (size_t)(pos - a));
         off_t e = ahead ? a + (off_t)CKPT_DIRECT_STAGE : (pos + (off_t)want + pg - 1) / pg * pg;
         got = pread_full(r->dfd, r->stage, (size_t)(e - a), a);
+        if (got > 0)
+            atomic_fetch_add(&r->disk_bytes, (uint64_t)got);
     }
     if (got < 0)
         return io_error("cannot read", r->path);
@@ -470,6 +476,8 @@ msr_status_t msr_ckpt_reader_read_crc(msr_ckpt_reader_t *r, uint64_t offset, voi
         r->dfd >= 0 ? direct_chunks(r, (off_t)(MSR_CKPT_HEADER_LEN + offset), buf, len, want)
                     : ckpt_read_chunks(r->fd, r->path, (off_t)(MSR_CKPT_HEADER_LEN + offset), buf,
                                        len, MSR_CKPT_HEADER_LEN + (off_t)r->h.len, 0, want);
+    if (st == MSR_OK && r->dfd < 0) /* through the cache: the bytes asked */
+        atomic_fetch_add(&r->disk_bytes, (uint64_t)len);
     if (st == MSR_OK)
         st = reader_crc(r, offset, buf, len, want);
     if (st == MSR_OK && crc_p != NULL)
@@ -485,6 +493,11 @@ msr_status_t msr_ckpt_reader_read(msr_ckpt_reader_t *r, uint64_t offset, void *b
 int msr_ckpt_reader_checked(const msr_ckpt_reader_t *r)
 {
     return r != NULL && r->checked;
+}
+
+uint64_t msr_ckpt_reader_bytes_read(const msr_ckpt_reader_t *r)
+{
+    return r != NULL ? atomic_load(&r->disk_bytes) : 0;
 }
 
 void msr_ckpt_reader_close(msr_ckpt_reader_t *r)

@@ -682,6 +682,30 @@ test: ^test_ckpt_prefault$
     if (r->stage != NULL) /* the same staging buffers, already faulted in */
 >>>
 
+@ ckpt.reader.bytes_ahead_uncounted
+file: rendezvous/checkpoint_reader.c
+test: ^test_ckpt_prefault$
+<<<
+        if (got > 0) /* read, whether taken or dropped later */
+            atomic_fetch_add(&r->disk_bytes, (uint64_t)got);
+===
+        if (got > 0) /* read, whether taken or dropped later */
+            (void)0;
+>>>
+
+@ ckpt.reader.bytes_asked_not_read
+file: rendezvous/checkpoint_reader.c
+test: ^test_ckpt_prefault$
+<<<
+        got = pread_full(r->dfd, r->stage, (size_t)(e - a), a);
+        if (got > 0)
+            atomic_fetch_add(&r->disk_bytes, (uint64_t)got);
+===
+        got = pread_full(r->dfd, r->stage, (size_t)(e - a), a);
+        if (got > 0)
+            atomic_fetch_add(&r->disk_bytes, (uint64_t)want);
+>>>
+
 @ ckpt.reader.whole_crc_ignored
 file: rendezvous/checkpoint_reader.c
 test: ^it_ckpt$

@@ -23,7 +23,9 @@
 # wall time holds the waits for a core; the CPU time does not. Each figure
 # is the median of RUNS; "% of dd" is dd's wall seconds over the load's
 # wall seconds, "CPU % of dd" dd's wall seconds over the load's CPU seconds
-# (how fast the load would be if only its own work counted).
+# (how fast the load would be if only its own work counted). "rank 0 MB"
+# is what rank 0's readers took from the files (its "D from the files":
+# whole blocks and reads ahead), beside the checkpoint's bytes.
 #   bench/ckpt/resume_bench.sh [RUNS] [CPUS] [DIR]
 #   (defaults 3, all, a new folder under $TMPDIR)
 # CPUS: a taskset list every process runs on; DIR: a folder on the disk
@@ -49,15 +51,17 @@ save() { # NP DIR ARGS...: one step, saved at its end
     shift 2
     tg "$n" "$dir" --steps 1 "$@" >"$tmp/log" || { cat "$tmp/log" >&2; exit 1; }
 }
-resume() { # NP DIR ARGS...: train_gpt's wall and CPU seconds to resume from step 1 under DIR
-    local n=$1 dir=$2 s c
+resume() { # NP DIR ARGS...: train_gpt's wall and CPU seconds to resume from step 1 under DIR,
+    # and the bytes rank 0 read from the files
+    local n=$1 dir=$2 s c k
     shift 2
     tg "$n" "$dir" --steps 1 --resume "$@" >"$tmp/log" || true
     s=$(sed -n 's/.*train_gpt: resumed from step 1 under .* in \([0-9.]*\) s .*/\1/p' "$tmp/log")
     c=$(sed -n 's/.*train_gpt: rank 0 read .* in \([0-9.]*\) s of CPU$/\1/p' "$tmp/log")
-    [ -n "$s" ] && [ -n "$c" ] ||
+    k=$(sed -n 's/.*train_gpt: rank 0 read .*, \([0-9]*\) from the files, in .*/\1/p' "$tmp/log")
+    [ -n "$s" ] && [ -n "$c" ] && [ -n "$k" ] ||
         { cat "$tmp/log" >&2; echo "train_gpt --resume failed" >&2; exit 1; }
-    echo "$s $c"
+    echo "$s $c $k"
 }
 ddsecs() { # DIR: dd's wall and CPU seconds reading DIR's step's rank files, one after the other
     local f t=0 c=0 out s u
@@ -98,22 +102,23 @@ med() { # FILE COLUMN: the median of a column
     awk -v k="$2" '{print $k}' "$tmp/$1" | sort -g | awk '{a[NR]=$1} END {print a[int((NR+1)/2)]}'
 }
 row() { # NAME FILE DIR: a row of the table
-    local s c d dc n
+    local s c d dc n k
     s=$(med "$2.load" 1)
     c=$(med "$2.load" 2)
+    k=$(med "$2.load" 3)
     d=$(med "$2.dd" 1)
     dc=$(med "$2.dd" 2)
     n=$(bytes "$3")
-    printf "| %-24s | %10d | %7.3f | %7.3f | %7.0f | %7.3f | %7.3f | %7.0f | %5.0f%% | %5.0f%% |\n" \
-        "$1" "$n" "$s" "$c" "$(echo "$n / $s / 1000000" | bc -l)" "$d" "$dc" \
+    printf "| %-24s | %10d | %9.1f | %7.3f | %7.3f | %7.0f | %7.3f | %7.3f | %7.0f | %5.0f%% | %5.0f%% |\n" \
+        "$1" "$n" "$(echo "$k / 1000000" | bc -l)" "$s" "$c" "$(echo "$n / $s / 1000000" | bc -l)" "$d" "$dc" \
         "$(echo "$n / $d / 1000000" | bc -l)" "$(echo "100 * $d / $s" | bc -l)" \
         "$(echo "100 * $d / $c" | bc -l)"
 }
 printf "train_gpt --resume, a GPT of 29.1 M parameters; median of %d runs; cpus %s; reads %s\n\n" \
     "$runs" "${2:-all}" "$([ $cold = 1 ] && echo "cold (page cache dropped)" || echo "warm")"
-printf "| %-24s | %10s | %7s | %7s | %7s | %7s | %7s | %7s | %6s | %6s |\n" "load path" "bytes" \
-    "load s" "CPU s" "MB/s" "dd s" "CPU s" "MB/s" "% dd" "CPU %"
-printf "|%s|%s|%s|%s|%s|%s|%s|%s|%s|%s|\n" "--------------------------" "-----------:" \
+printf "| %-24s | %10s | %9s | %7s | %7s | %7s | %7s | %7s | %7s | %6s | %6s |\n" "load path" "bytes" \
+    "rank 0 MB" "load s" "CPU s" "MB/s" "dd s" "CPU s" "MB/s" "% dd" "CPU %"
+printf "|%s|%s|%s|%s|%s|%s|%s|%s|%s|%s|%s|\n" "--------------------------" "-----------:" "----------:" \
     "--------:" "--------:" "--------:" "--------:" "--------:" "--------:" "-------:" "-------:"
 row "1 process" one "$tmp/one"
 row "dp 2" dp2 "$tmp/dp2"

@@ -218,6 +218,13 @@ MSR_API msr_status_t msr_ckpt_reader_read_crc(msr_ckpt_reader_t *reader, uint64_
  * matched its CRC: 1 yes, 0 not (yet). */
 MSR_API int msr_ckpt_reader_checked(const msr_ckpt_reader_t *reader);
 
+/* The bytes the reader has read from its files since it opened (its
+ * reopens included): past the page cache, whole 4 KiB blocks and the
+ * stretches read ahead, used or dropped; through it, the bytes asked. The
+ * header each open checks is not counted. 0 for NULL. How much of a
+ * checkpoint a load made the disk read; thread-safe. */
+MSR_API uint64_t msr_ckpt_reader_bytes_read(const msr_ckpt_reader_t *reader);
+
 /* Closes the file and frees the reader; NULL does nothing. */
 MSR_API void msr_ckpt_reader_close(msr_ckpt_reader_t *reader);
 

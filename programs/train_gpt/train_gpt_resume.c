@@ -31,6 +31,7 @@ typedef struct fetch_arg {
     /* that check failed at the file's end, the bytes read again: why (the
      * piece's own CRC names a damaged tensor; else this fails the load) */
     char file_bad[MSR_ERR_TEXT_MAX];
+    uint64_t disk; /* bytes read from the files: the readers' (whole blocks, reads ahead) */
 } fetch_arg_t;
 
 static msr_status_t fetch_payload(void *arg, int rank, void **buf_p, size_t *len_p)
@@ -45,6 +46,7 @@ static msr_status_t fetch_payload(void *arg, int rank, void **buf_p, size_t *len
                             (long long)f->step, f->dir, msr_status_str(st));
     f->read += *len_p;
     f->seen += *len_p;
+    f->disk += *len_p;
     /* the shard's own step must be the one its file is filed under (the
      * trainer then checks that every rank's shard agrees) */
     msr_tckpt_header_t h;
@@ -190,9 +192,10 @@ static msr_status_t restore_step(const trainer_t *t, const job_t *job, const opt
     /* rank r of the saving world wrote payload r, whatever its layout */
     char older[MSR_TCKPT_META_MAX]; /* the settings as checkpoints saved before said */
     const char *m = train_gpt_meta_to_resume(job, o->ckpt_dir, step, meta, older, sizeof older);
-    *f = (fetch_arg_t){job->ctx, o->ckpt_dir, m, step, own, 0, 0, NULL, -1, 0, 0, ""};
+    *f = (fetch_arg_t){job->ctx, o->ckpt_dir, m, step, own, 0, 0, NULL, -1, 0, 0, "", 0};
     msr_err_clear();
     msr_status_t st = t->ops->restore(t->tr, m, world, fetch_payload, f);
+    f->disk += msr_ckpt_reader_bytes_read(f->reader);
     msr_ckpt_reader_close(f->reader);
     f->reader = NULL;
     st = load_outcome(job, f, st);
@@ -290,8 +293,9 @@ msr_status_t train_gpt_resume(const trainer_t *t, const job_t *job, const option
                 (long long)any, o->ckpt_dir, (double)(msr_now_ns() - t0) * 1e-9, world);
         fprintf(stderr,
                 "train_gpt: rank 0 read %llu bytes (headers and the pieces it needs) of shards "
-                "of %llu bytes, in %.3f s of CPU\n",
-                (unsigned long long)f.read, (unsigned long long)f.seen, cpu_seconds() - cpu0);
+                "of %llu bytes, %llu from the files, in %.3f s of CPU\n",
+                (unsigned long long)f.read, (unsigned long long)f.seen, (unsigned long long)f.disk,
+                cpu_seconds() - cpu0);
     }
     return MSR_OK;
 }

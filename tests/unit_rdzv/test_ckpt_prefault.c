@@ -5,7 +5,7 @@
  * (O_DIRECT, through its staging buffer) reads any part exactly, and
  * with a read ahead in flight pieces in order; its staging buffers are
  * aligned to huge pages and advised to be of them, and kept when the
- * reader is pointed at another file. */
+ * reader is pointed at another file; it counts the bytes it reads. */
 #include <fcntl.h>
 #include <ftw.h>
 #include <stdint.h>
@@ -449,11 +449,69 @@ static void test_reader_reopen(void)
     free(a);
 }
 
+/* The bytes a read of [offset, offset + len) of a state of total bytes
+ * takes from its file: past the page cache, the whole blocks it spans,
+ * cut at the file's end; through it, len. */
+static uint64_t read_cost(int direct, size_t offset, size_t len, size_t total)
+{
+    const size_t pg = CKPT_DIRECT_ALIGN, pos = MSR_CKPT_HEADER_LEN + offset;
+    if (!direct || len == 0)
+        return len;
+    size_t a = pos / pg * pg, e = (pos + len + pg - 1) / pg * pg, end = MSR_CKPT_HEADER_LEN + total;
+    return (e < end ? e : end) - a;
+}
+
+/* msr_ckpt_reader_bytes_read counts what the reader read from its files:
+ * none at open and for a read of 0 bytes; a lone read of 1 byte, of 2
+ * bytes across a block's bound and of the state's last bytes, the blocks
+ * each spans (the bytes asked through the page cache); a reopen keeps
+ * counting; reading a state whole in order reads each byte of its file
+ * once, the read ahead included; NULL counts 0. */
+static void test_reader_bytes(void)
+{
+    const size_t stage = CKPT_DIRECT_STAGE, len = 3 * stage + 100, pg = CKPT_DIRECT_ALIGN;
+    unsigned char *state = malloc(len), *got = malloc(stage);
+    MSR_CHECK(state != NULL && got != NULL);
+    for (size_t i = 0; i < len; i++)
+        state[i] = (unsigned char)(i * 41 + (i >> 11));
+    msr_ctx_t *ctx = NULL;
+    unsetenv("MSR_AGENT");
+    unsetenv("MSR_WORLD_SIZE");
+    MSR_CHECK_OK(msr_init(&ctx));
+    MSR_CHECK_OK(msr_ckpt_save(ctx, dir, 20, state, len, 0));
+    msr_ckpt_reader_t *rd = NULL;
+    MSR_CHECK_OK(msr_ckpt_reader_open(ctx, dir, 20, 0, 0, &rd, NULL));
+    int direct = msr_ckpt_reader_direct(rd);
+    uint64_t want = 0;
+    MSR_CHECK_EQ(msr_ckpt_reader_bytes_read(rd), 0);
+    MSR_CHECK_OK(msr_ckpt_reader_read(rd, stage, got, 0)); /* 0 bytes: none read */
+    MSR_CHECK_EQ(msr_ckpt_reader_bytes_read(rd), 0);
+    const size_t at[3] = {stage + 7, 2 * pg - MSR_CKPT_HEADER_LEN - 1, len - 10};
+    const size_t n[3] = {1, 2, 10}; /* in a block; across a bound; to the state's end */
+    for (int k = 0; k < 3; k++) {
+        MSR_CHECK_OK(msr_ckpt_reader_read(rd, at[k], got, n[k]));
+        MSR_CHECK(memcmp(got, state + at[k], n[k]) == 0);
+        want += read_cost(direct, at[k], n[k], len);
+        MSR_CHECK_EQ(msr_ckpt_reader_bytes_read(rd), want);
+    }
+    MSR_CHECK(!direct || want == 4 * pg - (pg - (MSR_CKPT_HEADER_LEN + len) % pg) % pg);
+    MSR_CHECK_OK(msr_ckpt_reader_reopen(rd, dir, 20, 0, 1, NULL));
+    MSR_CHECK_EQ(msr_ckpt_reader_bytes_read(rd), want);
+    read_in_order(rd, state, len, got, stage / 3 + 11);
+    want += direct ? MSR_CKPT_HEADER_LEN + len : len;
+    MSR_CHECK_EQ(msr_ckpt_reader_bytes_read(rd), want);
+    MSR_CHECK_EQ(msr_ckpt_reader_bytes_read(NULL), 0);
+    msr_ckpt_reader_close(rd);
+    msr_finalize(ctx);
+    free(got);
+    free(state);
+}
+
 static const msr_test_t tests[] = {
     {"prefault_pages", test_prefault_pages, 10}, {"read_misaligned", test_read_misaligned, 30},
     {"read_direct", test_read_direct, 30},       {"read_fallback", test_read_fallback, 30},
     {"read_ahead", test_read_ahead, 30},         {"stage_huge", test_stage_huge, 30},
-    {"reader_reopen", test_reader_reopen, 30},
+    {"reader_reopen", test_reader_reopen, 30},   {"reader_bytes", test_reader_bytes, 30},
 };
 
 static int remove_one(const char *path, const struct stat *st, int flag, struct FTW *ftw)
