@@ -123,7 +123,8 @@ static msr_status_t ucx_split(msr_comm_t *comm, int color, int key, unsigned fla
 
 /* Gives a new communicator its shared-memory segment where its members
  * share a machine, or node-local sub-groups where they span machines; a
- * failure of these collective steps undoes the communicator. */
+ * failure of these collective steps undoes the communicator, on every
+ * member alike (agreed, or the communicator broken). */
 static msr_status_t with_shm(msr_comm_t **comm_p)
 {
     uint64_t t0 = msr_now_ns();
@@ -133,7 +134,7 @@ static msr_status_t with_shm(msr_comm_t **comm_p)
     if (st == MSR_OK)
         msr_lprof_note(MSR_LPROF_SHM, t0);
     if (st != MSR_OK) {
-        msr_comm_destroy(*comm_p);
+        ucx_comm_undo(*comm_p);
         *comm_p = NULL;
     }
     return st;
@@ -352,7 +353,7 @@ static msr_status_t ucx_split(msr_comm_t *comm, int color, int key, unsigned fla
      * new communicator's first collective for one that could not make it */
     st = split_agree(comm, st, "making its communicator");
     if (st != MSR_OK) {
-        msr_comm_destroy(made);
+        ucx_comm_undo(made);
         made = NULL;
         goto out;
     }

@@ -453,6 +453,10 @@ msr_status_t ucx_engine_take_all(ucx_engine_t *e, int n, const int *world_ranks,
 msr_status_t ucx_engine_create_over(msr_comm_t *comm, const char *uid, ucx_engine_t **engine_p);
 void ucx_engine_unref(ucx_engine_t *e);
 ucp_ep_h ucx_engine_ep(ucx_engine_t *e, ucx_peer_t *p);
+/* The same for a best-effort notice: a connection that fails (the peer's
+ * engine gone, its shared-memory FIFO with it) is said in debug lines
+ * only, UCX's own error messages held back for this thread's call. */
+ucp_ep_h ucx_engine_ep_quiet(ucx_engine_t *e, ucx_peer_t *p);
 /* Which machine this process is on (host id and PID namespace, hashed to a
  * non-negative number), or with MSR_COMM_HOST_SHM=0 its node: members that
  * give the same number can share memory. */
@@ -489,6 +493,10 @@ msr_status_t ucx_comm_take_notices(ucx_comm_t *uc);
 /* Tells the other members of a healthy communicator that this rank is done
  * with it, so that its exit afterwards does not break it for them. */
 void ucx_comm_say_left(ucx_comm_t *uc);
+/* Destroys a communicator that every member undoes at once (their
+ * agreement said so): none is told, since none waits for it, and a member
+ * whose own engine is gone already would not be reached. */
+void ucx_comm_undo(msr_comm_t *comm);
 /* comm_ucx.c: every member's status for one step, agreed over comm without
  * any buffer (a member out of memory still takes part): *worst_p the worst
  * status (MSR_OK when none failed) and *who_p the lowest rank that had it.
