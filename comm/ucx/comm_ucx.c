@@ -8,6 +8,7 @@
 #include "base/log.h"
 #include "base/lprof.h"
 #include "base/time.h"
+#include "base/util.h"
 #include "comm/ucx/ucx_impl.h"
 #include "base/err.h"
 
@@ -123,7 +124,8 @@ static msr_status_t ucx_split(msr_comm_t *comm, int color, int key, unsigned fla
 
 /* Gives a new communicator its shared-memory segment where its members
  * share a machine, or node-local sub-groups where they span machines; a
- * failure of these collective steps undoes the communicator. */
+ * failure of these collective steps undoes the communicator, on every
+ * member alike (agreed, or the communicator broken). */
 static msr_status_t with_shm(msr_comm_t **comm_p)
 {
     uint64_t t0 = msr_now_ns();
@@ -133,7 +135,7 @@ static msr_status_t with_shm(msr_comm_t **comm_p)
     if (st == MSR_OK)
         msr_lprof_note(MSR_LPROF_SHM, t0);
     if (st != MSR_OK) {
-        msr_comm_destroy(*comm_p);
+        ucx_comm_undo(*comm_p);
         *comm_p = NULL;
     }
     return st;
@@ -352,7 +354,7 @@ static msr_status_t ucx_split(msr_comm_t *comm, int color, int key, unsigned fla
      * new communicator's first collective for one that could not make it */
     st = split_agree(comm, st, "making its communicator");
     if (st != MSR_OK) {
-        msr_comm_destroy(made);
+        ucx_comm_undo(made);
         made = NULL;
         goto out;
     }
@@ -365,6 +367,25 @@ out:
     msr_free(members);
     msr_free(all);
     return st;
+}
+
+/* Drops the messages already queued for the communicator's tag space
+ * (every class: its operations' parts that a failure left unreceived, its
+ * notices), at most MSR_COMM_CLOSE_DRAIN of them within MSR_COMM_CLOSE_MS:
+ * UCX keeps an unexpected message until it is received, so those of broken
+ * communicators would otherwise stay for the engine's life. Those that
+ * come later are dropped at the engine's close. Lock held. */
+static void drop_queued(ucx_comm_t *uc)
+{
+    ucx_engine_t *e = uc->engine;
+    int max = (int)msr_env_i64("MSR_COMM_CLOSE_DRAIN", 4096, 0, 1 << 20);
+    if (max == 0)
+        return;
+    uint64_t deadline = msr_deadline_in_ms(msr_env_i64("MSR_COMM_CLOSE_MS", 1000, 0, 600000));
+    int n = ucx_engine_drain(e, ucx_tag(0, uc->id, 0, 0), UCX_TAG_MASK_ID, max, deadline, NULL);
+    e->stat_close_dropped += (uint64_t)n;
+    if (n > 0)
+        MSR_DEBUG("comm %u: %d messages queued for it dropped at its close", uc->id, n);
 }
 
 static void ucx_close(msr_comm_t *comm)
@@ -384,6 +405,7 @@ static void ucx_close(msr_comm_t *comm)
     }
     drop_abort_recv(uc);
     msr_list_remove(&uc->link);
+    drop_queued(uc);
     ucx_engine_unlock(e);
 }
 

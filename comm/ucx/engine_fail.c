@@ -115,9 +115,11 @@ static void send_aborts(ucx_comm_t *uc, msr_status_t st, int culprit)
     ucx_engine_bury(e, msg);
     for (int i = 0; i < uc->comm->size; i++) {
         ucx_peer_t *p = uc->peer[i];
-        if (i == uc->comm->rank || p->dead)
+        /* a member that left has no receive for it: its engine perhaps
+         * gone, a connection to it fails (UCX saying so) */
+        if (i == uc->comm->rank || p->dead || uc->left[i])
             continue;
-        ucp_ep_h ep = ucx_engine_ep(e, p);
+        ucp_ep_h ep = ucx_engine_ep_quiet(e, p);
         if (ep == NULL)
             continue;
         ucp_request_param_t prm = {.op_attr_mask = 0};
@@ -132,6 +134,17 @@ void ucx_comm_say_left(ucx_comm_t *uc)
 {
     if (uc->comm->size > 1)
         send_aborts(uc, MSR_OK, uc->comm->rank);
+}
+
+void ucx_comm_undo(msr_comm_t *comm)
+{
+    if (comm == NULL)
+        return;
+    ucx_comm_t *uc = comm->be;
+    ucx_engine_lock(uc->engine);
+    memset(uc->left, 1, (size_t)comm->size);
+    ucx_engine_unlock(uc->engine);
+    msr_comm_destroy(comm);
 }
 
 void ucx_comm_fail(ucx_comm_t *uc, msr_status_t st, int culprit, const char *fmt, ...)

@@ -3,7 +3,9 @@
  * CPUs) through the store, endpoints made on first use, and the pidfds
  * that watch the peers on this machine. */
 #include <errno.h>
+#include <pthread.h>
 #include <sched.h>
+#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -17,6 +19,7 @@
 #include "comm/ucx/engine_impl.h"
 #include "base/err.h"
 #include "base/hash.h"
+#include <ucs/debug/log_def.h>
 
 #define ADDR_MAGIC 0x6d737563u /* "msuc" */
 
@@ -143,6 +146,44 @@ ucp_ep_h ucx_engine_ep(ucx_engine_t *e, ucx_peer_t *p)
     }
     log_lanes(p->ep, p);
     return p->ep;
+}
+
+/* Set while this thread connects for a notice: UCX's messages are then
+ * debug lines of ours, not errors on the job's output. */
+static _Thread_local int quiet_connect;
+static pthread_once_t quiet_once = PTHREAD_ONCE_INIT;
+
+static ucs_log_func_rc_t quiet_log(const char *file, unsigned line, const char *function,
+                                   ucs_log_level_t level, const ucs_log_component_config_t *conf,
+                                   const char *fmt, va_list ap)
+{
+    (void)file;
+    (void)line;
+    (void)function;
+    (void)level;
+    (void)conf;
+    if (!quiet_connect)
+        return UCS_LOG_FUNC_RC_CONTINUE; /* ap untouched for the next handler */
+    char msg[256];
+    vsnprintf(msg, sizeof msg, fmt, ap);
+    MSR_DEBUG("comm: UCX, connecting for a notice: %s", msg);
+    return UCS_LOG_FUNC_RC_STOP;
+}
+
+static void quiet_install(void)
+{
+    ucs_log_push_handler(quiet_log); /* process-wide; idle unless this thread asks */
+}
+
+ucp_ep_h ucx_engine_ep_quiet(ucx_engine_t *e, ucx_peer_t *p)
+{
+    if (p->ep)
+        return p->ep;
+    pthread_once(&quiet_once, quiet_install);
+    quiet_connect = 1;
+    ucp_ep_h ep = ucx_engine_ep(e, p);
+    quiet_connect = 0;
+    return ep;
 }
 
 int64_t ucx_engine_machine(const ucx_engine_t *e)
