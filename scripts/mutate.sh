@@ -3623,19 +3623,10 @@ test: ^test_parallel_moe_device$|^test_parallel_ep_device$
 file: comm/ucx/engine.c
 test: ^comm_make_oom$
 <<<
-    int n = ucx_engine_drain(e, 0, 0, 1 << 20, deadline, &notices);
+        ucp_tag_message_h m = ucp_tag_probe_nb(e->worker, 0, 0, 1, &info);
 ===
-    int n = ucx_engine_drain(e, ucx_tag(UCX_TAG_CTRL, 0, 0, 0), ~0ull << 62, 1 << 20, deadline,
-                             &notices);
->>>
-
-@ comm.close_drain.one_class_only
-file: comm/ucx/comm_ucx.c
-test: ^comm_break_many$
-<<<
-    int n = ucx_engine_drain(e, ucx_tag(0, uc->id, 0, 0), UCX_TAG_MASK_ID, max, deadline, NULL);
-===
-    int n = ucx_engine_drain(e, ucx_tag(0, uc->id, 0, 0), UCX_TAG_MASK_CTRL, max, deadline, NULL);
+        ucp_tag_message_h m = ucp_tag_probe_nb(e->worker, ucx_tag(UCX_TAG_CTRL, 0, 0, 0),
+                                               ~0ull << 62, 1, &info);
 >>>
 
 @ comm.dup_own.addresses_through_store

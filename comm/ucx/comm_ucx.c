@@ -8,7 +8,6 @@
 #include "base/log.h"
 #include "base/lprof.h"
 #include "base/time.h"
-#include "base/util.h"
 #include "comm/ucx/ucx_impl.h"
 #include "base/err.h"
 
@@ -369,25 +368,6 @@ out:
     return st;
 }
 
-/* Drops the messages already queued for the communicator's tag space
- * (every class: its operations' parts that a failure left unreceived, its
- * notices), at most MSR_COMM_CLOSE_DRAIN of them within MSR_COMM_CLOSE_MS:
- * UCX keeps an unexpected message until it is received, so those of broken
- * communicators would otherwise stay for the engine's life. Those that
- * come later are dropped at the engine's close. Lock held. */
-static void drop_queued(ucx_comm_t *uc)
-{
-    ucx_engine_t *e = uc->engine;
-    int max = (int)msr_env_i64("MSR_COMM_CLOSE_DRAIN", 4096, 0, 1 << 20);
-    if (max == 0)
-        return;
-    uint64_t deadline = msr_deadline_in_ms(msr_env_i64("MSR_COMM_CLOSE_MS", 1000, 0, 600000));
-    int n = ucx_engine_drain(e, ucx_tag(0, uc->id, 0, 0), UCX_TAG_MASK_ID, max, deadline, NULL);
-    e->stat_close_dropped += (uint64_t)n;
-    if (n > 0)
-        MSR_DEBUG("comm %u: %d messages queued for it dropped at its close", uc->id, n);
-}
-
 static void ucx_close(msr_comm_t *comm)
 {
     ucx_comm_t *uc = comm->be;
@@ -405,7 +385,6 @@ static void ucx_close(msr_comm_t *comm)
     }
     drop_abort_recv(uc);
     msr_list_remove(&uc->link);
-    drop_queued(uc);
     ucx_engine_unlock(e);
 }
 

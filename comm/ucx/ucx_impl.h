@@ -46,8 +46,6 @@ static inline int ucx_tag_src(uint64_t tag)
 #define UCX_TAG_MASK_FULL    (~0ull)
 /* class and communicator: what the abort receive matches */
 #define UCX_TAG_MASK_CTRL    (~0ull << 46)
-/* the communicator alone, every class: its tag space, dropped at its close */
-#define UCX_TAG_MASK_ID      (((1ull << UCX_TAG_ID_BITS) - 1) << 46)
 /* everything but the sender: what a receive from any source matches */
 #define UCX_TAG_MASK_ANY_SRC (~(((1ull << UCX_TAG_SRC_BITS) - 1) << UCX_TAG_SRC_SHIFT))
 
@@ -161,8 +159,6 @@ struct ucx_engine {
      * the core (the spin phase), yields: those that handed it over */
     uint64_t stat_waits, stat_sleeps, stat_sleep_timeouts, stat_slept_ns;
     uint64_t stat_held, stat_yields;
-    /* messages dropped by the communicators' drain at their close */
-    uint64_t stat_close_dropped;
 };
 
 typedef struct ucx_comm {
@@ -479,16 +475,6 @@ msr_status_t ucx_engine_wait(ucx_engine_t *e, ucx_req_t *r);
 /* The same with e->lock already held. */
 msr_status_t ucx_engine_wait_locked(ucx_engine_t *e, ucx_req_t *r);
 void ucx_engine_orphan(ucx_engine_t *e, void *ucp_req);
-/* Receives and drops the messages queued whose tag matches tag under mask,
- * max at most and until deadline, progressing the worker before each
- * probe (a message still in a transport's queue, shared memory's FIFO, is
- * where the probe looks only after that). Each is received into a buffer
- * of its own, truncated past 4 KiB (which drops it without moving its
- * data); one still running at the deadline is left to UCX. A probed
- * message is off UCX's queue whatever its receive's outcome. The count
- * dropped; *notices_p (if not NULL) those that were notices. */
-int ucx_engine_drain(ucx_engine_t *e, uint64_t tag, uint64_t mask, int max, uint64_t deadline,
-                     int *notices_p);
 void ucx_engine_bury(ucx_engine_t *e, void *mem);
 void ucx_comm_fail(ucx_comm_t *uc, msr_status_t st, int culprit, const char *fmt, ...)
     __attribute__((format(printf, 4, 5)));
