@@ -304,6 +304,13 @@ int msr_dp_init_left(const msr_dp_config_t *cfg);
  * step, destroy the communicator first: its requests then fail at once). */
 void msr_dp_destroy(msr_dp_t *dp);
 
+/* Under ZeRO-3: allocates the temporary buffers that gathering segment s
+ * takes and keeps them in dp's cache, so that its next gather allocates
+ * nothing (a trainer's creation reserves, before its agreement, what its
+ * first collective after it needs). Local; MSR_ERR_NO_MEMORY; does
+ * nothing at ZeRO 0-2 or for a replicated or gathered segment. */
+msr_status_t msr_dp_gather_reserve(msr_dp_t *dp, int s);
+
 /* The hooks to pass to msr_gpt_forward and msr_gpt_backward. */
 const msr_gpt_hooks_t *msr_dp_hooks(msr_dp_t *dp);
 

@@ -390,7 +390,8 @@ msr_status_t msr_trainer_create(const msr_train_config_t *cfg, const msr_dataset
 }
 
 /* The model-parallel trainer's parts, each rank on its own as create_dp's
- * (the tied embedding's first sync comes after the agreement). */
+ * (the tied embedding's first sync comes after the agreement, with the
+ * buffers of its ZeRO-3 gather reserved before it). */
 static msr_status_t create_mp(const msr_train_config_t *cfg, const msr_mesh_t *mesh,
                               msr_trainer_t **tr_p)
 {
@@ -426,7 +427,9 @@ static msr_status_t create_mp(const msr_train_config_t *cfg, const msr_mesh_t *m
         (st = msr_mp_create(&tr->cfg.mp, mesh, tr->model, &tr->mp)) != MSR_OK)
         return st;
     msr_mp_set_dp(tr->mp, tr->dp);
-    return MSR_OK;
+    /* the first send of the tied embedding comes after the agreement:
+     * under ZeRO-3 its gather's buffers are taken here, before it */
+    return msr_mp_tied_reserve(tr->mp);
 }
 
 msr_status_t msr_trainer_create_mesh(const msr_train_config_t *cfg, const msr_dataset_t *data,

@@ -5,8 +5,10 @@
  *
  * LAYOUT: z0 (dp over the world, ZeRO 0, a dense model), z3 (dp over the
  * world, ZeRO-3, every second block MoE: the dense segments and the
- * experts sharded) or tp2pp2 (4 ranks: tp 2 x pp 2, ZeRO 1, the GPT's
- * tied embedding across the pipeline). A first round makes the trainer
+ * experts sharded), tp2pp2 (4 ranks: tp 2 x pp 2, ZeRO 1, the GPT's
+ * tied embedding across the pipeline) or tp2pp2z3 (the same at ZeRO-3:
+ * the first stage gathers the embedding for its first send to the last
+ * stage, after the creation's agreement). A first round makes the trainer
  * with nothing failing and counts rank WHO's allocations in it (N,
  * msr_alloc_fail_at); then each sampled one fails in turn: 0, EVERY,
  * 2 EVERY, ... and N - 1 (EVERY 1: all of them), then N, N + 1, ...
@@ -85,15 +87,15 @@ static msr_train_config_t config(const char *layout, int np, int rank)
     if (strcmp(layout, "z3") == 0) {
         c.par.zero = 3;
         c.model.moe = (msr_gpt_moe_t){4, 2, 2, 1.0, 0.01};
-    } else if (strcmp(layout, "tp2pp2") == 0) {
+    } else if (strcmp(layout, "tp2pp2") == 0 || strcmp(layout, "tp2pp2z3") == 0) {
         if (np != 4)
-            fail("tp2pp2 needs 4 ranks, not %d", np);
-        c.par.zero = 1;
+            fail("%s needs 4 ranks, not %d", layout, np);
+        c.par.zero = strcmp(layout, "tp2pp2") == 0 ? 1 : 3;
         c.dp = 1;
         c.dp_rank = 0;
         c.tp = c.pp = 2;
     } else if (strcmp(layout, "z0") != 0) {
-        fail("layout %s: want z0, z3 or tp2pp2", layout);
+        fail("layout %s: want z0, z3, tp2pp2 or tp2pp2z3", layout);
     }
     return c;
 }

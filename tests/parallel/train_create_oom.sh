@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # A trainer's creation out of memory on one rank (create_oom_worker.c):
 # dp 2 at ZeRO 0 (a dense model), dp 2 at ZeRO-3 (every second block MoE,
-# the experts sharded) and tp 2 x pp 2 on 4 ranks (ZeRO 1, the tied
-# embedding across the pipeline). Rank WHO's allocations in the creation
+# the experts sharded), tp 2 x pp 2 on 4 ranks (ZeRO 1, the tied
+# embedding across the pipeline) and the same at ZeRO-3 (the first
+# stage's gather for the embedding's first send). Rank WHO's allocations in the creation
 # are counted, then each sampled one fails in turn (every EVERY-th, the
 # first and the last, then one past them until none fails; EVERY 1: all
 # of them, a few dozen here): in every round every rank ends alike,
@@ -38,4 +39,6 @@ run 2 1 z0 1
 run 2 0 z3 1
 run 4 3 tp2pp2 1
 run 4 0 tp2pp2 2
+run 4 0 tp2pp2z3 1
+run 4 3 tp2pp2z3 2
 echo "train_create_oom: ok"
