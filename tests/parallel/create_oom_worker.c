@@ -11,7 +11,9 @@
  * stage, after the creation's agreement). dpz3: no trainer but the
  * data-parallel state alone (ZeRO-3 over the world, msr_dp_create_agreed:
  * the others say "dp: rank WHO is out of memory creating its data-parallel
- * state"; a round that made it takes no step). A first round makes the trainer
+ * state"; a round that made it takes no step), cp2 (cp over the world,
+ * ZeRO 1, dense) or ep2 (dp over the world at ZeRO-3, every block MoE,
+ * the experts over ep groups of 2). A first round makes the trainer
  * with nothing failing and counts rank WHO's allocations in it (N,
  * msr_alloc_fail_at); then each sampled one fails in turn: 0, EVERY,
  * 2 EVERY, ... and N - 1 (EVERY 1: all of them), then N, N + 1, ...
@@ -99,8 +101,17 @@ static msr_train_config_t config(const char *layout, int np, int rank)
         c.dp = 1;
         c.dp_rank = 0;
         c.tp = c.pp = 2;
+    } else if (strcmp(layout, "cp2") == 0) {
+        c.par.zero = 1;
+        c.dp = 1;
+        c.dp_rank = 0;
+        c.cp = np;
+    } else if (strcmp(layout, "ep2") == 0) {
+        c.par.zero = 3;
+        c.model.moe = (msr_gpt_moe_t){4, 2, 1, 1.0, 0.01};
+        c.ep = 2;
     } else if (strcmp(layout, "z0") != 0) {
-        fail("layout %s: want z0, z3, dpz3, tp2pp2 or tp2pp2z3", layout);
+        fail("layout %s: want z0, z3, dpz3, cp2, ep2, tp2pp2 or tp2pp2z3", layout);
     }
     return c;
 }
@@ -142,8 +153,8 @@ static msr_status_t round_run(const msr_train_config_t *cfg, const msr_dataset_t
         msr_comm_destroy(c);
         return st;
     }
-    if (cfg->tp > 1)
-        OK(msr_mesh_create(c, cfg->dp, cfg->pp, 1, cfg->tp, &mesh));
+    if (cfg->tp > 1 || cfg->cp > 1)
+        OK(msr_mesh_create(c, cfg->dp, cfg->pp, cfg->cp > 1 ? cfg->cp : 1, cfg->tp, &mesh));
     msr_trainer_t *tr = NULL;
     msr_alloc_fail_at(me == who ? k : -1);
     msr_status_t st = mesh != NULL ? msr_trainer_create_mesh(cfg, ds, mesh, &tr)
