@@ -5,6 +5,8 @@
 #include "parallel/dp_impl.h"
 
 #include <math.h>
+#include <stdint.h>
+#include <stdio.h>
 #include <string.h>
 
 #include "base/alloc.h"
@@ -370,6 +372,45 @@ err_free:
 err_no_memory:
     return msr_err(MSR_ERR_NO_MEMORY, "dp: out of memory laying out %zu parameters",
                    model->num_params);
+}
+
+msr_status_t msr_dp_agree(msr_comm_t *comm, msr_status_t st, const char *area, const char *thing)
+{
+    if (comm == NULL)
+        return st;
+    char why[512];
+    snprintf(why, sizeof why, "%s", msr_last_error());
+    int64_t code = st < 0 && st > -256 ? -(int64_t)st : -(int64_t)MSR_ERR_INTERNAL;
+    int64_t v = st != MSR_OK ? (int64_t)msr_comm_rank(comm) * 256 + code : INT64_MAX;
+    msr_status_t ast = msr_comm_allreduce(comm, MSR_IN_PLACE, &v, 1, MSR_DTYPE_I64, MSR_OP_MIN);
+    if (st != MSR_OK) {
+        msr_err_set("%s", why);
+        return st;
+    }
+    if (ast != MSR_OK)
+        return msr_err_call(ast, "%s: the agreement on the %s's creation", area, thing);
+    if (v == INT64_MAX)
+        return MSR_OK;
+    msr_status_t worst = (msr_status_t)(-(v % 256));
+    if (worst == MSR_ERR_NO_MEMORY)
+        return msr_err(worst, "%s: rank %lld is out of memory creating its %s", area,
+                       (long long)(v / 256), thing);
+    return msr_err(worst, "%s: rank %lld failed creating its %s (%s)", area, (long long)(v / 256),
+                   thing, msr_status_str(worst));
+}
+
+msr_status_t msr_dp_create_agreed(const msr_dp_config_t *cfg, msr_comm_t *comm, msr_gpt_t *model,
+                                  const msr_adamw_config_t *adamw, uint64_t seed, msr_dp_t **dp_p)
+{
+    msr_dp_t *dp = NULL;
+    msr_status_t st = msr_dp_agree(comm, msr_dp_create(cfg, comm, model, adamw, seed, &dp), "dp",
+                                   "data-parallel state");
+    if (st != MSR_OK) {
+        msr_dp_destroy(dp);
+        return st;
+    }
+    *dp_p = dp;
+    return MSR_OK;
 }
 
 int msr_dp_init_left(const msr_dp_config_t *cfg)

@@ -292,6 +292,26 @@ typedef struct msr_dp {
 msr_status_t msr_dp_create(const msr_dp_config_t *cfg, msr_comm_t *comm, msr_gpt_t *model,
                            const msr_adamw_config_t *adamw, uint64_t seed, msr_dp_t **dp_p);
 
+/* msr_dp_create communicates with no one: a rank that fails in it (out
+ * of memory part way) returns alone, and one that failed before it (its
+ * model) never calls it, so an agreement inside it would leave the others
+ * waiting. A caller that makes more than dp agrees once at its end (as
+ * msr_trainer_create does over the world, with msr_dp_agree); one that
+ * makes dp alone over comm calls msr_dp_create_agreed: msr_dp_create,
+ * then msr_dp_agree over comm, so that when one rank fails every rank
+ * fails at once (the others: "dp: rank R is out of memory creating its
+ * data-parallel state"), dp freed on each. Collective over comm. */
+msr_status_t msr_dp_create_agreed(const msr_dp_config_t *cfg, msr_comm_t *comm, msr_gpt_t *model,
+                                  const msr_adamw_config_t *adamw, uint64_t seed, msr_dp_t **dp_p);
+
+/* The end of a creation over comm (NULL: alone): one allreduce (least) of
+ * each rank's outcome st, as rank * 256 + (-status), INT64_MAX for
+ * success. A rank that failed returns st with its own error; the others
+ * the lowest failed rank's status, the text "AREA: rank R is out of memory
+ * creating its THING" (or "... failed creating its THING (STATUS)"); the
+ * allreduce's own failure: "AREA: the agreement on the THING's creation". */
+msr_status_t msr_dp_agree(msr_comm_t *comm, msr_status_t st, const char *area, const char *thing);
+
 /* Initialises the parameters dp holds from seed (the flat buffer, or
  * under ZeRO-3 the owned elements): what msr_dp_create does unless
  * msr_dp_init_left. */
@@ -303,6 +323,13 @@ int msr_dp_init_left(const msr_dp_config_t *cfg);
 /* Frees dp, first waiting for any request still in flight (after a failed
  * step, destroy the communicator first: its requests then fail at once). */
 void msr_dp_destroy(msr_dp_t *dp);
+
+/* Under ZeRO-3: allocates the temporary buffers that gathering segment s
+ * takes and keeps them in dp's cache, so that its next gather allocates
+ * nothing (a trainer's creation reserves, before its agreement, what its
+ * first collective after it needs). Local; MSR_ERR_NO_MEMORY; does
+ * nothing at ZeRO 0-2 or for a replicated or gathered segment. */
+msr_status_t msr_dp_gather_reserve(msr_dp_t *dp, int s);
 
 /* The hooks to pass to msr_gpt_forward and msr_gpt_backward. */
 const msr_gpt_hooks_t *msr_dp_hooks(msr_dp_t *dp);

@@ -246,6 +246,24 @@ static msr_status_t gather_start(msr_dp_t *dp, int s)
                         : MSR_OK;
 }
 
+/* gather_start's buffer and msr_dp_seg_ready's (direct: one), allocated
+ * as they are (the packed one live while the full one is taken) and given
+ * back to the cache, where their next requests find them. */
+msr_status_t msr_dp_gather_reserve(msr_dp_t *dp, int s)
+{
+    msr_dp_seg_t *G = &dp->segs[s];
+    if (dp->cfg.zero < 3 || G->replicated || G->full != NULL || G->gathering)
+        return MSR_OK;
+    size_t count = msr_dp_seg_count(dp, s), packed = (size_t)dp->size * G->blk;
+    float *gbuf = NULL, *full = NULL;
+    if (!G->direct && (gbuf = msr_dp_tmp_alloc(dp, packed, 0)) == NULL)
+        return MSR_ERR_NO_MEMORY;
+    msr_status_t st = (full = msr_dp_tmp_alloc(dp, count, 0)) == NULL ? MSR_ERR_NO_MEMORY : MSR_OK;
+    msr_dp_tmp_free(dp, &full, count);
+    msr_dp_tmp_free(dp, &gbuf, packed);
+    return st;
+}
+
 /* Makes segment s's full parameters available and points the model at them. */
 msr_status_t msr_dp_seg_ready(msr_dp_t *dp, int s)
 {

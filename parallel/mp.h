@@ -229,6 +229,13 @@ msr_status_t msr_mp_run(msr_mp_t *mp, msr_dp_t *dp, const int *inputs, const int
  * embedding segment with (msr_mp_run sets it too); dp must outlive mp. */
 void msr_mp_set_dp(msr_mp_t *mp, msr_dp_t *dp);
 
+/* Under ZeRO-3, on the first stage of a tied pipeline: reserves the
+ * buffers of the embedding's gather that the next msr_mp_sync_tied takes
+ * (msr_dp_gather_reserve), so that a creation's first send, after its
+ * agreement, allocates none. Local; MSR_ERR_NO_MEMORY; does nothing
+ * otherwise (msr_mp_set_dp before). */
+msr_status_t msr_mp_tied_reserve(msr_mp_t *mp);
+
 /* Pipeline with pp > 1: the first stage sends its wte to the last stage's
  * head copy (after initialisation, an optimizer step or a restore); under
  * ZeRO-3 the first stage gathers it over dp first (msr_mp_set_dp before).

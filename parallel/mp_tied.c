@@ -21,6 +21,13 @@ void msr_mp_set_dp(msr_mp_t *mp, msr_dp_t *dp)
     mp->dp = dp;
 }
 
+msr_status_t msr_mp_tied_reserve(msr_mp_t *mp)
+{
+    if (!msr_mp_tied(mp) || mp->pr != 0 || mp->cfg.zero < 3 || mp->dp == NULL)
+        return MSR_OK;
+    return msr_dp_gather_reserve(mp->dp, mp->model->seg_embed);
+}
+
 /* The first stage's send of its wte; under ZeRO-3 the embedding segment is
  * gathered over dp around it (each dp rank sends its own last-stage peer
  * the whole wte), as a forward's use gathers it. */

@@ -286,35 +286,12 @@ static msr_status_t set_precision(msr_trainer_t *tr)
     return MSR_OK;
 }
 
-/* The end of every creation: one allreduce over the world (comm; NULL:
- * alone) of each rank's outcome st, so that when one rank failed part way
- * (out of memory) every rank fails at once and alike, none left waiting
- * in a collective after it: a rank that failed keeps its own error, the
- * others return the lowest failed rank's status, naming it. The outcome
- * travels as rank * 256 + (-status), least first (INT64_MAX: none). */
+/* The end of every creation: one agreement over the world (comm; NULL:
+ * alone) on each rank's outcome st (msr_dp_agree), so that when one rank
+ * failed part way (out of memory) every rank fails at once and alike. */
 static msr_status_t create_agree(msr_comm_t *comm, msr_status_t st)
 {
-    if (comm == NULL)
-        return st;
-    char why[512];
-    snprintf(why, sizeof why, "%s", msr_last_error());
-    int64_t code = st < 0 && st > -256 ? -(int64_t)st : -(int64_t)MSR_ERR_INTERNAL;
-    int64_t v = st != MSR_OK ? (int64_t)msr_comm_rank(comm) * 256 + code : INT64_MAX;
-    msr_status_t ast = msr_comm_allreduce(comm, MSR_IN_PLACE, &v, 1, MSR_DTYPE_I64, MSR_OP_MIN);
-    if (st != MSR_OK) {
-        msr_err_set("%s", why);
-        return st;
-    }
-    if (ast != MSR_OK)
-        return msr_err_call(ast, "train: the agreement on the trainer's creation");
-    if (v == INT64_MAX)
-        return MSR_OK;
-    msr_status_t worst = (msr_status_t)(-(v % 256));
-    if (worst == MSR_ERR_NO_MEMORY)
-        return msr_err(worst, "train: rank %lld is out of memory creating its trainer",
-                       (long long)(v / 256));
-    return msr_err(worst, "train: rank %lld failed creating its trainer (%s)", (long long)(v / 256),
-                   msr_status_str(worst));
+    return msr_dp_agree(comm, st, "train", "trainer");
 }
 
 /* A trainer with its experts' groups (experts_split, made first) and the
@@ -390,7 +367,8 @@ msr_status_t msr_trainer_create(const msr_train_config_t *cfg, const msr_dataset
 }
 
 /* The model-parallel trainer's parts, each rank on its own as create_dp's
- * (the tied embedding's first sync comes after the agreement). */
+ * (the tied embedding's first sync comes after the agreement, with the
+ * buffers of its ZeRO-3 gather reserved before it). */
 static msr_status_t create_mp(const msr_train_config_t *cfg, const msr_mesh_t *mesh,
                               msr_trainer_t **tr_p)
 {
@@ -426,7 +404,9 @@ static msr_status_t create_mp(const msr_train_config_t *cfg, const msr_mesh_t *m
         (st = msr_mp_create(&tr->cfg.mp, mesh, tr->model, &tr->mp)) != MSR_OK)
         return st;
     msr_mp_set_dp(tr->mp, tr->dp);
-    return MSR_OK;
+    /* the first send of the tied embedding comes after the agreement:
+     * under ZeRO-3 its gather's buffers are taken here, before it */
+    return msr_mp_tied_reserve(tr->mp);
 }
 
 msr_status_t msr_trainer_create_mesh(const msr_train_config_t *cfg, const msr_dataset_t *data,

@@ -1548,12 +1548,30 @@ test: ^test_parallel_train_gpt_experts_oom$
 >>>
 
 @ train.create_failure_not_agreed
-file: parallel/train.c
+file: parallel/dp.c
 test: ^test_parallel_train_create_oom$
 <<<
     int64_t v = st != MSR_OK ? (int64_t)msr_comm_rank(comm) * 256 + code : INT64_MAX;
 ===
     int64_t v = INT64_MAX + 0 * code;
+>>>
+
+@ mp_tied.zero3_gather_not_reserved
+file: parallel/mp_tied.c
+test: ^test_parallel_train_create_oom$
+<<<
+    return msr_dp_gather_reserve(mp->dp, mp->model->seg_embed);
+===
+    return MSR_OK;
+>>>
+
+@ dp.create_alone_not_agreed
+file: parallel/dp.c
+test: ^test_parallel_train_create_oom$
+<<<
+    msr_status_t st = msr_dp_agree(comm, msr_dp_create(cfg, comm, model, adamw, seed, &dp), "dp",
+===
+    msr_status_t st = msr_dp_agree(NULL, msr_dp_create(cfg, comm, model, adamw, seed, &dp), "dp",
 >>>
 
 @ plan_acts.bf16_expert_rows_at_capacity

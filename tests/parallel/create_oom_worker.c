@@ -5,8 +5,15 @@
  *
  * LAYOUT: z0 (dp over the world, ZeRO 0, a dense model), z3 (dp over the
  * world, ZeRO-3, every second block MoE: the dense segments and the
- * experts sharded) or tp2pp2 (4 ranks: tp 2 x pp 2, ZeRO 1, the GPT's
- * tied embedding across the pipeline). A first round makes the trainer
+ * experts sharded), tp2pp2 (4 ranks: tp 2 x pp 2, ZeRO 1, the GPT's
+ * tied embedding across the pipeline) or tp2pp2z3 (the same at ZeRO-3:
+ * the first stage gathers the embedding for its first send to the last
+ * stage, after the creation's agreement). dpz3: no trainer but the
+ * data-parallel state alone (ZeRO-3 over the world, msr_dp_create_agreed:
+ * the others say "dp: rank WHO is out of memory creating its data-parallel
+ * state"; a round that made it takes no step), cp2 (cp over the world,
+ * ZeRO 1, dense) or ep2 (dp over the world at ZeRO-3, every block MoE,
+ * the experts over ep groups of 2). A first round makes the trainer
  * with nothing failing and counts rank WHO's allocations in it (N,
  * msr_alloc_fail_at); then each sampled one fails in turn: 0, EVERY,
  * 2 EVERY, ... and N - 1 (EVERY 1: all of them), then N, N + 1, ...
@@ -38,6 +45,8 @@
 WORKER_FAIL("create_oom_worker", exit)
 
 enum { MAX_PAST = 50 };
+
+static int g_alone; /* dpz3: msr_dp_create_agreed alone, not a trainer */
 
 /* The same outcome on every rank (over world, which stays whole). */
 static void same_everywhere(msr_comm_t *world, const char *what, msr_status_t st, const char *err)
@@ -82,18 +91,27 @@ static msr_train_config_t config(const char *layout, int np, int rank)
     msr_train_config_defaults(&c);
     c.par.bucket_bytes = 4000;
     c.par.zero_min_bytes = 0;
-    if (strcmp(layout, "z3") == 0) {
+    if (strcmp(layout, "z3") == 0 || strcmp(layout, "dpz3") == 0) {
         c.par.zero = 3;
         c.model.moe = (msr_gpt_moe_t){4, 2, 2, 1.0, 0.01};
-    } else if (strcmp(layout, "tp2pp2") == 0) {
+    } else if (strcmp(layout, "tp2pp2") == 0 || strcmp(layout, "tp2pp2z3") == 0) {
         if (np != 4)
-            fail("tp2pp2 needs 4 ranks, not %d", np);
-        c.par.zero = 1;
+            fail("%s needs 4 ranks, not %d", layout, np);
+        c.par.zero = strcmp(layout, "tp2pp2") == 0 ? 1 : 3;
         c.dp = 1;
         c.dp_rank = 0;
         c.tp = c.pp = 2;
+    } else if (strcmp(layout, "cp2") == 0) {
+        c.par.zero = 1;
+        c.dp = 1;
+        c.dp_rank = 0;
+        c.cp = np;
+    } else if (strcmp(layout, "ep2") == 0) {
+        c.par.zero = 3;
+        c.model.moe = (msr_gpt_moe_t){4, 2, 1, 1.0, 0.01};
+        c.ep = 2;
     } else if (strcmp(layout, "z0") != 0) {
-        fail("layout %s: want z0, z3 or tp2pp2", layout);
+        fail("layout %s: want z0, z3, dpz3, cp2, ep2, tp2pp2 or tp2pp2z3", layout);
     }
     return c;
 }
@@ -103,6 +121,24 @@ static msr_train_config_t config(const char *layout, int np, int rank)
  * failing (k < 0: none), a step taken if it was made. The status, its text
  * in err; *fired_p: whether the hook failed an allocation; *count_p: the
  * allocations this rank made in the creation. */
+/* dpz3: the data-parallel state alone over c (msr_dp_create_agreed, its
+ * model made before the hook is set), with rank who's k-th allocation
+ * failing; *fired_p and *count_p as round_run's. */
+static msr_status_t dp_alone(const msr_train_config_t *cfg, msr_comm_t *c, int me, int who, long k,
+                             int *fired_p, long *count_p)
+{
+    msr_gpt_t *g = NULL;
+    msr_dp_t *dp = NULL;
+    OK(msr_gpt_create_ex(&cfg->model, cfg->micro_batch, msr_dp_model_flags(cfg->par.zero), &g));
+    msr_alloc_fail_at(me == who ? k : -1);
+    msr_status_t st = msr_dp_create_agreed(&cfg->par, c, g, &cfg->adamw, cfg->seed, &dp);
+    *fired_p = msr_alloc_failed();
+    *count_p = msr_alloc_fail_at(-1);
+    msr_dp_destroy(dp);
+    msr_gpt_destroy(g);
+    return st;
+}
+
 static msr_status_t round_run(const msr_train_config_t *cfg, const msr_dataset_t *ds,
                               msr_comm_t *world, int who, long k, char *err, size_t n, int *fired_p,
                               long *count_p)
@@ -111,8 +147,14 @@ static msr_status_t round_run(const msr_train_config_t *cfg, const msr_dataset_t
     msr_comm_t *c;
     msr_mesh_t *mesh = NULL;
     OK(msr_comm_split(world, 0, me, &c));
-    if (cfg->tp > 1)
-        OK(msr_mesh_create(c, cfg->dp, cfg->pp, 1, cfg->tp, &mesh));
+    if (g_alone) {
+        msr_status_t st = dp_alone(cfg, c, me, who, k, fired_p, count_p);
+        snprintf(err, n, "%s", st == MSR_OK ? "" : msr_last_error());
+        msr_comm_destroy(c);
+        return st;
+    }
+    if (cfg->tp > 1 || cfg->cp > 1)
+        OK(msr_mesh_create(c, cfg->dp, cfg->pp, cfg->cp > 1 ? cfg->cp : 1, cfg->tp, &mesh));
     msr_trainer_t *tr = NULL;
     msr_alloc_fail_at(me == who ? k : -1);
     msr_status_t st = mesh != NULL ? msr_trainer_create_mesh(cfg, ds, mesh, &tr)
@@ -173,6 +215,7 @@ int main(int argc, char **argv)
     msr_dataset_t *ds = NULL;
     OK(msr_dataset_generate(5, 1 << 14, &ds));
     msr_train_config_t cfg = config(argv[2], np, me);
+    g_alone = strcmp(argv[2], "dpz3") == 0;
     long n = 0, failed = 0, k;
     if (round_check(&cfg, ds, world, who, -1, &n))
         fail("an allocation failed with the hook off");
