@@ -3559,6 +3559,17 @@ test: ^test_relay_merge$
         if (0)
 >>>
 
+@ relay.merged_add_part_not_deduped
+file: rendezvous/store_kv.c
+test: ^(test_relay_add|test_coord)$
+<<<
+    if (seen != 0)
+        return seen > 0;
+===
+    if (seen < 0)
+        return 0;
+>>>
+
 @ python.wait_change_delete_raises
 file: python/msrun/_context.py
 test: ^python_api_np2$
