@@ -385,9 +385,9 @@ test: ^test_coord$
 file: rendezvous/store_kv.c
 test: ^test_coord$
 <<<
-    if (!check_generation(c, call, req->generation) || !check_key(c, call, "add", req->key) ||
+    if (!check_generation(c, call, req->generation) || !check_key(c, call, "add", req->key))
 ===
-    if (!check_key(c, call, "add", req->key) ||
+    if (!check_key(c, call, "add", req->key))
 >>>
 
 @ coord.compare_set.no_generation_check
