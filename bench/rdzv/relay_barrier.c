@@ -31,7 +31,8 @@ typedef struct bench {
     msr_rpc_channel_t *up, *status, *via[CHANNELS];
     msr_relay_server_t *relay;
     pid_t coord;
-    int add; /* --op add */
+    int add;      /* --op add */
+    size_t adds0; /* the relay's adds taken in before the round */
 } bench_t;
 
 static double cpu_ms(pid_t pid)
@@ -79,11 +80,20 @@ static void op_done(msr_rpc_async_t *a)
     ((op_t *)a)->done = 1;
 }
 
+/* The relay's calls so far: barriers held, or adds taken in. */
+static size_t relay_count(bench_t *b)
+{
+    uint64_t calls = 0, merged;
+    if (b->add)
+        msr_relay_server_adds(b->relay, &calls, &merged);
+    return b->add ? (size_t)calls - b->adds0 : msr_relay_server_forwarding(b->relay);
+}
+
 /* Polls until the relay holds want calls (10 s at most): 0, or -1. */
 static int relay_holds(bench_t *b, size_t want)
 {
     uint64_t limit = msr_deadline_in_ms(10000);
-    while (msr_relay_server_forwarding(b->relay) < want)
+    while (relay_count(b) < want)
         if (msr_deadline_passed(limit))
             return -1;
         else
@@ -117,6 +127,9 @@ static int round_run(bench_t *b, op_t *ops, int n, int merged, int round)
 {
     char name[32];
     snprintf(name, sizeof name, "r%d-%d", merged, round);
+    uint64_t calls, m;
+    msr_relay_server_adds(b->relay, &calls, &m);
+    b->adds0 = (size_t)calls;
     for (int k = 0; k < n; k++) {
         if (call_start(b, &ops[k], k, n, name) != MSR_OK)
             return -1;
