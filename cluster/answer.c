@@ -210,23 +210,47 @@ int msr_coord_request_seen(msr_coord_t *c, void *call, msr_rpc_method_t method, 
     return 1;
 }
 
-/* Answers a write and, when it carries a request id, remembers the answer
- * (saved with the write: a retry after a restart is answered from it). */
+/* A merged add's part: 1 with its recorded value when applied before, -1
+ * when another call used its id, 0 when new. */
+int msr_coord_request_value(msr_coord_t *c, uint64_t client_id, uint64_t request_id,
+                            int64_t *value_p)
+{
+    char key[40];
+    msr_coord_request_key(client_id, request_id, key);
+    request_rec_t *r = msr_map_get(&c->request_map, key);
+    if (r == NULL)
+        return 0;
+    if (r->method != (uint32_t)MSR_RPC_ADD)
+        return -1;
+    Msr__AddResponse *a = msr__add_response__unpack(NULL, r->len, r->response);
+    if (a == NULL)
+        return -1;
+    *value_p = a->value;
+    msr__add_response__free_unpacked(a, NULL);
+    return 1;
+}
+
+/* Remembers a write's answer under its request id (saved with the write: a
+ * retry after a restart is answered from it). */
+void msr_coord_request_note(msr_coord_t *c, msr_rpc_method_t method, uint64_t client_id,
+                            uint64_t request_id, const ProtobufCMessage *resp)
+{
+    size_t len = protobuf_c_message_get_packed_size(resp);
+    uint8_t *buf = len <= MSR_REQUESTS_BYTES_MAX ? msr_malloc(len ? len : 1) : NULL;
+    if (buf == NULL)
+        return;
+    protobuf_c_message_pack(resp, buf);
+    if (msr_coord_request_add(c, client_id, request_id, (uint32_t)method, buf, len, 0) != MSR_OK)
+        MSR_DEBUG("cannot remember request %" PRIu64 ": a retry may apply it again", request_id);
+    msr_free(buf);
+}
+
+/* Answers a write and, when it carries a request id, remembers the answer. */
 void msr_coord_reply_write(msr_coord_t *c, void *call, msr_rpc_method_t method, uint64_t client_id,
                            uint64_t request_id, const ProtobufCMessage *resp)
 {
-    if (client_id && request_id) {
-        size_t len = protobuf_c_message_get_packed_size(resp);
-        uint8_t *buf = len <= MSR_REQUESTS_BYTES_MAX ? msr_malloc(len ? len : 1) : NULL;
-        if (buf) {
-            protobuf_c_message_pack(resp, buf);
-            if (msr_coord_request_add(c, client_id, request_id, (uint32_t)method, buf, len, 0) !=
-                MSR_OK)
-                MSR_DEBUG("cannot remember request %" PRIu64 ": a retry may apply it again",
-                          request_id);
-            msr_free(buf);
-        }
-    }
+    if (client_id && request_id)
+        msr_coord_request_note(c, method, client_id, request_id, resp);
     msr_coord_reply(c, call, resp);
 }
 

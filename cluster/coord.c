@@ -46,6 +46,17 @@ static void s_reply_write(void *ctx, void *call, msr_rpc_method_t method, uint64
     msr_coord_reply_write(ctx, call, method, client_id, request_id, resp);
 }
 
+static int s_request_value(void *ctx, uint64_t client_id, uint64_t request_id, int64_t *value_p)
+{
+    return msr_coord_request_value(ctx, client_id, request_id, value_p);
+}
+
+static void s_request_note(void *ctx, msr_rpc_method_t method, uint64_t client_id,
+                           uint64_t request_id, const ProtobufCMessage *resp)
+{
+    msr_coord_request_note(ctx, method, client_id, request_id, resp);
+}
+
 void msr_coord_key_changed(msr_coord_t *c, const char *key)
 {
     if (!msr_coord_persisting(c) || msr_map_get(&c->dirty_keys, key) != NULL)
@@ -81,6 +92,8 @@ static const msr_store_ops_t store_ops = {
     .reply_blob = s_reply_blob,
     .request_seen = s_request_seen,
     .reply_write = s_reply_write,
+    .request_value = s_request_value,
+    .request_note = s_request_note,
     .key_changed = s_key_changed,
     .generation = s_generation,
     .participants_max = s_participants_max,

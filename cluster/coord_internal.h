@@ -346,6 +346,10 @@ int msr_coord_request_seen(msr_coord_t *c, void *call, msr_rpc_method_t method, 
 
 /* Answers a write and, when it carries a request id, remembers the answer
  * (saved with the write: a retry after a restart is answered from it). */
+int msr_coord_request_value(msr_coord_t *c, uint64_t client_id, uint64_t request_id,
+                            int64_t *value_p);
+void msr_coord_request_note(msr_coord_t *c, msr_rpc_method_t method, uint64_t client_id,
+                            uint64_t request_id, const ProtobufCMessage *resp);
 void msr_coord_reply_write(msr_coord_t *c, void *call, msr_rpc_method_t method, uint64_t client_id,
                            uint64_t request_id, const ProtobufCMessage *resp);
 

@@ -231,6 +231,9 @@ uint64_t msr_relay_server_forwarded(const msr_relay_server_t *server);
 /* The nodes' Barrier calls merged so far, the arrivals they went upstream
  * as, and the withdrawals of merged callers that gave up answered
  * upstream (any thread). */
+/* The nodes' Add calls merged so far, and the merged calls they went
+ * upstream as (relay_add.c). */
+void msr_relay_server_adds(const msr_relay_server_t *server, uint64_t *calls_p, uint64_t *merged_p);
 void msr_relay_server_merges(const msr_relay_server_t *server, uint64_t *calls_p,
                              uint64_t *arrivals_p, uint64_t *withdrawals_p);
 

@@ -198,6 +198,7 @@ void msr_relay_merges_flush(msr_relay_server_t *s)
         if (!m->sent)
             merge_send(m);
     }
+    msr_relay_adds_flush(s);
 }
 
 static void withdraw_done(msr_rpc_async_t *a)
@@ -213,6 +214,10 @@ static void withdraw_done(msr_rpc_async_t *a)
  * caller's cancelled call is. */
 void msr_relay_merged_gave_up(msr_relay_server_t *s, node_call_t *nc)
 {
+    if (nc->merged == 2) {
+        msr_relay_add_gave_up(s, nc);
+        return;
+    }
     merged_t *mb = (merged_t *)nc;
     merge_t *m = mb->merge;
     mb->head.call = NULL;
@@ -267,6 +272,7 @@ void msr_relay_merges_stop(msr_relay_server_t *s)
     {
         msr_rpc_async_cancel(&MSR_CONTAINER_OF(pos, withdraw_t, link)->async);
     }
+    msr_relay_adds_stop(s);
 }
 
 void msr_relay_server_merges(const msr_relay_server_t *s, uint64_t *calls_p, uint64_t *arrivals_p,

@@ -298,6 +298,14 @@ static void forward_start(msr_relay_server_t *s, msr_rpc_call_t *call, msr_rpc_m
     }
     if (method == MSR_RPC_BARRIER && msr_relay_merge_add(s, call, (const Msr__BarrierRequest *)req))
         return;
+    if (method == MSR_RPC_ADD && msr_relay_add_merge(s, call, (const Msr__AddRequest *)req))
+        return;
+    msr_relay_forward_alone(s, call, method, req);
+}
+
+void msr_relay_forward_alone(msr_relay_server_t *s, msr_rpc_call_t *call, msr_rpc_method_t method,
+                             const ProtobufCMessage *req)
+{
     forward_t *f = msr_calloc(1, sizeof *f);
     if (f == NULL) {
         msr_rpc_call_fail(call, MSR_RPC_RESOURCE_EXHAUSTED, "relay out of memory");
@@ -421,6 +429,7 @@ msr_status_t msr_relay_server_create_tls(msr_rpc_loop_t *loop, const char *addre
     s->up = up;
     msr_list_init(&s->forwards);
     msr_list_init(&s->merges);
+    msr_list_init(&s->adds);
     msr_list_init(&s->withdraws);
     s->subtree = subtree;
     atomic_init(&s->forward_max, msr_relay_forward_max_default(subtree));
@@ -497,13 +506,15 @@ void msr_relay_server_destroy(msr_relay_server_t *s)
     msr_relay_merges_stop(s);
     uint64_t limit = msr_deadline_in_ms(5000);
     while ((msr_relay_in_flight(s->relay) > 0 || !msr_list_empty(&s->forwards) ||
-            !msr_list_empty(&s->merges) || !msr_list_empty(&s->withdraws)) &&
+            !msr_list_empty(&s->merges) || !msr_list_empty(&s->adds) ||
+            !msr_list_empty(&s->withdraws)) &&
            !msr_deadline_passed(limit))
         msr_rpc_loop_poll(s->loop, msr_deadline_in_ms(50));
     msr_relay_destroy(s->relay);
     msr_rpc_server_destroy(s->rpc);
     msr_relay_cover_cleanup(&s->cover);
     msr_map_cleanup(&s->open, NULL);
+    msr_map_cleanup(&s->open_adds, NULL);
     msr_map_cleanup(&s->lower_use, msr_free);
     msr_free(s);
 }

@@ -24,6 +24,9 @@ struct msr_relay_server {
     msr_list_t merges;                /* merged barriers: open (not sent yet) or in flight */
     msr_map_t open;                   /* the open ones by merge_key */
     msr_list_t withdraws;             /* withdrawals of merged callers in flight */
+    msr_list_t adds;                  /* merged adds: open (not sent yet) or in flight */
+    msr_map_t open_adds;              /* the open ones by generation and key */
+    _Atomic uint64_t add_counts[2];   /* adds merged, merged calls sent (any thread) */
     _Atomic uint64_t merge_counts[3]; /* msr_relay_server_merges' counts (any thread) */
     int stopping;                     /* destroy began: calls still dispatched are refused */
     char me[MSR_RELAY_ID_MAX + 8];    /* "relay <id>", for messages */
@@ -35,7 +38,7 @@ typedef struct node_call {
     msr_rpc_call_t *call;
     msr_relay_server_t *server; /* NULL in a lower relay's batch (head) */
     msr_rpc_method_t method;
-    int merged;    /* a Barrier in a merge (merged_t) */
+    int merged;    /* 1: a Barrier in a merge (merged_t); 2: an Add in one */
     char key[256]; /* the node's msr_relay_call_key */
 } node_call_t;
 
@@ -54,5 +57,22 @@ void msr_relay_merges_flush(msr_relay_server_t *s);
 /* The server stops: open merges answered UNAVAILABLE, those in flight and
  * the withdrawals cancelled. */
 void msr_relay_merges_stop(msr_relay_server_t *s);
+
+/* ---- a node's Add calls merged (relay_add.c) ---- */
+
+/* Adds a node's Add to the open merge of its key: 1, or 0 when it must be
+ * forwarded alone (no request id, a lower relay's merged add, a key too
+ * long, out of memory). */
+int msr_relay_add_merge(msr_relay_server_t *s, msr_rpc_call_t *call, const Msr__AddRequest *req);
+/* The node of a merged Add (nc->merged == 2) gave up. */
+void msr_relay_add_gave_up(msr_relay_server_t *s, node_call_t *nc);
+/* Sends the open merged adds upstream, one call per key. */
+void msr_relay_adds_flush(msr_relay_server_t *s);
+/* The server stops: open merged adds answered UNAVAILABLE, those in
+ * flight cancelled. */
+void msr_relay_adds_stop(msr_relay_server_t *s);
+/* A node's store call sent upstream alone (relay_server.c). */
+void msr_relay_forward_alone(msr_relay_server_t *s, msr_rpc_call_t *call, msr_rpc_method_t method,
+                             const ProtobufCMessage *req);
 
 #endif

@@ -83,12 +83,22 @@ typedef struct msr_store_ops {
                         uint64_t request_id);
     void (*reply_write)(void *ctx, void *call, msr_rpc_method_t method, uint64_t client_id,
                         uint64_t request_id, const ProtobufCMessage *resp);
+    /* Optional, for a relay's merged add (AddRequest.parts; NULL: no part
+     * is deduplicated). request_value: 1 with *value_p when (client_id,
+     * request_id) was applied as an Add before, -1 when another call used
+     * it, 0 when it is new. request_note: remembers a part's answer. */
+    int (*request_value)(void *ctx, uint64_t client_id, uint64_t request_id, int64_t *value_p);
+    void (*request_note)(void *ctx, msr_rpc_method_t method, uint64_t client_id,
+                         uint64_t request_id, const ProtobufCMessage *resp);
     void (*key_changed)(void *ctx, const char *key);
     int (*generation)(void *ctx);
     uint32_t (*participants_max)(void *ctx);
 } msr_store_ops_t;
 
 typedef struct msr_store_core msr_store_core_t;
+
+/* The most parts one merged Add may carry (a relay's batch bound). */
+#define MSR_ADD_PARTS_MAX 1024
 
 /* The most entries one Fetch may ask for. */
 #define MSR_FETCH_MAX 65536

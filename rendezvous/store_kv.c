@@ -212,10 +212,78 @@ static int parse_counter(const kv_t *v, int64_t *out)
     return msr_parse_i64(text, INT64_MIN, INT64_MAX, out) == MSR_OK;
 }
 
+/* One part of a merged add: 1 applied or answered from its record (its
+ * value in *out), 0 when it and those after it are left to go alone. */
+static int add_part(msr_store_core_t *c, const Msr__AddPart *p, int64_t *value, int64_t *out)
+{
+    int seen = 0;
+    if (c->ops.request_value && p->client_id && p->request_id)
+        seen = c->ops.request_value(c->ops.ctx, p->client_id, p->request_id, out);
+    if (seen != 0)
+        return seen > 0;
+    if ((p->delta > 0 && *value > INT64_MAX - p->delta) ||
+        (p->delta < 0 && *value < INT64_MIN - p->delta))
+        return 0;
+    *value += p->delta;
+    *out = *value;
+    return 1;
+}
+
+/* A relay's merged add: its parts applied in order, each once, as if each
+ * came alone; each part's value answered in AddResponse.values. A part
+ * that would fail alone (overflow, an id of another call) ends the merge:
+ * it and those after it are not applied, and go alone. */
+static void do_add_merged(msr_store_core_t *c, void *call, const Msr__AddRequest *req)
+{
+    if (req->n_parts > MSR_ADD_PARTS_MAX) {
+        msr_held_fail(c->held, call, MSR_RPC_INVALID_ARGUMENT,
+                      "add: %zu parts, more than %d in one merged call", req->n_parts,
+                      MSR_ADD_PARTS_MAX);
+        return;
+    }
+    int64_t value = 0, *values = msr_calloc(req->n_parts, sizeof *values);
+    kv_t *v = msr_map_get(&c->store, req->key);
+    if (values == NULL || (v && !parse_counter(v, &value))) {
+        msr_free(values);
+        msr_held_fail(c->held, call, values ? MSR_RPC_INVALID_ARGUMENT : MSR_RPC_RESOURCE_EXHAUSTED,
+                      values ? "add: key '%.200s' holds a value that is not a counter"
+                             : "coordinator out of memory (add '%.200s')",
+                      req->key);
+        return;
+    }
+    int64_t start = value;
+    size_t n = 0;
+    while (n < req->n_parts && add_part(c, req->parts[n], &value, &values[n]))
+        n++;
+    char text[32];
+    int len = snprintf(text, sizeof text, "%" PRId64, value);
+    if (value != start && !store_put(c, call, req->key, text, (size_t)len)) {
+        msr_free(values);
+        return;
+    }
+    Msr__AddResponse r = MSR__ADD_RESPONSE__INIT;
+    for (size_t k = 0; k < n && c->ops.request_note; k++) {
+        const Msr__AddPart *p = req->parts[k];
+        r.value = values[k];
+        if (p->client_id && p->request_id)
+            c->ops.request_note(c->ops.ctx, MSR_RPC_ADD, p->client_id, p->request_id, &r.base);
+    }
+    r.value = n ? values[n - 1] : value;
+    r.n_values = n;
+    r.values = values;
+    c->ops.reply(c->ops.ctx, call, &r.base);
+    msr_free(values);
+}
+
 void msr_store_do_add(msr_store_core_t *c, void *call, const Msr__AddRequest *req)
 {
-    if (!check_generation(c, call, req->generation) || !check_key(c, call, "add", req->key) ||
-        request_seen(c, call, MSR_RPC_ADD, req->client_id, req->request_id))
+    if (!check_generation(c, call, req->generation) || !check_key(c, call, "add", req->key))
+        return;
+    if (req->n_parts > 0) {
+        do_add_merged(c, call, req);
+        return;
+    }
+    if (request_seen(c, call, MSR_RPC_ADD, req->client_id, req->request_id))
         return;
     int64_t value = 0;
     kv_t *v = msr_map_get(&c->store, req->key);

@@ -15,6 +15,7 @@
 #include <unistd.h>
 
 #include "base/time.h"
+#include "rendezvous/store_core.h"
 #include "tests/unit_rdzv/test_coord.h"
 
 /* ---- the store ---- */
@@ -540,6 +541,81 @@ static void test_barrier_allgather_reset_on_restart(void)
     msr_coord_destroy(co);
 }
 
+/* A relay's merged add (AddRequest.parts): applied in order, each once by
+ * its ids, its parts' values answered; 1,024 parts at most; a part that
+ * would fail alone ends the merge (fewer values), nothing after it applied. */
+static Msr__AddResponse *merged_add(msr_coord_t *co, tcall_t *c, const char *key, size_t n,
+                                    const uint64_t *rids, const int64_t *deltas)
+{
+    static Msr__AddPart parts[MSR_ADD_PARTS_MAX + 1];
+    static Msr__AddPart *pp[MSR_ADD_PARTS_MAX + 1];
+    Msr__AddRequest a = MSR__ADD_REQUEST__INIT;
+    a.key = (char *)key;
+    for (size_t k = 0; k < n; k++) {
+        msr__add_part__init(&parts[k]);
+        parts[k].client_id = 9;
+        parts[k].request_id = rids ? rids[k] : 1 + k;
+        parts[k].delta = deltas ? deltas[k] : 1;
+        pp[k] = &parts[k];
+    }
+    a.n_parts = n;
+    a.parts = pp;
+    tc_call(co, c, MSR_RPC_ADD, &a.base);
+    return c->answered && c->code == 0 ? (Msr__AddResponse *)c->resp : NULL;
+}
+
+static void test_store_add_merged(void)
+{
+    msr_coord_t *co = tc_running_coord();
+    tcall_t c = {0};
+    Msr__AddResponse *r = merged_add(co, &c, "ctr", MSR_ADD_PARTS_MAX, NULL, NULL);
+    MSR_CHECK(r != NULL && r->n_values == MSR_ADD_PARTS_MAX);
+    for (size_t k = 0; k < MSR_ADD_PARTS_MAX; k++)
+        MSR_CHECK_EQ(r->values[k], (int64_t)k + 1);
+    uint64_t past[MSR_ADD_PARTS_MAX + 1];
+    for (size_t k = 0; k <= MSR_ADD_PARTS_MAX; k++)
+        past[k] = 5000 + k;
+    MSR_CHECK(merged_add(co, &c, "ctr", MSR_ADD_PARTS_MAX + 1, past, NULL) == NULL);
+    MSR_CHECK_EQ(c.code, GRPC_STATUS_INVALID_ARGUMENT);
+    /* a part applied before: its recorded value; the new one applied */
+    uint64_t again[2] = {5, 2000};
+    int64_t d[3] = {1, 7, 1};
+    r = merged_add(co, &c, "ctr", 2, again, d);
+    MSR_CHECK(r != NULL && r->n_values == 2 && r->values[0] == 5 &&
+              r->values[1] == MSR_ADD_PARTS_MAX + 7);
+    /* the same part alone: its record too */
+    Msr__AddRequest a = MSR__ADD_REQUEST__INIT;
+    a.key = "ctr";
+    a.delta = 7;
+    a.client_id = 9;
+    a.request_id = 2000;
+    tc_call(co, &c, MSR_RPC_ADD, &a.base);
+    MSR_CHECK(c.answered && c.code == 0 &&
+              ((Msr__AddResponse *)c.resp)->value == MSR_ADD_PARTS_MAX + 7);
+    /* an overflow ends the merge: the part before it applied, none after */
+    uint64_t ov[3] = {3001, 3002, 3003};
+    int64_t big[3] = {INT64_MAX - 1, 2, 1};
+    r = merged_add(co, &c, "big", 3, ov, big);
+    MSR_CHECK(r != NULL && r->n_values == 1 && r->values[0] == INT64_MAX - 1);
+    uint64_t last[1] = {3003};
+    r = merged_add(co, &c, "big", 1, last, d);
+    MSR_CHECK(r != NULL && r->n_values == 1 && r->values[0] == INT64_MAX);
+    /* an id a Set used: the merge ends there */
+    Msr__SetRequest st = MSR__SET_REQUEST__INIT;
+    st.key = "k";
+    st.value.data = (uint8_t *)"v";
+    st.value.len = 1;
+    st.client_id = 9;
+    st.request_id = 4000;
+    tc_call(co, &c, MSR_RPC_SET, &st.base);
+    MSR_CHECK(c.answered && c.code == 0);
+    uint64_t used[2] = {4001, 4000};
+    r = merged_add(co, &c, "ctr", 2, used, d);
+    MSR_CHECK(r != NULL && r->n_values == 1 && r->values[0] == MSR_ADD_PARTS_MAX + 8);
+    msr_tcall_reset(&c);
+    msr_coord_destroy(co);
+}
+
 static const msr_test_t tests[] = {
     {"store_get_wait", test_store_get_wait, 10},
     {"store_add_cas_delete", test_store_add_cas_delete, 10},
@@ -550,6 +626,7 @@ static const msr_test_t tests[] = {
     {"store_stale_generation_every_call", test_store_stale_generation_every_call, 10},
     {"store_compare_set_exact", test_store_compare_set_exact, 10},
     {"store_add_limits", test_store_add_limits, 10},
+    {"store_add_merged", test_store_add_merged, 10},
     {"barrier_allgather_reset_on_restart", test_barrier_allgather_reset_on_restart, 10},
 };
 
