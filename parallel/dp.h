@@ -232,6 +232,11 @@ typedef struct msr_dp {
     int pfb, pnb;           /* the part's first block segment, its blocks */
     float *pcur_buf;        /* the block the moments' chunks update (both offloads) */
     size_t pcur;            /* its index, or SIZE_MAX for none */
+    /* below ZeRO-3, while a restore loads: the block its pieces fill
+     * (pload_k, SIZE_MAX for none), written back to the file as the
+     * pieces move past it, never the whole flat buffer (dp_offload.c) */
+    float *pload_buf;
+    size_t pload_k;
     /* ZeRO-3: block k's owned elements are the shard space's
      * [pz_off[k], pz_off[k + 1]) (L + 1 entries), its store block holds
      * them padded to the largest; pz_buf: the block a gather copies from */
@@ -387,7 +392,9 @@ void msr_dp_memory(const msr_dp_t *dp, msr_dp_memory_t *mem);
  * msr_dp_moments_get), a restore writes each piece's into the file
  * (msr_dp_load_piece). msr_dp_offload_hold brings the parameters'
  * offloaded blocks into the flat buffer for a checkpoint (read 1: from
- * their file; 0: as they are, for a restore to fill) and, with moments 1,
+ * their file; 0, for a restore to fill: ZeRO 3's shard buffer, below it
+ * none, the pieces' blocks then filled in their file one at a time, at
+ * most about two blocks held: dp_offload.c) and, with moments 1,
  * the moments whole into opt->m and opt->v (read 1: from the file; 0:
  * zeros): ZeRO 0's restore, whose load_end may gather them over the
  * replicas. msr_dp_offload_drop writes back what was held (write 1) and

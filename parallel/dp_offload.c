@@ -214,6 +214,88 @@ msr_status_t msr_dp_params_spans_end(msr_dp_t *dp)
     return msr_params_prefetch(dp->params_off, 0);
 }
 
+/* ---- a restore below ZeRO-3, a block at a time ---- */
+
+msr_status_t msr_dp_params_load_begin(msr_dp_t *dp)
+{
+    if ((dp->pload_buf = msr_malloc(dp->pblk_n * sizeof(float))) == NULL)
+        return msr_err(MSR_ERR_NO_MEMORY, "offload: out of memory for a block of a restore");
+    dp->pload_k = SIZE_MAX;
+    msr_params_count_restore(dp->params_off, dp->pblk_n * sizeof(float));
+    return MSR_OK;
+}
+
+/* The block in pload_buf back to its file (write 1; 0: dropped), then
+ * block k read into it (SIZE_MAX: none). A block is always read before it
+ * is written: a read ahead of it still in flight is taken, never left to
+ * hand the old parameters back later. */
+static msr_status_t load_switch(msr_dp_t *dp, size_t k, int write)
+{
+    msr_status_t st = MSR_OK;
+    if (dp->pload_k == k)
+        return MSR_OK;
+    if (dp->pload_k != SIZE_MAX && write)
+        st = msr_params_put(dp->params_off, dp->pload_k, dp->pload_buf);
+    dp->pload_k = SIZE_MAX;
+    if (st == MSR_OK && k != SIZE_MAX &&
+        (st = msr_params_get(dp->params_off, k, dp->pload_buf)) == MSR_OK)
+        dp->pload_k = k;
+    return st;
+}
+
+msr_status_t msr_dp_params_load(msr_dp_t *dp, size_t lo, size_t n, const float *src)
+{
+    size_t blo = dp->pblk_lo, bn = dp->pblk_n, bhi = blo + (size_t)dp->pnb * bn, e = lo + n;
+    while (lo < e) {
+        size_t end = lo < blo ? MSR_MIN(e, blo) : e;
+        float *dst = dp->model->params + lo;
+        if (lo >= blo && lo < bhi) { /* in block k */
+            size_t k = (lo - blo) / bn;
+            msr_status_t st = load_switch(dp, k, 1);
+            if (st != MSR_OK)
+                return st;
+            end = MSR_MIN(e, blo + (k + 1) * bn);
+            dst = dp->pload_buf + (lo - blo - k * bn);
+        }
+        memcpy(dst, src, (end - lo) * sizeof(float));
+        src += end - lo;
+        lo = end;
+    }
+    return MSR_OK;
+}
+
+msr_status_t msr_dp_params_load_gather(msr_dp_t *dp)
+{
+    size_t lo = dp->pblk_lo, n = dp->pblk_n, L = (size_t)dp->pnb, hi = lo + L * n;
+    size_t P = dp->model->num_params;
+    if (dp->comm == NULL || dp->size == 1) /* nothing to gather */
+        return MSR_OK;
+    msr_status_t st = load_switch(dp, SIZE_MAX, 1);
+    if (st == MSR_OK)
+        st = msr_dp_params_gather_range(dp, 0, lo, dp->model->params);
+    for (size_t k = 0; k < L && st == MSR_OK; k++) {
+        size_t a = lo + k * n;
+        /* what the restore holds: this block and the gather's buffer */
+        msr_params_count_restore(dp->params_off,
+                                 (n + msr_dp_params_gather_floats(dp, a, a + n)) * sizeof(float));
+        if ((st = load_switch(dp, k, 1)) == MSR_OK)
+            st = msr_dp_params_gather_range(dp, a, a + n, dp->pload_buf);
+    }
+    if (st == MSR_OK)
+        st = load_switch(dp, SIZE_MAX, 1);
+    if (st == MSR_OK)
+        st = msr_dp_params_gather_range(dp, hi, P, dp->model->params + hi);
+    return st;
+}
+
+msr_status_t msr_dp_params_load_end(msr_dp_t *dp, int write)
+{
+    msr_status_t st = load_switch(dp, SIZE_MAX, write);
+    msr_free(dp->pload_buf);
+    dp->pload_buf = NULL;
+    return st;
+}
+
 /* ---- the gradient shard's file ---- */
 
 /* A moments' chunk's elements: the most update_chunk is given at once. */

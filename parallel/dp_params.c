@@ -199,6 +199,8 @@ void msr_dp_params_detach(msr_dp_t *dp)
     dp->pheld = NULL;
     msr_free(dp->pz_off);
     dp->pz_off = NULL;
+    msr_free(dp->pload_buf);
+    dp->pload_buf = NULL;
 }
 
 size_t msr_dp_params_moved(const msr_dp_t *dp)
@@ -368,6 +370,25 @@ static msr_status_t pieces(msr_dp_t *dp, int j, size_t lo, size_t hi, float *bas
     return st;
 }
 
+/* The most elements of [lo, hi) any rank owns (gather_range's buffer
+ * holds that many of each rank's). */
+static size_t gather_most(msr_dp_t *dp, size_t lo, size_t hi)
+{
+    size_t most = 0, c = 0;
+    for (int j = 0; j < dp->size; j++) {
+        (void)pieces(dp, j, lo, hi, NULL, NULL, 0, &c); /* only counts: no copy to fail */
+        most = MSR_MAX(most, c);
+    }
+    return most;
+}
+
+size_t msr_dp_params_gather_floats(msr_dp_t *dp, size_t lo, size_t hi)
+{
+    if (dp->comm == NULL || dp->size == 1 || hi <= lo)
+        return 0;
+    return (size_t)dp->size * gather_most(dp, lo, hi);
+}
+
 /* ZeRO 1-2: the other ranks' updated elements of [lo, hi) into base, from
  * their owners: one allgather of every rank's pieces (the flat allgather
  * of dp_step.c would write the blocks' dropped part of the flat buffer). */
@@ -375,11 +396,7 @@ static msr_status_t gather_range(msr_dp_t *dp, size_t lo, size_t hi, float *base
 {
     if (dp->comm == NULL || dp->size == 1 || hi <= lo)
         return MSR_OK;
-    size_t most = 0, size = (size_t)dp->size, c = 0;
-    for (int j = 0; j < dp->size; j++) {
-        (void)pieces(dp, j, lo, hi, base, NULL, 0, &c); /* only counts: no copy to fail */
-        most = MSR_MAX(most, c);
-    }
+    size_t most = gather_most(dp, lo, hi), size = (size_t)dp->size, c = 0;
     if (most == 0)
         return MSR_OK;
     float *buf = msr_dp_tmp_alloc(dp, size * most, 1);
@@ -398,6 +415,11 @@ static msr_status_t gather_range(msr_dp_t *dp, size_t lo, size_t hi, float *base
     msr_status_t sst = msr_dp_sync(dp);
     msr_dp_tmp_free(dp, &buf, size * most);
     return st != MSR_OK ? st : sst;
+}
+
+msr_status_t msr_dp_params_gather_range(msr_dp_t *dp, size_t lo, size_t hi, float *base)
+{
+    return gather_range(dp, lo, hi, base);
 }
 
 /* ZeRO 1-2: the resident elements, then the blocks one at a time (read
@@ -614,12 +636,15 @@ msr_status_t msr_dp_params_gather(msr_dp_t *dp, float *out)
 }
 
 /* For checkpoints (dp_offload.c's hold and drop): the blocks into the
- * flat buffer (read 0: left as they are, for a restore to fill), the
+ * flat buffer (read 0, for a restore to fill: below ZeRO-3 never, the
+ * restore fills a block at a time, msr_dp_params_load_begin), the
  * segments pointed there; and back into the file. */
 msr_status_t msr_dp_params_hold(msr_dp_t *dp, int read)
 {
-    if (dp->params_off == NULL || dp->pflat)
+    if (dp->params_off == NULL || dp->pflat || dp->pload_buf != NULL)
         return MSR_OK;
+    if (!read && dp->pz_off == NULL)
+        return msr_dp_params_load_begin(dp);
     msr_gpt_t *m = dp->model;
     msr_status_t st = MSR_OK;
     if (dp->pz_off != NULL) {
@@ -631,6 +656,8 @@ msr_status_t msr_dp_params_hold(msr_dp_t *dp, int read)
             flat_drop(dp);
         return st;
     }
+    if (!read)
+        msr_params_count_restore(dp->params_off, msr_dp_params_moved(dp));
     for (int l = 0; l < layers(dp) && st == MSR_OK; l++) {
         if (read)
             st = msr_params_get(dp->params_off, (size_t)l,
@@ -645,6 +672,8 @@ msr_status_t msr_dp_params_hold(msr_dp_t *dp, int read)
 
 msr_status_t msr_dp_params_drop(msr_dp_t *dp, int write)
 {
+    if (dp->pload_buf != NULL)
+        return msr_dp_params_load_end(dp, write);
     if (dp->params_off == NULL || !dp->pflat)
         return MSR_OK;
     msr_status_t st = write ? put_all(dp) : MSR_OK;

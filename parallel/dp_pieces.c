@@ -138,6 +138,25 @@ static void take_moments(msr_dp_t *dp, const msr_dp_piece_t *piece, size_t lo, s
         mark(dp, a, e - a, COVER_MOMENTS);
 }
 
+/* take for the parameters below ZeRO-3: into the flat buffer, or with the
+ * parameters' blocks offloaded, those a block at a time through their
+ * file (msr_dp_params_load; the first failure kept as take_moments'). */
+static void take_params(msr_dp_t *dp, const msr_dp_piece_t *piece, size_t lo, size_t n)
+{
+    if (dp->pload_buf == NULL) {
+        take(dp, piece, piece->params, lo, n, dp->model->params + lo, COVER_PARAMS);
+        return;
+    }
+    size_t a = MSR_MAX(lo, piece->lo), e = MSR_MIN(lo + n, piece->lo + piece->n);
+    if (a >= e || dp->cover == NULL || dp->cover->io_st != MSR_OK)
+        return;
+    msr_status_t st = msr_dp_params_load(dp, a, e - a, piece->params + (a - piece->lo));
+    if (st != MSR_OK)
+        dp->cover->io_st = st;
+    else
+        mark(dp, a, e - a, COVER_PARAMS);
+}
+
 void msr_dp_load_piece(msr_dp_t *dp, const msr_dp_piece_t *piece)
 {
     for (int k = 0; k < dp->num_units; k++) {
@@ -145,7 +164,7 @@ void msr_dp_load_piece(msr_dp_t *dp, const msr_dp_piece_t *piece)
         if (u->lo >= piece->lo + piece->n || u->lo + u->n <= piece->lo)
             continue;
         if (dp->cfg.zero <= 2)
-            take(dp, piece, piece->params, u->lo, u->n, dp->model->params + u->lo, COVER_PARAMS);
+            take_params(dp, piece, u->lo, u->n);
         else
             take(dp, piece, piece->params, u->own_lo, u->own_n, dp->pshard + u->shard_off,
                  COVER_PARAMS);
@@ -161,7 +180,7 @@ int msr_dp_load_dest(const msr_dp_t *dp, size_t lo, size_t n, float **params_p, 
 {
     float *at[3] = {NULL, NULL, NULL}; /* where the next element goes, in each */
     size_t next = lo;
-    if (dp->opt->m == NULL) /* offloaded: load_piece writes them to the file */
+    if (dp->opt->m == NULL || dp->pload_buf != NULL) /* offloaded: load_piece writes them */
         return 0;
     /* a ZeRO 0 replica holds every element of its units, each at its flat
      * index in the parameters and both moments; a shard, its own */
@@ -295,7 +314,9 @@ msr_status_t msr_dp_load_end(msr_dp_t *dp, int gather, int failed)
     if (!gather)
         return MSR_OK;
     msr_status_t st = MSR_OK;
-    if (dp->cfg.zero <= 2)
+    if (dp->cfg.zero <= 2 && dp->pload_buf != NULL) /* the blocks one at a time */
+        st = msr_dp_params_load_gather(dp);
+    else if (dp->cfg.zero <= 2)
         st = msr_dp_allgather_flat(dp, dp->model->params);
     if (st == MSR_OK && dp->cfg.zero == 0)
         st = msr_dp_allgather_flat(dp, dp->opt->m);

@@ -172,3 +172,9 @@ const msr_params_stats_t *msr_params_stats(const msr_params_t *p)
 {
     return &p->stats;
 }
+
+void msr_params_count_restore(msr_params_t *p, size_t bytes)
+{
+    if (bytes > p->stats.restore_peak)
+        p->stats.restore_peak = bytes;
+}

@@ -43,6 +43,9 @@ typedef struct msr_params_stats {
     uint64_t writes; /* blocks written (put and written back) */
     uint64_t reads;  /* blocks read back (acquired and got) */
     uint64_t misses; /* of them, not read ahead (the read started when asked for) */
+    /* the most bytes of the blocks' parameters a checkpoint's restore held
+     * in memory at once beside the store's buffers (msr_params_count_restore) */
+    uint64_t restore_peak;
 } msr_params_stats_t;
 
 /* Creates the store for count blocks of n floats (n >= 1; cfg:
@@ -87,6 +90,9 @@ const char *msr_params_path(const msr_params_t *p);
 const char *msr_params_engine(const msr_params_t *p);
 size_t msr_params_resident(const msr_params_t *p);
 const msr_params_stats_t *msr_params_stats(const msr_params_t *p);
+/* Counts that a restore holds bytes of the blocks' parameters now: the
+ * stats' restore_peak keeps the most. */
+void msr_params_count_restore(msr_params_t *p, size_t bytes);
 
 /* What a store of count blocks of n floats keeps resident, from the
  * shapes alone (msr_params_resident of such a store: for the planner). */

@@ -3269,6 +3269,24 @@ test: ^test_parallel_offload$
     if (err != 0)
 >>>
 
+@ offload.restore_whole_flat
+file: parallel/dp_params.c
+test: ^test_parallel_train_gpt_offload_zero$
+<<<
+    if (!read && dp->pz_off == NULL)
+===
+    if (0 && !read && dp->pz_off == NULL)
+>>>
+
+@ offload.restore_block_not_gathered
+file: parallel/dp_offload.c
+test: ^test_parallel_train_gpt_offload_zero$
+<<<
+            st = msr_dp_params_gather_range(dp, a, a + n, dp->pload_buf);
+===
+            st = MSR_OK;
+>>>
+
 @ offload.zero_unit_skipped
 file: parallel/dp_offload.c
 test: ^test_parallel_train_gpt_offload$

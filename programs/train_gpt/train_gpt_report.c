@@ -89,6 +89,12 @@ void train_gpt_report(const msr_trainer_t *tr, const job_t *job)
                 job->rank, (unsigned long long)ps->writes, (unsigned long long)ps->reads,
                 (unsigned long long)ps->misses, msr_params_resident(po), msr_params_path(po),
                 msr_params_engine(po));
+        if (ps->restore_peak > 0) /* a resume's: below ZeRO-3 about two blocks */
+            fprintf(stderr,
+                    "train_gpt: rank %d restore: the parameters' blocks held %llu bytes at most "
+                    "(blocks of %zu bytes)\n",
+                    job->rank, (unsigned long long)ps->restore_peak,
+                    msr_dp_params_block_floats(tr->dp) * sizeof(float));
     }
     if (tr->model->moe != NULL) {
         msr_train_expert_bytes_t eb = msr_trainer_expert_bytes(tr);

@@ -6,7 +6,10 @@
 # each block gathered from the other rank and written back as the chunks
 # move past it; the losses bitwise those without offload, every block read
 # ahead, no file left; stopped and resumed with both on, with both off
-# after, and with both on after a plain start, each the run never stopped.
+# after, and with both on after a plain start, each the run never stopped;
+# a resume with the parameters offloaded holds about two blocks of them at
+# once (the block its pieces fill, the gather's buffer), never the whole
+# flat buffer.
 set -euo pipefail
 source "$(dirname "$0")/offload_env.sh"
 job_prefix=offzero
@@ -27,6 +30,21 @@ equal() {
 # both ranks read each of the 4 blocks back once per forward and backward
 # of each of 2 micro-batches and once per update, 4 steps, all read ahead
 read_ahead() { offload_read_ahead "$1" 2 2; }
+# restore_bounded NAME: each rank of the resumed run NAME (--report) held
+# at most two blocks' bytes of the parameters in its restore (the flat
+# buffer's blocks are 4)
+restore_bounded() {
+    local r line peak blk
+    for r in 0 1; do
+        line=$(grep "rank $r restore: the parameters' blocks held" "$work/$1.out") ||
+            fail "$1: rank $r reports no restore: $(grep "rank $r" "$work/$1.out")"
+        peak=$(sed -E 's/.* held ([0-9]+) bytes.*/\1/' <<<"$line")
+        blk=$(sed -E 's/.*blocks of ([0-9]+) bytes.*/\1/' <<<"$line")
+        [[ $blk -gt 0 && $peak -gt 0 && $peak -le $((2 * blk)) ]] ||
+            fail "$1: rank $r's restore held $peak bytes, more than 2 blocks of $blk"
+        echo "$1: rank $r's restore held $peak bytes (blocks of $blk)"
+    done
+}
 
 # ZeRO 1 shards every unit, the norms' too (the final norm's after the
 # blocks, gathered at the end); ZeRO 2 the units of 4 KiB and more
@@ -53,12 +71,13 @@ for how in z1:both-both z2:both-off z2:off-both; do
     [[ $zero == z1 ]] && before=("${z1[@]}") after=("${z1[@]}")
     [[ $zero == z2 ]] && before=("${z2[@]}") after=("${z2[@]}")
     [[ $mode != both-* ]] || before+=("${both[@]}" --offload-chunk 4096)
-    [[ $mode != *-both ]] || after+=("${both[@]}")
+    [[ $mode != *-both ]] || after+=("${both[@]}" --report)
     rm -rf "$work/ck"
     run "ck-$zero-$mode" --steps 2 --ckpt-every 2 --ckpt-dir "$work/ck" "${before[@]}"
     run "ck-$zero-$mode" --ckpt-every 2 --ckpt-dir "$work/ck" --resume "${after[@]}"
     grep -q "resumed from step 2" "$work/ck-$zero-$mode.out" ||
         fail "$how: no resume: $(tail -5 "$work/ck-$zero-$mode.out")"
     equal "ck-$zero-$mode" "$zero"
+    [[ $mode != *-both ]] || restore_bounded "ck-$zero-$mode"
 done
 echo "offload: both at ZeRO 1 and 2 bitwise equal without them (4 KiB and default chunks, resumed)"
