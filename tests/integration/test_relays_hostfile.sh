@@ -180,9 +180,11 @@ for ((i = 0; i < 600; i++)); do [ -e "$TMP/blocking" ] && break; sleep 0.05; don
 run_job --relays=2 --job_id=hfdead
 poll_status 60 "rel == {0: 'relay-0', 1: 'relay-0', 2: '', 3: ''}" --job_id hfdead ||
     fail "relay-1's group did not join the coordinator directly"
-expect_in "cannot serve relay-1 on 0.0.0.0:$((PORT + 3))" "$TMP/err" "relay-1 not served"
-expect_in "no answer from relay-1 at 127.0.0.4:$((PORT + 3)) (.*): joining the coordinator at 127.0.0.2:$PORT directly$" \
-    "$TMP/err" "node 3's message"
+# a node's line can come after the status shows it running: waited for
+wait_for "cannot serve relay-1 on 0.0.0.0:$((PORT + 3))" "$TMP/err" 30 ||
+    fail "relay-1 not served: its line not in err"
+wait_for "no answer from relay-1 at 127.0.0.4:$((PORT + 3)) (.*): joining the coordinator at 127.0.0.2:$PORT directly$" \
+    "$TMP/err" 30 || fail "node 3's message not in err"
 [ "$(grep -c "no answer from relay-0" "$TMP/err")" = 0 ] || fail "group 0 lost its relay"
 end_job "a relay that does not answer"
 kill "$BLOCKER"
