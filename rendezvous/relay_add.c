@@ -29,33 +29,9 @@ typedef struct add_member {
 } add_member_t;
 
 struct add_merge {
-    msr_list_t link; /* in server->adds */
-    msr_relay_server_t *server;
-    msr_rpc_async_t async; /* the merged call upstream, once sent */
-    int sent;
-    int32_t generation;
-    uint64_t deadline;
-    size_t n, live, cap;
-    add_member_t **members;
-    char okey[300]; /* in server->open_adds while open ("": closed) */
+    msr_relay_group_t g; /* in server->adds, open in server->open_adds */
     char key[];
 };
-
-static void add_free(add_merge_t *m)
-{
-    msr_list_remove(&m->link);
-    for (size_t k = 0; k < m->n; k++)
-        msr_free(m->members[k]);
-    msr_free(m->members);
-    msr_free(m);
-}
-
-static void add_close(add_merge_t *m)
-{
-    if (m->okey[0] != '\0')
-        msr_map_remove(&m->server->open_adds, m->okey);
-    m->okey[0] = '\0';
-}
 
 static add_merge_t *add_new(msr_relay_server_t *s, const Msr__AddRequest *req, const char *okey)
 {
@@ -63,15 +39,11 @@ static add_merge_t *add_new(msr_relay_server_t *s, const Msr__AddRequest *req, c
     add_merge_t *m = msr_calloc(1, sizeof *m + kl + 1);
     if (m == NULL)
         return NULL;
-    m->server = s;
-    m->generation = req->generation;
     memcpy(m->key, req->key, kl + 1);
-    snprintf(m->okey, sizeof m->okey, "%s", okey);
-    if (msr_map_put(&s->open_adds, m->okey, m, NULL) != MSR_OK) {
+    if (msr_relay_group_init(&m->g, s, &s->open_adds, &s->adds, req->generation, okey) != MSR_OK) {
         msr_free(m);
         return NULL;
     }
-    msr_list_push_back(&s->adds, &m->link);
     return m;
 }
 
@@ -81,18 +53,12 @@ static add_merge_t *add_open(msr_relay_server_t *s, const Msr__AddRequest *req)
     if ((size_t)snprintf(okey, sizeof okey, "%d/%s", req->generation, req->key) >= sizeof okey)
         return NULL;
     add_merge_t *m = msr_map_get(&s->open_adds, okey);
-    if (m != NULL && m->n == MSR_ADD_PARTS_MAX)
-        add_close(m); /* full: sent as it is at the flush */
-    if (m == NULL || m->okey[0] == '\0')
+    if (m != NULL && m->g.n == MSR_ADD_PARTS_MAX)
+        msr_relay_group_close(&m->g); /* full: sent as it is at the flush */
+    if (m == NULL || m->g.okey[0] == '\0')
         m = add_new(s, req, okey);
-    if (m == NULL || m->n < m->cap)
-        return m;
-    size_t cap = m->cap ? 2 * m->cap : 8;
-    add_member_t **grown = msr_realloc(m->members, cap * sizeof *grown);
-    if (grown == NULL)
+    if (m == NULL || !msr_relay_group_grow(&m->g))
         return NULL; /* an empty open merge is freed at the flush */
-    m->members = grown;
-    m->cap = cap;
     return m;
 }
 
@@ -109,14 +75,8 @@ int msr_relay_add_merge(msr_relay_server_t *s, msr_rpc_call_t *call, const Msr__
     mb->client_id = req->client_id;
     mb->request_id = req->request_id;
     mb->delta = req->delta;
-    m->members[m->n++] = mb;
-    m->live++;
-    uint64_t dl = msr_rpc_call_deadline(call);
-    m->deadline = dl > m->deadline ? dl : m->deadline;
-    msr_rpc_call_set_data(call, mb);
     atomic_fetch_add(&s->add_counts[0], 1);
-    atomic_fetch_add(&s->nforwards, 1);
-    s->forwarded++;
+    msr_relay_group_push(&m->g, &mb->head);
     return 1;
 }
 
@@ -124,12 +84,12 @@ int msr_relay_add_merge(msr_relay_server_t *s, msr_rpc_call_t *call, const Msr__
 static void add_alone(add_merge_t *m, add_member_t *mb)
 {
     Msr__AddRequest r = MSR__ADD_REQUEST__INIT;
-    r.generation = m->generation;
+    r.generation = m->g.generation;
     r.key = m->key;
     r.delta = mb->delta;
     r.client_id = mb->client_id;
     r.request_id = mb->request_id;
-    msr_relay_forward_alone(m->server, mb->head.call, MSR_RPC_ADD, &r.base);
+    msr_relay_forward_alone(m->g.server, mb->head.call, MSR_RPC_ADD, &r.base);
 }
 
 static void add_reply(msr_rpc_call_t *call, int64_t value)
@@ -142,24 +102,20 @@ static void add_reply(msr_rpc_call_t *call, int64_t value)
 /* The merged call's answer: each caller still waiting its own value. */
 static void add_done(msr_rpc_async_t *a)
 {
-    add_merge_t *m = MSR_CONTAINER_OF(a, add_merge_t, async);
-    msr_relay_server_t *s = m->server;
+    add_merge_t *m = MSR_CONTAINER_OF(a, add_merge_t, g.async);
+    msr_relay_server_t *s = m->g.server;
     Msr__AddResponse *resp = NULL;
     if (a->status == MSR_OK)
         resp = (Msr__AddResponse *)msr_rpc_async_raw_unpack(a);
-    for (size_t k = 0, part = 0; k < m->n; k++) {
-        add_member_t *mb = m->members[k];
+    for (size_t k = 0, part = 0; k < m->g.n; k++) {
+        add_member_t *mb = (add_member_t *)m->g.members[k];
         if (mb->merge != NULL)
             continue; /* gave up before the call was sent: not in it */
         size_t i = part++;
-        msr_rpc_call_t *call = mb->head.call;
+        msr_rpc_call_t *call = msr_relay_group_answer(&m->g, &mb->head, a);
         if (call == NULL)
             continue;
-        atomic_fetch_sub(&s->nforwards, 1);
-        msr_rpc_call_set_data(call, NULL);
-        if (s->stopping && a->status == MSR_ERR_CANCELED)
-            msr_rpc_call_fail(call, MSR_RPC_UNAVAILABLE, "%s is shutting down", s->me);
-        else if (a->status != MSR_OK)
+        if (a->status != MSR_OK)
             msr_rpc_call_forward(call, a);
         else if (resp == NULL)
             msr_rpc_call_fail(call, MSR_RPC_INTERNAL, "%s: a merged Add's answer is bad", s->me);
@@ -171,30 +127,18 @@ static void add_done(msr_rpc_async_t *a)
     if (resp != NULL)
         protobuf_c_message_free_unpacked(&resp->base, NULL);
     msr_rpc_async_cleanup(a);
-    add_free(m);
+    msr_relay_group_free(&m->g);
 }
 
-static void add_fail(add_merge_t *m, int code, const char *why)
+static void add_send(msr_relay_group_t *g)
 {
-    for (size_t k = 0; k < m->n; k++) {
-        msr_rpc_call_t *call = m->members[k]->head.call;
-        if (call == NULL)
-            continue;
-        atomic_fetch_sub(&m->server->nforwards, 1);
-        msr_rpc_call_set_data(call, NULL);
-        msr_rpc_call_fail(call, code, "%s", why);
-    }
-    add_free(m);
-}
-
-static void add_send(add_merge_t *m)
-{
-    add_close(m);
+    add_merge_t *m = (add_merge_t *)g;
+    msr_relay_group_close(g);
     size_t np = 0;
-    Msr__AddPart *parts = msr_calloc(m->live ? m->live : 1, sizeof *parts);
-    Msr__AddPart **pp = msr_calloc(m->live ? m->live : 1, sizeof *pp);
-    for (size_t k = 0; parts && pp && k < m->n; k++) {
-        add_member_t *mb = m->members[k];
+    Msr__AddPart *parts = msr_calloc(g->live ? g->live : 1, sizeof *parts);
+    Msr__AddPart **pp = msr_calloc(g->live ? g->live : 1, sizeof *pp);
+    for (size_t k = 0; parts && pp && k < g->n; k++) {
+        add_member_t *mb = (add_member_t *)g->members[k];
         if (mb->head.call == NULL)
             continue;     /* gave up before it was sent: not applied */
         mb->merge = NULL; /* marks it sent (add_done counts its part) */
@@ -205,42 +149,31 @@ static void add_send(add_merge_t *m)
         pp[np] = &parts[np];
         np++;
     }
-    if (m->live == 0 || parts == NULL || pp == NULL) {
+    if (g->live == 0 || parts == NULL || pp == NULL) {
         msr_free(parts);
         msr_free(pp);
-        if (m->live == 0)
-            add_free(m);
+        if (g->live == 0)
+            msr_relay_group_free(g);
         else
-            add_fail(m, MSR_RPC_RESOURCE_EXHAUSTED, "relay out of memory");
+            msr_relay_group_fail(g, MSR_RPC_RESOURCE_EXHAUSTED, "relay out of memory");
         return;
     }
     Msr__AddRequest r = MSR__ADD_REQUEST__INIT;
-    r.generation = m->generation;
+    r.generation = g->generation;
     r.key = m->key;
     r.n_parts = np;
     r.parts = pp;
-    m->async.method = MSR_RPC_ADD;
-    m->async.deadline = m->deadline;
-    m->async.raw = 1;
-    m->async.done = add_done;
-    m->sent = 1;
-    atomic_fetch_add(&m->server->add_counts[1], 1);
-    msr_status_t st = msr_rpc_call_start(m->server->up, m->server->loop, &m->async, &r.base);
+    msr_status_t st =
+        msr_relay_group_start(g, MSR_RPC_ADD, add_done, &g->server->add_counts[1], &r.base);
     msr_free(parts);
     msr_free(pp);
     if (st != MSR_OK)
-        add_fail(m, MSR_RPC_UNAVAILABLE, "the relay cannot forward Add upstream");
+        msr_relay_group_fail(g, MSR_RPC_UNAVAILABLE, "the relay cannot forward Add upstream");
 }
 
 void msr_relay_adds_flush(msr_relay_server_t *s)
 {
-    msr_list_t *pos, *tmp;
-    msr_list_for_each_safe(pos, tmp, &s->adds)
-    {
-        add_merge_t *m = MSR_CONTAINER_OF(pos, add_merge_t, link);
-        if (!m->sent)
-            add_send(m);
-    }
+    msr_relay_groups_flush(&s->adds, add_send);
 }
 
 /* A merged caller gave up: left out when not sent yet; once sent, its add
@@ -251,22 +184,12 @@ void msr_relay_add_gave_up(msr_relay_server_t *s, node_call_t *nc)
     mb->head.call = NULL;
     atomic_fetch_sub(&s->nforwards, 1);
     if (mb->merge != NULL)
-        mb->merge->live--;
+        mb->merge->g.live--;
 }
 
 void msr_relay_adds_stop(msr_relay_server_t *s)
 {
-    msr_list_t *pos, *tmp;
-    msr_list_for_each_safe(pos, tmp, &s->adds)
-    {
-        add_merge_t *m = MSR_CONTAINER_OF(pos, add_merge_t, link);
-        if (m->sent) {
-            msr_rpc_async_cancel(&m->async);
-        } else {
-            add_close(m);
-            add_fail(m, MSR_RPC_UNAVAILABLE, "the relay is shutting down");
-        }
-    }
+    msr_relay_groups_stop(&s->adds);
 }
 
 void msr_relay_server_adds(const msr_relay_server_t *s, uint64_t *calls_p, uint64_t *merged_p)

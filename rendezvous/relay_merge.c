@@ -28,16 +28,9 @@ typedef struct merged {
 } merged_t;
 
 struct merge {
-    msr_list_t link; /* in server->merges */
-    msr_relay_server_t *server;
-    msr_rpc_async_t async; /* the arrival upstream, once sent */
-    int sent;
-    int32_t generation;
+    msr_relay_group_t g;             /* in server->merges, open in server->open */
     uint32_t count, wait_ms, weight; /* weight: its callers' still waiting */
-    uint64_t merge_id, deadline;
-    size_t n, live, cap;
-    merged_t **members;
-    char key[320]; /* in server->open while open ("": closed) */
+    uint64_t merge_id;
     char name[];
 };
 
@@ -49,42 +42,22 @@ typedef struct withdraw {
     msr_relay_server_t *server;
 } withdraw_t;
 
-static void merge_free(merge_t *m)
-{
-    msr_list_remove(&m->link);
-    for (size_t k = 0; k < m->n; k++)
-        msr_free(m->members[k]);
-    msr_free(m->members);
-    msr_free(m);
-}
-
-static void merge_close(merge_t *m)
-{
-    if (m->key[0] != '\0')
-        msr_map_remove(&m->server->open, m->key);
-    m->key[0] = '\0';
-}
-
 static merge_t *merge_new(msr_relay_server_t *s, const Msr__BarrierRequest *req, const char *key)
 {
     size_t nl = strlen(req->name);
     merge_t *m = msr_calloc(1, sizeof *m + nl + 1);
     if (m == NULL)
         return NULL;
-    m->server = s;
-    m->generation = req->generation;
     m->count = req->count;
     m->wait_ms = req->wait_ms;
     memcpy(m->name, req->name, nl + 1);
     do
         msr_random_bytes(&m->merge_id, sizeof m->merge_id);
     while (m->merge_id == 0);
-    snprintf(m->key, sizeof m->key, "%s", key);
-    if (msr_map_put(&s->open, m->key, m, NULL) != MSR_OK) {
+    if (msr_relay_group_init(&m->g, s, &s->open, &s->merges, req->generation, key) != MSR_OK) {
         msr_free(m);
         return NULL;
     }
-    msr_list_push_back(&s->merges, &m->link);
     return m;
 }
 
@@ -100,104 +73,61 @@ int msr_relay_merge_add(msr_relay_server_t *s, msr_rpc_call_t *call, const Msr__
                          req->name) >= sizeof key)
         return 0;
     merge_t *m = msr_map_get(&s->open, key);
+    /* full: sent as it is; the count's excess is refused upstream */
     if (m != NULL && (uint64_t)m->weight + w > m->count)
-        merge_close(m); /* full: sent as it is; the count's excess is refused upstream */
-    if (m == NULL || m->key[0] == '\0')
+        msr_relay_group_close(&m->g);
+    if (m == NULL || m->g.okey[0] == '\0')
         m = merge_new(s, req, key);
-    if (m == NULL)
-        return 0;
-    if (m->n == m->cap) {
-        size_t cap = m->cap ? 2 * m->cap : 8;
-        merged_t **grown = msr_realloc(m->members, cap * sizeof *grown);
-        if (grown == NULL)
-            return 0; /* an empty open merge is freed at the flush */
-        m->members = grown;
-        m->cap = cap;
-    }
+    if (m == NULL || !msr_relay_group_grow(&m->g))
+        return 0; /* an empty open merge is freed at the flush */
     merged_t *mb = msr_calloc(1, sizeof *mb);
     if (mb == NULL)
         return 0;
     mb->head = (node_call_t){.call = call, .server = s, .method = MSR_RPC_BARRIER, .merged = 1};
     mb->merge = m;
     mb->weight = w;
-    m->members[m->n++] = mb;
-    m->live++;
     m->weight += w;
-    uint64_t dl = msr_rpc_call_deadline(call);
-    m->deadline = dl > m->deadline ? dl : m->deadline;
-    msr_rpc_call_set_data(call, mb);
     atomic_fetch_add(&s->merge_counts[0], 1);
-    atomic_fetch_add(&s->nforwards, 1);
-    s->forwarded++;
+    msr_relay_group_push(&m->g, &mb->head);
     return 1;
 }
 
 /* The arrival's answer, to each caller still waiting. */
 static void merge_done(msr_rpc_async_t *a)
 {
-    merge_t *m = MSR_CONTAINER_OF(a, merge_t, async);
-    msr_relay_server_t *s = m->server;
-    for (size_t k = 0; k < m->n; k++) {
-        msr_rpc_call_t *call = m->members[k]->head.call;
-        if (call == NULL)
-            continue;
-        atomic_fetch_sub(&s->nforwards, 1);
-        msr_rpc_call_set_data(call, NULL);
-        if (s->stopping && a->status == MSR_ERR_CANCELED)
-            msr_rpc_call_fail(call, MSR_RPC_UNAVAILABLE, "%s is shutting down", s->me);
-        else
+    merge_t *m = MSR_CONTAINER_OF(a, merge_t, g.async);
+    for (size_t k = 0; k < m->g.n; k++) {
+        msr_rpc_call_t *call = msr_relay_group_answer(&m->g, m->g.members[k], a);
+        if (call != NULL)
             msr_rpc_call_forward(call, a);
     }
     msr_rpc_async_cleanup(a);
-    merge_free(m);
+    msr_relay_group_free(&m->g);
 }
 
-static void merge_fail(merge_t *m, int code, const char *why)
+static void merge_send(msr_relay_group_t *g)
 {
-    for (size_t k = 0; k < m->n; k++) {
-        msr_rpc_call_t *call = m->members[k]->head.call;
-        if (call == NULL)
-            continue;
-        atomic_fetch_sub(&m->server->nforwards, 1);
-        msr_rpc_call_set_data(call, NULL);
-        msr_rpc_call_fail(call, code, "%s", why);
-    }
-    merge_free(m);
-}
-
-static void merge_send(merge_t *m)
-{
-    merge_close(m);
-    if (m->live == 0) {
-        merge_free(m);
+    merge_t *m = (merge_t *)g;
+    msr_relay_group_close(g);
+    if (g->live == 0) {
+        msr_relay_group_free(g);
         return;
     }
     Msr__BarrierRequest r = MSR__BARRIER_REQUEST__INIT;
-    r.generation = m->generation;
+    r.generation = g->generation;
     r.name = m->name;
     r.count = m->count;
     r.weight = m->weight;
     r.wait_ms = m->wait_ms;
     r.merge_id = m->merge_id;
-    m->async.method = MSR_RPC_BARRIER;
-    m->async.deadline = m->deadline;
-    m->async.raw = 1;
-    m->async.done = merge_done;
-    m->sent = 1;
-    atomic_fetch_add(&m->server->merge_counts[1], 1);
-    if (msr_rpc_call_start(m->server->up, m->server->loop, &m->async, &r.base) != MSR_OK)
-        merge_fail(m, MSR_RPC_UNAVAILABLE, "the relay cannot forward Barrier upstream");
+    if (msr_relay_group_start(g, MSR_RPC_BARRIER, merge_done, &g->server->merge_counts[1],
+                              &r.base) != MSR_OK)
+        msr_relay_group_fail(g, MSR_RPC_UNAVAILABLE, "the relay cannot forward Barrier upstream");
 }
 
 void msr_relay_merges_flush(msr_relay_server_t *s)
 {
-    msr_list_t *pos, *tmp;
-    msr_list_for_each_safe(pos, tmp, &s->merges)
-    {
-        merge_t *m = MSR_CONTAINER_OF(pos, merge_t, link);
-        if (!m->sent)
-            merge_send(m);
-    }
+    msr_relay_groups_flush(&s->merges, merge_send);
     msr_relay_adds_flush(s);
 }
 
@@ -222,17 +152,17 @@ void msr_relay_merged_gave_up(msr_relay_server_t *s, node_call_t *nc)
     merge_t *m = mb->merge;
     mb->head.call = NULL;
     atomic_fetch_sub(&s->nforwards, 1);
-    m->live--;
+    m->g.live--;
     m->weight -= mb->weight;
-    if (!m->sent)
+    if (!m->g.sent)
         return; /* sent with the others' weight, or not at all */
-    if (m->live == 0) {
-        msr_rpc_async_cancel(&m->async); /* the whole arrival taken back */
+    if (m->g.live == 0) {
+        msr_rpc_async_cancel(&m->g.async); /* the whole arrival taken back */
         return;
     }
     withdraw_t *w = msr_calloc(1, sizeof *w);
     Msr__BarrierRequest r = MSR__BARRIER_REQUEST__INIT;
-    r.generation = m->generation;
+    r.generation = m->g.generation;
     r.name = m->name;
     r.count = m->count;
     r.merge_id = m->merge_id;
@@ -257,17 +187,8 @@ void msr_relay_merged_gave_up(msr_relay_server_t *s, node_call_t *nc)
  * the withdrawals cancelled (merge_done answers their callers). */
 void msr_relay_merges_stop(msr_relay_server_t *s)
 {
+    msr_relay_groups_stop(&s->merges);
     msr_list_t *pos, *tmp;
-    msr_list_for_each_safe(pos, tmp, &s->merges)
-    {
-        merge_t *m = MSR_CONTAINER_OF(pos, merge_t, link);
-        if (m->sent) {
-            msr_rpc_async_cancel(&m->async);
-        } else {
-            merge_close(m);
-            merge_fail(m, MSR_RPC_UNAVAILABLE, "the relay is shutting down");
-        }
-    }
     msr_list_for_each_safe(pos, tmp, &s->withdraws)
     {
         msr_rpc_async_cancel(&MSR_CONTAINER_OF(pos, withdraw_t, link)->async);

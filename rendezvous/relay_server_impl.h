@@ -1,5 +1,5 @@
-/* The relay agent's server inside (relay_server.c, relay_merge.c):
- * private to those two. */
+/* The relay agent's server inside (relay_server.c, relay_merge.c,
+ * relay_add.c, relay_group.c): private to those. */
 #ifndef MSR_RENDEZVOUS_RELAY_SERVER_IMPL_H
 #define MSR_RENDEZVOUS_RELAY_SERVER_IMPL_H
 
@@ -41,6 +41,52 @@ typedef struct node_call {
     int merged;    /* 1: a Barrier in a merge (merged_t); 2: an Add in one */
     char key[256]; /* the node's msr_relay_call_key */
 } node_call_t;
+
+/* ---- a group of nodes' calls merged into one upstream (relay_group.c) ---- */
+
+/* What a merged Barrier (relay_merge.c) and a merged Add (relay_add.c)
+ * share: the first member of each. Its members' data begin with their
+ * node_call_t. */
+typedef struct msr_relay_group {
+    msr_list_t link; /* in its server's list of merges */
+    msr_relay_server_t *server;
+    msr_map_t *open;       /* the server's map of the open ones */
+    msr_rpc_async_t async; /* the merged call upstream, once sent */
+    int sent;
+    int32_t generation;
+    uint64_t deadline; /* its callers' latest */
+    size_t n, live, cap;
+    node_call_t **members;
+    char okey[320]; /* in *open while open ("": closed) */
+} msr_relay_group_t;
+
+/* Fills a zeroed group and opens it under okey in open, at the end of
+ * list; not MSR_OK when the map cannot take it. */
+msr_status_t msr_relay_group_init(msr_relay_group_t *g, msr_relay_server_t *s, msr_map_t *open,
+                                  msr_list_t *list, int32_t generation, const char *okey);
+/* Closed: no more callers join it. */
+void msr_relay_group_close(msr_relay_group_t *g);
+/* Off its list and freed with its members (g is the start of the block). */
+void msr_relay_group_free(msr_relay_group_t *g);
+/* Room for one more member: 1, or 0 out of memory. */
+int msr_relay_group_grow(msr_relay_group_t *g);
+/* A node's call joins it (after msr_relay_group_grow). */
+void msr_relay_group_push(msr_relay_group_t *g, node_call_t *nc);
+/* A member's answer is due: its call to answer, or NULL when its node gave
+ * up or it was answered here (the server stopping). */
+msr_rpc_call_t *msr_relay_group_answer(msr_relay_group_t *g, node_call_t *nc,
+                                       const msr_rpc_async_t *a);
+/* Its callers still waiting failed with code, then freed. */
+void msr_relay_group_fail(msr_relay_group_t *g, int code, const char *why);
+/* Sends the merged call req upstream (sent counted in *nsent). */
+msr_status_t msr_relay_group_start(msr_relay_group_t *g, msr_rpc_method_t method,
+                                   void (*done)(msr_rpc_async_t *), _Atomic uint64_t *nsent,
+                                   const ProtobufCMessage *req);
+/* Each open group of list sent with send. */
+void msr_relay_groups_flush(msr_list_t *list, void (*send)(msr_relay_group_t *));
+/* The server stops: open groups of list answered UNAVAILABLE, those in
+ * flight cancelled (their done answers their callers). */
+void msr_relay_groups_stop(msr_list_t *list);
 
 /* ---- a node's Barrier calls merged (relay_merge.c) ---- */
 

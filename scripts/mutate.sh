@@ -3611,12 +3611,12 @@ test: ^test_relay_merge$
 >>>
 
 @ relay.merged_stop_cancelled
-file: rendezvous/relay_merge.c
+file: rendezvous/relay_group.c
 test: ^test_relay_merge$
 <<<
-        if (s->stopping && a->status == MSR_ERR_CANCELED)
+    if (s->stopping && a->status == MSR_ERR_CANCELED) {
 ===
-        if (0)
+    if (a == NULL) {
 >>>
 
 @ relay.merged_add_part_not_deduped
