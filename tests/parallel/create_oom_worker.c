@@ -44,35 +44,11 @@
 
 WORKER_FAIL("create_oom_worker", exit)
 
+#include "tests/parallel/oom_rounds.h"
+
 enum { MAX_PAST = 50 };
 
 static int g_alone; /* dpz3: msr_dp_create_agreed alone, not a trainer */
-
-/* The same outcome on every rank (over world, which stays whole). */
-static void same_everywhere(msr_comm_t *world, const char *what, msr_status_t st, const char *err)
-{
-    int64_t lo = st, hi = -(int64_t)st;
-    if (msr_comm_allreduce(world, MSR_IN_PLACE, &lo, 1, MSR_DTYPE_I64, MSR_OP_MIN) != MSR_OK ||
-        msr_comm_allreduce(world, MSR_IN_PLACE, &hi, 1, MSR_DTYPE_I64, MSR_OP_MIN) != MSR_OK)
-        fail("%s: the comparison over the world failed (this rank's: %s, %s)", what,
-             msr_status_name(st), err);
-    if (lo != -hi)
-        fail("%s: the ranks ended differently (%lld to %lld; this rank's: %s, %s)", what,
-             (long long)lo, (long long)-hi, msr_status_name(st), err);
-}
-
-/* A failed round: out of memory, said by WHO, named by the others. */
-static void check_failed(const char *what, msr_status_t st, const char *err, int me, int who)
-{
-    if (st != MSR_ERR_NO_MEMORY)
-        fail("%s: %s (%s), want MSR_ERR_NO_MEMORY", what, msr_status_name(st), err);
-    if (strstr(err, "out of memory") == NULL)
-        fail("%s: the error '%s' does not say out of memory", what, err);
-    char named[32];
-    snprintf(named, sizeof named, "rank %d ", who);
-    if (me != who && strstr(err, named) == NULL)
-        fail("%s: the error '%s' does not name rank %d", what, err, who);
-}
 
 static msr_train_config_t config(const char *layout, int np, int rank)
 {
@@ -179,15 +155,10 @@ static int round_check(const msr_train_config_t *cfg, const msr_dataset_t *ds, m
 {
     int me = msr_comm_rank(world), hit = 0;
     char what[64], err[512];
-    snprintf(what, sizeof what, "allocation %ld of rank %d", k, who);
-    snprintf(g_case, sizeof g_case, "%s", what);
+    oom_round_name(what, sizeof what, k, who);
     long count = 0;
     msr_status_t st = round_run(cfg, ds, world, who, k, err, sizeof err, &hit, &count);
-    same_everywhere(world, what, st, err);
-    if (st != MSR_OK)
-        check_failed(what, st, err, me, who);
-    printf("round %ld: rank %d: %s%s%s\n", k, me, st == MSR_OK ? "ok" : msr_status_name(st),
-           st == MSR_OK ? "" : ": ", err);
+    oom_round_end(world, what, k, who, st, err, " ");
     int64_t v[2] = {hit, me == who ? count : 0};
     OK(msr_comm_allreduce(world, MSR_IN_PLACE, v, 2, MSR_DTYPE_I64, MSR_OP_MAX));
     g_case[0] = '\0';
