@@ -52,21 +52,7 @@ static int g_alone; /* dpz3: msr_dp_create_agreed alone, not a trainer */
 
 static msr_train_config_t config(const char *layout, int np, int rank)
 {
-    msr_train_config_t c = {
-        .model = {MSR_GPT_VOCAB, 16, 2, 2, 16},
-        .micro_batch = 2,
-        .grad_accum = 2,
-        .dp = np,
-        .dp_rank = rank,
-        .seed = 5,
-        .lr = 3e-3f,
-        .warmup = 2,
-        .grad_clip = 1.0f,
-        .adamw = {0.9, 0.95, 1e-8, 0.1},
-    };
-    msr_train_config_defaults(&c);
-    c.par.bucket_bytes = 4000;
-    c.par.zero_min_bytes = 0;
+    msr_train_config_t c = oom_config(np, rank);
     if (strcmp(layout, "z3") == 0 || strcmp(layout, "dpz3") == 0) {
         c.par.zero = 3;
         c.model.moe = (msr_gpt_moe_t){4, 2, 2, 1.0, 0.01};
@@ -106,10 +92,9 @@ static msr_status_t dp_alone(const msr_train_config_t *cfg, msr_comm_t *c, int m
     msr_gpt_t *g = NULL;
     msr_dp_t *dp = NULL;
     OK(msr_gpt_create_ex(&cfg->model, cfg->micro_batch, msr_dp_model_flags(cfg->par.zero), &g));
-    msr_alloc_fail_at(me == who ? k : -1);
+    oom_hook_set(me, who, k);
     msr_status_t st = msr_dp_create_agreed(&cfg->par, c, g, &cfg->adamw, cfg->seed, &dp);
-    *fired_p = msr_alloc_failed();
-    *count_p = msr_alloc_fail_at(-1);
+    *count_p = oom_hook_clear(fired_p);
     msr_dp_destroy(dp);
     msr_gpt_destroy(g);
     return st;
@@ -132,11 +117,10 @@ static msr_status_t round_run(const msr_train_config_t *cfg, const msr_dataset_t
     if (cfg->tp > 1 || cfg->cp > 1)
         OK(msr_mesh_create(c, cfg->dp, cfg->pp, cfg->cp > 1 ? cfg->cp : 1, cfg->tp, &mesh));
     msr_trainer_t *tr = NULL;
-    msr_alloc_fail_at(me == who ? k : -1);
+    oom_hook_set(me, who, k);
     msr_status_t st = mesh != NULL ? msr_trainer_create_mesh(cfg, ds, mesh, &tr)
                                    : msr_trainer_create(cfg, ds, c, &tr);
-    *fired_p = msr_alloc_failed();
-    *count_p = msr_alloc_fail_at(-1);
+    *count_p = oom_hook_clear(fired_p);
     snprintf(err, n, "%s", st == MSR_OK ? "" : msr_last_error());
     double loss;
     if (st == MSR_OK)

@@ -41,24 +41,10 @@ enum { MAX_ROUNDS = 20000, STEPS = 2 };
 
 static msr_train_config_t config(int dp, int rank, int ep)
 {
-    msr_train_config_t c = {
-        .model = {MSR_GPT_VOCAB, 16, 2, 2, 16},
-        .micro_batch = 2,
-        .grad_accum = 2,
-        .dp = dp,
-        .dp_rank = rank,
-        .seed = 5,
-        .lr = 3e-3f,
-        .warmup = 2,
-        .grad_clip = 1.0f,
-        .adamw = {0.9, 0.95, 1e-8, 0.1},
-    };
-    msr_train_config_defaults(&c);
+    msr_train_config_t c = oom_config(dp, rank);
     c.model.moe = (msr_gpt_moe_t){4, 2, 1, 1.0, 0.01};
     c.ep = ep;
     c.par.zero = 3;
-    c.par.zero_min_bytes = 0;
-    c.par.bucket_bytes = 4000;
     return c;
 }
 
@@ -79,13 +65,11 @@ static msr_status_t round_run(const msr_train_config_t *cfg, const msr_dataset_t
     msr_train_experts_free(tr);
     msr_adamw_destroy(tr->eopt);
     tr->eopt = NULL;
-    if (msr_comm_rank(c) == who)
-        msr_alloc_fail_at(k);
+    oom_hook_set(msr_comm_rank(c), who, k);
     msr_status_t st = msr_train_experts_shard(tr, c);
     for (int i = 0; i < STEPS && st == MSR_OK; i++)
         st = msr_trainer_step(tr, &loss);
-    *fired_p = msr_alloc_failed();
-    msr_alloc_fail_at(-1);
+    oom_hook_clear(fired_p);
     snprintf(err, n, "%s", st == MSR_OK ? "" : msr_last_error());
     msr_trainer_destroy(tr);
     return st;

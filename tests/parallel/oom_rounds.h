@@ -11,7 +11,47 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "base/alloc.h"
 #include "msrun/msrun.h"
+#include "parallel/train.h"
+
+/* The workers' small GPT trainer, dp ranks with this one dp_rank rank:
+ * the defaults, buckets of 4000 bytes, every parameter sharded at ZeRO
+ * levels above 0. A worker sets its layout on top. */
+static msr_train_config_t oom_config(int dp, int rank)
+{
+    msr_train_config_t c = {
+        .model = {MSR_GPT_VOCAB, 16, 2, 2, 16},
+        .micro_batch = 2,
+        .grad_accum = 2,
+        .dp = dp,
+        .dp_rank = rank,
+        .seed = 5,
+        .lr = 3e-3f,
+        .warmup = 2,
+        .grad_clip = 1.0f,
+        .adamw = {0.9, 0.95, 1e-8, 0.1},
+    };
+    msr_train_config_defaults(&c);
+    c.par.bucket_bytes = 4000;
+    c.par.zero_min_bytes = 0;
+    return c;
+}
+
+/* Sets the allocation hook: rank me's k-th allocation from now on fails
+ * where me is who (k < 0, or another rank: none). */
+static void oom_hook_set(int me, int who, long k)
+{
+    msr_alloc_fail_at(me == who ? k : -1);
+}
+
+/* Turns the hook off: *fired_p, whether it failed an allocation; returns
+ * the allocations made since oom_hook_set. */
+static long oom_hook_clear(int *fired_p)
+{
+    *fired_p = msr_alloc_failed();
+    return msr_alloc_fail_at(-1);
+}
 
 /* Names round k in what (of n bytes) and in g_case: "allocation K of rank
  * WHO". */
