@@ -44,53 +44,15 @@
 
 WORKER_FAIL("create_oom_worker", exit)
 
+#include "tests/parallel/oom_rounds.h"
+
 enum { MAX_PAST = 50 };
 
 static int g_alone; /* dpz3: msr_dp_create_agreed alone, not a trainer */
 
-/* The same outcome on every rank (over world, which stays whole). */
-static void same_everywhere(msr_comm_t *world, const char *what, msr_status_t st, const char *err)
-{
-    int64_t lo = st, hi = -(int64_t)st;
-    if (msr_comm_allreduce(world, MSR_IN_PLACE, &lo, 1, MSR_DTYPE_I64, MSR_OP_MIN) != MSR_OK ||
-        msr_comm_allreduce(world, MSR_IN_PLACE, &hi, 1, MSR_DTYPE_I64, MSR_OP_MIN) != MSR_OK)
-        fail("%s: the comparison over the world failed (this rank's: %s, %s)", what,
-             msr_status_name(st), err);
-    if (lo != -hi)
-        fail("%s: the ranks ended differently (%lld to %lld; this rank's: %s, %s)", what,
-             (long long)lo, (long long)-hi, msr_status_name(st), err);
-}
-
-/* A failed round: out of memory, said by WHO, named by the others. */
-static void check_failed(const char *what, msr_status_t st, const char *err, int me, int who)
-{
-    if (st != MSR_ERR_NO_MEMORY)
-        fail("%s: %s (%s), want MSR_ERR_NO_MEMORY", what, msr_status_name(st), err);
-    if (strstr(err, "out of memory") == NULL)
-        fail("%s: the error '%s' does not say out of memory", what, err);
-    char named[32];
-    snprintf(named, sizeof named, "rank %d ", who);
-    if (me != who && strstr(err, named) == NULL)
-        fail("%s: the error '%s' does not name rank %d", what, err, who);
-}
-
 static msr_train_config_t config(const char *layout, int np, int rank)
 {
-    msr_train_config_t c = {
-        .model = {MSR_GPT_VOCAB, 16, 2, 2, 16},
-        .micro_batch = 2,
-        .grad_accum = 2,
-        .dp = np,
-        .dp_rank = rank,
-        .seed = 5,
-        .lr = 3e-3f,
-        .warmup = 2,
-        .grad_clip = 1.0f,
-        .adamw = {0.9, 0.95, 1e-8, 0.1},
-    };
-    msr_train_config_defaults(&c);
-    c.par.bucket_bytes = 4000;
-    c.par.zero_min_bytes = 0;
+    msr_train_config_t c = oom_config(np, rank);
     if (strcmp(layout, "z3") == 0 || strcmp(layout, "dpz3") == 0) {
         c.par.zero = 3;
         c.model.moe = (msr_gpt_moe_t){4, 2, 2, 1.0, 0.01};
@@ -130,10 +92,9 @@ static msr_status_t dp_alone(const msr_train_config_t *cfg, msr_comm_t *c, int m
     msr_gpt_t *g = NULL;
     msr_dp_t *dp = NULL;
     OK(msr_gpt_create_ex(&cfg->model, cfg->micro_batch, msr_dp_model_flags(cfg->par.zero), &g));
-    msr_alloc_fail_at(me == who ? k : -1);
+    oom_hook_set(me, who, k);
     msr_status_t st = msr_dp_create_agreed(&cfg->par, c, g, &cfg->adamw, cfg->seed, &dp);
-    *fired_p = msr_alloc_failed();
-    *count_p = msr_alloc_fail_at(-1);
+    *count_p = oom_hook_clear(fired_p);
     msr_dp_destroy(dp);
     msr_gpt_destroy(g);
     return st;
@@ -156,11 +117,10 @@ static msr_status_t round_run(const msr_train_config_t *cfg, const msr_dataset_t
     if (cfg->tp > 1 || cfg->cp > 1)
         OK(msr_mesh_create(c, cfg->dp, cfg->pp, cfg->cp > 1 ? cfg->cp : 1, cfg->tp, &mesh));
     msr_trainer_t *tr = NULL;
-    msr_alloc_fail_at(me == who ? k : -1);
+    oom_hook_set(me, who, k);
     msr_status_t st = mesh != NULL ? msr_trainer_create_mesh(cfg, ds, mesh, &tr)
                                    : msr_trainer_create(cfg, ds, c, &tr);
-    *fired_p = msr_alloc_failed();
-    *count_p = msr_alloc_fail_at(-1);
+    *count_p = oom_hook_clear(fired_p);
     snprintf(err, n, "%s", st == MSR_OK ? "" : msr_last_error());
     double loss;
     if (st == MSR_OK)
@@ -179,15 +139,10 @@ static int round_check(const msr_train_config_t *cfg, const msr_dataset_t *ds, m
 {
     int me = msr_comm_rank(world), hit = 0;
     char what[64], err[512];
-    snprintf(what, sizeof what, "allocation %ld of rank %d", k, who);
-    snprintf(g_case, sizeof g_case, "%s", what);
+    oom_round_name(what, sizeof what, k, who);
     long count = 0;
     msr_status_t st = round_run(cfg, ds, world, who, k, err, sizeof err, &hit, &count);
-    same_everywhere(world, what, st, err);
-    if (st != MSR_OK)
-        check_failed(what, st, err, me, who);
-    printf("round %ld: rank %d: %s%s%s\n", k, me, st == MSR_OK ? "ok" : msr_status_name(st),
-           st == MSR_OK ? "" : ": ", err);
+    oom_round_end(world, what, k, who, st, err, " ");
     int64_t v[2] = {hit, me == who ? count : 0};
     OK(msr_comm_allreduce(world, MSR_IN_PLACE, v, 2, MSR_DTYPE_I64, MSR_OP_MAX));
     g_case[0] = '\0';

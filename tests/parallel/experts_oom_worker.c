@@ -35,54 +35,16 @@
 
 WORKER_FAIL("experts_oom_worker", exit)
 
+#include "tests/parallel/oom_rounds.h"
+
 enum { MAX_ROUNDS = 20000, STEPS = 2 };
-
-/* The same outcome on every rank (over world, which stays whole). */
-static void same_everywhere(msr_comm_t *world, const char *what, msr_status_t st, const char *err)
-{
-    int64_t lo = st, hi = -(int64_t)st;
-    if (msr_comm_allreduce(world, MSR_IN_PLACE, &lo, 1, MSR_DTYPE_I64, MSR_OP_MIN) != MSR_OK ||
-        msr_comm_allreduce(world, MSR_IN_PLACE, &hi, 1, MSR_DTYPE_I64, MSR_OP_MIN) != MSR_OK)
-        fail("%s: the comparison over the world failed (this rank's: %s, %s)", what,
-             msr_status_name(st), err);
-    if (lo != -hi)
-        fail("%s: the ranks ended differently (%lld to %lld; this rank's: %s, %s)", what,
-             (long long)lo, (long long)-hi, msr_status_name(st), err);
-}
-
-/* A failed round: out of memory, said by WHO, named by the others. */
-static void check_failed(const char *what, msr_status_t st, const char *err, int me, int who)
-{
-    if (st != MSR_ERR_NO_MEMORY)
-        fail("%s: %s (%s), want MSR_ERR_NO_MEMORY", what, msr_status_name(st), err);
-    if (strstr(err, "out of memory") == NULL)
-        fail("%s: the error '%s' does not say out of memory", what, err);
-    char named[32];
-    snprintf(named, sizeof named, "rank %d", who);
-    if (me != who && strstr(err, named) == NULL)
-        fail("%s: the error '%s' does not name rank %d", what, err, who);
-}
 
 static msr_train_config_t config(int dp, int rank, int ep)
 {
-    msr_train_config_t c = {
-        .model = {MSR_GPT_VOCAB, 16, 2, 2, 16},
-        .micro_batch = 2,
-        .grad_accum = 2,
-        .dp = dp,
-        .dp_rank = rank,
-        .seed = 5,
-        .lr = 3e-3f,
-        .warmup = 2,
-        .grad_clip = 1.0f,
-        .adamw = {0.9, 0.95, 1e-8, 0.1},
-    };
-    msr_train_config_defaults(&c);
+    msr_train_config_t c = oom_config(dp, rank);
     c.model.moe = (msr_gpt_moe_t){4, 2, 1, 1.0, 0.01};
     c.ep = ep;
     c.par.zero = 3;
-    c.par.zero_min_bytes = 0;
-    c.par.bucket_bytes = 4000;
     return c;
 }
 
@@ -103,13 +65,11 @@ static msr_status_t round_run(const msr_train_config_t *cfg, const msr_dataset_t
     msr_train_experts_free(tr);
     msr_adamw_destroy(tr->eopt);
     tr->eopt = NULL;
-    if (msr_comm_rank(c) == who)
-        msr_alloc_fail_at(k);
+    oom_hook_set(msr_comm_rank(c), who, k);
     msr_status_t st = msr_train_experts_shard(tr, c);
     for (int i = 0; i < STEPS && st == MSR_OK; i++)
         st = msr_trainer_step(tr, &loss);
-    *fired_p = msr_alloc_failed();
-    msr_alloc_fail_at(-1);
+    oom_hook_clear(fired_p);
     snprintf(err, n, "%s", st == MSR_OK ? "" : msr_last_error());
     msr_trainer_destroy(tr);
     return st;
@@ -131,19 +91,14 @@ int main(int argc, char **argv)
     long k;
     for (k = 0; k < MAX_ROUNDS; k++) {
         char what[64], err[512];
-        snprintf(what, sizeof what, "allocation %ld of rank %d", k, who);
-        snprintf(g_case, sizeof g_case, "%s", what);
+        oom_round_name(what, sizeof what, k, who);
         msr_comm_t *c;
         OK(msr_comm_split(world, 0, me, &c));
         int hit = 0;
         msr_status_t st = round_run(&cfg, ds, c, who, k, err, sizeof err, &hit);
         int64_t fired = hit;
         msr_comm_destroy(c);
-        same_everywhere(world, what, st, err);
-        if (st != MSR_OK)
-            check_failed(what, st, err, me, who);
-        printf("round %ld: rank %d: %s%s%s\n", k, me, st == MSR_OK ? "ok" : msr_status_name(st),
-               st == MSR_OK ? "" : ": ", err);
+        oom_round_end(world, what, k, who, st, err, "");
         OK(msr_comm_allreduce(world, MSR_IN_PLACE, &fired, 1, MSR_DTYPE_I64, MSR_OP_MAX));
         if (!fired)
             break;

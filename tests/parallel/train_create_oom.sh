@@ -15,11 +15,7 @@
 # find a hang), nothing leaked (the sanitizer build checks); the next
 # creation works, and the last round, where none failed, trains a step.
 set -euo pipefail
-bin="$MSRUN_BUILD/bin"
-source "$(dirname "$0")/job_env.sh"
-job_test_setup
-source "$(dirname "$0")/ckpt_worker_env.sh"
-export MSR_TIMEOUT=20
+source "$(dirname "$0")/oom_env.sh"
 # run RANKS WHO LAYOUT EVERY: the worker on RANKS ranks, rank WHO failing
 run() {
     local ranks=$1 who=$2 layout=$3 every=$4
@@ -27,10 +23,9 @@ run() {
     [[ $layout != dpz3 ]] || named="dp: rank $who is out of memory creating its data-parallel state"
     ckpt_worker "$ranks" 300 create_oom_worker "$who" "$layout" "$every" ||
         fail "$layout, rank $who out of memory: $(tail -20 "$work/log")"
-    ! grep -q "FAIL" "$work/log" || fail "$layout, rank $who: $(grep FAIL "$work/log")"
-    grep -Eq "create oom $layout: [0-9]+ of rank $who's [0-9]+ allocations failed in turn, every rank alike" \
-        "$work/log" || fail "$layout, rank $who: no summary: $(tail -20 "$work/log")"
-    grep -q "ok create oom" "$work/log" || fail "$layout: not ok: $(tail -20 "$work/log")"
+    oom_worker_ok "$layout, rank $who" \
+        "create oom $layout: [0-9]+ of rank $who's [0-9]+ allocations failed in turn, every rank alike" \
+        "ok create oom"
     # every other rank named the failing one in the creation's agreement
     for ((r = 0; r < ranks; r++)); do
         [[ $r -eq $who ]] && continue

@@ -7,26 +7,13 @@
  * request id is answered its recorded value, not applied again. A relay
  * dying before and after its merged call reached the coordinator: the
  * callers resend directly, and the counter counts each add once. */
-#include <stdio.h>
-#include <string.h>
-
-#include "base/time.h"
-#include "rendezvous/relay.h"
-#include "rendezvous/rpc.h"
-#include "tests/runner.h"
-#include "tests/unit_rdzv/fixtures.h"
+#include "tests/unit_rdzv/relay_ops.h"
 
 typedef struct op {
-    msr_rpc_async_t a;
-    int done;
+    msr_top_t t; /* first: an op_t is the msr_top_t the polls wait on */
     int64_t delta;
     uint64_t request_id;
 } op_t;
-
-static void op_done(msr_rpc_async_t *a)
-{
-    ((op_t *)a)->done = 1;
-}
 
 /* An Add of delta to "c" over ch by client 7 with request id rid (0: none). */
 static void add_start(msr_rpc_channel_t *ch, msr_rpc_loop_t *loop, op_t *o, int64_t delta,
@@ -37,35 +24,16 @@ static void add_start(msr_rpc_channel_t *ch, msr_rpc_loop_t *loop, op_t *o, int6
     r.delta = delta;
     r.client_id = rid ? 7 : 0;
     r.request_id = rid;
-    memset(o, 0, sizeof *o);
+    msr_top_start(ch, loop, &o->t, MSR_RPC_ADD, &r.base, ms);
     o->delta = delta;
     o->request_id = rid;
-    o->a.method = MSR_RPC_ADD;
-    o->a.deadline = msr_deadline_in_ms(ms);
-    o->a.wait_for_ready = 1;
-    o->a.done = op_done;
-    MSR_CHECK_OK(msr_rpc_call_start(ch, loop, &o->a, &r.base));
-}
-
-static void poll_until(msr_rpc_loop_t *loop, int (*cond)(void *), void *arg, const char *what)
-{
-    uint64_t limit = msr_deadline_in_ms(20000);
-    while (!cond(arg)) {
-        MSR_CHECK_MSG(!msr_deadline_passed(limit), "%s: not within 20 s", what);
-        msr_rpc_loop_poll(loop, msr_deadline_in_ms(20));
-    }
-}
-
-static int op_is_done(void *arg)
-{
-    return ((op_t *)arg)->done;
 }
 
 static int64_t op_value(op_t *o)
 {
-    MSR_CHECK_MSG(o->a.status == MSR_OK && o->a.resp != NULL, "add %lld: %d %s",
-                  (long long)o->delta, o->a.grpc_code, o->a.err);
-    return ((const Msr__AddResponse *)o->a.resp)->value;
+    MSR_CHECK_MSG(o->t.a.status == MSR_OK && o->t.a.resp != NULL, "add %lld: %d %s",
+                  (long long)o->delta, o->t.a.grpc_code, o->t.a.err);
+    return ((const Msr__AddResponse *)o->t.a.resp)->value;
 }
 
 typedef struct relay_at {
@@ -86,32 +54,14 @@ static int relay_merged_4(void *arg)
     return calls == 4;
 }
 
-/* The Add calls the coordinator at target served. */
-static uint64_t coord_adds(const char *target)
-{
-    msr_rpc_channel_t *ch;
-    MSR_CHECK_OK(msr_rpc_channel_create_own(target, "tok", &ch));
-    Msr__StatusRequest req = MSR__STATUS_REQUEST__INIT;
-    ProtobufCMessage *resp = NULL;
-    MSR_CHECK_OK(msr_rpc_call(ch, MSR_RPC_STATUS, &req.base, msr_deadline_in_ms(10000), 1, &resp));
-    const Msr__StatusResponse *r = (const Msr__StatusResponse *)resp;
-    uint64_t n = 0;
-    for (size_t i = 0; i < r->n_call_names && i < r->n_call_counts; i++)
-        if (strcmp(r->call_names[i], "Add") == 0)
-            n = r->call_counts[i];
-    msr_rpc_message_free(resp);
-    msr_rpc_channel_destroy(ch);
-    return n;
-}
-
 /* The counter's value, by an add of 0 without an id (one more Add). */
 static int64_t counter(msr_rpc_channel_t *direct, msr_rpc_loop_t *loop)
 {
     op_t o;
     add_start(direct, loop, &o, 0, 0, 20000);
-    poll_until(loop, op_is_done, &o, "reading the counter");
+    msr_tpoll_until(loop, msr_top_is_done, &o, "reading the counter");
     int64_t v = op_value(&o);
-    msr_rpc_async_cleanup(&o.a);
+    msr_rpc_async_cleanup(&o.t.a);
     return v;
 }
 
@@ -134,42 +84,10 @@ static void check_one_by_one(op_t **ops, int n, int64_t base)
     }
 }
 
-typedef struct rig {
-    msr_tserved_t s;
-    msr_rpc_loop_t *loop;
-    msr_rpc_channel_t *up, *via, *direct;
-    msr_relay_server_t *relay;
-} rig_t;
-
-static void rig_start(rig_t *g)
-{
-    int port = 0;
-    char target[64];
-    msr_tserved_start_nodes(&g->s, 8);
-    MSR_CHECK_OK(msr_rpc_loop_create(&g->loop));
-    MSR_CHECK_OK(msr_rpc_channel_create_own(g->s.target, "tok", &g->up));
-    MSR_CHECK_OK(
-        msr_relay_server_create(g->loop, "127.0.0.1:0", "tok", g->up, "a", 4, &port, &g->relay));
-    snprintf(target, sizeof target, "127.0.0.1:%d", port);
-    MSR_CHECK_OK(msr_rpc_channel_create_own(target, "tok", &g->via));
-    MSR_CHECK_OK(msr_rpc_channel_create_own(g->s.target, "tok", &g->direct));
-}
-
-static void rig_stop(rig_t *g)
-{
-    msr_rpc_channel_destroy(g->via);
-    msr_rpc_channel_destroy(g->direct);
-    msr_relay_server_destroy(g->relay);
-    if (g->up != NULL)
-        msr_rpc_channel_destroy(g->up);
-    msr_rpc_loop_destroy(g->loop);
-    msr_tserved_stop(&g->s);
-}
-
 static void test_merged_adds(void)
 {
-    rig_t g;
-    rig_start(&g);
+    msr_trig_t g;
+    msr_trig_start(&g);
     msr_rpc_loop_t *loop = g.loop;
     /* A, B, C (gives up before the flush) and D reach the relay in one poll */
     op_t o[8];
@@ -178,23 +96,23 @@ static void test_merged_adds(void)
     add_start(g.via, loop, &o[2], 100000, 3, 300);
     add_start(g.via, loop, &o[3], 100, 4, 20000);
     relay_at_t at = {g.relay, 4};
-    poll_until(loop, relay_reached, &at, "four Add calls at the relay");
-    poll_until(loop, op_is_done, &o[2], "C giving up");
-    MSR_CHECK_EQ(o[2].a.grpc_code, MSR_RPC_DEADLINE_EXCEEDED);
+    msr_tpoll_until(loop, relay_reached, &at, "four Add calls at the relay");
+    msr_tpoll_until(loop, msr_top_is_done, &o[2], "C giving up");
+    MSR_CHECK_EQ(o[2].t.a.grpc_code, MSR_RPC_DEADLINE_EXCEEDED);
     at.forwarding = 3;
-    poll_until(loop, relay_reached, &at, "C left out");
-    uint64_t before = coord_adds(g.s.target);
+    msr_tpoll_until(loop, relay_reached, &at, "C left out");
+    uint64_t before = msr_tcoord_served(g.s.target, "Add");
     msr_relay_server_flush(g.relay);
     uint64_t calls, merged;
     msr_relay_server_adds(g.relay, &calls, &merged);
     MSR_CHECK_EQ(calls, 4);
     MSR_CHECK_EQ(merged, 1);
     for (int k = 0; k < 4; k++)
-        poll_until(loop, op_is_done, &o[k], "the merged callers");
+        msr_tpoll_until(loop, msr_top_is_done, &o[k], "the merged callers");
     op_t *abd[3] = {&o[0], &o[1], &o[3]};
     check_one_by_one(abd, 3, 0);
-    MSR_CHECK_EQ(coord_adds(g.s.target) - before, 1); /* one call for three */
-    MSR_CHECK_EQ(counter(g.direct, loop), 111);       /* C not applied */
+    MSR_CHECK_EQ(msr_tcoord_served(g.s.target, "Add") - before, 1); /* one call for three */
+    MSR_CHECK_EQ(counter(g.direct, loop), 111);                     /* C not applied */
     /* B resent directly, A resent merged with E: their recorded values;
      * F sent and given up after the flush: applied */
     int64_t a_value = op_value(&o[0]);
@@ -204,18 +122,18 @@ static void test_merged_adds(void)
     add_start(g.via, loop, &o[6], 1000, 5, 20000);
     add_start(g.via, loop, &o[7], 10000, 6, 20000);
     at.forwarding = 3;
-    poll_until(loop, relay_reached, &at, "three more Add calls at the relay");
+    msr_tpoll_until(loop, relay_reached, &at, "three more Add calls at the relay");
     msr_relay_server_flush(g.relay);
-    msr_rpc_async_cancel(&o[7].a);
+    msr_rpc_async_cancel(&o[7].t.a);
     for (int k = 4; k < 8; k++)
-        poll_until(loop, op_is_done, &o[k], "the second round");
+        msr_tpoll_until(loop, msr_top_is_done, &o[k], "the second round");
     MSR_CHECK_EQ(op_value(&o[4]), b_value);
     MSR_CHECK_EQ(op_value(&o[5]), a_value);
     MSR_CHECK(op_value(&o[6]) == 1111 || op_value(&o[6]) == 11111);
     MSR_CHECK_EQ(counter(g.direct, loop), 11111);
     for (int k = 0; k < 8; k++)
-        msr_rpc_async_cleanup(&o[k].a);
-    rig_stop(&g);
+        msr_rpc_async_cleanup(&o[k].t.a);
+    msr_trig_stop(&g);
 }
 
 /* A relay dying mid-merge: its callers, answered UNAVAILABLE, resend
@@ -223,45 +141,45 @@ static void test_merged_adds(void)
  * reached the coordinator (A, B) or not (C, D). */
 static void test_relay_dies_mid_add(void)
 {
-    rig_t g;
-    rig_start(&g);
+    msr_trig_t g;
+    msr_trig_start(&g);
     msr_rpc_loop_t *loop = g.loop;
     op_t o[4];
     add_start(g.via, loop, &o[0], 1, 11, 20000);
     add_start(g.via, loop, &o[1], 10, 12, 20000);
     relay_at_t at = {g.relay, 2};
-    poll_until(loop, relay_reached, &at, "two Add calls at the relay");
-    uint64_t before = coord_adds(g.s.target);
+    msr_tpoll_until(loop, relay_reached, &at, "two Add calls at the relay");
+    uint64_t before = msr_tcoord_served(g.s.target, "Add");
     msr_relay_server_flush(g.relay);
     uint64_t limit = msr_deadline_in_ms(20000);
-    while (coord_adds(g.s.target) == before) {
+    while (msr_tcoord_served(g.s.target, "Add") == before) {
         MSR_CHECK_MSG(!msr_deadline_passed(limit), "the merged add never reached it");
         msr_rpc_loop_poll(loop, msr_deadline_in_ms(5));
     }
     add_start(g.via, loop, &o[2], 100, 13, 20000);
     add_start(g.via, loop, &o[3], 1000, 14, 20000);
-    poll_until(loop, relay_merged_4, g.relay, "two more Add calls at the relay");
+    msr_tpoll_until(loop, relay_merged_4, g.relay, "two more Add calls at the relay");
     msr_relay_server_destroy(g.relay); /* A and B may or may not have their answer */
     g.relay = NULL;
     msr_rpc_channel_destroy(g.up);
     g.up = NULL;
     op_t again[4];
     for (int k = 0; k < 4; k++) {
-        poll_until(loop, op_is_done, &o[k], "a merged caller");
+        msr_tpoll_until(loop, msr_top_is_done, &o[k], "a merged caller");
         if (k >= 2)
-            MSR_CHECK_EQ(o[k].a.grpc_code, MSR_RPC_UNAVAILABLE);
+            MSR_CHECK_EQ(o[k].t.a.grpc_code, MSR_RPC_UNAVAILABLE);
         add_start(g.direct, loop, &again[k], o[k].delta, o[k].request_id, 20000);
     }
     for (int k = 0; k < 4; k++)
-        poll_until(loop, op_is_done, &again[k], "the callers again, directly");
+        msr_tpoll_until(loop, msr_top_is_done, &again[k], "the callers again, directly");
     op_t *ab[2] = {&again[0], &again[1]};
     check_one_by_one(ab, 2, 0);
     MSR_CHECK_EQ(counter(g.direct, loop), 1111);
     for (int k = 0; k < 4; k++) {
-        msr_rpc_async_cleanup(&o[k].a);
-        msr_rpc_async_cleanup(&again[k].a);
+        msr_rpc_async_cleanup(&o[k].t.a);
+        msr_rpc_async_cleanup(&again[k].t.a);
     }
-    rig_stop(&g);
+    msr_trig_stop(&g);
 }
 
 static const msr_test_t tests[] = {

@@ -6,24 +6,9 @@
  * arrived, not 4), and the other two meet two direct callers; the
  * coordinator served one Barrier call for the three. A relay dying
  * mid-merge: its callers meet again at the coordinator, counted once. */
-#include <stdio.h>
-#include <string.h>
+#include "tests/unit_rdzv/relay_ops.h"
 
-#include "base/time.h"
-#include "rendezvous/relay.h"
-#include "rendezvous/rpc.h"
-#include "tests/runner.h"
-#include "tests/unit_rdzv/fixtures.h"
-
-typedef struct op {
-    msr_rpc_async_t a;
-    int done;
-} op_t;
-
-static void op_done(msr_rpc_async_t *a)
-{
-    ((op_t *)a)->done = 1;
-}
+typedef msr_top_t op_t;
 
 /* A Barrier "b" of count over ch: its call's deadline in ms, its wait in
  * the store wait_ms. */
@@ -34,27 +19,7 @@ static void barrier_start(msr_rpc_channel_t *ch, msr_rpc_loop_t *loop, op_t *o, 
     r.name = "b";
     r.count = count;
     r.wait_ms = wait_ms;
-    memset(o, 0, sizeof *o);
-    o->a.method = MSR_RPC_BARRIER;
-    o->a.deadline = msr_deadline_in_ms(ms);
-    o->a.wait_for_ready = 1;
-    o->a.done = op_done;
-    MSR_CHECK_OK(msr_rpc_call_start(ch, loop, &o->a, &r.base));
-}
-
-/* Polls loop until cond(arg) (20 s at most, what names it in the failure). */
-static void poll_until(msr_rpc_loop_t *loop, int (*cond)(void *), void *arg, const char *what)
-{
-    uint64_t limit = msr_deadline_in_ms(20000);
-    while (!cond(arg)) {
-        MSR_CHECK_MSG(!msr_deadline_passed(limit), "%s: not within 20 s", what);
-        msr_rpc_loop_poll(loop, msr_deadline_in_ms(20));
-    }
-}
-
-static int op_is_done(void *arg)
-{
-    return ((op_t *)arg)->done;
+    msr_top_start(ch, loop, o, MSR_RPC_BARRIER, &r.base, ms);
 }
 
 typedef struct relay_at {
@@ -70,84 +35,51 @@ static int relay_reached(void *arg)
     return msr_relay_server_forwarding(r->server) == r->forwarding && withdrawals == r->withdrawals;
 }
 
-/* The Barrier calls the coordinator at target served. */
-static uint64_t coord_barriers(const char *target)
-{
-    msr_rpc_channel_t *ch;
-    MSR_CHECK_OK(msr_rpc_channel_create_own(target, "tok", &ch));
-    Msr__StatusRequest req = MSR__STATUS_REQUEST__INIT;
-    ProtobufCMessage *resp = NULL;
-    MSR_CHECK_OK(msr_rpc_call(ch, MSR_RPC_STATUS, &req.base, msr_deadline_in_ms(10000), 1, &resp));
-    const Msr__StatusResponse *r = (const Msr__StatusResponse *)resp;
-    uint64_t n = 0;
-    for (size_t i = 0; i < r->n_call_names && i < r->n_call_counts; i++)
-        if (strcmp(r->call_names[i], "Barrier") == 0)
-            n = r->call_counts[i];
-    msr_rpc_message_free(resp);
-    msr_rpc_channel_destroy(ch);
-    return n;
-}
-
 static void test_merged_give_up(void)
 {
-    msr_tserved_t s;
-    msr_tserved_start_nodes(&s, 8);
-    msr_rpc_loop_t *loop;
-    msr_rpc_channel_t *up, *via, *direct;
-    msr_relay_server_t *relay;
-    int port = 0;
-    char target[64];
-    MSR_CHECK_OK(msr_rpc_loop_create(&loop));
-    MSR_CHECK_OK(msr_rpc_channel_create_own(s.target, "tok", &up));
-    MSR_CHECK_OK(msr_relay_server_create(loop, "127.0.0.1:0", "tok", up, "a", 4, &port, &relay));
-    snprintf(target, sizeof target, "127.0.0.1:%d", port);
-    MSR_CHECK_OK(msr_rpc_channel_create_own(target, "tok", &via));
-    MSR_CHECK_OK(msr_rpc_channel_create_own(s.target, "tok", &direct));
+    msr_trig_t g;
+    msr_trig_start(&g);
+    msr_rpc_loop_t *loop = g.loop;
     /* A, B and C (which gives up after 1.5 s) reach the relay in one poll:
      * one arrival of 3 */
     op_t o[6];
-    barrier_start(via, loop, &o[0], 4, 20000, 15000);
-    barrier_start(via, loop, &o[1], 4, 20000, 15000);
-    barrier_start(via, loop, &o[2], 4, 1500, 15000);
-    relay_at_t at = {relay, 3, 0};
-    poll_until(loop, relay_reached, &at, "three Barrier calls at the relay");
-    uint64_t before = coord_barriers(s.target);
-    msr_relay_server_flush(relay);
+    barrier_start(g.via, loop, &o[0], 4, 20000, 15000);
+    barrier_start(g.via, loop, &o[1], 4, 20000, 15000);
+    barrier_start(g.via, loop, &o[2], 4, 1500, 15000);
+    relay_at_t at = {g.relay, 3, 0};
+    msr_tpoll_until(loop, relay_reached, &at, "three Barrier calls at the relay");
+    uint64_t before = msr_tcoord_served(g.s.target, "Barrier");
+    msr_relay_server_flush(g.relay);
     uint64_t calls, arrivals, withdrawals;
-    msr_relay_server_merges(relay, &calls, &arrivals, &withdrawals);
+    msr_relay_server_merges(g.relay, &calls, &arrivals, &withdrawals);
     MSR_CHECK_EQ(calls, 3);
     MSR_CHECK_EQ(arrivals, 1);
     /* C gives up: taken back once the coordinator answers the withdrawal */
-    poll_until(loop, op_is_done, &o[2], "C giving up");
+    msr_tpoll_until(loop, msr_top_is_done, &o[2], "C giving up");
     MSR_CHECK_EQ(o[2].a.grpc_code, MSR_RPC_DEADLINE_EXCEEDED);
-    at = (relay_at_t){relay, 2, 1};
-    poll_until(loop, relay_reached, &at, "C taken back upstream");
+    at = (relay_at_t){g.relay, 2, 1};
+    msr_tpoll_until(loop, relay_reached, &at, "C taken back upstream");
     /* D alone finds A and B: 3 of 4 (with C still counted, 4 of 4) */
-    barrier_start(direct, loop, &o[3], 4, 20000, 1000);
-    poll_until(loop, op_is_done, &o[3], "D");
+    barrier_start(g.direct, loop, &o[3], 4, 20000, 1000);
+    msr_tpoll_until(loop, msr_top_is_done, &o[3], "D");
     MSR_CHECK_MSG(o[3].a.grpc_code == MSR_RPC_DEADLINE_EXCEEDED &&
                       strstr(o[3].a.err, "3 of 4 participants arrived"),
                   "D: %d %s", o[3].a.grpc_code, o[3].a.err);
     MSR_CHECK(!o[0].done && !o[1].done);
     /* E and F complete it with A and B */
-    barrier_start(direct, loop, &o[4], 4, 20000, 15000);
-    barrier_start(direct, loop, &o[5], 4, 20000, 15000);
+    barrier_start(g.direct, loop, &o[4], 4, 20000, 15000);
+    barrier_start(g.direct, loop, &o[5], 4, 20000, 15000);
     for (int k = 0; k < 6; k++)
-        poll_until(loop, op_is_done, &o[k], "the barrier's callers");
+        msr_tpoll_until(loop, msr_top_is_done, &o[k], "the barrier's callers");
     for (int k = 0; k < 6; k++)
         if (k != 2 && k != 3)
             MSR_CHECK_MSG(o[k].a.status == MSR_OK, "caller %d: %d %s", k, o[k].a.grpc_code,
                           o[k].a.err);
     /* the coordinator: one arrival, one withdrawal, D, E and F */
-    MSR_CHECK_EQ(coord_barriers(s.target) - before, 5);
+    MSR_CHECK_EQ(msr_tcoord_served(g.s.target, "Barrier") - before, 5);
     for (int k = 0; k < 6; k++)
         msr_rpc_async_cleanup(&o[k].a);
-    msr_rpc_channel_destroy(via);
-    msr_rpc_channel_destroy(direct);
-    msr_relay_server_destroy(relay);
-    msr_rpc_channel_destroy(up);
-    msr_rpc_loop_destroy(loop);
-    msr_tserved_stop(&s);
+    msr_trig_stop(&g);
 }
 
 /* A relay that dies mid-merge: its arrival of 2 is taken back upstream
@@ -156,44 +88,36 @@ static void test_merged_give_up(void)
  * counted once each. */
 static void test_relay_dies_mid_merge(void)
 {
-    msr_tserved_t s;
-    msr_tserved_start_nodes(&s, 8);
-    msr_rpc_loop_t *loop;
-    msr_rpc_channel_t *up, *via, *direct;
-    msr_relay_server_t *relay;
-    int port = 0;
-    char target[64];
-    MSR_CHECK_OK(msr_rpc_loop_create(&loop));
-    MSR_CHECK_OK(msr_rpc_channel_create_own(s.target, "tok", &up));
-    MSR_CHECK_OK(msr_relay_server_create(loop, "127.0.0.1:0", "tok", up, "a", 4, &port, &relay));
-    snprintf(target, sizeof target, "127.0.0.1:%d", port);
-    MSR_CHECK_OK(msr_rpc_channel_create_own(target, "tok", &via));
-    MSR_CHECK_OK(msr_rpc_channel_create_own(s.target, "tok", &direct));
+    msr_trig_t g;
+    msr_trig_start(&g);
+    msr_rpc_loop_t *loop = g.loop;
     op_t o[3];
-    barrier_start(via, loop, &o[0], 3, 20000, 15000);
-    barrier_start(via, loop, &o[1], 3, 20000, 15000);
-    relay_at_t at = {relay, 2, 0};
-    poll_until(loop, relay_reached, &at, "two Barrier calls at the relay");
-    uint64_t before = coord_barriers(s.target);
-    msr_relay_server_flush(relay);
+    barrier_start(g.via, loop, &o[0], 3, 20000, 15000);
+    barrier_start(g.via, loop, &o[1], 3, 20000, 15000);
+    relay_at_t at = {g.relay, 2, 0};
+    msr_tpoll_until(loop, relay_reached, &at, "two Barrier calls at the relay");
+    uint64_t before = msr_tcoord_served(g.s.target, "Barrier");
+    msr_relay_server_flush(g.relay);
     /* the arrival reached the coordinator (a probe sent before it would
      * make a barrier of count 4 that refuses the arrival) */
     uint64_t limit = msr_deadline_in_ms(20000);
-    while (coord_barriers(s.target) == before) {
+    while (msr_tcoord_served(g.s.target, "Barrier") == before) {
         MSR_CHECK_MSG(!msr_deadline_passed(limit), "the merged arrival never reached it");
         msr_rpc_loop_poll(loop, msr_deadline_in_ms(20));
     }
     /* counted there: a barrier of count 4 is refused */
     op_t probe;
     int code;
-    barrier_start(direct, loop, &probe, 4, 20000, 50);
-    poll_until(loop, op_is_done, &probe, "a probe");
+    barrier_start(g.direct, loop, &probe, 4, 20000, 50);
+    msr_tpoll_until(loop, msr_top_is_done, &probe, "a probe");
     MSR_CHECK_EQ(probe.a.grpc_code, MSR_RPC_INVALID_ARGUMENT);
     msr_rpc_async_cleanup(&probe.a);
-    msr_relay_server_destroy(relay);
-    msr_rpc_channel_destroy(up);
+    msr_relay_server_destroy(g.relay);
+    g.relay = NULL;
+    msr_rpc_channel_destroy(g.up);
+    g.up = NULL;
     for (int k = 0; k < 2; k++) {
-        poll_until(loop, op_is_done, &o[k], "a merged caller");
+        msr_tpoll_until(loop, msr_top_is_done, &o[k], "a merged caller");
         MSR_CHECK_EQ(o[k].a.grpc_code, MSR_RPC_UNAVAILABLE);
         msr_rpc_async_cleanup(&o[k].a);
     }
@@ -201,22 +125,19 @@ static void test_relay_dies_mid_merge(void)
     limit = msr_deadline_in_ms(20000);
     do {
         MSR_CHECK_MSG(!msr_deadline_passed(limit), "the dead relay's arrival still counts");
-        barrier_start(direct, loop, &probe, 4, 20000, 50);
-        poll_until(loop, op_is_done, &probe, "a probe");
+        barrier_start(g.direct, loop, &probe, 4, 20000, 50);
+        msr_tpoll_until(loop, msr_top_is_done, &probe, "a probe");
         code = probe.a.grpc_code;
         msr_rpc_async_cleanup(&probe.a);
     } while (code != MSR_RPC_DEADLINE_EXCEEDED);
     for (int k = 0; k < 3; k++)
-        barrier_start(direct, loop, &o[k], 3, 20000, 15000);
+        barrier_start(g.direct, loop, &o[k], 3, 20000, 15000);
     for (int k = 0; k < 3; k++) {
-        poll_until(loop, op_is_done, &o[k], "the callers again, directly");
+        msr_tpoll_until(loop, msr_top_is_done, &o[k], "the callers again, directly");
         MSR_CHECK_MSG(o[k].a.status == MSR_OK, "caller %d: %d %s", k, o[k].a.grpc_code, o[k].a.err);
         msr_rpc_async_cleanup(&o[k].a);
     }
-    msr_rpc_channel_destroy(via);
-    msr_rpc_channel_destroy(direct);
-    msr_rpc_loop_destroy(loop);
-    msr_tserved_stop(&s);
+    msr_trig_stop(&g);
 }
 
 static const msr_test_t tests[] = {

@@ -23,35 +23,16 @@
 #include "rendezvous/rpc.h"
 #include "tests/runner.h"
 #include "tests/unit_rdzv/fixtures.h"
+#include "tests/unit_rdzv/relay_ops.h"
 
 /* ---- a store call and its answer ---- */
 
-typedef struct op {
-    msr_rpc_async_t a;
-    int done;
-} op_t;
-
-static void op_done(msr_rpc_async_t *a)
-{
-    ((op_t *)a)->done = 1;
-}
-
-/* Starts o as a call of m with req on ch, with a deadline in ms. */
-static void op_start_in(msr_rpc_channel_t *ch, msr_rpc_loop_t *loop, op_t *o, msr_rpc_method_t m,
-                        const ProtobufCMessage *req, int64_t ms)
-{
-    memset(o, 0, sizeof *o);
-    o->a.method = m;
-    o->a.deadline = msr_deadline_in_ms(ms);
-    o->a.wait_for_ready = 1;
-    o->a.done = op_done;
-    MSR_CHECK_OK(msr_rpc_call_start(ch, loop, &o->a, req));
-}
+typedef msr_top_t op_t;
 
 static void op_start(msr_rpc_channel_t *ch, msr_rpc_loop_t *loop, op_t *o, msr_rpc_method_t m,
                      const ProtobufCMessage *req)
 {
-    op_start_in(ch, loop, o, m, req, 20000);
+    msr_top_start(ch, loop, o, m, req, 20000);
 }
 
 /* Polls loop until every op of o[0..n) is done (20 s at most). */
@@ -350,7 +331,7 @@ static void test_node_gives_up(void)
     Msr__GetRequest r = MSR__GET_REQUEST__INIT;
     r.key = "never";
     r.wait_ms = 60000;
-    op_start_in(t.cha, t.loop, &o, MSR_RPC_GET, &r.base, 60000);
+    msr_top_start(t.cha, t.loop, &o, MSR_RPC_GET, &r.base, 60000);
     forwarding_wait(t.loop, &t.mid, 1);
     msr_rpc_async_cancel(&o.a);
     ops_wait(t.loop, &o, 1);
