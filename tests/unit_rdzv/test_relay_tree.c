@@ -446,6 +446,18 @@ static void replaced_under(const char *parent, const char *name, uint32_t bound)
     msr_tnode_calls_wait(loop, &c, 1);
     MSR_CHECK_MSG(c.code == 0, "join through old: %d %s", c.code, c.message);
     beat_start(via, loop, &c); /* held: the job needs 8 nodes */
+    /* the heartbeat's batch sent (the join's was the first), so that the
+     * parent hears old die when that call ends; a relay killed between
+     * batches counts until its nodes fall back (test_dead_between_batches) */
+    uint64_t calls = 0, batches = 0, limit = msr_deadline_in_ms(20000);
+    for (;;) {
+        msr_relay_counts(msr_relay_server_relay(old.server), &calls, &batches);
+        if (batches >= 2)
+            break;
+        MSR_CHECK_MSG(!msr_deadline_passed(limit), "old sent %llu batches, not the heartbeat's",
+                      (unsigned long long)batches);
+        msr_sleep_ms(5);
+    }
     char why[400], past[64];
     snprintf(past, sizeof past, "node %llu lies outside %s", (unsigned long long)bound + 1, name);
     batch_refused(parent, "extra", 1, 0, 1, why, sizeof why);
