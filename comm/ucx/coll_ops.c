@@ -22,9 +22,6 @@ static msr_status_t map_ucs(ucx_req_t *r, ucs_status_t s, const char *what, int 
     case UCS_ERR_MESSAGE_TRUNCATED:
         st = MSR_ERR_TRUNCATED;
         break;
-    case UCS_ERR_CANCELED:
-        st = MSR_ERR_CANCELED;
-        break;
     case UCS_ERR_NO_MEMORY:
         st = MSR_ERR_NO_MEMORY;
         break;
@@ -37,12 +34,17 @@ static msr_status_t map_ucs(ucx_req_t *r, ucs_status_t s, const char *what, int 
         st = MSR_ERR_PEER_LOST;
         break;
     }
+    /* This engine never cancels an operation it still tests (a request
+     * that fails orphans its handles first): UCX ended it because the
+     * connection under it closed (the peer closed it, or failed), so the
+     * peer is lost to it. */
+    const char *how =
+        s == UCS_ERR_CANCELED ? "ended by UCX, the connection closed" : ucs_status_string(s);
     if (peer < 0)
-        snprintf(r->pub.error, sizeof r->pub.error, "%s: %s from any rank: %s", r->algo, what,
-                 ucs_status_string(s));
+        snprintf(r->pub.error, sizeof r->pub.error, "%s: %s from any rank: %s", r->algo, what, how);
     else
         snprintf(r->pub.error, sizeof r->pub.error, "%s: %s with rank %d (job rank %d): %s",
-                 r->algo, what, peer, r->uc->peer[peer]->world_rank, ucs_status_string(s));
+                 r->algo, what, peer, r->uc->peer[peer]->world_rank, how);
     return st;
 }
 

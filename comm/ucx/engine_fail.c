@@ -95,6 +95,21 @@ void ucx_req_fail(ucx_req_t *r, msr_status_t st, const char *fmt, ...)
 
 void ucx_req_fail_step(ucx_req_t *r, msr_status_t st)
 {
+    if (st == MSR_ERR_PEER_LOST && r->uc->comm->size > 1) {
+        /* A connection that failed under this request is often the echo
+         * of a failure elsewhere: a member that gave up and closed after
+         * it told us why, a member of this node dead. The notices and
+         * deaths already here say why (the same on every member), as
+         * they would a moment later. */
+        ucx_engine_t *e = r->uc->engine;
+        ucx_engine_check_liveness(e);
+        if (e->abort_pending)
+            ucx_engine_handle_aborts(e);
+        if (e->dead_pending)
+            ucx_engine_handle_deaths(e);
+        if (r->pub.status != MSR_IN_PROGRESS)
+            return; /* failed with the communicator, for that reason */
+    }
     if (r->pub.error[0])
         ucx_req_fail(r, st, "%s", r->pub.error);
     else
