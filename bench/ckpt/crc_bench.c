@@ -10,25 +10,10 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <sys/wait.h>
-#include <time.h>
 #include <unistd.h>
 
 #include "base/crc32.h"
-
-#define MAX_RUNS 99
-
-static double now_s(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
-}
-
-static int cmp_double(const void *a, const void *b)
-{
-    double x = *(const double *)a, y = *(const double *)b;
-    return (x > y) - (x < y);
-}
+#include "bench_util.h"
 
 /* One path's figure: the median GB/s and the CRC of the buffer. */
 typedef struct result {
@@ -49,13 +34,13 @@ static int measure(size_t mib, int runs, result_t *r)
     }
     for (size_t i = 0; i < n; i++)
         b[i] = (unsigned char)(i * 2654435761u >> 13);
-    double gbs[MAX_RUNS];
+    double gbs[BENCH_MAX_RUNS];
     for (int k = 0; k < runs; k++) {
-        double t0 = now_s();
+        double t0 = bench_clock_s(CLOCK_MONOTONIC);
         r->crc = msr_crc32(0, b, n);
-        gbs[k] = (double)n / (now_s() - t0) / 1e9;
+        gbs[k] = (double)n / (bench_clock_s(CLOCK_MONOTONIC) - t0) / 1e9;
     }
-    qsort(gbs, (size_t)runs, sizeof gbs[0], cmp_double);
+    bench_sort(gbs, runs);
     r->gbs = gbs[runs / 2];
     r->folded = msr_crc32_folded();
     free(b);
@@ -95,23 +80,11 @@ static int measure_tables(size_t mib, int runs, result_t *r)
     return 0;
 }
 
-/* A whole number in [lo, hi] from text, or -1. */
-static long parse_num(const char *text, long lo, long hi)
-{
-    char *end = NULL;
-    errno = 0;
-    long v = strtol(text, &end, 10);
-    return errno == 0 && end != text && *end == '\0' && v >= lo && v <= hi ? v : -1;
-}
-
 int main(int argc, char **argv)
 {
-    long mib = argc > 1 ? parse_num(argv[1], 1, 65536) : 256;
-    long runs = argc > 2 ? parse_num(argv[2], 1, MAX_RUNS) : 9;
-    if (argc > 3 || mib < 0 || runs < 0) {
-        fprintf(stderr, "usage: crc_bench [MIB 1..65536] [RUNS 1..%d]\n", MAX_RUNS);
+    long mib, runs;
+    if (bench_mib_runs(argc, argv, "crc_bench", 256, &mib, &runs) != 0)
         return 2;
-    }
     result_t tables = {0}, cpu = {0};
     if (measure_tables((size_t)mib, (int)runs, &tables) != 0 ||
         measure((size_t)mib, (int)runs, &cpu) != 0)

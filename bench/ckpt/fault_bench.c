@@ -11,32 +11,16 @@
  * Usage: fault_bench [MIB] [RUNS] (defaults 349 and 9). Exit 2 on bad
  * arguments, 1 when the memory cannot be had or the kernel cannot
  * populate it. */
-#include <errno.h>
 #include <stdint.h>
 #include <stdio.h>
-#include <stdlib.h>
-#include <string.h>
 #include <sys/mman.h>
-#include <time.h>
 
-#define MAX_RUNS 99
+#include "bench_util.h"
+
 #ifndef MADV_POPULATE_WRITE
 #define MADV_POPULATE_WRITE 23 /* Linux 5.14; older kernels refuse it: exit 1 */
 #endif
 #define HUGE ((size_t)2 << 20)
-
-static double clock_s(clockid_t id)
-{
-    struct timespec ts;
-    clock_gettime(id, &ts);
-    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
-}
-
-static int cmp_double(const void *a, const void *b)
-{
-    double x = *(const double *)a, y = *(const double *)b;
-    return (x > y) - (x < y);
-}
 
 /* This process's anonymous memory in huge pages, in MiB (-1: unknown). */
 static long huge_mib(void)
@@ -62,10 +46,10 @@ static int one(size_t len, int huge, double *wall, double *cpu, long *hmib)
     char *p = (char *)(((uintptr_t)m + HUGE - 1) & ~(uintptr_t)(HUGE - 1));
     if (huge)
         (void)madvise(p, len, MADV_HUGEPAGE);
-    double t0 = clock_s(CLOCK_MONOTONIC), c0 = clock_s(CLOCK_THREAD_CPUTIME_ID);
+    double t0 = bench_clock_s(CLOCK_MONOTONIC), c0 = bench_clock_s(CLOCK_THREAD_CPUTIME_ID);
     int rc = madvise(p, len, MADV_POPULATE_WRITE);
-    *wall = clock_s(CLOCK_MONOTONIC) - t0;
-    *cpu = clock_s(CLOCK_THREAD_CPUTIME_ID) - c0;
+    *wall = bench_clock_s(CLOCK_MONOTONIC) - t0;
+    *cpu = bench_clock_s(CLOCK_THREAD_CPUTIME_ID) - c0;
     *hmib = huge_mib();
     munmap(m, len + HUGE);
     return rc;
@@ -73,32 +57,20 @@ static int one(size_t len, int huge, double *wall, double *cpu, long *hmib)
 
 static void row(const char *name, double *wall, double *cpu, long hmib, int runs)
 {
-    qsort(wall, (size_t)runs, sizeof *wall, cmp_double);
-    qsort(cpu, (size_t)runs, sizeof *cpu, cmp_double);
+    bench_sort(wall, runs);
+    bench_sort(cpu, runs);
     printf("| %-13s | %7.3f | %7.3f | %7.3f | %7.3f | %7.3f | %7.3f | %8ld |\n", name,
            wall[runs / 2], wall[0], wall[runs - 1], cpu[runs / 2], cpu[0], cpu[runs - 1], hmib);
 }
 
-/* text as a whole number in [lo, hi], else -1. */
-static long parse_num(const char *text, long lo, long hi)
-{
-    char *end = NULL;
-    errno = 0;
-    long v = strtol(text, &end, 10);
-    return errno == 0 && end != text && *end == '\0' && v >= lo && v <= hi ? v : -1;
-}
-
 int main(int argc, char **argv)
 {
-    long m = argc > 1 ? parse_num(argv[1], 1, 65536) : 349;
-    long runs = argc > 2 ? parse_num(argv[2], 1, MAX_RUNS) : 9;
-    if (argc > 3 || m < 0 || runs < 0) {
-        fprintf(stderr, "usage: fault_bench [MIB 1..65536] [RUNS 1..%d]\n", MAX_RUNS);
+    long m, runs;
+    if (bench_mib_runs(argc, argv, "fault_bench", 349, &m, &runs) != 0)
         return 2;
-    }
     size_t mib = (size_t)m;
     size_t len = ((mib << 20) + HUGE - 1) / HUGE * HUGE; /* whole huge pages */
-    double wall[2][MAX_RUNS], cpu[2][MAX_RUNS];
+    double wall[2][BENCH_MAX_RUNS], cpu[2][BENCH_MAX_RUNS];
     long hmib[2] = {0, 0};
     for (long i = 0; i < runs; i++) {
         for (int k = 0; k < 2; k++) {

@@ -1,4 +1,5 @@
-/* Benchmarks' coordinator: start `msrun coordinator` and read its port. */
+/* Benchmarks' coordinator: start `msrun coordinator` and read its port;
+ * find msrun; read a process's CPU time. */
 #include "bench_coord.h"
 
 #include <poll.h>
@@ -55,4 +56,33 @@ pid_t bench_coord_start(const char *who, const char *msrun, const char *token,
         return -1;
     }
     return pid;
+}
+
+int bench_msrun_beside(char *path, size_t n)
+{
+    ssize_t len = readlink("/proc/self/exe", path, n - 16);
+    if (len <= 0)
+        return -1;
+    path[len] = '\0';
+    char *slash = strrchr(path, '/');
+    snprintf(slash + 1, n - (size_t)(slash + 1 - path), "msrun");
+    return 0;
+}
+
+double bench_cpu_ms(pid_t pid)
+{
+    char path[64], buf[1024];
+    snprintf(path, sizeof path, "/proc/%d/stat", (int)pid);
+    FILE *f = fopen(path, "r");
+    if (f == NULL)
+        return -1;
+    size_t n = fread(buf, 1, sizeof buf - 1, f);
+    fclose(f);
+    buf[n] = '\0';
+    char *p = strrchr(buf, ')'); /* the command may hold spaces */
+    unsigned long long ut = 0, st = 0;
+    if (p == NULL ||
+        sscanf(p + 2, "%*c %*d %*d %*d %*d %*d %*u %*u %*u %*u %*u %llu %llu", &ut, &st) != 2)
+        return -1;
+    return (double)(ut + st) * 1000.0 / (double)sysconf(_SC_CLK_TCK);
 }

@@ -1,8 +1,10 @@
 /* Benchmarks' coordinator: a real `msrun coordinator` process on a free
- * loopback port, for the rendezvous and store benchmarks. */
+ * loopback port, for the rendezvous and store benchmarks, the msrun it is
+ * started from, and the CPU it uses. */
 #ifndef MSR_BENCH_COORD_H
 #define MSR_BENCH_COORD_H
 
+#include <stddef.h>
 #include <sys/types.h>
 
 /* Starts msrun (the path of an msrun executable) as
@@ -12,5 +14,13 @@
  * saying why on stderr, prefixed with who, and reaping the child). */
 pid_t bench_coord_start(const char *who, const char *msrun, const char *token,
                         const char *const args[], int *port_p);
+
+/* The msrun executable next to this program, in path (of n > 16 bytes):
+ * 0, or -1 when this program's own path cannot be read. */
+int bench_msrun_beside(char *path, size_t n);
+
+/* The CPU time (user + system) process pid has used, in milliseconds; -1
+ * if unknown. */
+double bench_cpu_ms(pid_t pid);
 
 #endif

@@ -126,29 +126,9 @@ static uint64_t coordinator_peak_kb(msr_rpc_channel_t *ch)
     return kb;
 }
 
-/* The CPU time (user + system) process pid has used, in milliseconds; -1
- * if unknown. */
-static double cpu_ms(pid_t pid)
-{
-    char path[64], buf[1024];
-    snprintf(path, sizeof path, "/proc/%d/stat", (int)pid);
-    FILE *f = fopen(path, "r");
-    if (f == NULL)
-        return -1;
-    size_t n = fread(buf, 1, sizeof buf - 1, f);
-    fclose(f);
-    buf[n] = '\0';
-    char *p = strrchr(buf, ')'); /* the command may hold spaces */
-    unsigned long long ut = 0, st = 0;
-    if (p == NULL ||
-        sscanf(p + 2, "%*c %*d %*d %*d %*d %*d %*u %*u %*u %*u %*u %llu %llu", &ut, &st) != 2)
-        return -1;
-    return (double)(ut + st) * 1000.0 / (double)sysconf(_SC_CLK_TCK);
-}
-
 double rdzv_coord_cpu_ms(const sim_t *s)
 {
-    return cpu_ms(s->coord);
+    return bench_cpu_ms(s->coord);
 }
 
 /* The sockets process pid holds (its listening ones and one per
@@ -188,13 +168,13 @@ void rdzv_progress_line(const sim_t *s, double wall_ms, double cpu)
  * on its own connection, and the coordinator's CPU over them. */
 static int direct_progress(sim_t *s)
 {
-    double cpu0 = cpu_ms(s->coord);
+    double cpu0 = bench_cpu_ms(s->coord);
     uint64_t t0 = msr_now_ns();
     s->entry_method = MSR_RPC_PROGRESS;
     for (int r = 0; r < s->progress; r++)
         if (rdzv_progress_round(s, 19 + 20 * (int64_t)r, NULL, NULL) != 0 || rdzv_drain(s) != 0)
             return -1;
-    rdzv_progress_line(s, (double)(msr_now_ns() - t0) / 1e6, cpu_ms(s->coord) - cpu0);
+    rdzv_progress_line(s, (double)(msr_now_ns() - t0) / 1e6, bench_cpu_ms(s->coord) - cpu0);
     return 0;
 }
 
@@ -327,13 +307,13 @@ static void print_run(const sim_t *s, const run_times_t *t, uint64_t peak)
 static int run_steps(sim_t *s, pid_t coord, int window, int dash)
 {
     run_times_t t;
-    t.cpu_start = cpu_ms(coord);
+    t.cpu_start = bench_cpu_ms(coord);
     t.tc = msr_now_ns();
     int step = connect_step(s, window);
     if (step != STEP_OK)
         return step;
     t.t0 = msr_now_ns();
-    t.cpu_t0 = cpu_ms(coord);
+    t.cpu_t0 = bench_cpu_ms(coord);
     step = join_step(s);
     if (step != STEP_OK)
         return step;
@@ -343,10 +323,10 @@ static int run_steps(sim_t *s, pid_t coord, int window, int dash)
     t.cpu_start += s->progress_cpu_ms;
     t.cpu_t0 += s->progress_cpu_ms;
     t.t1 = msr_now_ns();
-    t.cpu_t1 = cpu_ms(coord);
+    t.cpu_t1 = bench_cpu_ms(coord);
     int ok = exchange_step(s);
     t.t2 = msr_now_ns();
-    t.cpu_end = cpu_ms(coord);
+    t.cpu_end = bench_cpu_ms(coord);
     if (!ok)
         return STEP_FAIL;
     print_run(s, &t, coordinator_peak_kb(s->ch[0]));
@@ -579,12 +559,8 @@ int main(int argc, char **argv)
     if (a.conns == 0 || a.conns > fit)
         a.conns = fit;
     char msrun[PATH_MAX];
-    ssize_t n = readlink("/proc/self/exe", msrun, sizeof msrun - 16);
-    if (n <= 0)
+    if (bench_msrun_beside(msrun, sizeof msrun) != 0)
         return 1;
-    msrun[n] = '\0';
-    char *slash = strrchr(msrun, '/');
-    snprintf(slash + 1, sizeof msrun - (size_t)(slash + 1 - msrun), "msrun");
     signal(SIGPIPE, SIG_IGN);
     msr_rpc_library_ref();
     rc = run_all(msrun, &a);

@@ -15,7 +15,6 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/wait.h>
-#include <unistd.h>
 
 #include "base/time.h"
 #include "bench_coord.h"
@@ -34,24 +33,6 @@ typedef struct bench {
     int add;      /* --op add */
     size_t adds0; /* the relay's adds taken in before the round */
 } bench_t;
-
-static double cpu_ms(pid_t pid)
-{
-    char path[64], buf[1024];
-    snprintf(path, sizeof path, "/proc/%d/stat", (int)pid);
-    FILE *f = fopen(path, "r");
-    if (f == NULL)
-        return -1;
-    size_t n = fread(buf, 1, sizeof buf - 1, f);
-    fclose(f);
-    buf[n] = '\0';
-    char *p = strrchr(buf, ')');
-    unsigned long long ut = 0, st = 0;
-    if (p == NULL ||
-        sscanf(p + 2, "%*c %*d %*d %*d %*d %*d %*u %*u %*u %*u %*u %llu %llu", &ut, &st) != 2)
-        return -1;
-    return (double)(ut + st) * 1000.0 / (double)sysconf(_SC_CLK_TCK);
-}
 
 static long long coord_calls(bench_t *b)
 {
@@ -219,13 +200,13 @@ static int mode_run(bench_t *b, op_t *ops, int nodes, int rounds, int merged)
         if (round_run(b, ops, nodes, merged, -1 - i) != 0)
             return -1;
     long long calls0 = coord_calls(b);
-    double cpu0 = cpu_ms(b->coord);
+    double cpu0 = bench_cpu_ms(b->coord);
     uint64_t t0 = msr_now_ns();
     for (int i = 0; i < rounds; i++)
         if (round_run(b, ops, nodes, merged, i) != 0)
             return -1;
     double wall = (double)(msr_now_ns() - t0) / 1e6 / rounds;
-    double cpu = (cpu_ms(b->coord) - cpu0) / rounds;
+    double cpu = (bench_cpu_ms(b->coord) - cpu0) / rounds;
     long long calls = coord_calls(b) - calls0;
     printf("nodes=%-6d mode=%-8s coord_%s_calls_per_round=%-7.1f coord_cpu_ms_per_round=%-8.2f "
            "coord_cpu_us_per_node=%-7.1f wall_ms_per_round=%.1f\n",
@@ -260,13 +241,8 @@ int main(int argc, char **argv)
         fprintf(stderr, "relay_barrier: --rounds must be at least 1\n");
         return 2;
     }
-    if (msrun[0] == '\0') { /* next to this program */
-        ssize_t n = readlink("/proc/self/exe", msrun, sizeof msrun - 16);
-        if (n <= 0)
-            return 1;
-        msrun[n] = '\0';
-        snprintf(strrchr(msrun, '/') + 1, 8, "msrun");
-    }
+    if (msrun[0] == '\0' && bench_msrun_beside(msrun, sizeof msrun) != 0)
+        return 1;
     signal(SIGPIPE, SIG_IGN);
     for (const char *p = list; *p;) {
         int nodes = atoi(p);

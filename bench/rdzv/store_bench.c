@@ -188,14 +188,8 @@ int main(int argc, char **argv)
     int rc = parse_args(argc, argv, &o);
     if (rc != 0)
         return rc;
-    if (o.msrun[0] == '\0') { /* next to this program */
-        ssize_t n = readlink("/proc/self/exe", o.msrun, sizeof o.msrun - 16);
-        if (n <= 0)
-            return 1;
-        o.msrun[n] = '\0';
-        char *slash = strrchr(o.msrun, '/');
-        snprintf(slash + 1, 8, "msrun");
-    }
+    if (o.msrun[0] == '\0' && bench_msrun_beside(o.msrun, sizeof o.msrun) != 0)
+        return 1;
     signal(SIGPIPE, SIG_IGN);
     char dir[] = "/tmp/store-bench-XXXXXX", path[64] = "";
     const char *state = o.state;

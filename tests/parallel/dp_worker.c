@@ -33,6 +33,7 @@
 #include "msrun/comm.h"
 #include "msrun/msrun.h"
 #include "parallel/train.h"
+#include "tests/parallel/worker_config.h"
 
 enum { STEPS = 10, CKPT_STEP = 5 };
 
@@ -68,19 +69,7 @@ static void fail(const char *fmt, ...)
 
 static msr_train_config_t config(int dp, int rank, int accum, int zero, size_t bucket)
 {
-    msr_train_config_t c = {
-        .model = {MSR_GPT_VOCAB, 16, 2, 4, 32},
-        .micro_batch = 2,
-        .grad_accum = accum,
-        .dp = dp,
-        .dp_rank = rank,
-        .seed = 7,
-        .lr = 3e-3f,
-        .warmup = 2,
-        .grad_clip = 1.0f,
-        .adamw = {0.9, 0.95, 1e-8, 0.1},
-    };
-    msr_train_config_defaults(&c);
+    msr_train_config_t c = worker_config(4, 32, accum, dp, rank);
     c.par.zero = zero;
     c.par.bucket_bytes = bucket;
     c.par.zero_min_bytes = 1024; /* the final norm (256 bytes) stays replicated */

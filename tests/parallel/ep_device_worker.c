@@ -41,6 +41,7 @@
 #include "parallel/mesh.h"
 #include "parallel/train_impl.h"
 #include "tests/parallel/ep_device.h"
+#include "tests/parallel/worker_config.h"
 #include "tests/worker_fail.h"
 
 WORKER_FAIL("ep_device_worker", exit)
@@ -50,19 +51,7 @@ enum { STEPS = 3, ACCUM = 2 };
 static msr_train_config_t config(int dp, int rank, int ep, int zero, int mp,
                                  const msr_device_t *dev)
 {
-    msr_train_config_t c = {
-        .model = {MSR_GPT_VOCAB, 16, 2, 2, 16},
-        .micro_batch = 2,
-        .grad_accum = ACCUM,
-        .dp = dp,
-        .dp_rank = rank,
-        .seed = 7,
-        .lr = 3e-3f,
-        .warmup = 2,
-        .grad_clip = 1.0f,
-        .adamw = {0.9, 0.95, 1e-8, 0.1},
-    };
-    msr_train_config_defaults(&c);
+    msr_train_config_t c = worker_config(2, 16, ACCUM, dp, rank);
     c.model.moe = (msr_gpt_moe_t){4, 2, 1, 1.0, 0.01};
     c.ep = ep;
     c.par.zero = zero;

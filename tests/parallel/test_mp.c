@@ -8,7 +8,6 @@
 #include <string.h>
 
 #include "base/err.h"
-#include "base/alloc.h"
 #include "parallel/train.h"
 #include "tests/parallel/mp_small.h"
 #include "tests/runner.h"
@@ -211,21 +210,8 @@ static void test_alloc_failures(void)
     msr_train_config_t c = mp_small_config(2, 2);
     c.mp.recompute = MSR_MP_RECOMPUTE_FULL;
     for (long i = 0;; i++) {
-        msr_mesh_t *mesh = NULL;
-        msr_trainer_t *tr = NULL;
-        msr_alloc_fail_at(i);
-        msr_status_t st = msr_mesh_create(NULL, 1, 1, 1, 1, &mesh);
-        if (st == MSR_OK)
-            st = msr_trainer_create_mesh(&c, ds, mesh, &tr);
-        if (st == MSR_OK)
-            msr_mp_trace(tr->mp, 1);
-        double loss;
-        for (int k = 0; k < 2 && st == MSR_OK; k++)
-            st = msr_trainer_step(tr, &loss);
-        int failed = msr_alloc_failed();
-        msr_alloc_fail_at(-1);
-        msr_trainer_destroy(tr);
-        msr_mesh_destroy(mesh);
+        int failed;
+        msr_status_t st = mp_small_alloc_round(&c, ds, i, 1, &failed);
         if (!failed) {
             MSR_CHECK_OK(st);
             MSR_CHECK(i > 20);

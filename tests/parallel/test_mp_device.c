@@ -8,7 +8,6 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "base/alloc.h"
 #include "base/err.h"
 #include "comm/device_impl.h"
 #include "parallel/mp_impl.h"
@@ -111,17 +110,8 @@ static void test_alloc_failures(void)
     msr_train_config_t c = small_config(2, MSR_MP_RECOMPUTE_FULL, msr_device_cpu());
     long i = 0;
     for (;; i++) {
-        msr_mesh_t *mesh = NULL;
-        msr_status_t st;
-        msr_alloc_fail_at(i);
-        msr_trainer_t *tr = runtime(&c, ds, &mesh, &st);
-        double loss;
-        for (int k = 0; k < 2 && st == MSR_OK; k++)
-            st = msr_trainer_step(tr, &loss);
-        int failed = msr_alloc_failed();
-        msr_alloc_fail_at(-1);
-        msr_trainer_destroy(tr);
-        msr_mesh_destroy(mesh);
+        int failed;
+        msr_status_t st = mp_small_alloc_round(&c, ds, i, 0, &failed);
         if (!failed) {
             MSR_CHECK_OK(st);
             break;

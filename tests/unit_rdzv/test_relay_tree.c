@@ -427,6 +427,34 @@ static void batch_accepted(const char *target, const char *id, uint32_t subtree,
     MSR_CHECK_MSG(code == 0, "relay %s's join: %d %s", id, code, why);
 }
 
+/* An old relay with one node joined through it: "old" (subtree) under
+ * parent, a loop and a channel to it ("via"), and the node's call (its join
+ * answered). */
+typedef struct old_relay {
+    msr_trelay_t old;
+    msr_rpc_loop_t *loop;
+    msr_rpc_channel_t *via;
+    msr_tnode_call_t c;
+} old_relay_t;
+
+static void old_start(old_relay_t *o, const char *parent, int subtree)
+{
+    msr_trelay_start(&o->old, parent, "tok", "old", subtree);
+    MSR_CHECK_OK(msr_rpc_loop_create(&o->loop));
+    MSR_CHECK_OK(msr_rpc_channel_create_own(o->old.target, "tok", &o->via));
+    memset(&o->c, 0, sizeof o->c);
+    join_start(o->via, o->loop, &o->c, 0, 8);
+    msr_tnode_calls_wait(o->loop, &o->c, 1);
+    MSR_CHECK_MSG(o->c.code == 0, "join through old: %d %s", o->c.code, o->c.message);
+}
+
+static void old_stop(old_relay_t *o)
+{
+    msr_rpc_channel_destroy(o->via);
+    msr_rpc_loop_destroy(o->loop);
+    msr_trelay_stop(&o->old);
+}
+
 /* A lower relay replaced under another id, under parent (a middle relay of
  * subtree bound, or the coordinator with MSR_RELAY_SUBTREE_MAX): while
  * "old" (subtree bound) holds a node's heartbeat, one more node is refused;
@@ -434,24 +462,15 @@ static void batch_accepted(const char *target, const char *id, uint32_t subtree,
  * without the parent restarting, and one more node is refused again. */
 static void replaced_under(const char *parent, const char *name, uint32_t bound)
 {
-    msr_trelay_t old;
-    msr_trelay_start(&old, parent, "tok", "old", (int)bound);
-    msr_rpc_loop_t *loop;
-    msr_rpc_channel_t *via;
-    MSR_CHECK_OK(msr_rpc_loop_create(&loop));
-    MSR_CHECK_OK(msr_rpc_channel_create_own(old.target, "tok", &via));
-    msr_tnode_call_t c;
-    memset(&c, 0, sizeof c);
-    join_start(via, loop, &c, 0, 8);
-    msr_tnode_calls_wait(loop, &c, 1);
-    MSR_CHECK_MSG(c.code == 0, "join through old: %d %s", c.code, c.message);
-    beat_start(via, loop, &c); /* held: the job needs 8 nodes */
+    old_relay_t o;
+    old_start(&o, parent, (int)bound);
+    beat_start(o.via, o.loop, &o.c); /* held: the job needs 8 nodes */
     /* the heartbeat's batch sent (the join's was the first), so that the
      * parent hears old die when that call ends; a relay killed between
      * batches counts until its nodes fall back (test_dead_between_batches) */
     uint64_t calls = 0, batches = 0, limit = msr_deadline_in_ms(20000);
     for (;;) {
-        msr_relay_counts(msr_relay_server_relay(old.server), &calls, &batches);
+        msr_relay_counts(msr_relay_server_relay(o.old.server), &calls, &batches);
         if (batches >= 2)
             break;
         MSR_CHECK_MSG(!msr_deadline_passed(limit), "old sent %llu batches, not the heartbeat's",
@@ -462,15 +481,13 @@ static void replaced_under(const char *parent, const char *name, uint32_t bound)
     snprintf(past, sizeof past, "node %llu lies outside %s", (unsigned long long)bound + 1, name);
     batch_refused(parent, "extra", 1, 0, 1, why, sizeof why);
     MSR_CHECK_MSG(strstr(why, past), "one past beside old: %s", why);
-    msr_trelay_kill(&old);
-    msr_tnode_calls_wait(loop, &c, 1);
-    MSR_CHECK_MSG(c.code != 0, "a heartbeat through a dead relay succeeded");
+    msr_trelay_kill(&o.old);
+    msr_tnode_calls_wait(o.loop, &o.c, 1);
+    MSR_CHECK_MSG(o.c.code != 0, "a heartbeat through a dead relay succeeded");
     batch_accepted(parent, "new", bound, 2);
     batch_refused(parent, "extra", 1, 0, 3, why, sizeof why);
     MSR_CHECK_MSG(strstr(why, past), "one past beside new: %s", why);
-    msr_rpc_channel_destroy(via);
-    msr_rpc_loop_destroy(loop);
-    msr_trelay_stop(&old);
+    old_stop(&o);
 }
 
 static void test_replaced_relay(void)
@@ -549,25 +566,14 @@ static void test_dead_between_batches_mid(void)
 {
     mid_relay_t m;
     mid_start(&m, 3);
-    msr_trelay_t old;
-    msr_trelay_start(&old, m.mid.target, "tok", "old", 3);
-    msr_rpc_loop_t *loop;
-    msr_rpc_channel_t *via;
-    MSR_CHECK_OK(msr_rpc_loop_create(&loop));
-    MSR_CHECK_OK(msr_rpc_channel_create_own(old.target, "tok", &via));
-    msr_tnode_call_t c;
-    memset(&c, 0, sizeof c);
-    join_start(via, loop, &c, 0, 8);
-    msr_tnode_calls_wait(loop, &c, 1);
-    MSR_CHECK_MSG(c.code == 0, "join through old: %d %s", c.code, c.message);
-    msr_trelay_kill(&old);
+    old_relay_t o;
+    old_start(&o, m.mid.target, 3);
+    msr_trelay_kill(&o.old);
     batch_accepted(m.mid.target, "new", 3, 1);
     char why[400];
     batch_refused(m.mid.target, "extra", 1, 0, 2, why, sizeof why);
     MSR_CHECK_MSG(strstr(why, "node 4 lies outside relay mid"), "one past beside new: %s", why);
-    msr_rpc_channel_destroy(via);
-    msr_rpc_loop_destroy(loop);
-    msr_trelay_stop(&old);
+    old_stop(&o);
     mid_stop(&m);
 }
 
