@@ -8,7 +8,8 @@
  * experts sharded), tp2pp2 (4 ranks: tp 2 x pp 2, ZeRO 1, the GPT's
  * tied embedding across the pipeline) or tp2pp2z3 (the same at ZeRO-3:
  * the first stage gathers the embedding for its first send to the last
- * stage, after the creation's agreement). dpz3: no trainer but the
+ * stage, after the creation's agreement), dp2pp2z3 (4 ranks: dp 2 x pp
+ * 2 at ZeRO-3: that gather over each stage's dp group). dpz3: no trainer but the
  * data-parallel state alone (ZeRO-3 over the world, msr_dp_create_agreed:
  * the others say "dp: rank WHO is out of memory creating its data-parallel
  * state"; a round that made it takes no step), cp2 (cp over the world,
@@ -63,6 +64,15 @@ static msr_train_config_t config(const char *layout, int np, int rank)
         c.dp = 1;
         c.dp_rank = 0;
         c.tp = c.pp = 2;
+    } else if (strcmp(layout, "dp2pp2z3") == 0) {
+        /* mesh rank = dp_rank pp + pp_rank: the reserved gather of the
+         * tied embedding with dp > 1, its shard over the stage's dp group */
+        if (np != 4)
+            fail("%s needs 4 ranks, not %d", layout, np);
+        c.par.zero = 3;
+        c.dp = 2;
+        c.dp_rank = rank / 2;
+        c.pp = 2;
     } else if (strcmp(layout, "cp2") == 0) {
         c.par.zero = 1;
         c.dp = 1;
@@ -73,7 +83,7 @@ static msr_train_config_t config(const char *layout, int np, int rank)
         c.model.moe = (msr_gpt_moe_t){4, 2, 1, 1.0, 0.01};
         c.ep = 2;
     } else if (strcmp(layout, "z0") != 0) {
-        fail("layout %s: want z0, z3, dpz3, cp2, ep2, tp2pp2 or tp2pp2z3", layout);
+        fail("layout %s: want z0, z3, dpz3, cp2, ep2, tp2pp2, tp2pp2z3 or dp2pp2z3", layout);
     }
     return c;
 }
@@ -114,7 +124,7 @@ static msr_status_t round_run(const msr_train_config_t *cfg, const msr_dataset_t
         msr_comm_destroy(c);
         return st;
     }
-    if (cfg->tp > 1 || cfg->cp > 1)
+    if (cfg->tp > 1 || cfg->cp > 1 || cfg->pp > 1)
         OK(msr_mesh_create(c, cfg->dp, cfg->pp, cfg->cp > 1 ? cfg->cp : 1, cfg->tp, &mesh));
     msr_trainer_t *tr = NULL;
     oom_hook_set(me, who, k);

@@ -3,7 +3,8 @@
 # dp 2 at ZeRO 0 (a dense model), dp 2 at ZeRO-3 (every second block MoE,
 # the experts sharded), tp 2 x pp 2 on 4 ranks (ZeRO 1, the tied
 # embedding across the pipeline) and the same at ZeRO-3 (the first
-# stage's gather for the embedding's first send), and dp's state alone at
+# stage's gather for the embedding's first send), dp 2 x pp 2 at ZeRO-3
+# (that gather over each stage's dp group), and dp's state alone at
 # ZeRO-3 (msr_dp_create_agreed, no trainer), cp 2 (ZeRO 1) and ep 2 on 4
 # ranks (ZeRO-3, every block MoE). Rank WHO's allocations in the creation
 # are counted, then each sampled one fails in turn (every EVERY-th, the
@@ -40,6 +41,7 @@ run 4 3 tp2pp2 1
 run 4 0 tp2pp2 2
 run 4 0 tp2pp2z3 1
 run 4 3 tp2pp2z3 2
+run 4 2 dp2pp2z3 1
 run 2 1 dpz3 1
 run 2 1 cp2 3
 run 4 2 ep2 3
