@@ -291,8 +291,8 @@ msr_status_t msr_trainer_save(msr_trainer_t *tr, const char *meta, msr_ctx_t *ct
     range_list_t l;
     msr_tckpt_range_t *r;
     msr_status_t st = shard_ranges(tr, &l, &r);
-    if (st != MSR_OK)
-        return st;
+    if (st != MSR_OK) /* its failure still joins the save's agreement */
+        return msr_ckpt_save_fail(ctx, dir, step, st);
     save_stream_t s = {.tr = tr, .blk = {NULL, SIZE_MAX}};
     st = stream_begin(&s, &l, r, meta);
     msr_free(r);
@@ -305,10 +305,14 @@ msr_status_t msr_trainer_save(msr_trainer_t *tr, const char *meta, msr_ctx_t *ct
                               (size_t)MSR_MIN(l.s[k].r.n - at, (uint64_t)MSR_TCKPT_PIECE_MAX), j);
     if (st == MSR_OK && j != s.n)
         st = msr_err(MSR_ERR_INTERNAL, "train: %u of the shard's %u pieces written", j, s.n);
+    /* a failure joins the save's agreement as this rank's verdict: the
+     * other ranks end at once, naming this one, instead of waiting */
     if (st == MSR_OK)
         st = msr_ckpt_writer_commit(s.w, s.head, keep);
+    else if (s.w != NULL)
+        st = msr_ckpt_writer_fail(s.w, st);
     else
-        msr_ckpt_writer_abort(s.w);
+        st = msr_ckpt_save_fail(ctx, dir, step, st);
     msr_status_t est = msr_dp_params_spans_end(tr->dp);
     msr_free(l.s);
     msr_free(s.head);

@@ -15,7 +15,6 @@
 #include <unistd.h>
 
 #include "base/alloc.h"
-#include "base/buf.h"
 #include "base/crc32.h"
 #include "base/log.h"
 #include "base/status.h"
@@ -118,9 +117,10 @@ static void fsync_dir(const char *path)
     }
 }
 
-/* Writes a file atomically: temporary name, fsync, rename, fsync the dir. */
-static msr_status_t write_atomic(const char *dir, const char *name, const void *a, size_t alen,
-                                 const void *b, size_t blen)
+/* Writes what fill(fd, arg) puts into a file, atomically: temporary name,
+ * fsync, rename, fsync the dir. */
+static msr_status_t write_atomic_fn(const char *dir, const char *name,
+                                    msr_status_t (*fill)(int, const void *), const void *arg)
 {
     char path[4096], tmp[4200];
     snprintf(path, sizeof path, "%s/%s", dir, name);
@@ -130,9 +130,7 @@ static msr_status_t write_atomic(const char *dir, const char *name, const void *
     int fd = open(tmp, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, ckpt_file_mode());
     if (fd < 0)
         return io_error("cannot create", tmp);
-    msr_status_t st = msr_write_all(fd, a, alen);
-    if (st == MSR_OK && blen)
-        st = msr_write_all(fd, b, blen);
+    msr_status_t st = fill(fd, arg);
     if (st != MSR_OK || fsync(fd) != 0) {
         io_error("cannot write", tmp);
         close(fd);
@@ -146,6 +144,24 @@ static msr_status_t write_atomic(const char *dir, const char *name, const void *
     }
     fsync_dir(dir);
     return MSR_OK;
+}
+
+typedef struct bytes {
+    const void *p;
+    size_t len;
+} bytes_t;
+
+static msr_status_t fill_bytes(int fd, const void *arg)
+{
+    const bytes_t *b = arg;
+    return msr_write_all(fd, b->p, b->len);
+}
+
+/* A small file (a commit) written atomically. */
+static msr_status_t write_atomic(const char *dir, const char *name, const void *p, size_t len)
+{
+    bytes_t b = {p, len};
+    return write_atomic_fn(dir, name, fill_bytes, &b);
 }
 
 /* Every rank's `len` bytes, in rank order, in *all_p (free it with
@@ -270,44 +286,6 @@ void msr_ckpt_remove_leftovers(msr_ctx_t *ctx, const char *sd)
         closedir(d);
 }
 
-/* After every rank's state is durable: rank 0's MANIFEST, this rank's
- * commit, then the older steps pruned. len and crc: this rank's state's. */
-static msr_status_t save_finish(msr_ctx_t *ctx, const char *dir, const char *sd, int64_t step,
-                                uint64_t len, uint32_t crc, int keep)
-{
-    /* Every rank's state is durable once everyone is past this point. */
-    uint64_t mine[2] = {len, crc};
-    int world = msr_world_size(ctx);
-    uint64_t *all = NULL;
-    msr_status_t st = msr_ckpt_gather_all(ctx, mine, sizeof mine, (void **)&all);
-    if (st != MSR_OK)
-        return st;
-    if (msr_rank(ctx) == 0) {
-        msr_buf_t m = MSR_BUF_INIT;
-        msr_buf_printf(&m,
-                       "{\n  \"step\": %" PRId64 ",\n  \"world_size\": %d,\n  \"generation\": %d,\n"
-                       "  \"shards\": [",
-                       step, world, msr_generation(ctx));
-        for (int r = 0; r < world; r++)
-            msr_buf_printf(&m,
-                           "%s\n    {\"rank\": %d, \"bytes\": %" PRIu64 ", \"crc32\": %" PRIu64 "}",
-                           r ? "," : "", r, all[2 * r], all[2 * r + 1]);
-        msr_buf_printf(&m, "\n  ]\n}\n");
-        st = m.data ? write_atomic(sd, "MANIFEST", m.data, m.len, NULL, 0) : MSR_ERR_NO_MEMORY;
-        msr_buf_cleanup(&m);
-    }
-    msr_free(all);
-    if (st != MSR_OK)
-        return st;
-    char commit[64], name[64];
-    snprintf(name, sizeof name, "rank-%d.commit", msr_rank(ctx));
-    int n = snprintf(commit, sizeof commit, "%" PRId64 "\n", step);
-    st = write_atomic(sd, name, commit, (size_t)n, NULL, 0);
-    if (st == MSR_OK)
-        prune(ctx, dir, keep);
-    return st;
-}
-
 /* A rank's state being written (checkpoint.h): its temporary file, the
  * bytes after the head written so far and their CRC. The file's cache is
  * written back and dropped a window at a time behind the writes
@@ -317,6 +295,8 @@ struct msr_ckpt_writer {
     msr_ctx_t *ctx;
     int fd;
     msr_status_t st; /* the first failure: every call after it fails */
+    int errnum;      /* the errno behind it (0: none) */
+    int checked;     /* sd made and checked: this rank's files there are its own */
     int64_t step;
     size_t head_len;
     uint64_t len;    /* bytes after the head */
@@ -324,6 +304,133 @@ struct msr_ckpt_writer {
     uint64_t synced; /* file bytes written back and dropped from the cache */
     char dir[4096], sd[4096], path[4200], tmp[4300];
 };
+
+/* A save's agreement gathers from every rank its state's length and CRC
+ * and its verdict: 0 when its state is durable, else the status it failed
+ * with and the errno behind it (0: none). */
+enum { V_LEN, V_CRC, V_STATUS, V_ERRNO, V_FIELDS };
+
+/* Removes what this rank wrote of a step that is not committed (a rank
+ * failed before the agreement): its state and commit (a step saved again
+ * may have had them), rank 0's MANIFEST, and the folder once empty. */
+static void drop_step(const msr_ckpt_writer_t *w)
+{
+    char path[4400];
+    int rank = msr_rank(w->ctx);
+    if (!w->checked) { /* sd may be a link planted there: nothing of ours in it */
+        if (w->sd[0] != '\0')
+            rmdir(w->sd); /* not through a link: a folder a failed open left, once empty */
+        return;
+    }
+    snprintf(path, sizeof path, "%s/rank-%d.commit", w->sd, rank);
+    unlink(path);
+    snprintf(path, sizeof path, "%s/rank-%d.bin", w->sd, rank);
+    unlink(path);
+    if (rank == 0) {
+        snprintf(path, sizeof path, "%s/MANIFEST", w->sd);
+        unlink(path);
+    }
+    rmdir(w->sd); /* the last rank to leave removes it */
+}
+
+/* The first rank whose verdict in all (world ranks') is a failure, its
+ * error set: "rank 1 could not write step 6 under DIR (no space left on
+ * device; ...)"; MSR_OK when none failed. */
+static msr_status_t verdicts_check(const msr_ckpt_writer_t *w, const uint64_t *all)
+{
+    int world = msr_world_size(w->ctx);
+    for (int r = 0; r < world; r++) {
+        const uint64_t *v = all + (size_t)r * V_FIELDS;
+        msr_status_t st = (msr_status_t)(int64_t)v[V_STATUS];
+        if (st == MSR_OK)
+            continue;
+        int e = (int)(int64_t)v[V_ERRNO];
+        char why[256];
+        snprintf(why, sizeof why, "%s", e != 0 ? strerror(e) : msr_status_str(st));
+        if (why[0] >= 'A' && why[0] <= 'Z')
+            why[0] = (char)(why[0] - 'A' + 'a');
+        return msr_err(st,
+                       "checkpoint: rank %d could not write step %" PRId64
+                       " under %s (%s; its log says why)",
+                       r, w->step, w->dir, why);
+    }
+    return MSR_OK;
+}
+
+/* The save's agreement on step w->step: every rank's verdict, mine from
+ * w (w->st: this rank failed), gathered into *all_p. A rank that failed
+ * still takes part, so that no rank waits for it until the store's
+ * deadline: it returns its own error (its text kept), every other rank an
+ * error naming the first rank that failed; the step is then dropped. */
+static msr_status_t save_agree(msr_ckpt_writer_t *w, uint64_t len, uint32_t crc, uint64_t **all_p)
+{
+    uint64_t mine[V_FIELDS] = {len, crc, (uint64_t)(int64_t)w->st, (uint64_t)(int64_t)w->errnum};
+    char own[MSR_ERR_TEXT_MAX] = "";
+    if (w->st != MSR_OK)
+        snprintf(own, sizeof own, "%s", msr_err_msg_or(w->st));
+    uint64_t *all = NULL;
+    msr_status_t st = msr_ckpt_gather_all(w->ctx, mine, sizeof mine, (void **)&all);
+    if (st == MSR_OK && w->st == MSR_OK)
+        st = verdicts_check(w, all);
+    if (w->st != MSR_OK)
+        st = msr_err(w->st, "%s", own);
+    if (st != MSR_OK) {
+        msr_free(all);
+        drop_step(w);
+        return st;
+    }
+    *all_p = all;
+    return MSR_OK;
+}
+
+/* A step's MANIFEST: its step, world size, generation and every rank's
+ * length and CRC (all: V_FIELDS each). */
+typedef struct manifest {
+    int64_t step;
+    int world, generation;
+    const uint64_t *all;
+} manifest_t;
+
+/* Writes the MANIFEST into fd without allocating: after the agreement, a
+ * rank out of memory would leave the step without it. */
+static msr_status_t fill_manifest(int fd, const void *arg)
+{
+    const manifest_t *m = arg;
+    int bad = dprintf(fd,
+                      "{\n  \"step\": %" PRId64 ",\n  \"world_size\": %d,\n  \"generation\": %d,\n"
+                      "  \"shards\": [",
+                      m->step, m->world, m->generation) < 0;
+    for (int r = 0; r < m->world && !bad; r++)
+        bad = dprintf(fd, "%s\n    {\"rank\": %d, \"bytes\": %" PRIu64 ", \"crc32\": %" PRIu64 "}",
+                      r ? "," : "", r, m->all[V_FIELDS * r + V_LEN],
+                      m->all[V_FIELDS * r + V_CRC]) < 0;
+    return bad || dprintf(fd, "\n  ]\n}\n") < 0 ? MSR_ERR_IO : MSR_OK;
+}
+
+/* After the agreement, every rank's state durable: rank 0's MANIFEST,
+ * this rank's commit, then the older steps pruned. len and crc: this
+ * rank's state's; w->st: this rank's failure before (it still agrees). */
+static msr_status_t save_finish(msr_ckpt_writer_t *w, uint64_t len, uint32_t crc, int keep)
+{
+    msr_ctx_t *ctx = w->ctx;
+    uint64_t *all = NULL;
+    msr_status_t st = save_agree(w, len, crc, &all);
+    if (st != MSR_OK)
+        return st;
+    manifest_t m = {w->step, msr_world_size(ctx), msr_generation(ctx), all};
+    if (msr_rank(ctx) == 0)
+        st = write_atomic_fn(w->sd, "MANIFEST", fill_manifest, &m);
+    msr_free(all);
+    if (st != MSR_OK)
+        return st;
+    char commit[64], name[64];
+    snprintf(name, sizeof name, "rank-%d.commit", msr_rank(ctx));
+    int n = snprintf(commit, sizeof commit, "%" PRId64 "\n", w->step);
+    st = write_atomic(w->sd, name, commit, (size_t)n);
+    if (st == MSR_OK)
+        prune(ctx, w->dir, keep);
+    return st;
+}
 
 /* Closes w's file (removing it with remove_tmp); w's memory stays. */
 static void writer_end(msr_ckpt_writer_t *w, int remove_tmp)
@@ -335,28 +442,46 @@ static void writer_end(msr_ckpt_writer_t *w, int remove_tmp)
         unlink(w->tmp);
 }
 
+/* w's failure st (the text set), with the errno behind it (0: none):
+ * every call after it fails, and the commit agrees with it. */
+static msr_status_t writer_failed(msr_ckpt_writer_t *w, msr_status_t st, int errnum)
+{
+    w->st = st;
+    w->errnum = errnum;
+    return st;
+}
+
+/* io_error's, for w: the errno kept for the agreement. */
+static msr_status_t writer_io_error(msr_ckpt_writer_t *w, const char *what, const char *path)
+{
+    int e = errno;
+    return writer_failed(w, io_error(what, path), e);
+}
+
 /* Sets up w (the caller's memory, no allocation: msr_ckpt_save's first
- * allocation stays its gather's) for this rank's state of step. */
+ * allocation stays its gather's) for this rank's state of step. On a
+ * failure after ctx was checked, w says it (w->st) for the agreement. */
 static msr_status_t writer_init(msr_ckpt_writer_t *w, msr_ctx_t *ctx, const char *dir, int64_t step,
                                 size_t head_len)
 {
-    if (ctx == NULL || dir == NULL || *dir == '\0' || step < 0 ||
-        head_len > SIZE_MAX - MSR_CKPT_HEADER_LEN || strlen(dir) >= sizeof w->dir) {
-        msr_err_set("checkpoint: bad arguments (dir, step >= 0, data)");
-        return MSR_ERR_INVALID_ARG;
-    }
     memset(w, 0, sizeof *w);
     w->ctx = ctx;
     w->fd = -1;
     w->step = step;
     w->head_len = head_len;
+    if (ctx == NULL || dir == NULL || *dir == '\0' || step < 0 ||
+        head_len > SIZE_MAX - MSR_CKPT_HEADER_LEN || strlen(dir) >= sizeof w->dir) {
+        msr_err_set("checkpoint: bad arguments (dir, step >= 0, data)");
+        return writer_failed(w, MSR_ERR_INVALID_ARG, 0);
+    }
     snprintf(w->dir, sizeof w->dir, "%s", dir);
     step_dir(dir, step, w->sd, sizeof w->sd);
     msr_status_t st = mkdirs(w->sd);
-    if (st == MSR_OK)
-        st = check_step_dir(w->sd);
     if (st != MSR_OK)
-        return st;
+        return writer_failed(w, st, errno);
+    if ((st = check_step_dir(w->sd)) != MSR_OK)
+        return writer_failed(w, st, st == MSR_ERR_IO ? errno : 0);
+    w->checked = 1;
     msr_ckpt_remove_leftovers(ctx, w->sd);
     snprintf(w->path, sizeof w->path, "%s/rank-%d.bin", w->sd, msr_rank(ctx));
     snprintf(w->tmp, sizeof w->tmp, "%s.tmp.%d", w->path, (int)getpid());
@@ -364,7 +489,7 @@ static msr_status_t writer_init(msr_ckpt_writer_t *w, msr_ctx_t *ctx, const char
     unlink(w->tmp);
     w->fd = open(w->tmp, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, ckpt_file_mode());
     if (w->fd < 0 || lseek(w->fd, (off_t)(MSR_CKPT_HEADER_LEN + head_len), SEEK_SET) < 0) {
-        st = io_error(w->fd < 0 ? "cannot create" : "cannot write", w->tmp);
+        st = writer_io_error(w, w->fd < 0 ? "cannot create" : "cannot write", w->tmp);
         writer_end(w, w->fd >= 0);
         return st;
     }
@@ -417,7 +542,7 @@ msr_status_t msr_ckpt_writer_write(msr_ckpt_writer_t *w, const void *data, size_
     if (w->st != MSR_OK)
         return msr_err(w->st, "checkpoint: %s failed before", w->tmp);
     if (msr_write_all(w->fd, data, len) != MSR_OK)
-        return w->st = io_error("cannot write", w->tmp);
+        return writer_io_error(w, "cannot write", w->tmp);
     /* one pass over the bytes for both CRCs (base/crc32.h) */
     uint32_t crc = msr_crc32(w->crc, data, len);
     if (crc_p != NULL)
@@ -445,11 +570,11 @@ static msr_status_t writer_close(msr_ckpt_writer_t *w, const void *head, uint32_
               pwrite(w->fd, head, w->head_len, MSR_CKPT_HEADER_LEN) == (ssize_t)w->head_len) &&
              fsync(w->fd) == 0;
     if (!ok)
-        return io_error("cannot write", w->tmp);
+        return writer_io_error(w, "cannot write", w->tmp);
     int fd = w->fd;
     w->fd = -1;
     if (close(fd) != 0 || rename(w->tmp, w->path) != 0) {
-        msr_status_t st = io_error("cannot write", w->path);
+        msr_status_t st = writer_io_error(w, "cannot write", w->path);
         unlink(w->tmp);
         return st;
     }
@@ -458,23 +583,25 @@ static msr_status_t writer_close(msr_ckpt_writer_t *w, const void *head, uint32_
     return MSR_OK;
 }
 
-/* msr_ckpt_writer_commit but for freeing w (whose file is closed). */
+/* msr_ckpt_writer_commit but for freeing w (whose file is closed). A
+ * failure before the agreement (a write before, the head, the file's
+ * close and rename) is this rank's verdict in it. */
 static msr_status_t writer_commit(msr_ckpt_writer_t *w, const void *head, int keep)
 {
     uint32_t crc = 0;
-    msr_status_t st = w->st;
-    if (st == MSR_OK && head == NULL && w->head_len > 0)
-        st = msr_err(MSR_ERR_INVALID_ARG, "checkpoint: %s: no head of %zu bytes to commit", w->tmp,
-                     w->head_len);
-    else if (st == MSR_OK)
-        st = writer_close(w, head, &crc);
+    if (w->st == MSR_OK && head == NULL && w->head_len > 0)
+        writer_failed(w,
+                      msr_err(MSR_ERR_INVALID_ARG, "checkpoint: %s: no head of %zu bytes to commit",
+                              w->tmp, w->head_len),
+                      0);
+    else if (w->st == MSR_OK)
+        (void)writer_close(w, head, &crc);
     else
-        msr_err_set("checkpoint: %s failed before its commit", w->tmp);
-    if (st != MSR_OK) {
+        msr_err_set("checkpoint: %s failed before its commit: %s", w->tmp,
+                    w->errnum != 0 ? strerror(w->errnum) : msr_status_str(w->st));
+    if (w->st != MSR_OK)
         writer_end(w, 1);
-        return st;
-    }
-    return save_finish(w->ctx, w->dir, w->sd, w->step, w->head_len + w->len, crc, keep);
+    return save_finish(w, w->head_len + w->len, crc, keep);
 }
 
 msr_status_t msr_ckpt_writer_commit(msr_ckpt_writer_t *w, const void *head, int keep)
@@ -494,22 +621,54 @@ void msr_ckpt_writer_abort(msr_ckpt_writer_t *w)
     msr_free(w);
 }
 
+msr_status_t msr_ckpt_writer_fail(msr_ckpt_writer_t *w, msr_status_t st)
+{
+    if (w == NULL || st == MSR_OK)
+        return msr_err(MSR_ERR_INVALID_ARG, "checkpoint: no writer or no failure to agree on");
+    char own[MSR_ERR_TEXT_MAX];
+    snprintf(own, sizeof own, "%s", msr_err_msg_or(st));
+    if (w->st == MSR_OK)
+        writer_failed(w, st, 0);
+    writer_end(w, 1);
+    (void)save_finish(w, 0, 0, 0);
+    msr_free(w);
+    return msr_err(st, "%s", own);
+}
+
+msr_status_t msr_ckpt_save_fail(msr_ctx_t *ctx, const char *dir, int64_t step, msr_status_t st)
+{
+    if (ctx == NULL || st == MSR_OK)
+        return msr_err(MSR_ERR_INVALID_ARG, "checkpoint: no job or no failure to agree on");
+    char own[MSR_ERR_TEXT_MAX];
+    snprintf(own, sizeof own, "%s", msr_err_msg_or(st));
+    msr_ckpt_writer_t w; /* what the agreement needs of one: ctx, dir, step */
+    memset(&w, 0, sizeof w);
+    w.ctx = ctx;
+    w.fd = -1;
+    w.step = step;
+    snprintf(w.dir, sizeof w.dir, "%s", dir != NULL ? dir : "");
+    if (dir != NULL && step >= 0)
+        step_dir(dir, step, w.sd, sizeof w.sd);
+    writer_failed(&w, st, 0);
+    (void)save_finish(&w, 0, 0, 0);
+    return msr_err(st, "%s", own);
+}
+
 msr_status_t msr_ckpt_save(msr_ctx_t *ctx, const char *dir, int64_t step, const void *data,
                            size_t len, int keep)
 {
-    if (data == NULL && len) {
-        msr_err_set("checkpoint: bad arguments (dir, step >= 0, data)");
-        return MSR_ERR_INVALID_ARG;
-    }
     msr_ckpt_writer_t w; /* on the stack: the gather's is the first allocation */
     msr_status_t st = writer_init(&w, ctx, dir, step, 0);
-    if (st != MSR_OK)
+    if (ctx == NULL)
         return st;
-    if ((st = msr_ckpt_writer_write(&w, data, len, NULL)) != MSR_OK) {
-        writer_end(&w, 1);
-        return st;
-    }
-    return writer_commit(&w, NULL, keep);
+    if (st == MSR_OK && data == NULL && len)
+        writer_failed(
+            &w, msr_err(MSR_ERR_INVALID_ARG, "checkpoint: bad arguments (dir, step >= 0, data)"),
+            0);
+    if (w.st == MSR_OK && msr_ckpt_writer_write(&w, data, len, NULL) == MSR_OK)
+        return writer_commit(&w, NULL, keep);
+    writer_end(&w, 1); /* this rank's failure (its text set) is its verdict */
+    return save_finish(&w, 0, 0, keep);
 }
 
 /* Maps the pages that hold [p, p + len) writable before a read fills

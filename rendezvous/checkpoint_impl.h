@@ -51,6 +51,7 @@ static inline msr_status_t io_error(const char *what, const char *path)
     int e = errno;
     msr_err_set("checkpoint: %s %s: %s", what, path, strerror(e));
     MSR_DEBUG("%s", msr_last_error());
+    errno = e; /* for a caller that keeps it (the save's verdict) */
     return MSR_ERR_IO;
 }
 

@@ -3383,6 +3383,29 @@ test: ^test_parallel_ckpt_stream$
         crc = w->crc;
 >>>
 
+@ ckpt.save_fail.verdict_ignored
+file: rendezvous/checkpoint.c
+test: ^test_parallel_ckpt_save_fail$
+<<<
+        if (st == MSR_OK)
+            continue;
+        int e = (int)(int64_t)v[V_ERRNO];
+===
+        if (st == MSR_OK || r >= 0)
+            continue;
+        int e = (int)(int64_t)v[V_ERRNO];
+>>>
+
+@ ckpt.save_fail.file_kept
+file: rendezvous/checkpoint.c
+test: ^test_parallel_ckpt_save_fail$
+<<<
+    snprintf(path, sizeof path, "%s/rank-%d.bin", w->sd, rank);
+    unlink(path);
+===
+    snprintf(path, sizeof path, "%s/rank-%d.bin", w->sd, rank);
+>>>
+
 @ offload_acts.read_ahead_ascending
 file: parallel/mp_run.c
 test: ^test_parallel_train_gpt_offload_acts$

@@ -47,7 +47,13 @@ extern "C" {
 
 /* Saves len bytes as this rank's state of step (>= 0) in dir (created if
  * missing). Every rank of the job must call it for the same step: it waits
- * for all of them (a store allgather), then marks the step complete. Keeps
+ * for all of them (a store allgather), then marks the step complete. A
+ * rank whose write fails (its file, memory) still joins that agreement
+ * with its failure as its verdict: it returns its own error, every other
+ * rank at once an error naming it ("checkpoint: rank 1 could not write
+ * step 6 under DIR (no space left on device; its log says why)", the
+ * failed rank's status), and the step is not committed (each rank removes
+ * its file of it; the step before stays the latest). Keeps
  * the `keep` latest complete steps, this rank's and those another world
  * size wrote before a restart, and removes older ones (keep <= 0 keeps
  * all).
@@ -88,15 +94,32 @@ MSR_API msr_status_t msr_ckpt_writer_write(msr_ckpt_writer_t *writer, const void
  * header, makes the file durable under its name, then as msr_ckpt_save:
  * waits for every rank of the job (a store allgather), marks the step
  * complete and prunes to `keep`. Frees writer whatever the outcome; on a
- * failure before the wait (a write failed before, MSR_ERR_IO) the
- * temporary file is removed and the call does not communicate. Errors:
- * msr_ckpt_save's. */
+ * failure before the wait (a write failed before, MSR_ERR_IO; no head;
+ * the file's sync or rename) the temporary file is removed and the rank
+ * joins the wait with its failure as its verdict, as in msr_ckpt_save.
+ * Errors: msr_ckpt_save's. */
 MSR_API msr_status_t msr_ckpt_writer_commit(msr_ckpt_writer_t *writer, const void *head, int keep);
 
 /* Drops a state being written: the temporary file removed, writer freed;
  * NULL does nothing. Does not communicate: the other ranks' commits wait
- * for this rank's as for a rank that never saved. */
+ * for this rank's as for a rank that never saved (msr_ckpt_writer_fail
+ * tells them instead). */
 MSR_API void msr_ckpt_writer_abort(msr_ckpt_writer_t *writer);
+
+/* For a rank that fails while it saves step, in its own code (out of
+ * memory for what it writes) or the writer's, in place of the commit:
+ * joins the save's agreement with its failure as its verdict, so that
+ * every other rank's save of step fails at once naming this rank instead
+ * of waiting for it until the store's deadline. msr_ckpt_writer_fail
+ * drops writer (its file removed, writer freed; the verdict is the
+ * writer's own failure when a write failed, else st);
+ * msr_ckpt_save_fail is for a rank with no writer (msr_ckpt_writer_open
+ * failed, or it never got to open one). Both return st (not MSR_OK),
+ * msr_last_error() as it was; MSR_ERR_INVALID_ARG without a writer or
+ * job, or with st MSR_OK. */
+MSR_API msr_status_t msr_ckpt_writer_fail(msr_ckpt_writer_t *writer, msr_status_t st);
+MSR_API msr_status_t msr_ckpt_save_fail(msr_ctx_t *ctx, const char *dir, int64_t step,
+                                        msr_status_t st);
 
 /* The latest step complete and intact for every rank of the job in dir,
  * agreed by all ranks (store allgathers: every rank must call it), in

@@ -105,6 +105,8 @@ static void *saver_thread(void *arg)
     s->st = msr_tckpt_seal(s->buf, s->len); /* the CRCs the step left out */
     if (s->st == MSR_OK)
         s->st = msr_ckpt_save(s->ctx, s->dir, s->step, s->buf, s->len, s->keep);
+    else /* still in the save's agreement, so that no rank waits for this one */
+        s->st = msr_ckpt_save_fail(s->ctx, s->dir, s->step, s->st);
     if (s->st != MSR_OK)
         snprintf(s->err, sizeof s->err, "%s", msr_last_error());
     s->write_ns += msr_now_ns() - t0;
@@ -158,7 +160,8 @@ static msr_status_t save_checkpoint(const trainer_t *t, const job_t *job, const 
         return st;
     }
     st = t->ops->snapshot(t->tr, meta, &buf, &len);
-    if (st != MSR_OK) {
+    if (st != MSR_OK) { /* still in the save's agreement: no rank waits for this one */
+        st = msr_ckpt_save_fail(job->ctx, o->ckpt_dir, (int64_t)step, st);
         fprintf(stderr, "train_gpt: checkpoint of step %llu: %s: %s\n", (unsigned long long)step,
                 msr_status_str(st), msr_err_msg_or(st));
         return st;
@@ -177,7 +180,7 @@ static msr_status_t save_checkpoint(const trainer_t *t, const job_t *job, const 
         s->buf = NULL; /* no thread: written here */
         if ((st = msr_tckpt_seal(buf, len)) != MSR_OK) {
             msr_free(buf);
-            return st;
+            return msr_ckpt_save_fail(job->ctx, o->ckpt_dir, (int64_t)step, st);
         }
     }
     st = msr_ckpt_save(job->ctx, o->ckpt_dir, (int64_t)step, buf, len, (int)o->ckpt_keep);

@@ -15,9 +15,11 @@
 # the damaged step had never been written (dp 2 ZeRO-3, tp 2).
 # A resume initialises no parameters before the load, and does when there
 # is nothing to resume (init: ZeRO 3, 0 and 1 over dp 2).
-#   train_gpt_ckpt_faults.sh fallback|edit|leftovers|link|nan|partial|any|init
+# A rank whose save fails (savefail: its file past its size limit) ends
+# every rank's save at once, the others naming it; the step before resumes.
+#   train_gpt_ckpt_faults.sh fallback|edit|leftovers|link|nan|partial|any|init|savefail
 set -euo pipefail
-case_name=${1:?which case: fallback, edit, leftovers, link, nan, partial, any or init}
+case_name=${1:?which case: fallback, edit, leftovers, link, nan, partial, any, init or savefail}
 bin="$MSRUN_BUILD/bin"
 source "$(dirname "$0")/job_env.sh"
 job_test_setup
@@ -344,6 +346,42 @@ PY
     grep -q "after resuming from the checkpoint of step 10 under $work/a" "$work/log" ||
         fail "the bad loss does not name the checkpoint"
     echo "ok   NaN after a resume: $(grep -o 'the loss of step.*' "$work/log" | head -1)"
+    ;;
+savefail)
+    # rank 1's save of step 10 fails (its file past its size limit: EFBIG;
+    # UCX over tcp, whose shared memory the limit would refuse too): every
+    # rank ends at once, rank 0 naming rank 1, none at the store's
+    # deadline (60 s, a guard); step 10 leaves no file and step 5 resumes
+    cat >"$work/limit.sh" <<'SH'
+#!/usr/bin/env bash
+if [[ $MSR_RANK == 1 ]]; then trap '' XFSZ; ulimit -f 200; fi
+exec "$@"
+SH
+    chmod +x "$work/limit.sh"
+    worker_env=(env MSR_TIMEOUT=60 UCX_TLS=self,tcp "${worker_env[@]:1}")
+    train "$work/a" 5
+    [[ $rc -eq 0 ]] || fail "the first run failed ($rc): $(cat "$work/log")"
+    for mode in sync async; do
+        more=()
+        [[ $mode == sync ]] || more=(--ckpt-async)
+        worker_env+=("$work/limit.sh")
+        train "$work/a" 10 "${more[@]}"
+        unset 'worker_env[-1]'
+        [[ $rc -eq 1 ]] || fail "$mode: rank 1's failed save: exit $rc, want 1: $(cat "$work/log")"
+        ! grep -Eq "TIMEOUT|deadline passed" "$work/log" ||
+            fail "$mode: a rank waited for the store's deadline: $(cat "$work/log")"
+        grep -q "rank 1\] train_gpt: checkpoint of step 10 .*: File too large" "$work/log" ||
+            fail "$mode: rank 1 does not say why: $(cat "$work/log")"
+        grep -q "rank 0\] train_gpt: checkpoint of step 10 .*rank 1 could not write step 10 under $work/a (file too large; its log says why)" "$work/log" ||
+            fail "$mode: rank 0 does not name rank 1: $(cat "$work/log")"
+        [[ ! -e $work/a/step-10 ]] || fail "$mode: step 10 left: $(ls -la "$work/a/step-10")"
+        echo "ok   $mode: rank 1's failed save ended both ranks, rank 0 naming it"
+    done
+    train "$work/a" 10
+    [[ $rc -eq 0 ]] && grep -q "resumed from step 5 under $work/a" "$work/log" ||
+        fail "no resume from step 5 after the failed saves ($rc): $(cat "$work/log")"
+    [[ -e $work/a/step-10/MANIFEST ]] || fail "step 10 not saved after the resume"
+    echo "ok   step 5 resumed after the failed saves, step 10 saved"
     ;;
 *)
     fail "unknown case $case_name"
