@@ -9,6 +9,7 @@
 #include "base/time.h"
 #include "base/util.h"
 #include "rendezvous/relay_server_impl.h"
+#include "rendezvous/store_core.h"
 
 /* ---- barriers merged ---- */
 
@@ -25,6 +26,7 @@ typedef struct merged {
     node_call_t head; /* head.call is NULL once the node gave up */
     merge_t *merge;
     uint32_t weight;
+    uint64_t client_id, request_id; /* the caller's (0: none) */
 } merged_t;
 
 struct merge {
@@ -74,7 +76,7 @@ int msr_relay_merge_add(msr_relay_server_t *s, msr_rpc_call_t *call, const Msr__
         return 0;
     merge_t *m = msr_map_get(&s->open, key);
     /* full: sent as it is; the count's excess is refused upstream */
-    if (m != NULL && (uint64_t)m->weight + w > m->count)
+    if (m != NULL && ((uint64_t)m->weight + w > m->count || m->g.n == MSR_BARRIER_PARTS_MAX))
         msr_relay_group_close(&m->g);
     if (m == NULL || m->g.okey[0] == '\0')
         m = merge_new(s, req, key);
@@ -86,23 +88,75 @@ int msr_relay_merge_add(msr_relay_server_t *s, msr_rpc_call_t *call, const Msr__
     mb->head = (node_call_t){.call = call, .server = s, .method = MSR_RPC_BARRIER, .merged = 1};
     mb->merge = m;
     mb->weight = w;
+    mb->client_id = req->client_id;
+    mb->request_id = req->request_id;
     m->weight += w;
     atomic_fetch_add(&s->merge_counts[0], 1);
     msr_relay_group_push(&m->g, &mb->head);
     return 1;
 }
 
+/* A caller of an arrival the coordinator did not count (a part of it was
+ * released before: sent again after its relay died): sent alone with its
+ * own ids, so that each hears released or waits as a direct caller. */
+static void merged_alone(merge_t *m, merged_t *mb, msr_rpc_call_t *call)
+{
+    Msr__BarrierRequest r = MSR__BARRIER_REQUEST__INIT;
+    r.generation = m->g.generation;
+    r.name = m->name;
+    r.count = m->count;
+    r.weight = mb->weight;
+    r.wait_ms = m->wait_ms;
+    r.client_id = mb->client_id;
+    r.request_id = mb->request_id;
+    msr_relay_forward_alone(m->g.server, call, MSR_RPC_BARRIER, &r.base);
+}
+
 /* The arrival's answer, to each caller still waiting. */
 static void merge_done(msr_rpc_async_t *a)
 {
     merge_t *m = MSR_CONTAINER_OF(a, merge_t, g.async);
+    Msr__BarrierResponse *resp = NULL;
+    if (a->status == MSR_OK)
+        resp = (Msr__BarrierResponse *)msr_rpc_async_raw_unpack(a);
     for (size_t k = 0; k < m->g.n; k++) {
         msr_rpc_call_t *call = msr_relay_group_answer(&m->g, m->g.members[k], a);
-        if (call != NULL)
+        if (call == NULL)
+            continue;
+        if (resp != NULL && resp->resend)
+            merged_alone(m, (merged_t *)m->g.members[k], call);
+        else
             msr_rpc_call_forward(call, a);
     }
+    if (resp != NULL)
+        protobuf_c_message_free_unpacked(&resp->base, NULL);
     msr_rpc_async_cleanup(a);
     msr_relay_group_free(&m->g);
+}
+
+/* The parts of a merge's callers still waiting, in order, in one block
+ * (*block_p, to free); NULL when out of memory. */
+static Msr__BarrierPart **merge_parts(const merge_t *m, size_t *n_p, void **block_p)
+{
+    size_t np = 0;
+    Msr__BarrierPart *parts = msr_calloc(m->g.live, sizeof *parts + sizeof(Msr__BarrierPart *));
+    *block_p = parts;
+    if (parts == NULL)
+        return NULL;
+    Msr__BarrierPart **pp = (Msr__BarrierPart **)(parts + m->g.live);
+    for (size_t k = 0; k < m->g.n && np < m->g.live; k++) {
+        const merged_t *mb = (const merged_t *)m->g.members[k];
+        if (mb->head.call == NULL)
+            continue; /* gave up before it was sent */
+        msr__barrier_part__init(&parts[np]);
+        parts[np].client_id = mb->client_id;
+        parts[np].request_id = mb->request_id;
+        parts[np].weight = mb->weight;
+        pp[np] = &parts[np];
+        np++;
+    }
+    *n_p = np;
+    return pp;
 }
 
 static void merge_send(msr_relay_group_t *g)
@@ -120,8 +174,16 @@ static void merge_send(msr_relay_group_t *g)
     r.weight = m->weight;
     r.wait_ms = m->wait_ms;
     r.merge_id = m->merge_id;
-    if (msr_relay_group_start(g, MSR_RPC_BARRIER, merge_done, &g->server->merge_counts[1],
-                              &r.base) != MSR_OK)
+    void *block;
+    r.parts = merge_parts(m, &r.n_parts, &block);
+    if (r.parts == NULL) {
+        msr_relay_group_fail(g, MSR_RPC_RESOURCE_EXHAUSTED, "relay out of memory");
+        return;
+    }
+    msr_status_t st =
+        msr_relay_group_start(g, MSR_RPC_BARRIER, merge_done, &g->server->merge_counts[1], &r.base);
+    msr_free(block);
+    if (st != MSR_OK)
         msr_relay_group_fail(g, MSR_RPC_UNAVAILABLE, "the relay cannot forward Barrier upstream");
 }
 
