@@ -229,6 +229,14 @@ void msr_relay_merged_gave_up(msr_relay_server_t *s, node_call_t *nc)
     r.count = m->count;
     r.merge_id = m->merge_id;
     r.withdraw = mb->weight;
+    /* its part: a withdrawal that overtakes the arrival is applied when
+     * the arrival comes */
+    Msr__BarrierPart part = MSR__BARRIER_PART__INIT, *pp = &part;
+    part.client_id = mb->client_id;
+    part.request_id = mb->request_id;
+    part.weight = mb->weight;
+    r.n_parts = 1;
+    r.parts = &pp;
     if (w != NULL) {
         w->async.method = MSR_RPC_BARRIER;
         w->async.deadline = msr_deadline_in_ms(10000);

@@ -107,6 +107,10 @@ typedef struct msr_store_core msr_store_core_t;
  * one sent again after its release is answered released. */
 #define MSR_BARRIER_RELEASED_MAX 131072
 
+/* The withdrawals of merged arrivals not seen yet that are remembered (the
+ * latest), applied when their arrival comes. */
+#define MSR_BARRIER_WITHDRAWN_MAX 4096
+
 /* The most entries one Fetch may ask for. */
 #define MSR_FETCH_MAX 65536
 

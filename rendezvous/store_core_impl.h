@@ -75,13 +75,24 @@ typedef struct gather {
     char name[];
 } gather_t;
 
+/* A relay's withdrawal of a merged arrival's part, come before the
+ * arrival (merge_id 0: a free slot). */
+typedef struct msr_withdrawn {
+    uint64_t merge_id, client_id, request_id;
+    uint32_t weight;
+} msr_withdrawn_t;
+
 /* Barrier arrivals released lately, by their callers' ids
  * (store_released.c): a ring of the last MSR_BARRIER_RELEASED_MAX pairs
- * (allocated at the first), the oldest forgotten first, and their map. */
+ * (allocated at the first), the oldest forgotten first, and their map;
+ * and the withdrawals whose arrival has not come yet, a ring of the last
+ * MSR_BARRIER_WITHDRAWN_MAX (pn of them still to apply). */
 typedef struct msr_released {
     msr_map_t map; /* "<client id>/<request id>" -> 1 */
     uint64_t *ring;
     uint32_t next, n;
+    msr_withdrawn_t *pending;
+    uint32_t pnext, pn;
 } msr_released_t;
 
 struct msr_store_core {
@@ -247,6 +258,17 @@ void msr_store_gather_withdraw(msr_store_core_t *c, gather_t *g, void *call);
 void msr_store_released_note(msr_store_core_t *c, uint64_t client_id, uint64_t request_id);
 int msr_store_released_seen(const msr_store_core_t *c, uint64_t client_id, uint64_t request_id);
 void msr_store_released_free(msr_store_core_t *c);
+/* store_released.c: a withdrawal of weight participants (the part of
+ * ids client_id, request_id) of merged arrival merge_id, not seen yet,
+ * remembered (0, or -1 out of memory); and, when that arrival comes, the
+ * weight withdrawn from it so far, each withdrawn part's ids zeroed in its
+ * n pairs ids (its remembered withdrawals then forgotten). */
+int msr_store_withdrawn_note(msr_store_core_t *c, uint64_t merge_id, uint32_t weight,
+                             uint64_t client_id, uint64_t request_id);
+uint64_t msr_store_withdrawn_take(msr_store_core_t *c, uint64_t merge_id, uint64_t *ids,
+                                  uint32_t n);
+/* Zeroes the pair (client_id, request_id) among the n pairs of ids. */
+void msr_store_ids_drop(uint64_t *ids, uint32_t n, uint64_t client_id, uint64_t request_id);
 
 /* The calls, each answered exactly once (store_core.h): store_kv.c's */
 void msr_store_do_set(msr_store_core_t *c, void *call, const Msr__SetRequest *req);

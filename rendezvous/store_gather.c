@@ -59,10 +59,43 @@ void msr_store_gather_withdraw(msr_store_core_t *c, gather_t *g, void *call)
     }
 }
 
+/* A withdrawal whose arrival has not come (it overtook it upstream):
+ * remembered, with each part's ids, to apply when it comes; refused when
+ * a part was released already, or without parts (a relay that sends no
+ * ids: its arrival may have been released). */
+static void withdraw_early(msr_store_core_t *c, void *call, const Msr__BarrierRequest *req)
+{
+    uint64_t sum = 0;
+    int released = req->n_parts == 0 || req->merge_id == 0;
+    for (size_t i = 0; i < req->n_parts; i++) {
+        const Msr__BarrierPart *p = req->parts[i];
+        sum += p->weight ? p->weight : 1;
+        released |= p->client_id == 0 || p->request_id == 0 ||
+                    msr_store_released_seen(c, p->client_id, p->request_id);
+    }
+    if (released || sum != req->withdraw) {
+        msr_held_fail(c->held, call, MSR_RPC_FAILED_PRECONDITION,
+                      "barrier '%.200s': no merged arrival %llu waits (released already)",
+                      req->name, (unsigned long long)req->merge_id);
+        return;
+    }
+    for (size_t i = 0; i < req->n_parts; i++) {
+        const Msr__BarrierPart *p = req->parts[i];
+        if (msr_store_withdrawn_note(c, req->merge_id, p->weight ? p->weight : 1, p->client_id,
+                                     p->request_id) != 0) {
+            msr_held_fail(c->held, call, MSR_RPC_RESOURCE_EXHAUSTED, "coordinator out of memory");
+            return;
+        }
+    }
+    Msr__BarrierResponse r = MSR__BARRIER_RESPONSE__INIT;
+    reply(c, call, &r.base);
+}
+
 /* A relay takes back req->withdraw participants of its merged arrival
  * req->merge_id, still waiting (some of its callers gave up, as direct
- * callers' cancelled calls are taken back); once the barrier released it,
- * they stay counted, as a direct caller giving up too late. */
+ * callers' cancelled calls are taken back), or not come yet (remembered);
+ * once the barrier released it, they stay counted, as a direct caller
+ * giving up too late. */
 static void barrier_withdraw(msr_store_core_t *c, void *call, const Msr__BarrierRequest *req)
 {
     barrier_t *b = msr_map_get(&c->barriers, req->name);
@@ -76,9 +109,7 @@ static void barrier_withdraw(msr_store_core_t *c, void *call, const Msr__Barrier
         }
     }
     if (w == NULL) {
-        msr_held_fail(c->held, call, MSR_RPC_FAILED_PRECONDITION,
-                      "barrier '%.200s': no merged arrival %llu waits (released already)",
-                      req->name, (unsigned long long)req->merge_id);
+        withdraw_early(c, call, req);
         return;
     }
     if (req->withdraw >= w->weight) {
@@ -90,6 +121,8 @@ static void barrier_withdraw(msr_store_core_t *c, void *call, const Msr__Barrier
     }
     w->weight -= req->withdraw;
     b->arrived -= req->withdraw;
+    for (size_t i = 0; i < req->n_parts; i++) /* not released with it */
+        msr_store_ids_drop(w->ids, w->nids, req->parts[i]->client_id, req->parts[i]->request_id);
     Msr__BarrierResponse r = MSR__BARRIER_RESPONSE__INIT;
     reply(c, call, &r.base);
 }
@@ -196,10 +229,10 @@ static void barrier_drop_idle(msr_store_core_t *c, barrier_t *b)
     }
 }
 
-/* Everyone is here: release them all, each arrival's ids noted as
- * released, and forget the barrier. */
-static void barrier_release(msr_store_core_t *c, barrier_t *b, void *call,
-                            const Msr__BarrierRequest *req)
+/* Everyone is here: release them all, each arrival's ids (this one's:
+ * ids, n pairs, freed) noted as released, and forget the barrier. */
+static void barrier_release(msr_store_core_t *c, barrier_t *b, void *call, uint64_t *ids,
+                            uint32_t n)
 {
     msr_store_barrier_unlist(c, b);
     Msr__BarrierResponse r = MSR__BARRIER_RESPONSE__INIT;
@@ -213,19 +246,16 @@ static void barrier_release(msr_store_core_t *c, barrier_t *b, void *call,
         reply(c, wcall, &r.base);
     }
     barrier_free(b);
-    uint32_t n;
-    uint64_t *ids = arrival_ids(req, &n);
     released_note_ids(c, ids, n);
     msr_free(ids);
     reply(c, call, &r.base);
 }
 
-/* Holds the arrival of weight until the barrier releases it. */
+/* Holds the arrival of weight (its ids: n pairs, kept) until the barrier
+ * releases it. */
 static void barrier_hold(msr_store_core_t *c, barrier_t *b, void *call,
-                         const Msr__BarrierRequest *req, uint32_t weight)
+                         const Msr__BarrierRequest *req, uint32_t weight, uint64_t *ids, uint32_t n)
 {
-    uint32_t n;
-    uint64_t *ids = arrival_ids(req, &n);
     int64_t wait = req->wait_ms == UINT32_MAX ? -1 : (int64_t)req->wait_ms;
     waiter_t *w = waiter_new(c, call, MSR_HELD_BARRIER, b, &b->waiters, wait,
                              strlen(req->name) + 16 * (uint64_t)n);
@@ -260,21 +290,33 @@ void msr_store_do_barrier(msr_store_core_t *c, void *call, const Msr__BarrierReq
     }
     if (arrival_answered(c, call, req, weight))
         return;
-    barrier_t *b = barrier_get(c, call, req);
-    if (b == NULL)
+    uint32_t n;
+    uint64_t *ids = arrival_ids(req, &n);
+    uint64_t gone = msr_store_withdrawn_take(c, req->merge_id, ids, n);
+    if (gone >= weight) {
+        msr_free(ids);
+        msr_held_fail(c->held, call, MSR_RPC_CANCELLED,
+                      "barrier '%.200s': every participant of merged arrival %llu withdrew",
+                      req->name, (unsigned long long)req->merge_id);
         return;
-    if (weight > b->count - b->arrived) {
-        msr_held_fail(c->held, call, MSR_RPC_INVALID_ARGUMENT,
-                      "barrier '%.200s': %u more participants than its count of %u", req->name,
-                      weight - (b->count - b->arrived), b->count);
-        barrier_drop_idle(c, b);
+    }
+    weight -= (uint32_t)gone;
+    barrier_t *b = barrier_get(c, call, req);
+    if (b == NULL || weight > b->count - b->arrived) {
+        if (b != NULL) {
+            msr_held_fail(c->held, call, MSR_RPC_INVALID_ARGUMENT,
+                          "barrier '%.200s': %u more participants than its count of %u", req->name,
+                          weight - (b->count - b->arrived), b->count);
+            barrier_drop_idle(c, b);
+        }
+        msr_free(ids);
         return;
     }
     b->arrived += weight;
     if (b->arrived < b->count)
-        barrier_hold(c, b, call, req, weight);
+        barrier_hold(c, b, call, req, weight, ids, n);
     else
-        barrier_release(c, b, call, req);
+        barrier_release(c, b, call, ids, n);
 }
 
 static msr_blob_t *gather_result(const gather_t *g)

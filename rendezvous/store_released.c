@@ -52,9 +52,55 @@ int msr_store_released_seen(const msr_store_core_t *c, uint64_t client_id, uint6
     return msr_map_get(&c->released.map, key) != NULL;
 }
 
+int msr_store_withdrawn_note(msr_store_core_t *c, uint64_t merge_id, uint32_t weight,
+                             uint64_t client_id, uint64_t request_id)
+{
+    msr_released_t *r = &c->released;
+    if (r->pending == NULL) {
+        r->pending = msr_calloc(MSR_BARRIER_WITHDRAWN_MAX, sizeof *r->pending);
+        if (r->pending == NULL)
+            return -1;
+    }
+    msr_withdrawn_t *slot = &r->pending[r->pnext];
+    if (slot->merge_id != 0) /* the oldest forgotten */
+        r->pn--;
+    *slot = (msr_withdrawn_t){merge_id, client_id, request_id, weight};
+    r->pnext = (r->pnext + 1) % MSR_BARRIER_WITHDRAWN_MAX;
+    r->pn++;
+    return 0;
+}
+
+void msr_store_ids_drop(uint64_t *ids, uint32_t n, uint64_t client_id, uint64_t request_id)
+{
+    for (uint32_t i = 0; i < n && (client_id || request_id); i++) {
+        if (ids[2 * i] == client_id && ids[2 * i + 1] == request_id) {
+            ids[2 * i] = ids[2 * i + 1] = 0;
+            return;
+        }
+    }
+}
+
+uint64_t msr_store_withdrawn_take(msr_store_core_t *c, uint64_t merge_id, uint64_t *ids, uint32_t n)
+{
+    msr_released_t *r = &c->released;
+    uint64_t weight = 0;
+    for (uint32_t i = 0; merge_id != 0 && r->pn > 0 && i < MSR_BARRIER_WITHDRAWN_MAX; i++) {
+        msr_withdrawn_t *slot = &r->pending[i];
+        if (slot->merge_id != merge_id)
+            continue;
+        weight += slot->weight;
+        if (ids != NULL)
+            msr_store_ids_drop(ids, n, slot->client_id, slot->request_id);
+        slot->merge_id = 0;
+        r->pn--;
+    }
+    return weight;
+}
+
 void msr_store_released_free(msr_store_core_t *c)
 {
     msr_map_cleanup(&c->released.map, NULL);
     msr_free(c->released.ring);
+    msr_free(c->released.pending);
     memset(&c->released, 0, sizeof c->released);
 }

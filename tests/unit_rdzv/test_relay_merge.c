@@ -339,10 +339,108 @@ static void test_released_then_relay_killed(void)
     msr_trig_stop(&g);
 }
 
+/* ---- withdrawals in every order, the coordinator's side ---- */
+
+/* What a relay sends for barrier "w" of count 6: its merged arrival
+ * merge_id 99 of parts (client 7, ids[k], weights ws[k]), or with
+ * withdraw > 0 a withdrawal of those parts; with merge_id 0 a caller
+ * alone of id ids[0] and weight ws[0]. */
+static void relay_msg(msr_rpc_channel_t *ch, msr_rpc_loop_t *loop, op_t *o, uint64_t merge_id,
+                      uint32_t withdraw, const uint64_t *ids, const uint32_t *ws, size_t n,
+                      uint32_t wait_ms)
+{
+    Msr__BarrierPart parts[4], *pp[4];
+    Msr__BarrierRequest r = MSR__BARRIER_REQUEST__INIT;
+    r.name = "w";
+    r.count = 6;
+    r.wait_ms = wait_ms;
+    r.merge_id = merge_id;
+    r.withdraw = withdraw;
+    for (size_t k = 0; k < n && merge_id != 0; k++) {
+        msr__barrier_part__init(&parts[k]);
+        parts[k].client_id = 7;
+        parts[k].request_id = ids[k];
+        parts[k].weight = ws[k];
+        r.weight += ws[k];
+        pp[k] = &parts[k];
+    }
+    r.n_parts = merge_id != 0 ? n : 0;
+    r.parts = pp;
+    if (merge_id == 0) {
+        r.client_id = ids[0] ? 7 : 0;
+        r.request_id = ids[0];
+        r.weight = ws[0];
+    }
+    if (withdraw > 0)
+        r.weight = 0;
+    msr_top_start(ch, loop, o, MSR_RPC_BARRIER, &r.base, 20000);
+}
+
+/* Runs a relay_msg to its answer: its gRPC code. */
+static int relay_msg_code(msr_trig_t *g, uint64_t merge_id, uint32_t withdraw, uint64_t id,
+                          uint32_t w, uint32_t wait_ms, char *err, size_t len)
+{
+    op_t o;
+    relay_msg(g->direct, g->loop, &o, merge_id, withdraw, &id, &w, 1, wait_ms);
+    msr_tpoll_until(g->loop, msr_top_is_done, &o, "a relay's message");
+    int code = o.a.grpc_code;
+    if (err != NULL)
+        snprintf(err, len, "%s", o.a.err);
+    msr_rpc_async_cleanup(&o.a);
+    return code;
+}
+
+/* A merged arrival of parts 1, 2 (weight 1 each) and 3 (weight 2): part
+ * 1's withdrawal overtakes it (remembered, applied when it comes), part
+ * 2's comes while it waits, part 3's after the barrier released it
+ * (refused: it stays counted). Then the parts alone: 3 is answered
+ * released, 1 and 2 (taken back) are counted afresh. */
+static void test_withdraw_overtakes_arrival(void)
+{
+    msr_trig_t g;
+    msr_trig_start(&g);
+    char err[256];
+    MSR_CHECK_EQ(relay_msg_code(&g, 99, 1, 1, 1, 0, err, sizeof err), 0);
+    op_t a, x, probe;
+    uint64_t ids[3] = {1, 2, 3};
+    uint32_t ws[3] = {1, 1, 2};
+    uint64_t before = msr_tcoord_served(g.s.target, "Barrier");
+    relay_msg(g.direct, g.loop, &a, 99, 0, ids, ws, 3, 15000);
+    uint64_t limit = msr_deadline_in_ms(20000);
+    while (msr_tcoord_served(g.s.target, "Barrier") == before) {
+        MSR_CHECK_MSG(!msr_deadline_passed(limit), "the merged arrival never came");
+        msr_rpc_loop_poll(g.loop, msr_deadline_in_ms(20));
+    }
+    MSR_CHECK_EQ(relay_msg_code(&g, 99, 1, 2, 1, 0, err, sizeof err), 0);
+    /* 2 of the arrival's 4 still counted: a probe makes 3 of 6 */
+    MSR_CHECK_EQ(relay_msg_code(&g, 0, 0, 0, 1, 1000, err, sizeof err), MSR_RPC_DEADLINE_EXCEEDED);
+    MSR_CHECK_MSG(strstr(err, "3 of 6 participants arrived"), "the probe: %s", err);
+    MSR_CHECK(!a.done);
+    uint64_t none = 0;
+    uint32_t four = 4;
+    relay_msg(g.direct, g.loop, &x, 0, 0, &none, &four, 1, 15000);
+    msr_tpoll_until(g.loop, msr_top_is_done, &x, "the last four");
+    msr_tpoll_until(g.loop, msr_top_is_done, &a, "the merged arrival");
+    MSR_CHECK_MSG(a.a.status == MSR_OK && x.a.status == MSR_OK, "released: %d %s, %d %s",
+                  a.a.grpc_code, a.a.err, x.a.grpc_code, x.a.err);
+    msr_rpc_async_cleanup(&a.a);
+    msr_rpc_async_cleanup(&x.a);
+    MSR_CHECK_EQ(relay_msg_code(&g, 99, 2, 3, 2, 0, err, sizeof err), MSR_RPC_FAILED_PRECONDITION);
+    MSR_CHECK_EQ(relay_msg_code(&g, 0, 0, 3, 2, 15000, err, sizeof err), 0);
+    relay_msg(g.direct, g.loop, &probe, 0, 0, &ids[0], &ws[0], 1, 1000);
+    MSR_CHECK_EQ(relay_msg_code(&g, 0, 0, 2, 1, 1000, err, sizeof err), MSR_RPC_DEADLINE_EXCEEDED);
+    MSR_CHECK_MSG(strstr(err, "of 6 participants arrived"), "part 2 alone: %s", err);
+    msr_tpoll_until(g.loop, msr_top_is_done, &probe, "part 1 alone");
+    MSR_CHECK_EQ(probe.a.grpc_code, MSR_RPC_DEADLINE_EXCEEDED);
+    msr_rpc_async_cleanup(&probe.a);
+    msr_trig_stop(&g);
+}
+
 static const msr_test_t tests[] = {
     {"merged_give_up", test_merged_give_up, 60},
     {"relay_dies_mid_merge", test_relay_dies_mid_merge, 60},
     {"released_then_relay_killed", test_released_then_relay_killed, 60},
+    {"withdraw_overtakes_arrival", test_withdraw_overtakes_arrival, 60},
 };
 
 int main(int argc, char **argv)
