@@ -17,9 +17,13 @@
  * count and wait that arrive within one poll go upstream as one arrival of
  * their weights together (BarrierRequest.merge_id), and its answer goes to
  * each caller. A caller that gives up is taken back upstream as a direct
- * caller's cancelled call is (BarrierRequest.withdraw; the whole arrival
+ * caller's cancelled call is (BarrierRequest.withdraw, with its part: the
+ * coordinator applies it whichever comes first; the whole arrival
  * cancelled once none is left); once the barrier released it, it stays
- * counted, as a direct caller giving up too late. */
+ * counted, as a direct caller giving up too late. Each caller's ids go in
+ * its part (BarrierRequest.parts): answered resend (a part released
+ * before, sent again after a relay died) each goes alone; answered over
+ * (past the count) the parts that fit go again, the rest are refused. */
 typedef struct merge merge_t;
 
 typedef struct merged {
@@ -27,6 +31,7 @@ typedef struct merged {
     merge_t *merge;
     uint32_t weight;
     uint64_t client_id, request_id; /* the caller's (0: none) */
+    size_t part;                    /* its place in the arrival sent + 1 (0: not in it) */
 } merged_t;
 
 struct merge {
@@ -112,22 +117,78 @@ static void merged_alone(merge_t *m, merged_t *mb, msr_rpc_call_t *call)
     msr_relay_forward_alone(m->g.server, call, MSR_RPC_BARRIER, &r.base);
 }
 
+static void merge_send(msr_relay_group_t *g);
+
+/* A merge of the callers of m that fit the barrier's count (the first
+ * admit parts), to send again as a new arrival (a merge id of its own: a
+ * withdrawal of the first may still come); NULL when out of memory. */
+static merge_t *merge_again(const merge_t *m)
+{
+    char okey[64];
+    snprintf(okey, sizeof okey, "again/%llu", (unsigned long long)m->merge_id);
+    Msr__BarrierRequest r = MSR__BARRIER_REQUEST__INIT;
+    r.generation = m->g.generation;
+    r.name = (char *)m->name;
+    r.count = m->count;
+    r.wait_ms = m->wait_ms;
+    return merge_new(m->g.server, &r, okey);
+}
+
+/* A caller of an arrival past the barrier's count: sent again in again
+ * when among the parts that fit (admit), else refused, told why. */
+static void merged_over(merge_t *m, merged_t *mb, msr_rpc_call_t *call, merge_t *again,
+                        uint32_t admit)
+{
+    merged_t *nb = NULL;
+    if (mb->part > admit) {
+        msr_rpc_call_fail(call, MSR_RPC_INVALID_ARGUMENT,
+                          "barrier '%.200s': %u more participants than its count of %u (those "
+                          "before them in %s's merged arrival were admitted)",
+                          m->name, mb->weight, m->count, m->g.server->me);
+        return;
+    }
+    if (again != NULL && msr_relay_group_grow(&again->g))
+        nb = msr_calloc(1, sizeof *nb);
+    if (nb == NULL) {
+        if (m->g.server->stopping)
+            msr_rpc_call_fail(call, MSR_RPC_UNAVAILABLE, "%s is shutting down", m->g.server->me);
+        else
+            msr_rpc_call_fail(call, MSR_RPC_RESOURCE_EXHAUSTED, "relay out of memory");
+        return;
+    }
+    *nb = (merged_t){.head = mb->head,
+                     .merge = again,
+                     .weight = mb->weight,
+                     .client_id = mb->client_id,
+                     .request_id = mb->request_id};
+    nb->head.call = call;
+    again->weight += nb->weight;
+    msr_relay_group_push(&again->g, &nb->head);
+}
+
 /* The arrival's answer, to each caller still waiting. */
 static void merge_done(msr_rpc_async_t *a)
 {
     merge_t *m = MSR_CONTAINER_OF(a, merge_t, g.async);
     Msr__BarrierResponse *resp = NULL;
+    merge_t *again = NULL;
     if (a->status == MSR_OK)
         resp = (Msr__BarrierResponse *)msr_rpc_async_raw_unpack(a);
+    if (resp != NULL && resp->over && resp->admit > 0 && !m->g.server->stopping)
+        again = merge_again(m);
     for (size_t k = 0; k < m->g.n; k++) {
         msr_rpc_call_t *call = msr_relay_group_answer(&m->g, m->g.members[k], a);
         if (call == NULL)
             continue;
-        if (resp != NULL && resp->resend)
+        if (resp != NULL && resp->over)
+            merged_over(m, (merged_t *)m->g.members[k], call, again, resp->admit);
+        else if (resp != NULL && resp->resend)
             merged_alone(m, (merged_t *)m->g.members[k], call);
         else
             msr_rpc_call_forward(call, a);
     }
+    if (again != NULL)
+        merge_send(&again->g);
     if (resp != NULL)
         protobuf_c_message_free_unpacked(&resp->base, NULL);
     msr_rpc_async_cleanup(a);
@@ -136,7 +197,7 @@ static void merge_done(msr_rpc_async_t *a)
 
 /* The parts of a merge's callers still waiting, in order, in one block
  * (*block_p, to free); NULL when out of memory. */
-static Msr__BarrierPart **merge_parts(const merge_t *m, size_t *n_p, void **block_p)
+static Msr__BarrierPart **merge_parts(merge_t *m, size_t *n_p, void **block_p)
 {
     size_t np = 0;
     Msr__BarrierPart *parts = msr_calloc(m->g.live, sizeof *parts + sizeof(Msr__BarrierPart *));
@@ -145,9 +206,10 @@ static Msr__BarrierPart **merge_parts(const merge_t *m, size_t *n_p, void **bloc
         return NULL;
     Msr__BarrierPart **pp = (Msr__BarrierPart **)(parts + m->g.live);
     for (size_t k = 0; k < m->g.n && np < m->g.live; k++) {
-        const merged_t *mb = (const merged_t *)m->g.members[k];
+        merged_t *mb = (merged_t *)m->g.members[k];
         if (mb->head.call == NULL)
             continue; /* gave up before it was sent */
+        mb->part = np + 1;
         msr__barrier_part__init(&parts[np]);
         parts[np].client_id = mb->client_id;
         parts[np].request_id = mb->request_id;

@@ -262,11 +262,14 @@ void msr_store_released_free(msr_store_core_t *c);
  * ids client_id, request_id) of merged arrival merge_id, not seen yet,
  * remembered (0, or -1 out of memory); and, when that arrival comes, the
  * weight withdrawn from it so far, each withdrawn part's ids zeroed in its
- * n pairs ids (its remembered withdrawals then forgotten). */
+ * n pairs ids (its remembered withdrawals then forgotten; ids NULL: only
+ * the weight, nothing forgotten). */
 int msr_store_withdrawn_note(msr_store_core_t *c, uint64_t merge_id, uint32_t weight,
                              uint64_t client_id, uint64_t request_id);
 uint64_t msr_store_withdrawn_take(msr_store_core_t *c, uint64_t merge_id, uint64_t *ids,
                                   uint32_t n);
+/* The weight msr_store_withdrawn_take would take, nothing forgotten. */
+uint64_t msr_store_withdrawn_peek(const msr_store_core_t *c, uint64_t merge_id);
 /* Zeroes the pair (client_id, request_id) among the n pairs of ids. */
 void msr_store_ids_drop(uint64_t *ids, uint32_t n, uint64_t client_id, uint64_t request_id);
 

@@ -251,6 +251,38 @@ static void barrier_release(msr_store_core_t *c, barrier_t *b, void *call, uint6
     reply(c, call, &r.base);
 }
 
+/* An arrival of weight that would pass b's count: a caller alone is
+ * refused; a relay's merged arrival is answered over with the parts that
+ * fit, in order (admit), nothing counted: its relay sends those again and
+ * refuses the rest. 1 when answered here. */
+static int barrier_over(msr_store_core_t *c, barrier_t *b, void *call,
+                        const Msr__BarrierRequest *req, uint32_t weight)
+{
+    uint32_t room = b->count - b->arrived;
+    if (weight <= room)
+        return 0;
+    if (req->n_parts == 0) {
+        msr_held_fail(c->held, call, MSR_RPC_INVALID_ARGUMENT,
+                      "barrier '%.200s': %u more participants than its count of %u", req->name,
+                      weight - room, b->count);
+        barrier_drop_idle(c, b);
+        return 1;
+    }
+    Msr__BarrierResponse r = MSR__BARRIER_RESPONSE__INIT;
+    uint64_t sum = 0;
+    r.over = 1;
+    while (r.admit < req->n_parts) {
+        const Msr__BarrierPart *p = req->parts[r.admit];
+        sum += p->weight ? p->weight : 1;
+        if (sum > room)
+            break;
+        r.admit++;
+    }
+    barrier_drop_idle(c, b);
+    reply(c, call, &r.base);
+    return 1;
+}
+
 /* Holds the arrival of weight (its ids: n pairs, kept) until the barrier
  * releases it. */
 static void barrier_hold(msr_store_core_t *c, barrier_t *b, void *call,
@@ -290,11 +322,9 @@ void msr_store_do_barrier(msr_store_core_t *c, void *call, const Msr__BarrierReq
     }
     if (arrival_answered(c, call, req, weight))
         return;
-    uint32_t n;
-    uint64_t *ids = arrival_ids(req, &n);
-    uint64_t gone = msr_store_withdrawn_take(c, req->merge_id, ids, n);
+    uint64_t gone = msr_store_withdrawn_peek(c, req->merge_id);
     if (gone >= weight) {
-        msr_free(ids);
+        msr_store_withdrawn_take(c, req->merge_id, NULL, 0);
         msr_held_fail(c->held, call, MSR_RPC_CANCELLED,
                       "barrier '%.200s': every participant of merged arrival %llu withdrew",
                       req->name, (unsigned long long)req->merge_id);
@@ -302,16 +332,11 @@ void msr_store_do_barrier(msr_store_core_t *c, void *call, const Msr__BarrierReq
     }
     weight -= (uint32_t)gone;
     barrier_t *b = barrier_get(c, call, req);
-    if (b == NULL || weight > b->count - b->arrived) {
-        if (b != NULL) {
-            msr_held_fail(c->held, call, MSR_RPC_INVALID_ARGUMENT,
-                          "barrier '%.200s': %u more participants than its count of %u", req->name,
-                          weight - (b->count - b->arrived), b->count);
-            barrier_drop_idle(c, b);
-        }
-        msr_free(ids);
+    if (b == NULL || barrier_over(c, b, call, req, weight))
         return;
-    }
+    uint32_t n;
+    uint64_t *ids = arrival_ids(req, &n);
+    msr_store_withdrawn_take(c, req->merge_id, ids, n);
     b->arrived += weight;
     if (b->arrived < b->count)
         barrier_hold(c, b, call, req, weight, ids, n);

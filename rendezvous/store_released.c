@@ -97,6 +97,16 @@ uint64_t msr_store_withdrawn_take(msr_store_core_t *c, uint64_t merge_id, uint64
     return weight;
 }
 
+uint64_t msr_store_withdrawn_peek(const msr_store_core_t *c, uint64_t merge_id)
+{
+    const msr_released_t *r = &c->released;
+    uint64_t weight = 0;
+    for (uint32_t i = 0; merge_id != 0 && r->pn > 0 && i < MSR_BARRIER_WITHDRAWN_MAX; i++)
+        if (r->pending[i].merge_id == merge_id)
+            weight += r->pending[i].weight;
+    return weight;
+}
+
 void msr_store_released_free(msr_store_core_t *c)
 {
     msr_map_cleanup(&c->released.map, NULL);

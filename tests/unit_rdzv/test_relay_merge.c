@@ -9,7 +9,9 @@
  * relay killed after the coordinator released its arrival and before it
  * passed the release on: its callers, sent again with their ids, are
  * answered released at once (directly, or merged at another relay), and
- * the next barrier of that name counts afresh. */
+ * the next barrier of that name counts afresh. Withdrawals that overtake
+ * their arrival, and a merge past the barrier's count (only the excess
+ * refused). */
 #include <poll.h>
 #include <signal.h>
 #include <sys/prctl.h>
@@ -436,11 +438,67 @@ static void test_withdraw_overtakes_arrival(void)
     msr_trig_stop(&g);
 }
 
+/* ---- a merge past the count ---- */
+
+/* Direct callers o[0..direct) reach the coordinator (held there), then
+ * o[direct..direct+3) merge at the relay into one arrival: every caller's
+ * answer comes, the merged callers' codes in codes. */
+static void past_round(msr_trig_t *g, op_t *o, int direct, int *codes)
+{
+    uint64_t before = msr_tcoord_served(g->s.target, "Barrier");
+    for (int k = 0; k < direct; k++)
+        barrier_start(g->direct, g->loop, &o[k], 4, 20000, 15000);
+    uint64_t limit = msr_deadline_in_ms(20000);
+    while (msr_tcoord_served(g->s.target, "Barrier") < before + (uint64_t)direct) {
+        MSR_CHECK_MSG(!msr_deadline_passed(limit), "the direct callers never arrived");
+        msr_rpc_loop_poll(g->loop, msr_deadline_in_ms(20));
+    }
+    for (int k = direct; k < direct + 3; k++)
+        barrier_start(g->via, g->loop, &o[k], 4, 20000, 15000);
+    relay_at_t at = {g->relay, 3, 0};
+    msr_tpoll_until(g->loop, relay_reached, &at, "three callers at the relay");
+    msr_relay_server_flush(g->relay);
+    for (int k = 0; k < direct + 3; k++) {
+        msr_tpoll_until(g->loop, msr_top_is_done, &o[k], "a caller");
+        if (k < direct)
+            MSR_CHECK_MSG(o[k].a.status == MSR_OK, "direct caller %d: %d %s", k, o[k].a.grpc_code,
+                          o[k].a.err);
+        else
+            codes[k - direct] = o[k].a.grpc_code;
+        if (k == direct + 2 && codes[2] != 0)
+            MSR_CHECK_MSG(strstr(o[k].a.err, "1 more participants than its count of 4"),
+                          "the refused caller: %s", o[k].a.err);
+        msr_rpc_async_cleanup(&o[k].a);
+    }
+}
+
+/* A merge of 3 that fills the barrier's room exactly is admitted whole;
+ * one that passes it by one admits its first two callers (sent again)
+ * and refuses only the third, told why. */
+static void test_merge_past_count(void)
+{
+    msr_trig_t g;
+    msr_trig_start(&g);
+    op_t o[5];
+    int codes[3];
+    past_round(&g, o, 1, codes);
+    for (int k = 0; k < 3; k++)
+        MSR_CHECK_MSG(codes[k] == 0, "at the bound, caller %d: %d", k, codes[k]);
+    past_round(&g, o, 2, codes);
+    MSR_CHECK_MSG(codes[0] == 0 && codes[1] == 0 && codes[2] == MSR_RPC_INVALID_ARGUMENT,
+                  "one past: %d %d %d", codes[0], codes[1], codes[2]);
+    uint64_t calls, arrivals, withdrawals;
+    msr_relay_server_merges(g.relay, &calls, &arrivals, &withdrawals);
+    MSR_CHECK_EQ(arrivals, 3); /* one, then one sent again with two */
+    msr_trig_stop(&g);
+}
+
 static const msr_test_t tests[] = {
     {"merged_give_up", test_merged_give_up, 60},
     {"relay_dies_mid_merge", test_relay_dies_mid_merge, 60},
     {"released_then_relay_killed", test_released_then_relay_killed, 60},
     {"withdraw_overtakes_arrival", test_withdraw_overtakes_arrival, 60},
+    {"merge_past_count", test_merge_past_count, 60},
 };
 
 int main(int argc, char **argv)

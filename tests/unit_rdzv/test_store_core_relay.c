@@ -125,10 +125,65 @@ static void test_parts_bound(void)
     msr_store_core_destroy(core);
 }
 
+/* A merged arrival of parts weighing 1, 2 and 1 into a barrier of 5 where
+ * arrived came before: counted whole where all 4 fit (at the bound); one
+ * past (3 fit) answered over with the first two parts admitted, nothing
+ * counted; where 2 or 1 fit, the first part only (the part of 2 would
+ * pass). */
+static void over_case(uint32_t arrived, uint32_t want_admit)
+{
+    tctx_t t;
+    msr_store_core_t *core = sc_core_new(&t, NULL);
+    tcall_t first, c;
+    if (arrived > 0)
+        sc_do_barrier(core, &first, "o", 5, arrived, 60000);
+    Msr__BarrierPart parts[3], *pp[3];
+    uint32_t ws[3] = {1, 2, 1};
+    for (int k = 0; k < 3; k++) {
+        msr__barrier_part__init(&parts[k]);
+        parts[k].weight = ws[k];
+        pp[k] = &parts[k];
+    }
+    Msr__BarrierRequest r = MSR__BARRIER_REQUEST__INIT;
+    r.name = "o";
+    r.count = 5;
+    r.weight = 4;
+    r.wait_ms = 60000;
+    r.merge_id = 9;
+    r.n_parts = 3;
+    r.parts = pp;
+    sc_call_init(&c, MSR_RPC_BARRIER);
+    msr_store_core_call(core, &c, MSR_RPC_BARRIER, &r.base);
+    if (arrived == 1) { /* fits exactly: released with the first */
+        check_ok(&c, "a merge that fits exactly");
+        check_ok(&first, "the first");
+    } else {
+        MSR_CHECK_MSG(c.answered && c.code == 0, "over: %d %s", c.code, c.message);
+        const Msr__BarrierResponse *resp = (const Msr__BarrierResponse *)c.resp;
+        MSR_CHECK(resp->over);
+        MSR_CHECK_EQ(resp->admit, want_admit);
+        sc_done(&c);
+        /* nothing counted: the rest of the count releases the first */
+        sc_do_barrier(core, &c, "o", 5, 5 - arrived, 60000);
+        check_ok(&c, "the rest");
+        check_ok(&first, "the first");
+    }
+    msr_store_core_destroy(core);
+}
+
+static void test_merge_over(void)
+{
+    over_case(1, 3);
+    over_case(2, 2);
+    over_case(3, 1);
+    over_case(4, 1);
+}
+
 static const msr_test_t tests[] = {
     {"released_bound", test_released_bound, 30},
     {"withdrawn_bound", test_withdrawn_bound, 10},
     {"parts_bound", test_parts_bound, 10},
+    {"merge_over", test_merge_over, 10},
 };
 
 const msr_test_piece_t sc_relay_tests = MSR_TEST_PIECE(tests);
