@@ -34,9 +34,10 @@ static void barrier_start(msr_rpc_channel_t *ch, msr_rpc_loop_t *loop, op_t *o, 
     msr_top_start(ch, loop, o, MSR_RPC_BARRIER, &r.base, ms);
 }
 
-/* The same with the caller's ids (client 7, request id). */
-static void barrier_start_id(msr_rpc_channel_t *ch, msr_rpc_loop_t *loop, op_t *o, uint32_t count,
-                             uint32_t wait_ms, uint64_t id)
+/* The same with the caller's ids (client 7, request id), its deadline
+ * in ms. */
+static void barrier_start_idl(msr_rpc_channel_t *ch, msr_rpc_loop_t *loop, op_t *o, uint32_t count,
+                              int64_t ms, uint32_t wait_ms, uint64_t id)
 {
     Msr__BarrierRequest r = MSR__BARRIER_REQUEST__INIT;
     r.name = "b";
@@ -44,7 +45,14 @@ static void barrier_start_id(msr_rpc_channel_t *ch, msr_rpc_loop_t *loop, op_t *
     r.wait_ms = wait_ms;
     r.client_id = 7;
     r.request_id = id;
-    msr_top_start(ch, loop, o, MSR_RPC_BARRIER, &r.base, 20000);
+    msr_top_start(ch, loop, o, MSR_RPC_BARRIER, &r.base, ms);
+}
+
+/* The same with a deadline of 20 s. */
+static void barrier_start_id(msr_rpc_channel_t *ch, msr_rpc_loop_t *loop, op_t *o, uint32_t count,
+                             uint32_t wait_ms, uint64_t id)
+{
+    barrier_start_idl(ch, loop, o, count, 20000, wait_ms, id);
 }
 
 typedef struct relay_at {
@@ -438,6 +446,54 @@ static void test_withdraw_overtakes_arrival(void)
     msr_trig_stop(&g);
 }
 
+/* Callers with ids through the relay giving up at each point: B before
+ * the merge left (left out), C while the arrival waits (withdrawn); A and
+ * D released with a direct caller of weight 4. Sent again alone, A is
+ * answered released, B and C (never released) are counted afresh. */
+static void test_give_up_each_point(void)
+{
+    msr_trig_t g;
+    msr_trig_start(&g);
+    op_t o[5];
+    barrier_start_idl(g.via, g.loop, &o[0], 6, 20000, 15000, 21);
+    barrier_start_idl(g.via, g.loop, &o[1], 6, 300, 15000, 22);
+    barrier_start_idl(g.via, g.loop, &o[2], 6, 1500, 15000, 23);
+    barrier_start_idl(g.via, g.loop, &o[3], 6, 20000, 15000, 24);
+    relay_at_t at = {g.relay, 4, 0};
+    msr_tpoll_until(g.loop, relay_reached, &at, "four callers at the relay");
+    msr_tpoll_until(g.loop, msr_top_is_done, &o[1], "B giving up");
+    at = (relay_at_t){g.relay, 3, 0};
+    msr_tpoll_until(g.loop, relay_reached, &at, "B left out");
+    msr_relay_server_flush(g.relay);
+    msr_tpoll_until(g.loop, msr_top_is_done, &o[2], "C giving up");
+    at = (relay_at_t){g.relay, 2, 1};
+    msr_tpoll_until(g.loop, relay_reached, &at, "C withdrawn upstream");
+    MSR_CHECK(!o[0].done && !o[3].done);
+    Msr__BarrierRequest r = MSR__BARRIER_REQUEST__INIT;
+    r.name = "b";
+    r.count = 6;
+    r.weight = 4;
+    r.wait_ms = 15000;
+    msr_top_start(g.direct, g.loop, &o[4], MSR_RPC_BARRIER, &r.base, 20000);
+    for (int k = 0; k < 5; k++) {
+        msr_tpoll_until(g.loop, msr_top_is_done, &o[k], "the callers");
+        if (k != 1 && k != 2)
+            MSR_CHECK_MSG(o[k].a.status == MSR_OK, "caller %d: %d %s", k, o[k].a.grpc_code,
+                          o[k].a.err);
+        msr_rpc_async_cleanup(&o[k].a);
+    }
+    barrier_start_idl(g.direct, g.loop, &o[0], 6, 20000, 15000, 21);
+    barrier_start_idl(g.direct, g.loop, &o[1], 6, 20000, 1000, 22);
+    barrier_start_idl(g.direct, g.loop, &o[2], 6, 20000, 1000, 23);
+    for (int k = 0; k < 3; k++) {
+        msr_tpoll_until(g.loop, msr_top_is_done, &o[k], "a caller sent again");
+        MSR_CHECK_MSG(o[k].a.grpc_code == (k == 0 ? 0 : MSR_RPC_DEADLINE_EXCEEDED),
+                      "caller %d sent again: %d %s", k, o[k].a.grpc_code, o[k].a.err);
+        msr_rpc_async_cleanup(&o[k].a);
+    }
+    msr_trig_stop(&g);
+}
+
 /* ---- a merge past the count ---- */
 
 /* Direct callers o[0..direct) reach the coordinator (held there), then
@@ -499,6 +555,7 @@ static const msr_test_t tests[] = {
     {"released_then_relay_killed", test_released_then_relay_killed, 60},
     {"withdraw_overtakes_arrival", test_withdraw_overtakes_arrival, 60},
     {"merge_past_count", test_merge_past_count, 60},
+    {"give_up_each_point", test_give_up_each_point, 60},
 };
 
 int main(int argc, char **argv)
