@@ -73,6 +73,12 @@ static void withdraw_early(msr_store_core_t *c, void *call, const Msr__BarrierRe
         released |= p->client_id == 0 || p->request_id == 0 ||
                     msr_store_released_seen(c, p->client_id, p->request_id);
     }
+    if (req->n_parts > MSR_BARRIER_PARTS_MAX) {
+        msr_held_fail(c->held, call, MSR_RPC_INVALID_ARGUMENT,
+                      "barrier '%.200s': a withdrawal of %zu parts (at most %d)", req->name,
+                      req->n_parts, MSR_BARRIER_PARTS_MAX);
+        return;
+    }
     if (released || sum != req->withdraw) {
         msr_held_fail(c->held, call, MSR_RPC_FAILED_PRECONDITION,
                       "barrier '%.200s': no merged arrival %llu waits (released already)",

@@ -107,6 +107,12 @@ static void test_parts_bound(void)
     MSR_CHECK_MSG(c.answered && c.code == MSR_RPC_INVALID_ARGUMENT && strstr(c.message, "parts"),
                   "one part past: %d %s", c.code, c.message);
     sc_done(&c);
+    relay_barrier(core, &c, "p", 4096, 7, 1, 1, MSR_BARRIER_PARTS_MAX + 1);
+    MSR_CHECK_MSG(c.answered && c.code == MSR_RPC_INVALID_ARGUMENT && strstr(c.message, "parts"),
+                  "a withdrawal of one part past: %d %s", c.code, c.message);
+    sc_done(&c);
+    relay_barrier(core, &c, "p", 4096, 7, MSR_BARRIER_PARTS_MAX, 1, MSR_BARRIER_PARTS_MAX);
+    check_ok(&c, "a withdrawal of the most parts (remembered)");
     relay_barrier(core, &c, "p", MSR_BARRIER_PARTS_MAX, 5, 0, 1, MSR_BARRIER_PARTS_MAX);
     check_ok(&c, "the most parts");
     sc_call_init(&c, MSR_RPC_BARRIER);
