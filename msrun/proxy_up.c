@@ -215,6 +215,10 @@ msr_status_t msr_proxy_fwd_start(fwd_t *f)
         r.count = g->count;
         r.weight = g->arrived;
         r.wait_ms = wait_left(f->deadline);
+        /* one id per group: sent again after its relay died, it is
+         * answered released when the barrier released it */
+        r.client_id = p->client_id;
+        r.request_id = g->request_id;
         st = msr_rpc_call_start(ch, p->loop, &f->async, &r.base);
     } else if (g->method == MSR_RPC_PUBLISH) {
         Msr__PublishRequest r = MSR__PUBLISH_REQUEST__INIT;

@@ -281,6 +281,9 @@ msr_status_t msr_store_barrier(msr_ctx_t *ctx, const char *name, uint32_t count,
     req.weight = 1;
     req.local_count = local_count;
     req.wait_ms = wait_to_ms(ctx, wait_ms);
+    /* an arrival sent again (its relay died) is answered released when
+     * the barrier released it, not counted into the next one */
+    msr_client_request_ids(ctx, &req.client_id, &req.request_id);
     ProtobufCMessage *resp = NULL;
     char what[80];
     snprintf(what, sizeof what, "barrier '%.40s'", name);

@@ -181,8 +181,12 @@ void msr_relay_cover_drop_node(msr_relay_cover_t *cover, const char *node_key);
  * relay's bound on calls forwarded at once (msr_relay_server_limit) is
  * refused RESOURCE_EXHAUSTED. Barrier calls of the same generation, name,
  * count and wait that arrive within one poll (before a flush) go upstream
- * as one arrival of their weights together (relay_merge.c); a merged
- * caller that gives up is taken back upstream (BarrierRequest.withdraw).
+ * as one arrival of their weights together (relay_merge.c), each caller's
+ * ids and weight as its part; a merged caller that gives up is taken back
+ * upstream (BarrierRequest.withdraw); an arrival the coordinator answers
+ * resend (a part released before) goes again one caller at a time, one
+ * it answers over (past the count) goes again with the parts that fit,
+ * the rest refused.
  * Other methods are refused with UNIMPLEMENTED. */
 typedef struct msr_relay_server msr_relay_server_t;
 

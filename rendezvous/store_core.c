@@ -203,6 +203,7 @@ void msr_store_core_destroy(msr_store_core_t *c)
         return;
     waiters_end(c, NULL); /* waiters go with their records, unanswered */
     records_free(c);
+    msr_store_released_free(c);
     if (c->held == &c->own)
         msr_held_calls_cleanup(&c->own);
     msr_free(c);

@@ -100,6 +100,17 @@ typedef struct msr_store_core msr_store_core_t;
 /* The most parts one merged Add may carry (a relay's batch bound). */
 #define MSR_ADD_PARTS_MAX 1024
 
+/* The most parts one merged Barrier arrival may carry (a relay's). */
+#define MSR_BARRIER_PARTS_MAX 1024
+
+/* The barrier arrivals' ids remembered as released (the latest), so that
+ * one sent again after its release is answered released. */
+#define MSR_BARRIER_RELEASED_MAX 131072
+
+/* The withdrawals of merged arrivals not seen yet that are remembered (the
+ * latest), applied when their arrival comes. */
+#define MSR_BARRIER_WITHDRAWN_MAX 4096
+
 /* The most entries one Fetch may ask for. */
 #define MSR_FETCH_MAX 65536
 

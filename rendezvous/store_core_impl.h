@@ -32,6 +32,8 @@ typedef struct waiter {
     msr_held_t held;
     uint32_t weight;   /* MSR_HELD_BARRIER: the participants this call stands for */
     uint64_t merge_id; /* MSR_HELD_BARRIER: a relay's merged arrival (0: none) */
+    uint64_t *ids;     /* MSR_HELD_BARRIER: its callers' (client, request) ids, */
+    uint32_t nids;     /* pairs, noted as released when the barrier releases it */
     fetch_t *fetch;    /* MSR_HELD_FETCH: its request */
     /* MSR_HELD_GET waiting for a change: the value it saw (NULL: a get
      * waiting for its key to be set) */
@@ -73,6 +75,26 @@ typedef struct gather {
     char name[];
 } gather_t;
 
+/* A relay's withdrawal of a merged arrival's part, come before the
+ * arrival (merge_id 0: a free slot). */
+typedef struct msr_withdrawn {
+    uint64_t merge_id, client_id, request_id;
+    uint32_t weight;
+} msr_withdrawn_t;
+
+/* Barrier arrivals released lately, by their callers' ids
+ * (store_released.c): a ring of the last MSR_BARRIER_RELEASED_MAX pairs
+ * (allocated at the first), the oldest forgotten first, and their map;
+ * and the withdrawals whose arrival has not come yet, a ring of the last
+ * MSR_BARRIER_WITHDRAWN_MAX (pn of them still to apply). */
+typedef struct msr_released {
+    msr_map_t map; /* "<client id>/<request id>" -> 1 */
+    uint64_t *ring;
+    uint32_t next, n;
+    msr_withdrawn_t *pending;
+    uint32_t pnext, pn;
+} msr_released_t;
+
 struct msr_store_core {
     msr_store_ops_t ops;
     msr_map_t store, getwait, barriers, gathers;
@@ -80,6 +102,7 @@ struct msr_store_core {
     msr_store_usage_t usage; /* store, waited-on names and allgather contributions */
     msr_held_calls_t *held;  /* where its calls are held: own, or its user's (ops.held) */
     msr_held_calls_t own;
+    msr_released_t released;
 };
 
 /* ---- answers ---- */
@@ -144,6 +167,7 @@ static inline void waiter_free(msr_store_core_t *c, waiter_t *w)
         msr_free(w->fetch->indices);
     msr_free(w->fetch);
     msr_free(w->old);
+    msr_free(w->ids);
     msr_held_free(c->held, &w->held);
 }
 
@@ -227,6 +251,27 @@ void msr_store_barrier_unlist(msr_store_core_t *c, barrier_t *b);
 void msr_store_gather_unlist(msr_store_core_t *c, gather_t *g);
 /* store_gather.c: takes back the contributions call gave to g. */
 void msr_store_gather_withdraw(msr_store_core_t *c, gather_t *g, void *call);
+
+/* store_released.c: the ids of a barrier's caller noted as released (none
+ * for 0 ids), whether they were (and not forgotten since), the record
+ * freed. */
+void msr_store_released_note(msr_store_core_t *c, uint64_t client_id, uint64_t request_id);
+int msr_store_released_seen(const msr_store_core_t *c, uint64_t client_id, uint64_t request_id);
+void msr_store_released_free(msr_store_core_t *c);
+/* store_released.c: a withdrawal of weight participants (the part of
+ * ids client_id, request_id) of merged arrival merge_id, not seen yet,
+ * remembered (0, or -1 out of memory); and, when that arrival comes, the
+ * weight withdrawn from it so far, each withdrawn part's ids zeroed in its
+ * n pairs ids (its remembered withdrawals then forgotten; ids NULL: only
+ * the weight, nothing forgotten). */
+int msr_store_withdrawn_note(msr_store_core_t *c, uint64_t merge_id, uint32_t weight,
+                             uint64_t client_id, uint64_t request_id);
+uint64_t msr_store_withdrawn_take(msr_store_core_t *c, uint64_t merge_id, uint64_t *ids,
+                                  uint32_t n);
+/* The weight msr_store_withdrawn_take would take, nothing forgotten. */
+uint64_t msr_store_withdrawn_peek(const msr_store_core_t *c, uint64_t merge_id);
+/* Zeroes the pair (client_id, request_id) among the n pairs of ids. */
+void msr_store_ids_drop(uint64_t *ids, uint32_t n, uint64_t client_id, uint64_t request_id);
 
 /* The calls, each answered exactly once (store_core.h): store_kv.c's */
 void msr_store_do_set(msr_store_core_t *c, void *call, const Msr__SetRequest *req);

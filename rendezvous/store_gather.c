@@ -59,10 +59,49 @@ void msr_store_gather_withdraw(msr_store_core_t *c, gather_t *g, void *call)
     }
 }
 
+/* A withdrawal whose arrival has not come (it overtook it upstream):
+ * remembered, with each part's ids, to apply when it comes; refused when
+ * a part was released already, or without parts (a relay that sends no
+ * ids: its arrival may have been released). */
+static void withdraw_early(msr_store_core_t *c, void *call, const Msr__BarrierRequest *req)
+{
+    uint64_t sum = 0;
+    int released = req->n_parts == 0 || req->merge_id == 0;
+    for (size_t i = 0; i < req->n_parts; i++) {
+        const Msr__BarrierPart *p = req->parts[i];
+        sum += p->weight ? p->weight : 1;
+        released |= p->client_id == 0 || p->request_id == 0 ||
+                    msr_store_released_seen(c, p->client_id, p->request_id);
+    }
+    if (req->n_parts > MSR_BARRIER_PARTS_MAX) {
+        msr_held_fail(c->held, call, MSR_RPC_INVALID_ARGUMENT,
+                      "barrier '%.200s': a withdrawal of %zu parts (at most %d)", req->name,
+                      req->n_parts, MSR_BARRIER_PARTS_MAX);
+        return;
+    }
+    if (released || sum != req->withdraw) {
+        msr_held_fail(c->held, call, MSR_RPC_FAILED_PRECONDITION,
+                      "barrier '%.200s': no merged arrival %llu waits (released already)",
+                      req->name, (unsigned long long)req->merge_id);
+        return;
+    }
+    for (size_t i = 0; i < req->n_parts; i++) {
+        const Msr__BarrierPart *p = req->parts[i];
+        if (msr_store_withdrawn_note(c, req->merge_id, p->weight ? p->weight : 1, p->client_id,
+                                     p->request_id) != 0) {
+            msr_held_fail(c->held, call, MSR_RPC_RESOURCE_EXHAUSTED, "coordinator out of memory");
+            return;
+        }
+    }
+    Msr__BarrierResponse r = MSR__BARRIER_RESPONSE__INIT;
+    reply(c, call, &r.base);
+}
+
 /* A relay takes back req->withdraw participants of its merged arrival
  * req->merge_id, still waiting (some of its callers gave up, as direct
- * callers' cancelled calls are taken back); once the barrier released it,
- * they stay counted, as a direct caller giving up too late. */
+ * callers' cancelled calls are taken back), or not come yet (remembered);
+ * once the barrier released it, they stay counted, as a direct caller
+ * giving up too late. */
 static void barrier_withdraw(msr_store_core_t *c, void *call, const Msr__BarrierRequest *req)
 {
     barrier_t *b = msr_map_get(&c->barriers, req->name);
@@ -76,9 +115,7 @@ static void barrier_withdraw(msr_store_core_t *c, void *call, const Msr__Barrier
         }
     }
     if (w == NULL) {
-        msr_held_fail(c->held, call, MSR_RPC_FAILED_PRECONDITION,
-                      "barrier '%.200s': no merged arrival %llu waits (released already)",
-                      req->name, (unsigned long long)req->merge_id);
+        withdraw_early(c, call, req);
         return;
     }
     if (req->withdraw >= w->weight) {
@@ -90,8 +127,187 @@ static void barrier_withdraw(msr_store_core_t *c, void *call, const Msr__Barrier
     }
     w->weight -= req->withdraw;
     b->arrived -= req->withdraw;
+    for (size_t i = 0; i < req->n_parts; i++) /* not released with it */
+        msr_store_ids_drop(w->ids, w->nids, req->parts[i]->client_id, req->parts[i]->request_id);
     Msr__BarrierResponse r = MSR__BARRIER_RESPONSE__INIT;
     reply(c, call, &r.base);
+}
+
+/* The (client, request) id pairs of req's arrival: each part's of a
+ * relay's merged arrival, else its own; NULL (*n_p 0) when it has none or
+ * memory ran out (then not remembered: a resend counts again). */
+static uint64_t *arrival_ids(const Msr__BarrierRequest *req, uint32_t *n_p)
+{
+    size_t n = req->n_parts ? req->n_parts : 1;
+    uint64_t *ids = msr_calloc(2 * n, sizeof *ids);
+    *n_p = 0;
+    if (ids == NULL)
+        return NULL;
+    for (size_t i = 0; i < req->n_parts; i++) {
+        ids[2 * i] = req->parts[i]->client_id;
+        ids[2 * i + 1] = req->parts[i]->request_id;
+    }
+    if (req->n_parts == 0) {
+        ids[0] = req->client_id;
+        ids[1] = req->request_id;
+    }
+    *n_p = (uint32_t)n;
+    return ids;
+}
+
+static void released_note_ids(msr_store_core_t *c, const uint64_t *ids, uint32_t n)
+{
+    for (uint32_t i = 0; i < n; i++)
+        msr_store_released_note(c, ids[2 * i], ids[2 * i + 1]);
+}
+
+/* Checks a relay's parts (MSR_BARRIER_PARTS_MAX at most, with its
+ * merge_id, their weights adding up to the arrival's), and answers an
+ * arrival the barrier released already: released again when sent alone;
+ * a merged one with a released part resend, nothing counted (its relay
+ * sends each part alone). 1 when answered here. */
+static int arrival_answered(msr_store_core_t *c, void *call, const Msr__BarrierRequest *req,
+                            uint32_t weight)
+{
+    Msr__BarrierResponse r = MSR__BARRIER_RESPONSE__INIT;
+    if (req->n_parts == 0) {
+        if (!msr_store_released_seen(c, req->client_id, req->request_id))
+            return 0;
+        reply(c, call, &r.base);
+        return 1;
+    }
+    uint64_t sum = 0;
+    int seen = 0;
+    for (size_t i = 0; i < req->n_parts; i++) {
+        sum += req->parts[i]->weight ? req->parts[i]->weight : 1;
+        seen |= msr_store_released_seen(c, req->parts[i]->client_id, req->parts[i]->request_id);
+    }
+    if (req->n_parts > MSR_BARRIER_PARTS_MAX || req->merge_id == 0 || sum != weight) {
+        msr_held_fail(c->held, call, MSR_RPC_INVALID_ARGUMENT,
+                      "barrier '%.200s': %zu parts (at most %d, with a merge id) of weight %" PRIu64
+                      " for an arrival of %u",
+                      req->name, req->n_parts, MSR_BARRIER_PARTS_MAX, sum, weight);
+        return 1;
+    }
+    if (!seen)
+        return 0;
+    r.resend = 1;
+    reply(c, call, &r.base);
+    return 1;
+}
+
+/* The barrier of req's name, made when new; NULL when the call was
+ * refused. */
+static barrier_t *barrier_get(msr_store_core_t *c, void *call, const Msr__BarrierRequest *req)
+{
+    barrier_t *b = msr_map_get(&c->barriers, req->name);
+    if (b != NULL) {
+        if (b->count == req->count)
+            return b;
+        msr_held_fail(
+            c->held, call, MSR_RPC_INVALID_ARGUMENT,
+            "barrier '%.200s': count %u differs from the %u given by earlier participants",
+            req->name, req->count, b->count);
+        return NULL;
+    }
+    if (!name_admit(c, call, "barrier", req->name, 0))
+        return NULL;
+    size_t nl = strlen(req->name);
+    b = msr_calloc(1, sizeof *b + nl + 1);
+    if (b == NULL || msr_map_put(&c->barriers, req->name, b, NULL) != MSR_OK) {
+        msr_free(b);
+        msr_held_fail(c->held, call, MSR_RPC_RESOURCE_EXHAUSTED, "coordinator out of memory");
+        return NULL;
+    }
+    memcpy(b->name, req->name, nl + 1);
+    b->count = req->count;
+    msr_list_init(&b->waiters);
+    msr_store_usage_put(&c->usage, b->name, 0, 0, 0);
+    return b;
+}
+
+/* A barrier nobody waits on goes. */
+static void barrier_drop_idle(msr_store_core_t *c, barrier_t *b)
+{
+    if (msr_list_empty(&b->waiters)) {
+        msr_store_barrier_unlist(c, b);
+        barrier_free(b);
+    }
+}
+
+/* Everyone is here: release them all, each arrival's ids (this one's:
+ * ids, n pairs, freed) noted as released, and forget the barrier. */
+static void barrier_release(msr_store_core_t *c, barrier_t *b, void *call, uint64_t *ids,
+                            uint32_t n)
+{
+    msr_store_barrier_unlist(c, b);
+    Msr__BarrierResponse r = MSR__BARRIER_RESPONSE__INIT;
+    msr_list_t *pos, *tmp;
+    msr_list_for_each_safe(pos, tmp, &b->waiters)
+    {
+        waiter_t *w = WAITER_AT(pos);
+        void *wcall = w->held.call;
+        released_note_ids(c, w->ids, w->nids);
+        waiter_free(c, w);
+        reply(c, wcall, &r.base);
+    }
+    barrier_free(b);
+    released_note_ids(c, ids, n);
+    msr_free(ids);
+    reply(c, call, &r.base);
+}
+
+/* An arrival of weight that would pass b's count: a caller alone is
+ * refused; a relay's merged arrival is answered over with the parts that
+ * fit, in order (admit), nothing counted: its relay sends those again and
+ * refuses the rest. 1 when answered here. */
+static int barrier_over(msr_store_core_t *c, barrier_t *b, void *call,
+                        const Msr__BarrierRequest *req, uint32_t weight)
+{
+    uint32_t room = b->count - b->arrived;
+    if (weight <= room)
+        return 0;
+    if (req->n_parts == 0) {
+        msr_held_fail(c->held, call, MSR_RPC_INVALID_ARGUMENT,
+                      "barrier '%.200s': %u more participants than its count of %u", req->name,
+                      weight - room, b->count);
+        barrier_drop_idle(c, b);
+        return 1;
+    }
+    Msr__BarrierResponse r = MSR__BARRIER_RESPONSE__INIT;
+    uint64_t sum = 0;
+    r.over = 1;
+    while (r.admit < req->n_parts) {
+        const Msr__BarrierPart *p = req->parts[r.admit];
+        sum += p->weight ? p->weight : 1;
+        if (sum > room)
+            break;
+        r.admit++;
+    }
+    barrier_drop_idle(c, b);
+    reply(c, call, &r.base);
+    return 1;
+}
+
+/* Holds the arrival of weight (its ids: n pairs, kept) until the barrier
+ * releases it. */
+static void barrier_hold(msr_store_core_t *c, barrier_t *b, void *call,
+                         const Msr__BarrierRequest *req, uint32_t weight, uint64_t *ids, uint32_t n)
+{
+    int64_t wait = req->wait_ms == UINT32_MAX ? -1 : (int64_t)req->wait_ms;
+    waiter_t *w = waiter_new(c, call, MSR_HELD_BARRIER, b, &b->waiters, wait,
+                             strlen(req->name) + 16 * (uint64_t)n);
+    if (w == NULL) {
+        msr_free(ids);
+        b->arrived -= weight;
+        barrier_drop_idle(c, b);
+        waiter_refused(c, call);
+        return;
+    }
+    w->weight = weight;
+    w->merge_id = req->merge_id;
+    w->ids = ids;
+    w->nids = n;
 }
 
 void msr_store_do_barrier(msr_store_core_t *c, void *call, const Msr__BarrierRequest *req)
@@ -110,69 +326,28 @@ void msr_store_do_barrier(msr_store_core_t *c, void *call, const Msr__BarrierReq
                       req->count, most);
         return;
     }
-    barrier_t *b = msr_map_get(&c->barriers, req->name);
-    if (b == NULL) {
-        if (!name_admit(c, call, "barrier", req->name, 0))
-            return;
-        size_t nl = strlen(req->name);
-        b = msr_calloc(1, sizeof *b + nl + 1);
-        if (b == NULL || msr_map_put(&c->barriers, req->name, b, NULL) != MSR_OK) {
-            msr_free(b);
-            msr_held_fail(c->held, call, MSR_RPC_RESOURCE_EXHAUSTED, "coordinator out of memory");
-            return;
-        }
-        memcpy(b->name, req->name, nl + 1);
-        b->count = req->count;
-        msr_list_init(&b->waiters);
-        msr_store_usage_put(&c->usage, b->name, 0, 0, 0);
-    } else if (b->count != req->count) {
-        msr_held_fail(
-            c->held, call, MSR_RPC_INVALID_ARGUMENT,
-            "barrier '%.200s': count %u differs from the %u given by earlier participants",
-            req->name, req->count, b->count);
+    if (arrival_answered(c, call, req, weight))
+        return;
+    uint64_t gone = msr_store_withdrawn_peek(c, req->merge_id);
+    if (gone >= weight) {
+        msr_store_withdrawn_take(c, req->merge_id, NULL, 0);
+        msr_held_fail(c->held, call, MSR_RPC_CANCELLED,
+                      "barrier '%.200s': every participant of merged arrival %llu withdrew",
+                      req->name, (unsigned long long)req->merge_id);
         return;
     }
-    if (weight > b->count - b->arrived) {
-        msr_held_fail(c->held, call, MSR_RPC_INVALID_ARGUMENT,
-                      "barrier '%.200s': %u more participants than its count of %u", req->name,
-                      weight - (b->count - b->arrived), b->count);
-        if (msr_list_empty(&b->waiters)) {
-            msr_store_barrier_unlist(c, b);
-            barrier_free(b);
-        }
+    weight -= (uint32_t)gone;
+    barrier_t *b = barrier_get(c, call, req);
+    if (b == NULL || barrier_over(c, b, call, req, weight))
         return;
-    }
+    uint32_t n;
+    uint64_t *ids = arrival_ids(req, &n);
+    msr_store_withdrawn_take(c, req->merge_id, ids, n);
     b->arrived += weight;
-    if (b->arrived < b->count) {
-        int64_t wait = req->wait_ms == UINT32_MAX ? -1 : (int64_t)req->wait_ms;
-        waiter_t *w =
-            waiter_new(c, call, MSR_HELD_BARRIER, b, &b->waiters, wait, strlen(req->name));
-        if (w == NULL) {
-            b->arrived -= weight;
-            if (msr_list_empty(&b->waiters)) {
-                msr_store_barrier_unlist(c, b);
-                barrier_free(b);
-            }
-            waiter_refused(c, call);
-            return;
-        }
-        w->weight = weight;
-        w->merge_id = req->merge_id;
-        return;
-    }
-    /* Everyone is here: release them all and forget the barrier. */
-    msr_store_barrier_unlist(c, b);
-    Msr__BarrierResponse r = MSR__BARRIER_RESPONSE__INIT;
-    msr_list_t *pos, *tmp;
-    msr_list_for_each_safe(pos, tmp, &b->waiters)
-    {
-        waiter_t *w = WAITER_AT(pos);
-        void *wcall = w->held.call;
-        waiter_free(c, w);
-        reply(c, wcall, &r.base);
-    }
-    barrier_free(b);
-    reply(c, call, &r.base);
+    if (b->arrived < b->count)
+        barrier_hold(c, b, call, req, weight, ids, n);
+    else
+        barrier_release(c, b, call, ids, n);
 }
 
 static msr_blob_t *gather_result(const gather_t *g)

@@ -520,18 +520,18 @@ test: ^test_coord$
 file: rendezvous/store_gather.c
 test: ^test_coord$
 <<<
-    if (b->arrived < b->count) {
+    if (b->arrived < b->count)
 ===
-    if (b->arrived + 1 < b->count) {
+    if (b->arrived + 1 < b->count)
 >>>
 
 @ coord.barrier.weight_check_off_by_one
 file: rendezvous/store_gather.c
 test: ^test_coord$
 <<<
-    if (weight > b->count - b->arrived) {
+    if (weight <= room)
 ===
-    if (weight >= b->count - b->arrived) {
+    if (weight < room)
 >>>
 
 @ coord.allgather.duplicate_in_request
@@ -2926,6 +2926,51 @@ test: ^test_relay_tree$
     if ((uint64_t)req->depth + 1 + levels_above > MSR_RELAY_LEVELS_MAX) {
 ===
     if (0) {
+>>>
+
+@ relay.released_arrival_forgotten
+file: rendezvous/store_released.c
+test: ^test_relay_merge$|^test_store_core$
+<<<
+    return msr_map_get(&c->released.map, key) != NULL;
+===
+    return 0;
+>>>
+
+@ relay.resend_answered_as_released
+file: rendezvous/relay_merge.c
+test: ^test_relay_merge$
+<<<
+        else if (resp != NULL && resp->resend)
+===
+        else if (0)
+>>>
+
+@ relay.early_withdrawal_refused
+file: rendezvous/store_gather.c
+test: ^test_relay_merge$|^test_store_core$
+<<<
+    if (released || sum != req->withdraw) {
+===
+    if (1) {
+>>>
+
+@ relay.withdrawn_part_noted_released
+file: rendezvous/store_gather.c
+test: ^test_relay_merge$
+<<<
+    for (size_t i = 0; i < req->n_parts; i++) /* not released with it */
+===
+    for (size_t i = req->n_parts; i < req->n_parts; i++)
+>>>
+
+@ relay.merge_over_answered_released
+file: rendezvous/store_gather.c
+test: ^test_relay_merge$|^test_store_core$
+<<<
+    r.over = 1;
+===
+    r.over = 0;
 >>>
 
 @ relay.lower_level_not_counted

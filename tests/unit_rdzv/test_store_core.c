@@ -212,7 +212,7 @@ void sc_do_fetch(msr_store_core_t *core, tcall_t *c, const char *name, uint32_t 
 }
 
 /* Every piece's tests, run as one table. */
-static const msr_test_piece_t *const pieces[] = {&sc_ops_tests, &sc_limits_tests};
+static const msr_test_piece_t *const pieces[] = {&sc_ops_tests, &sc_limits_tests, &sc_relay_tests};
 
 int main(int argc, char **argv)
 {

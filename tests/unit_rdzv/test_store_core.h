@@ -14,7 +14,7 @@
 #include "tests/unit_rdzv/fake_call.h"
 
 /* Each piece's tests (test_store_core_<theme>.c). */
-extern const msr_test_piece_t sc_ops_tests, sc_limits_tests;
+extern const msr_test_piece_t sc_ops_tests, sc_limits_tests, sc_relay_tests;
 
 /* The fake ops' context: what their callbacks answer and count. */
 typedef struct tctx {
