@@ -133,13 +133,17 @@ static msr_status_t write_atomic_fn(const char *dir, const char *name,
     msr_status_t st = fill(fd, arg);
     if (st != MSR_OK || fsync(fd) != 0) {
         io_error("cannot write", tmp);
+        int e = errno; /* for the commit's verdict */
         close(fd);
         unlink(tmp);
+        errno = e;
         return MSR_ERR_IO;
     }
     if (close(fd) != 0 || rename(tmp, path) != 0) {
         io_error("cannot write", path);
+        int e = errno;
         unlink(tmp);
+        errno = e;
         return MSR_ERR_IO;
     }
     fsync_dir(dir);
@@ -189,103 +193,6 @@ msr_status_t msr_ckpt_gather_all(msr_ctx_t *ctx, const void *mine, size_t len, v
     return MSR_OK;
 }
 
-/* Removes this rank's files of committed steps older than the keep newest.
- * The window counts this rank's committed steps of this world and the
- * complete steps (a MANIFEST) of other worlds alike: after a restart on
- * another world size, a resume loads the newest of either
- * (msr_ckpt_latest_any), so an older step of this world behind newer ones
- * of another is outside the window, not kept in place of them. */
-static void prune(msr_ctx_t *ctx, const char *dir, int keep)
-{
-    if (keep <= 0)
-        return;
-    int64_t *steps;
-    size_t n = msr_ckpt_list_steps(dir, &steps);
-    /* newest first */
-    for (size_t i = 1; i < n; i++)
-        for (size_t j = i; j > 0 && steps[j] > steps[j - 1]; j--) {
-            int64_t t = steps[j];
-            steps[j] = steps[j - 1];
-            steps[j - 1] = t;
-        }
-    int kept = 0;
-    int64_t oldest_kept = -1;
-    for (size_t i = 0; i < n; i++) {
-        int mine = msr_ckpt_have_step(ctx, dir, steps[i]) == 1;
-        if (!mine) {
-            int w = msr_ckpt_manifest_world(dir, steps[i]);
-            if (w <= 0 || w == msr_world_size(ctx))
-                continue; /* not complete: not in the window */
-        }
-        if (kept++ < keep) {
-            oldest_kept = steps[i];
-            continue;
-        }
-        if (!mine)
-            continue; /* another world's: rank 0 removes it whole below */
-        char sd[4096], path[4200];
-        step_dir(dir, steps[i], sd, sizeof sd);
-        snprintf(path, sizeof path, "%s/rank-%d.commit", sd, msr_rank(ctx));
-        unlink(path);
-        snprintf(path, sizeof path, "%s/rank-%d.bin", sd, msr_rank(ctx));
-        unlink(path);
-        if (msr_rank(ctx) == 0) {
-            snprintf(path, sizeof path, "%s/MANIFEST", sd);
-            unlink(path);
-        }
-        rmdir(sd); /* the last rank to leave removes it */
-    }
-    /* Steps older than the kept window that another world wrote (before a
-     * restart on another world size), or that a crash left incomplete, have
-     * no rank of this world to remove them: rank 0 removes them whole. */
-    if (msr_rank(ctx) == 0 && kept >= keep && oldest_kept >= 0) {
-        for (size_t i = 0; i < n; i++) {
-            if (steps[i] >= oldest_kept)
-                continue;
-            char sd[4096], path[4400];
-            step_dir(dir, steps[i], sd, sizeof sd);
-            DIR *d = opendir(sd);
-            struct dirent *e;
-            while (d && (e = readdir(d)) != NULL) {
-                if (strcmp(e->d_name, ".") == 0 || strcmp(e->d_name, "..") == 0)
-                    continue;
-                snprintf(path, sizeof path, "%s/%s", sd, e->d_name);
-                unlink(path);
-            }
-            if (d)
-                closedir(d);
-            rmdir(sd);
-        }
-    }
-    free(steps);
-}
-
-/* Removes the temporary files this rank's writes left in step folder sd
- * when a process was killed mid-write (rank R: rank-R.bin.tmp.PID and
- * rank-R.commit.tmp.PID; rank 0 also MANIFEST.tmp.PID). Other ranks' files
- * are theirs to remove: they may be writing them now. */
-void msr_ckpt_remove_leftovers(msr_ctx_t *ctx, const char *sd)
-{
-    char mine[2][48];
-    snprintf(mine[0], sizeof mine[0], "rank-%d.bin.tmp.", msr_rank(ctx));
-    snprintf(mine[1], sizeof mine[1], "rank-%d.commit.tmp.", msr_rank(ctx));
-    DIR *d = opendir(sd);
-    struct dirent *e;
-    while (d && (e = readdir(d)) != NULL) {
-        int ours = strncmp(e->d_name, mine[0], strlen(mine[0])) == 0 ||
-                   strncmp(e->d_name, mine[1], strlen(mine[1])) == 0 ||
-                   (msr_rank(ctx) == 0 && strncmp(e->d_name, "MANIFEST.tmp.", 13) == 0);
-        if (!ours)
-            continue;
-        char path[4400];
-        snprintf(path, sizeof path, "%s/%s", sd, e->d_name);
-        if (unlink(path) == 0)
-            MSR_INFO("checkpoint: removed %s, left by a write that did not finish", path);
-    }
-    if (d)
-        closedir(d);
-}
-
 /* A rank's state being written (checkpoint.h): its temporary file, the
  * bytes after the head written so far and their CRC. The file's cache is
  * written back and dropped a window at a time behind the writes
@@ -304,6 +211,15 @@ struct msr_ckpt_writer {
     uint64_t synced; /* file bytes written back and dropped from the cache */
     char dir[4096], sd[4096], path[4200], tmp[4300];
 };
+
+/* w's failure st (the text set), with the errno behind it (0: none):
+ * every call after it fails, and the commit agrees with it. */
+static msr_status_t writer_failed(msr_ckpt_writer_t *w, msr_status_t st, int errnum)
+{
+    w->st = st;
+    w->errnum = errnum;
+    return st;
+}
 
 /* A save's agreement gathers from every rank its state's length and CRC
  * and its verdict: 0 when its state is durable, else the status it failed
@@ -335,8 +251,10 @@ static void drop_step(const msr_ckpt_writer_t *w)
 
 /* The first rank whose verdict in all (world ranks') is a failure, its
  * error set: "rank 1 could not write step 6 under DIR (no space left on
- * device; ...)"; MSR_OK when none failed. */
-static msr_status_t verdicts_check(const msr_ckpt_writer_t *w, const uint64_t *all)
+ * device; ...)" (what: "write", or "commit" after the state was agreed);
+ * MSR_OK when none failed. */
+static msr_status_t verdicts_check(const msr_ckpt_writer_t *w, const uint64_t *all,
+                                   const char *what)
 {
     int world = msr_world_size(w->ctx);
     for (int r = 0; r < world; r++) {
@@ -349,20 +267,21 @@ static msr_status_t verdicts_check(const msr_ckpt_writer_t *w, const uint64_t *a
         snprintf(why, sizeof why, "%s", e != 0 ? strerror(e) : msr_status_str(st));
         if (why[0] >= 'A' && why[0] <= 'Z')
             why[0] = (char)(why[0] - 'A' + 'a');
-        return msr_err(st,
-                       "checkpoint: rank %d could not write step %" PRId64
-                       " under %s (%s; its log says why)",
-                       r, w->step, w->dir, why);
+        return msr_err(
+            st, "checkpoint: rank %d could not %s step %" PRId64 " under %s (%s; its log says why)",
+            r, what, w->step, w->dir, why);
     }
     return MSR_OK;
 }
 
 /* The save's agreement on step w->step: every rank's verdict, mine from
- * w (w->st: this rank failed), gathered into *all_p. A rank that failed
- * still takes part, so that no rank waits for it until the store's
- * deadline: it returns its own error (its text kept), every other rank an
- * error naming the first rank that failed; the step is then dropped. */
-static msr_status_t save_agree(msr_ckpt_writer_t *w, uint64_t len, uint32_t crc, uint64_t **all_p)
+ * w (w->st: this rank failed), gathered into *all_p (NULL: freed). A rank
+ * that failed still takes part, so that no rank waits for it until the
+ * store's deadline: it returns its own error (its text kept), every other
+ * rank an error naming the first rank that failed (what it could not do:
+ * what); the step is then dropped. */
+static msr_status_t save_agree(msr_ckpt_writer_t *w, uint64_t len, uint32_t crc, const char *what,
+                               uint64_t **all_p)
 {
     uint64_t mine[V_FIELDS] = {len, crc, (uint64_t)(int64_t)w->st, (uint64_t)(int64_t)w->errnum};
     char own[MSR_ERR_TEXT_MAX] = "";
@@ -371,7 +290,7 @@ static msr_status_t save_agree(msr_ckpt_writer_t *w, uint64_t len, uint32_t crc,
     uint64_t *all = NULL;
     msr_status_t st = msr_ckpt_gather_all(w->ctx, mine, sizeof mine, (void **)&all);
     if (st == MSR_OK && w->st == MSR_OK)
-        st = verdicts_check(w, all);
+        st = verdicts_check(w, all, what);
     if (w->st != MSR_OK)
         st = msr_err(w->st, "%s", own);
     if (st != MSR_OK) {
@@ -379,7 +298,10 @@ static msr_status_t save_agree(msr_ckpt_writer_t *w, uint64_t len, uint32_t crc,
         drop_step(w);
         return st;
     }
-    *all_p = all;
+    if (all_p != NULL)
+        *all_p = all;
+    else
+        msr_free(all);
     return MSR_OK;
 }
 
@@ -407,28 +329,35 @@ static msr_status_t fill_manifest(int fd, const void *arg)
     return bad || dprintf(fd, "\n  ]\n}\n") < 0 ? MSR_ERR_IO : MSR_OK;
 }
 
-/* After the agreement, every rank's state durable: rank 0's MANIFEST,
- * this rank's commit, then the older steps pruned. len and crc: this
- * rank's state's; w->st: this rank's failure before (it still agrees). */
+/* After the agreement, every rank's state durable: rank 0's MANIFEST and
+ * this rank's commit, then a second agreement, then the older steps
+ * pruned. A rank that could not write its part of the commit says so in
+ * the second: the step is dropped on every rank and nothing pruned, so a
+ * step one rank could not commit never costs the others the step before
+ * it (with keep 1 they would remove it, the new one incomplete). len and
+ * crc: this rank's state's; w->st: this rank's failure before (it still
+ * agrees). */
 static msr_status_t save_finish(msr_ckpt_writer_t *w, uint64_t len, uint32_t crc, int keep)
 {
     msr_ctx_t *ctx = w->ctx;
     uint64_t *all = NULL;
-    msr_status_t st = save_agree(w, len, crc, &all);
+    msr_status_t st = save_agree(w, len, crc, "write", &all);
     if (st != MSR_OK)
         return st;
     manifest_t m = {w->step, msr_world_size(ctx), msr_generation(ctx), all};
     if (msr_rank(ctx) == 0)
         st = write_atomic_fn(w->sd, "MANIFEST", fill_manifest, &m);
     msr_free(all);
+    if (st == MSR_OK) {
+        char commit[64], name[64];
+        snprintf(name, sizeof name, "rank-%d.commit", msr_rank(ctx));
+        int n = snprintf(commit, sizeof commit, "%" PRId64 "\n", w->step);
+        st = write_atomic(w->sd, name, commit, (size_t)n);
+    }
     if (st != MSR_OK)
-        return st;
-    char commit[64], name[64];
-    snprintf(name, sizeof name, "rank-%d.commit", msr_rank(ctx));
-    int n = snprintf(commit, sizeof commit, "%" PRId64 "\n", w->step);
-    st = write_atomic(w->sd, name, commit, (size_t)n);
-    if (st == MSR_OK)
-        prune(ctx, w->dir, keep);
+        writer_failed(w, st, errno);
+    if ((st = save_agree(w, 0, 0, "commit", NULL)) == MSR_OK)
+        msr_ckpt_prune(ctx, w->dir, keep);
     return st;
 }
 
@@ -440,15 +369,6 @@ static void writer_end(msr_ckpt_writer_t *w, int remove_tmp)
     w->fd = -1;
     if (remove_tmp)
         unlink(w->tmp);
-}
-
-/* w's failure st (the text set), with the errno behind it (0: none):
- * every call after it fails, and the commit agrees with it. */
-static msr_status_t writer_failed(msr_ckpt_writer_t *w, msr_status_t st, int errnum)
-{
-    w->st = st;
-    w->errnum = errnum;
-    return st;
 }
 
 /* io_error's, for w: the errno kept for the agreement. */

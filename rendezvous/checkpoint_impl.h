@@ -64,11 +64,17 @@ static inline void step_dir(const char *dir, int64_t step, char *out, size_t len
 /* Every rank's `len` bytes, in rank order, in *all_p (msr_free it); a
  * rank out of memory for them takes part with none (checkpoint.c). */
 msr_status_t msr_ckpt_gather_all(msr_ctx_t *ctx, const void *mine, size_t len, void **all_p);
-/* Removes the temporary files this rank's writes left in step folder sd. */
-void msr_ckpt_remove_leftovers(msr_ctx_t *ctx, const char *sd);
 /* Maps the pages that hold [p, p + len) writable (their contents kept)
  * before a read fills them: 0 done, -1 the kernel cannot (a hint). */
 int msr_ckpt_prefault(void *p, size_t len);
+
+/* checkpoint_steps.c's, for the writer and the readers */
+/* Removes this rank's files of committed steps older than the keep newest
+ * (keep <= 0: none), and rank 0 whole older steps no rank of this world
+ * has. */
+void msr_ckpt_prune(msr_ctx_t *ctx, const char *dir, int keep);
+/* Removes the temporary files this rank's writes left in step folder sd. */
+void msr_ckpt_remove_leftovers(msr_ctx_t *ctx, const char *sd);
 
 /* checkpoint_read.c's, for the writer */
 /* Whether this rank's state of step is committed and its header fits: 1

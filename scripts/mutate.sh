@@ -3441,6 +3441,15 @@ test: ^test_parallel_ckpt_save_fail$
         int e = (int)(int64_t)v[V_ERRNO];
 >>>
 
+@ ckpt.save_fail.commit_not_agreed
+file: rendezvous/checkpoint.c
+test: ^test_parallel_ckpt_save_fail$
+<<<
+    if ((st = save_agree(w, 0, 0, "commit", NULL)) == MSR_OK)
+===
+    if (st == MSR_OK)
+>>>
+
 @ ckpt.save_fail.file_kept
 file: rendezvous/checkpoint.c
 test: ^test_parallel_ckpt_save_fail$

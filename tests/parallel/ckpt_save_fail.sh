@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # A rank that fails while it saves a step (ckpt_save_fail_worker.c: its
 # step folder, its file's write, header, sync and rename, each allocation
-# in turn, its own code between a writer's parts), under msrun on 2 and 3
+# in turn, its own code between a writer's parts; after the states were
+# agreed, rank 0's MANIFEST and its commit), under msrun on 2 and 3
 # workers, with msr_ckpt_save and with a writer: every round either saves
 # as without the failure or fails on every rank, the failed rank saying
 # why and the others naming it, and the step before stays the latest and
@@ -19,14 +20,18 @@ lines() { sed -E 's/^.*\] (rank [0-9]+: )/\1/' "$work/log" >"$work/lines"; }
 # check WORLD MODE FAIL: one run, its rounds checked
 check() {
     local world=$1 mode=$2 fail=$3 dir="$work/ck-$1-$2-$3" what="$1 workers, $2, rank $3 failing"
-    local step reason r
+    local step reason r verb
     ckpt_worker "$world" 100 ckpt_save_fail_worker "$dir" "$mode" "$fail" ||
         fail "$what: exit $?: $(cat "$work/log")"
     ! grep -Eq "TIMEOUT|deadline passed|BAD|disagree" "$work/log" ||
         fail "$what: $(grep -E "TIMEOUT|deadline passed|BAD|disagree" "$work/log")"
     # every point saves step 2 (none succeeds before nomem's last round)
-    for point in mkdir write header fsync rename own; do
+    for point in mkdir write header fsync rename manifest commit own; do
         [[ $point != own || $mode == stream ]] || continue
+        [[ $point != manifest || $fail -eq 0 ]] || continue
+        # after the states' agreement: the commit's names the rank
+        verb=write
+        [[ $point != manifest && $point != commit ]] || verb=commit
         # the errno behind it; a writer that did not open: its status
         reason="input/output error"
         [[ $point != mkdir && $point != write ]] || reason="no space left on device"
@@ -36,7 +41,7 @@ check() {
             said "$r" "round 0 $point: latest 1$" "$what, $point"
             [[ $r -ne $fail ]] || continue
             [[ $point != own ]] || reason="out of memory"
-            said "$r" "round 0 $point: failed: MSR_ERR_[A-Z_]+: checkpoint: rank $fail could not write step 2 under $dir \\($reason; its log says why\\)$" \
+            said "$r" "round 0 $point: failed: MSR_ERR_[A-Z_]+: checkpoint: rank $fail could not $verb step 2 under $dir \\($reason; its log says why\\)$" \
                 "$what, $point"
         done
     done

@@ -14,13 +14,18 @@
  *   header  writing its file's header (EIO)
  *   fsync   syncing its file (EIO)
  *   rename  renaming its file into place (EIO)
+ *   manifest (FAIL 0 only) syncing the step's MANIFEST, after the
+ *           ranks agreed on their states (EIO)
+ *   commit  syncing its commit, after that agreement too (EIO)
  *   own     (stream) its own code, between two parts: msr_ckpt_writer_fail
  *   nomem   allocation I from the save's start (msr_alloc_fail_at), I = 0,
  *           1, ... until a round where none failed
  *
  * The calls fail here: this program's write, pwrite, fsync, rename and
  * mkdir stand in for libc's (the static modules call them) and fail
- * once, on rank FAIL's own state file or step folder, while armed.
+ * once, on rank FAIL's own state file, MANIFEST, commit or step folder,
+ * while armed. Every save keeps 1 step: a step that is not committed
+ * must never cost the one before it.
  *
  * Each round every rank prints "rank K: round R POINT: ok" or "rank K: round
  * R POINT: failed: STATUS: TEXT", then "rank K: round R POINT: latest S" (the step every
@@ -55,8 +60,8 @@
 static const char *armed;
 static int armed_errno, armed_skip;
 
-/* Whether fd is this rank's state file being written. */
-static int state_fd(int fd)
+/* Whether fd's file's name holds what. */
+static int fd_named(int fd, const char *what)
 {
     char link[64], path[4096];
     snprintf(link, sizeof link, "/proc/self/fd/%d", fd);
@@ -64,7 +69,13 @@ static int state_fd(int fd)
     if (n <= 0)
         return 0;
     path[n] = '\0';
-    return strstr(path, ".bin.tmp.") != NULL;
+    return strstr(path, what) != NULL;
+}
+
+/* Whether fd is this rank's state file being written. */
+static int state_fd(int fd)
+{
+    return fd_named(fd, ".bin.tmp.");
 }
 
 /* Whether call `what` fails now (once), on a call that matches. */
@@ -100,7 +111,9 @@ ssize_t pwrite64(int fd, const void *buf, size_t n, off_t at)
 
 int fsync(int fd)
 {
-    if (armed != NULL && fails("fsync", state_fd(fd)))
+    if (armed != NULL &&
+        (fails("fsync", state_fd(fd)) || fails("manifest", fd_named(fd, "/MANIFEST.tmp.")) ||
+         fails("commit", fd_named(fd, ".commit.tmp."))))
         return -1;
     return NEXT(int (*)(int), "fsync")(fd);
 }
@@ -173,7 +186,7 @@ static msr_status_t save(msr_ctx_t *ctx, const char *dir, int stream, int own, i
     int rank = msr_rank(ctx);
     pattern(state, sizeof state, rank, step);
     if (!stream)
-        return msr_ckpt_save(ctx, dir, step, state, sizeof state, 0);
+        return msr_ckpt_save(ctx, dir, step, state, sizeof state, 1);
     msr_ckpt_writer_t *w = NULL;
     msr_status_t st = msr_ckpt_writer_open(ctx, dir, step, HEAD_LEN, &w);
     if (st != MSR_OK)
@@ -188,7 +201,7 @@ static msr_status_t save(msr_ctx_t *ctx, const char *dir, int stream, int own, i
     }
     if (st != MSR_OK)
         return msr_ckpt_writer_fail(w, st);
-    return msr_ckpt_writer_commit(w, state, 0);
+    return msr_ckpt_writer_commit(w, state, 1);
 }
 
 /* 0 when this rank left nothing of failed step under dir: no state, no
@@ -277,7 +290,8 @@ static int round_run(msr_ctx_t *ctx, const char **argv, const char *point, long 
 
 int main(int argc, char **argv)
 {
-    static const char *points[] = {"mkdir", "write", "header", "fsync", "rename", "own", "nomem"};
+    static const char *points[] = {"mkdir",    "write",  "header", "fsync", "rename",
+                                   "manifest", "commit", "own",    "nomem"};
     msr_ctx_t *ctx = NULL;
     if (argc != 4 || (strcmp(argv[2], "save") != 0 && strcmp(argv[2], "stream") != 0)) {
         fprintf(stderr, "usage: ckpt_save_fail_worker DIR save|stream FAIL\n");
@@ -296,7 +310,8 @@ int main(int argc, char **argv)
         rc = 1;
     }
     for (size_t p = 0; p < sizeof points / sizeof *points && rc == 0; p++) {
-        if (strcmp(points[p], "own") == 0 && strcmp(argv[2], "stream") != 0)
+        if ((strcmp(points[p], "own") == 0 && strcmp(argv[2], "stream") != 0) ||
+            (strcmp(points[p], "manifest") == 0 && atoi(argv[3]) != 0))
             continue;
         int more = 1;
         for (long i = 0; more == 1 && i < MAX_ROUNDS; i++)
