@@ -3696,6 +3696,15 @@ test: ^test_relay_merge$
     if (a == NULL) {
 >>>
 
+@ relay.merged_add_delta_of_its_own
+file: rendezvous/relay_add.c
+test: ^test_relay_add$
+<<<
+    r.delta = 0;
+===
+    r.delta = pp[0]->delta;
+>>>
+
 @ relay.merged_add_part_not_deduped
 file: rendezvous/store_kv.c
 test: ^(test_relay_add|test_coord)$
