@@ -2937,6 +2937,15 @@ test: ^test_relay_merge$|^test_store_core$
     return 0;
 >>>
 
+@ relay.all_withdrawn_arrival_counted
+file: rendezvous/store_gather.c
+test: ^test_relay_merge$
+<<<
+    if (gone >= weight) {
+===
+    if (gone > weight) {
+>>>
+
 @ relay.released_ring_whole_at_first
 file: rendezvous/store_released.c
 test: ^test_store_core$
