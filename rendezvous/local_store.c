@@ -118,6 +118,7 @@ msr_status_t msr_local_store_create(msr_local_store_t **ls_p)
         .deadline = l_deadline,
         .set_data = l_set_data,
         .get_data = l_get_data,
+        .no_resends = 1, /* in this process: nothing is sent again */
     };
     if (msr_store_core_create(NULL, &ops, &ls->core) != MSR_OK) {
         msr_free(ls);
@@ -131,6 +132,14 @@ msr_status_t msr_local_store_create(msr_local_store_t **ls_p)
     pthread_condattr_destroy(&ca);
     *ls_p = ls;
     return MSR_OK;
+}
+
+size_t msr_local_store_released_bytes(msr_local_store_t *ls)
+{
+    pthread_mutex_lock(&ls->lock);
+    size_t n = msr_store_core_released_bytes(ls->core);
+    pthread_mutex_unlock(&ls->lock);
+    return n;
 }
 
 void msr_local_store_destroy(msr_local_store_t *ls)

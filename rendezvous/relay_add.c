@@ -18,7 +18,9 @@
  * the call is sent is left out (not applied, as a direct call cancelled
  * before it left); once sent, it is applied (as a direct call that
  * reached the coordinator), its answer dropped. Parts the coordinator did
- * not apply (one would fail alone) go alone, each with its own ids. */
+ * not apply (one would fail alone) go alone, each with its own ids; so do
+ * all of them against an older coordinator that ignores parts (no values
+ * come back, and the merged call's own delta, 0, changed nothing). */
 typedef struct add_merge add_merge_t;
 
 typedef struct add_member {
@@ -161,6 +163,9 @@ static void add_send(msr_relay_group_t *g)
     Msr__AddRequest r = MSR__ADD_REQUEST__INIT;
     r.generation = g->generation;
     r.key = m->key;
+    /* no delta of its own: an older coordinator, which knows no parts,
+     * applies nothing and answers no values, so each part goes alone */
+    r.delta = 0;
     r.n_parts = np;
     r.parts = pp;
     msr_status_t st =

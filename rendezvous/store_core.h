@@ -93,6 +93,11 @@ typedef struct msr_store_ops {
     void (*key_changed)(void *ctx, const char *key);
     int (*generation)(void *ctx);
     uint32_t (*participants_max)(void *ctx);
+    /* 1 where no barrier arrival can come again after its release (no
+     * relay, no resend: a lone rank's local store): no caller's ids are
+     * remembered as released, and the record of them is never made. 0
+     * (the coordinator's store): remembered, in a ring grown in steps. */
+    int no_resends;
 } msr_store_ops_t;
 
 typedef struct msr_store_core msr_store_core_t;
@@ -106,6 +111,10 @@ typedef struct msr_store_core msr_store_core_t;
 /* The barrier arrivals' ids remembered as released (the latest), so that
  * one sent again after its release is answered released. */
 #define MSR_BARRIER_RELEASED_MAX 131072
+
+/* The released arrivals' ids the record holds at first; it doubles when
+ * full, up to MSR_BARRIER_RELEASED_MAX (16 bytes of ring each). */
+#define MSR_BARRIER_RELEASED_FIRST 1024
 
 /* The withdrawals of merged arrivals not seen yet that are remembered (the
  * latest), applied when their arrival comes. */
@@ -164,6 +173,10 @@ struct msr_held_calls *msr_store_core_held(msr_store_core_t *core);
 
 /* The number of keys stored. */
 size_t msr_store_core_keys(const msr_store_core_t *core);
+
+/* The bytes of the ring of released barrier arrivals' ids (0 until one
+ * is remembered, and always with ops.no_resends), for tests. */
+size_t msr_store_core_released_bytes(const msr_store_core_t *core);
 
 /* The stored keys, for the coordinator's state file to save: fn gets each
  * key and its value, in no order; both stay valid until the store

@@ -84,13 +84,14 @@ typedef struct msr_withdrawn {
 
 /* Barrier arrivals released lately, by their callers' ids
  * (store_released.c): a ring of the last MSR_BARRIER_RELEASED_MAX pairs
- * (allocated at the first), the oldest forgotten first, and their map;
+ * (cap of them allocated: MSR_BARRIER_RELEASED_FIRST at the first,
+ * doubled when full), the oldest forgotten first, and their map;
  * and the withdrawals whose arrival has not come yet, a ring of the last
  * MSR_BARRIER_WITHDRAWN_MAX (pn of them still to apply). */
 typedef struct msr_released {
     msr_map_t map; /* "<client id>/<request id>" -> 1 */
     uint64_t *ring;
-    uint32_t next, n;
+    uint32_t next, n, cap;
     msr_withdrawn_t *pending;
     uint32_t pnext, pn;
 } msr_released_t;

@@ -4,6 +4,7 @@
  * answered released, not counted into the next barrier of that name. */
 #include <inttypes.h>
 #include <stdio.h>
+#include <string.h>
 
 #include "base/alloc.h"
 #include "base/map.h"
@@ -14,22 +15,38 @@ static void released_key(uint64_t client_id, uint64_t request_id, char key[40])
     snprintf(key, 40, "%016" PRIx64 "/%016" PRIx64, client_id, request_id);
 }
 
+/* A full ring below MSR_BARRIER_RELEASED_MAX doubled (it never wrapped:
+ * its pairs lie oldest first from 0). -1 when out of memory. */
+static int released_grow(msr_released_t *r)
+{
+    uint32_t cap = r->cap ? 2 * r->cap : MSR_BARRIER_RELEASED_FIRST;
+    if (cap > MSR_BARRIER_RELEASED_MAX)
+        cap = MSR_BARRIER_RELEASED_MAX;
+    uint64_t *ring = msr_calloc(2 * (size_t)cap, sizeof *ring);
+    if (ring == NULL)
+        return -1;
+    if (r->n > 0)
+        memcpy(ring, r->ring, 2 * (size_t)r->n * sizeof *ring);
+    msr_free(r->ring);
+    r->ring = ring;
+    r->cap = cap;
+    r->next = r->n;
+    return 0;
+}
+
 void msr_store_released_note(msr_store_core_t *c, uint64_t client_id, uint64_t request_id)
 {
     msr_released_t *r = &c->released;
     char key[40];
-    if (client_id == 0 || request_id == 0)
+    if (client_id == 0 || request_id == 0 || c->ops.no_resends)
         return;
-    if (r->ring == NULL) {
-        r->ring = msr_calloc(2 * (size_t)MSR_BARRIER_RELEASED_MAX, sizeof *r->ring);
-        if (r->ring == NULL)
-            return; /* not remembered: a resend counts again, as before */
-    }
     released_key(client_id, request_id, key);
     if (msr_map_get(&r->map, key) != NULL)
         return;
+    if (r->n == r->cap && r->cap < MSR_BARRIER_RELEASED_MAX && released_grow(r) != 0)
+        return; /* not remembered: a resend counts again, as before */
     uint64_t *slot = &r->ring[2 * (size_t)r->next];
-    if (r->n == MSR_BARRIER_RELEASED_MAX) { /* the oldest forgotten */
+    if (r->n == r->cap) { /* the oldest forgotten */
         char old[40];
         released_key(slot[0], slot[1], old);
         msr_map_remove(&r->map, old);
@@ -39,7 +56,7 @@ void msr_store_released_note(msr_store_core_t *c, uint64_t client_id, uint64_t r
         return;
     slot[0] = client_id;
     slot[1] = request_id;
-    r->next = (r->next + 1) % MSR_BARRIER_RELEASED_MAX;
+    r->next = (r->next + 1) % r->cap;
     r->n++;
 }
 
@@ -105,6 +122,11 @@ uint64_t msr_store_withdrawn_peek(const msr_store_core_t *c, uint64_t merge_id)
         if (r->pending[i].merge_id == merge_id)
             weight += r->pending[i].weight;
     return weight;
+}
+
+size_t msr_store_core_released_bytes(const msr_store_core_t *c)
+{
+    return 2 * (size_t)c->released.cap * sizeof *c->released.ring;
 }
 
 void msr_store_released_free(msr_store_core_t *c)

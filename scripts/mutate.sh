@@ -2937,6 +2937,44 @@ test: ^test_relay_merge$|^test_store_core$
     return 0;
 >>>
 
+@ relay.all_withdrawn_arrival_counted
+file: rendezvous/store_gather.c
+test: ^test_relay_merge$
+<<<
+    if (gone >= weight) {
+===
+    if (gone > weight) {
+>>>
+
+@ relay.released_ring_whole_at_first
+file: rendezvous/store_released.c
+test: ^test_store_core$
+<<<
+    uint32_t cap = r->cap ? 2 * r->cap : MSR_BARRIER_RELEASED_FIRST;
+===
+    uint32_t cap = MSR_BARRIER_RELEASED_MAX;
+>>>
+
+@ relay.released_ring_in_local_store
+file: rendezvous/store_released.c
+test: ^test_store_core$
+<<<
+    if (client_id == 0 || request_id == 0 || c->ops.no_resends)
+===
+    if (client_id == 0 || request_id == 0)
+>>>
+
+@ relay.released_ring_grown_empty
+file: rendezvous/store_released.c
+test: ^test_store_core$
+<<<
+    if (r->n > 0)
+        memcpy(ring, r->ring, 2 * (size_t)r->n * sizeof *ring);
+===
+    if (0)
+        memcpy(ring, r->ring, 2 * (size_t)r->n * sizeof *ring);
+>>>
+
 @ relay.resend_answered_as_released
 file: rendezvous/relay_merge.c
 test: ^test_relay_merge$
@@ -3694,6 +3732,15 @@ test: ^test_relay_merge$
     if (s->stopping && a->status == MSR_ERR_CANCELED) {
 ===
     if (a == NULL) {
+>>>
+
+@ relay.merged_add_delta_of_its_own
+file: rendezvous/relay_add.c
+test: ^test_relay_add$
+<<<
+    r.delta = 0;
+===
+    r.delta = pp[0]->delta;
 >>>
 
 @ relay.merged_add_part_not_deduped

@@ -6,7 +6,8 @@
  * before the call left is not applied, one giving up after is; a resent
  * request id is answered its recorded value, not applied again. A relay
  * dying before and after its merged call reached the coordinator: the
- * callers resend directly, and the counter counts each add once. */
+ * callers resend directly, and the counter counts each add once. An
+ * older coordinator that ignores the parts: each caller sent alone. */
 #include "tests/unit_rdzv/relay_ops.h"
 
 typedef struct op {
@@ -182,9 +183,80 @@ static void test_relay_dies_mid_add(void)
     msr_trig_stop(&g);
 }
 
+/* An older coordinator, on the test's loop: it knows no AddRequest.parts,
+ * so it applies a call's own delta to its one counter and answers its
+ * value alone (no values). */
+typedef struct old_coord {
+    msr_rpc_server_t *server;
+    int64_t value;
+    uint64_t adds;
+} old_coord_t;
+
+static void old_handler(void *arg, msr_rpc_call_t *call, msr_rpc_method_t method,
+                        ProtobufCMessage *req)
+{
+    old_coord_t *o = arg;
+    if (method != MSR_RPC_ADD) {
+        msr_rpc_call_fail(call, MSR_RPC_UNIMPLEMENTED, "not the older coordinator's");
+        return;
+    }
+    o->adds++;
+    o->value += ((const Msr__AddRequest *)req)->delta;
+    Msr__AddResponse r = MSR__ADD_RESPONSE__INIT;
+    r.value = o->value;
+    msr_rpc_call_reply(call, &r.base);
+}
+
+/* Against an older coordinator that ignores parts: the merged call of A, B
+ * and C applies nothing, and each goes alone after it (4 calls), hearing
+ * its own value; the counter counts each add once. */
+static void test_older_coordinator(void)
+{
+    msr_rpc_loop_t *loop;
+    msr_rpc_channel_t *up, *via;
+    msr_relay_server_t *relay;
+    old_coord_t old = {0};
+    char target[64];
+    int port = 0;
+    MSR_CHECK_OK(msr_rpc_loop_create(&loop));
+    msr_rpc_server_config_t cfg = {
+        .address = "127.0.0.1:0", .token = "tok", .handler = old_handler, .arg = &old};
+    MSR_CHECK_OK(msr_rpc_server_create(loop, &cfg, &port, &old.server));
+    snprintf(target, sizeof target, "127.0.0.1:%d", port);
+    MSR_CHECK_OK(msr_rpc_channel_create_own(target, "tok", &up));
+    MSR_CHECK_OK(msr_relay_server_create(loop, "127.0.0.1:0", "tok", up, "a", 4, &port, &relay));
+    snprintf(target, sizeof target, "127.0.0.1:%d", port);
+    MSR_CHECK_OK(msr_rpc_channel_create_own(target, "tok", &via));
+    op_t o[3];
+    add_start(via, loop, &o[0], 1, 1, 20000);
+    add_start(via, loop, &o[1], 10, 2, 20000);
+    add_start(via, loop, &o[2], 100, 3, 20000);
+    relay_at_t at = {relay, 3};
+    msr_tpoll_until(loop, relay_reached, &at, "three Add calls at the relay");
+    msr_relay_server_flush(relay);
+    for (int k = 0; k < 3; k++)
+        msr_tpoll_until(loop, msr_top_is_done, &o[k], "the merged callers");
+    uint64_t calls, merged;
+    msr_relay_server_adds(relay, &calls, &merged);
+    MSR_CHECK_EQ(merged, 1);
+    op_t *abc[3] = {&o[0], &o[1], &o[2]};
+    check_one_by_one(abc, 3, 0);
+    MSR_CHECK_EQ(old.value, 111);
+    MSR_CHECK_EQ(old.adds, 4);
+    for (int k = 0; k < 3; k++)
+        msr_rpc_async_cleanup(&o[k].t.a);
+    msr_rpc_channel_destroy(via);
+    msr_relay_server_destroy(relay);
+    msr_rpc_channel_destroy(up);
+    msr_rpc_server_shutdown(old.server);
+    msr_rpc_server_destroy(old.server);
+    msr_rpc_loop_destroy(loop);
+}
+
 static const msr_test_t tests[] = {
     {"merged_adds", test_merged_adds, 60},
     {"relay_dies_mid_add", test_relay_dies_mid_add, 60},
+    {"older_coordinator", test_older_coordinator, 60},
 };
 
 int main(int argc, char **argv)

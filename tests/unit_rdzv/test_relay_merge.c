@@ -10,8 +10,8 @@
  * passed the release on: its callers, sent again with their ids, are
  * answered released at once (directly, or merged at another relay), and
  * the next barrier of that name counts afresh. Withdrawals that overtake
- * their arrival, and a merge past the barrier's count (only the excess
- * refused). */
+ * their arrival (all of its parts: answered CANCELLED), and a merge past
+ * the barrier's count (only the excess refused). */
 #include <poll.h>
 #include <signal.h>
 #include <sys/prctl.h>
@@ -446,6 +446,56 @@ static void test_withdraw_overtakes_arrival(void)
     msr_trig_stop(&g);
 }
 
+/* relay_msg over ch, run to its answer: its gRPC code, its message in
+ * err. */
+static int relay_msg_via(msr_trig_t *g, msr_rpc_channel_t *ch, uint64_t merge_id, uint32_t withdraw,
+                         const uint64_t *ids, const uint32_t *ws, size_t n, uint32_t wait_ms,
+                         char *err, size_t len)
+{
+    op_t o;
+    relay_msg(ch, g->loop, &o, merge_id, withdraw, ids, ws, n, wait_ms);
+    msr_tpoll_until(g->loop, msr_top_is_done, &o, "a relay's message");
+    int code = o.a.grpc_code;
+    snprintf(err, len, "%s", o.a.err);
+    msr_rpc_async_cleanup(&o.a);
+    return code;
+}
+
+/* A merged arrival whose every part was withdrawn before it came (the
+ * withdrawals sent directly and through relay a, which forwards a lower
+ * relay's calls alone) counts nothing and is answered CANCELLED, through
+ * the relay too; its withdrawals are then spent (the same arrival sent
+ * again counts whole). One part short of all: the arrival counts that
+ * part's weight. */
+static void test_withdrawn_before_arrival(void)
+{
+    msr_trig_t g;
+    msr_trig_start(&g);
+    char err[256];
+    uint64_t ids[2] = {11, 12};
+    uint32_t ws[2] = {1, 2};
+    MSR_CHECK_EQ(relay_msg_via(&g, g.direct, 97, 1, &ids[0], &ws[0], 1, 0, err, sizeof err), 0);
+    MSR_CHECK_EQ(relay_msg_via(&g, g.via, 97, 2, &ids[1], &ws[1], 1, 0, err, sizeof err), 0);
+    int code = relay_msg_via(&g, g.via, 97, 0, ids, ws, 2, 15000, err, sizeof err);
+    MSR_CHECK_MSG(code == MSR_RPC_CANCELLED && strstr(err, "every participant"),
+                  "all withdrawn: %d %s", code, err);
+    uint64_t none = 0;
+    uint32_t one = 1;
+    code = relay_msg_via(&g, g.direct, 0, 0, &none, &one, 1, 300, err, sizeof err);
+    MSR_CHECK_MSG(code == MSR_RPC_DEADLINE_EXCEEDED && strstr(err, "1 of 6 participants arrived"),
+                  "nothing counted: %d %s", code, err);
+    code = relay_msg_via(&g, g.via, 97, 0, ids, ws, 2, 300, err, sizeof err);
+    MSR_CHECK_MSG(code == MSR_RPC_DEADLINE_EXCEEDED && strstr(err, "3 of 6 participants arrived"),
+                  "sent again: %d %s", code, err);
+    /* one part short of all */
+    uint64_t ids2[2] = {21, 22};
+    MSR_CHECK_EQ(relay_msg_via(&g, g.via, 96, 2, &ids2[1], &ws[1], 1, 0, err, sizeof err), 0);
+    code = relay_msg_via(&g, g.via, 96, 0, ids2, ws, 2, 300, err, sizeof err);
+    MSR_CHECK_MSG(code == MSR_RPC_DEADLINE_EXCEEDED && strstr(err, "1 of 6 participants arrived"),
+                  "one part left: %d %s", code, err);
+    msr_trig_stop(&g);
+}
+
 /* Callers with ids through the relay giving up at each point: B before
  * the merge left (left out), C while the arrival waits (withdrawn); A and
  * D released with a direct caller of weight 4. Sent again alone, A is
@@ -555,6 +605,7 @@ static const msr_test_t tests[] = {
     {"released_then_relay_killed", test_released_then_relay_killed, 60},
     {"withdraw_overtakes_arrival", test_withdraw_overtakes_arrival, 60},
     {"merge_past_count", test_merge_past_count, 60},
+    {"withdrawn_before_arrival", test_withdrawn_before_arrival, 60},
     {"give_up_each_point", test_give_up_each_point, 60},
 };
 

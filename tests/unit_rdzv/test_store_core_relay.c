@@ -2,9 +2,12 @@
  * barriers (docs/architecture.md "Relays"): the ids of released arrivals
  * (MSR_BARRIER_RELEASED_MAX), withdrawals whose arrival has not come
  * (MSR_BARRIER_WITHDRAWN_MAX) and the parts of one merged arrival
- * (MSR_BARRIER_PARTS_MAX), each at its bound and one past. */
+ * (MSR_BARRIER_PARTS_MAX), each at its bound and one past; the record of
+ * released ids grown in steps, and made by no lone rank's store. */
 #include <stdlib.h>
 
+#include "base/time.h"
+#include "rendezvous/local_store.h"
 #include "tests/unit_rdzv/test_store_core.h"
 
 /* A Barrier "name" of count: with merge_id, a relay's merged arrival of n
@@ -185,11 +188,70 @@ static void test_merge_over(void)
     over_case(4, 1);
 }
 
+/* The record of released ids grows in steps: none before the first
+ * release with ids, MSR_BARRIER_RELEASED_FIRST at it and still at that
+ * many, doubled one past, every id kept (the first still answered
+ * released). A store with no_resends, and a lone rank's local store,
+ * make none (sent again, an arrival counts afresh there). */
+static void test_released_lazily(void)
+{
+    tctx_t t;
+    msr_store_core_t *core = sc_core_new(&t, NULL);
+    tcall_t c, again;
+    const size_t first = 16 * (size_t)MSR_BARRIER_RELEASED_FIRST;
+    MSR_CHECK_EQ(msr_store_core_released_bytes(core), 0);
+    for (uint64_t k = 1; k <= (uint64_t)MSR_BARRIER_RELEASED_FIRST + 1; k++) {
+        relay_barrier(core, &c, "one", 1, 0, 0, k, 1);
+        check_ok(&c, "an arrival released");
+        if (k == 1 || k == MSR_BARRIER_RELEASED_FIRST)
+            MSR_CHECK_EQ(msr_store_core_released_bytes(core), first);
+    }
+    MSR_CHECK_EQ(msr_store_core_released_bytes(core), 2 * first);
+    relay_barrier(core, &c, "two", 2, 0, 0, 1, 1);
+    check_ok(&c, "the first arrival sent again");
+    msr_store_core_destroy(core);
+    msr_store_ops_t ops = sc_ops_for(&t);
+    ops.no_resends = 1;
+    MSR_CHECK_EQ(msr_store_core_create(NULL, &ops, &core), MSR_OK);
+    relay_barrier(core, &c, "one", 1, 0, 0, 1, 1);
+    check_ok(&c, "an arrival released, no resends");
+    MSR_CHECK_EQ(msr_store_core_released_bytes(core), 0);
+    relay_barrier(core, &again, "two", 2, 0, 0, 1, 1);
+    MSR_CHECK(!again.answered); /* not remembered: counted afresh */
+    relay_barrier(core, &c, "two", 2, 0, 0, 2, 1);
+    check_ok(&c, "the second of two");
+    check_ok(&again, "the first sent again");
+    msr_store_core_destroy(core);
+}
+
+/* A lone rank's local store: a barrier of one with ids released, no
+ * record of released ids made. */
+static void test_local_store_released(void)
+{
+    msr_local_store_t *ls = NULL;
+    MSR_CHECK_EQ(msr_local_store_create(&ls), MSR_OK);
+    Msr__BarrierRequest r = MSR__BARRIER_REQUEST__INIT;
+    r.name = "b";
+    r.count = 1;
+    r.wait_ms = 1000;
+    r.client_id = 3;
+    r.request_id = 1;
+    ProtobufCMessage *resp = NULL;
+    MSR_CHECK_EQ(
+        msr_local_store_call(ls, MSR_RPC_BARRIER, &r.base, msr_deadline_in_ms(5000), &resp),
+        MSR_OK);
+    msr_rpc_message_free(resp);
+    MSR_CHECK_EQ(msr_local_store_released_bytes(ls), 0);
+    msr_local_store_destroy(ls);
+}
+
 static const msr_test_t tests[] = {
     {"released_bound", test_released_bound, 30},
     {"withdrawn_bound", test_withdrawn_bound, 10},
     {"parts_bound", test_parts_bound, 10},
     {"merge_over", test_merge_over, 10},
+    {"released_lazily", test_released_lazily, 10},
+    {"local_store_released", test_local_store_released, 10},
 };
 
 const msr_test_piece_t sc_relay_tests = MSR_TEST_PIECE(tests);
