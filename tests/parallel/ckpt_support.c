@@ -2,23 +2,15 @@
 #include "tests/parallel/ckpt_support.h"
 
 #include "parallel/ckpt_full.h"
+#include "tests/parallel/worker_config.h"
 #include "tests/runner.h"
 
 msr_train_config_t ckpt_test_config(int layers, int channels, int micro_batch)
 {
-    msr_train_config_t c = {
-        .model = {MSR_GPT_VOCAB, 16, layers, 4, channels},
-        .micro_batch = micro_batch,
-        .grad_accum = 1,
-        .dp = 1,
-        .dp_rank = 0,
-        .seed = 9,
-        .lr = 3e-3f,
-        .warmup = 2,
-        .grad_clip = 1.0f,
-        .adamw = {0.9, 0.95, 1e-8, 0.1},
-    };
-    msr_train_config_defaults(&c);
+    msr_train_config_t c = worker_config(4, channels, 1, 1, 0);
+    c.model.layers = layers;
+    c.micro_batch = micro_batch;
+    c.seed = 9;
     return c;
 }
 

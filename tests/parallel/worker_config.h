@@ -1,5 +1,6 @@
 /* The small GPT trainer the data-parallel workers under msrun start from
- * (dp_worker.c, ep_device_worker.c). A program includes this once. */
+ * (dp_worker.c, ep_device_worker.c), and the checkpoint tests'
+ * (ckpt_support.c). A program includes this once. */
 #ifndef MSRUN_TESTS_PARALLEL_WORKER_CONFIG_H
 #define MSRUN_TESTS_PARALLEL_WORKER_CONFIG_H
 
