@@ -539,7 +539,10 @@ int64_t msr_plan_search(const msr_plan_model_t *m, msr_plan_precision_t prec,
 
 /* msr_plan_search, and when q asks for no offload and layouts were over
  * the memory budget, again with train_gpt's offloads: the optimizer's (not
- * with experts), the activations' (full recompute), both. When nothing
+ * with experts), the activations' (full recompute), both, the blocks'
+ * parameters beside the optimizer's, then beside both, the gradient shard
+ * beside the optimizer's and the parameters', then beside all three (ZeRO
+ * 2-3 under data parallel alone), in that order. When nothing
  * fits without offload, the first mode that finds plans; when plans fit,
  * a mode's only if its fastest plan is faster than theirs (the layouts
  * over the budget it lets in outrun its I/O; with none over the budget an
@@ -565,8 +568,10 @@ void msr_plan_offload_why(const msr_plan_t *p, const msr_plan_pruned_t *pr,
  * peak without it less with it) and the bytes it moves to and from disk
  * per step (msr_plan_rank_t's offload_optim_io and offload_acts_io, each
  * both ways: the moments' chunks read and written whole; each block
- * input's slot written and read once per micro-batch; and the
- * parameters' blocks, msr_plan_offload_params_io's reads and writes). */
+ * input's slot written and read once per micro-batch; the parameters'
+ * blocks, msr_plan_offload_params_io's reads and writes; and the
+ * gradient chunks' writes and reads, offload_grads_w and
+ * offload_grads_r). */
 void msr_plan_offload_cost(const msr_plan_model_t *m, msr_plan_precision_t prec,
                            const msr_plan_t *p, uint64_t *saved_p, uint64_t *io_p);
 

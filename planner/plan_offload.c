@@ -85,10 +85,9 @@ const char *msr_plan_offload_name(int offload, char *buf, size_t len)
 {
     size_t used = 0;
     snprintf(buf, len, "none");
-    for (int k = 0; k < 4 && len > 0; k++)
+    for (int k = 0; k < 4 && used < len; k++)
         if (offload & (1 << k))
-            used += (size_t)snprintf(buf + used, used < len ? len - used : 0, "%s%s",
-                                     used > 0 ? "," : "", names[k]);
+            used += (size_t)snprintf(buf + used, len - used, "%s%s", used > 0 ? "," : "", names[k]);
     return buf;
 }
 
