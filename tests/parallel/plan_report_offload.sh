@@ -8,7 +8,8 @@
 # both, cp 2 alone, with dp 2 under ZeRO 1 and with tp 2 and sp) on one process,
 # dp 2 under ZeRO 1, 2 and 3, tp 2 with sp and pp 2 under 1F1B, GPipe and
 # interleaved; the gradient shard of ZeRO 2 and 3 beside the moments, with
-# and without the blocks' parameters, on one process and dp 2),
+# and without the blocks' parameters, on one process and dp 2, and in
+# bf16),
 # train_gpt --report runs under msrun and every
 # rank's parameter, gradient and optimizer bytes, shard, buckets, work
 # space, activation peak and frame sizes must equal plan_gpt --offload
@@ -164,4 +165,9 @@ check 4 dp=2,tp=1,pp=1,sp=0,zero=3,recompute=none,micro_batch=1 "${GP[@]}" --zer
 gparams
 check 4 dp=2,tp=1,pp=1,sp=0,zero=2,recompute=none,micro_batch=2 "${GP[@]}" --zero 2 \
     --bucket-mb 0.02
+# bf16: the products' operands change, not the shard or its store (the
+# fp32 parameters stay the master weights)
+grads --offload-chunk 4096 --precision bf16-runtime
+check 4 dp=2,tp=1,pp=1,sp=0,zero=3,recompute=none,micro_batch=1 "${G[@]}" --zero 3 \
+    --precision bf16 --bucket-mb 0.02 --zero-min-bytes 4096 --offload-chunk 4096
 echo "ok: $checked layouts, every rank's count equals the plan"
