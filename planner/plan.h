@@ -123,6 +123,11 @@ enum {
     /* the blocks' parameters through 3 buffers of one block and a CRC and
      * a flag per block (parallel/offload_params.h): ZeRO 0, the whole model */
     MSR_PLAN_OFFLOAD_PARAMS = 4,
+    /* the gradient shard of ZeRO 2-3 through one chunk buffer, a moments'
+     * chunk of floats and a CRC and a flag per chunk
+     * (parallel/offload_grads.h): beside the optimizer's, data parallel
+     * alone */
+    MSR_PLAN_OFFLOAD_GRADS = 8,
 };
 #define MSR_PLAN_OFFLOAD_CHUNK_DEFAULT ((size_t)4 << 20)
 #define MSR_PLAN_OFFLOAD_ALIGN         4096u
@@ -194,6 +199,8 @@ typedef struct msr_plan_rank {
                                 * and reads back in backward (each block input's aligned slot
                                 * once a micro-batch; 0: none) */
     uint64_t offload_acts_n;   /* of them, how many block inputs */
+    uint64_t offload_grads_w;  /* the gradients' offload: bytes it writes a step, and reads */
+    uint64_t offload_grads_r;  /* (msr_plan_offload_grads_io; 0: none) */
     uint64_t total;            /* the kinds above at once: the state, comm, work and shm, plus
                                 * the larger of activations with the temporaries alive beside
                                 * them in backward, and the temporaries after backward (the
@@ -263,12 +270,18 @@ uint64_t msr_plan_frame_bytes(const msr_plan_model_t *m, const msr_plan_layout_t
                               msr_plan_precision_t prec, int layers, int head);
 
 /* Reads an --offload list (train_gpt's: comma-separated items
- * `optimizer` or `activations`, each bare, `=disk` or `=disk:DIR` (DIR not
- * empty, and an item ends only at a comma that starts the next name, so
- * DIR may hold commas), or `optimizer=host` (nothing moves); each named at
- * most once) into MSR_PLAN_OFFLOAD_* bits in *offload_p. Returns 0, or -1
- * with a one-line reason in why (*offload_p untouched). */
+ * `optimizer`, `activations`, `params` or `grads`, each bare, `=disk` or
+ * `=disk:DIR` (DIR not empty, and an item ends only at a comma that
+ * starts the next name, so DIR may hold commas), or `optimizer=host`
+ * (nothing moves); each named at most once; `grads` only beside the
+ * optimizer's disk offload) into MSR_PLAN_OFFLOAD_* bits in *offload_p.
+ * Returns 0, or -1 with a one-line reason in why (*offload_p untouched). */
 int msr_plan_offload_parse(const char *s, int *offload_p, char *why, size_t why_len);
+
+/* The MSR_PLAN_OFFLOAD_* bits as train_gpt names them, comma-separated
+ * in the order optimizer, activations, params, grads ("none" for 0), into
+ * buf. Returns buf. */
+const char *msr_plan_offload_name(int offload, char *buf, size_t len);
 
 /* What the offloads keep resident: the optimizer's for moments of count
  * elements in chunks of chunk bytes (0: 4 MiB), its 4 buffers and CRCs
@@ -280,6 +293,23 @@ uint64_t msr_plan_offload_acts_bytes(uint64_t x, uint64_t inputs);
 /* What the parameters' offload keeps resident for `blocks` blocks of b
  * bytes (parallel/offload_params.h). */
 uint64_t msr_plan_offload_params_bytes(uint64_t b, uint64_t blocks);
+/* What the gradients' offload keeps resident for a shard of count
+ * elements whose moments' chunk is asked as chunk bytes (0: 4 MiB):
+ * its chunk (the moments' chunk as sized for count, at most the shard's
+ * bytes rounded up to 4096), a CRC and a flag per chunk and one more, and
+ * a moments' chunk of floats (parallel/dp_offload.c
+ * msr_dp_grads_resident). */
+uint64_t msr_plan_offload_grads_bytes(uint64_t count, size_t chunk);
+/* The bytes the gradients' offload writes (*write_p) and reads (*read_p)
+ * a step for such a shard over `micros` micro-batches (the I/O is
+ * synchronous, on the trainer's thread: parallel/offload_grads.h). With
+ * one chunk, the chunk written once (it stays in its buffer). With more,
+ * each chunk written once per micro-batch, and read back before each
+ * micro-batch's puts (a chunk the buckets fill in pieces is, the first
+ * micro-batch's too), by the norm and by the update: the most it reads (a
+ * chunk still in the buffer is not read again: up to one less a pass). */
+void msr_plan_offload_grads_io(uint64_t count, size_t chunk, int micros, uint64_t *write_p,
+                               uint64_t *read_p);
 
 /* The bytes the optimizer's offload reads a step for moments of count
  * elements in chunks of chunk bytes (0: 4 MiB), and writes: every chunk of
@@ -509,7 +539,10 @@ int64_t msr_plan_search(const msr_plan_model_t *m, msr_plan_precision_t prec,
 
 /* msr_plan_search, and when q asks for no offload and layouts were over
  * the memory budget, again with train_gpt's offloads: the optimizer's (not
- * with experts), the activations' (full recompute), both. When nothing
+ * with experts), the activations' (full recompute), both, the blocks'
+ * parameters beside the optimizer's, then beside both, the gradient shard
+ * beside the optimizer's and the parameters', then beside all three (ZeRO
+ * 2-3 under data parallel alone), in that order. When nothing
  * fits without offload, the first mode that finds plans; when plans fit,
  * a mode's only if its fastest plan is faster than theirs (the layouts
  * over the budget it lets in outrun its I/O; with none over the budget an
@@ -535,8 +568,10 @@ void msr_plan_offload_why(const msr_plan_t *p, const msr_plan_pruned_t *pr,
  * peak without it less with it) and the bytes it moves to and from disk
  * per step (msr_plan_rank_t's offload_optim_io and offload_acts_io, each
  * both ways: the moments' chunks read and written whole; each block
- * input's slot written and read once per micro-batch; and the
- * parameters' blocks, msr_plan_offload_params_io's reads and writes). */
+ * input's slot written and read once per micro-batch; the parameters'
+ * blocks, msr_plan_offload_params_io's reads and writes; and the
+ * gradient chunks' writes and reads, offload_grads_w and
+ * offload_grads_r). */
 void msr_plan_offload_cost(const msr_plan_model_t *m, msr_plan_precision_t prec,
                            const msr_plan_t *p, uint64_t *saved_p, uint64_t *io_p);
 

@@ -124,6 +124,44 @@ uint64_t msr_plan_offload_params_bytes(uint64_t b, uint64_t blocks)
     return MSR_PLAN_PARAMS_BUFS * slot + (blocks + 1) * (sizeof(uint32_t) + 1);
 }
 
+/* The gradients' chunk for a shard of count elements (parallel/offload_grads.c
+ * msr_grads_chunk_of, asked for the moments' chunk: dp_offload.c): at most
+ * the shard's bytes rounded up to 4096, at least 4096. */
+static uint64_t grads_chunk(uint64_t count, size_t chunk)
+{
+    const uint64_t align = MSR_PLAN_OFFLOAD_ALIGN;
+    uint64_t need = msr_plan_ceil_div(count * MSR_PLAN_F32, align) * align;
+    return msr_plan_max_u64(msr_plan_min_u64(optim_chunk(count, chunk), need), align);
+}
+
+uint64_t msr_plan_offload_grads_bytes(uint64_t count, size_t chunk)
+{
+    uint64_t g = grads_chunk(count, chunk);
+    uint64_t chunks = msr_plan_ceil_div(count, g / MSR_PLAN_F32);
+    return g + (chunks + 1) * (sizeof(uint32_t) + 1) +
+           optim_chunk(count, chunk) / (2 * MSR_PLAN_F32) * MSR_PLAN_F32;
+}
+
+void msr_plan_offload_grads_io(uint64_t count, size_t chunk, int micros, uint64_t *write_p,
+                               uint64_t *read_p)
+{
+    uint64_t g = grads_chunk(count, chunk), chunks = msr_plan_ceil_div(count, g / MSR_PLAN_F32);
+    uint64_t m = micros > 0 ? (uint64_t)micros : 1;
+    *write_p = chunks <= 1 ? g : m * chunks * g;
+    *read_p = chunks <= 1 ? 0 : (m + 2) * chunks * g;
+}
+
+/* The gradients' offload (ZeRO 2-3: a shard of S elements): its store's
+ * bytes in place of the shard, and what it moves. */
+static void rank_grads_offload(const msr_plan_layout_t *l, uint64_t S, msr_plan_rank_t *o)
+{
+    if (!(l->offload & MSR_PLAN_OFFLOAD_GRADS) || l->zero < 2)
+        return;
+    o->grads = msr_plan_offload_grads_bytes(S, l->offload_chunk);
+    msr_plan_offload_grads_io(S, l->offload_chunk, l->micros, &o->offload_grads_w,
+                              &o->offload_grads_r);
+}
+
 /* A rank's parameters, gradients and optimizer state: the runtime's
  * (parallel/dp.c msr_dp_memory) or the papers' accounting. */
 static void rank_state(const msr_plan_layout_t *l, msr_plan_precision_t prec, int runtime,
@@ -142,6 +180,7 @@ static void rank_state(const msr_plan_layout_t *l, msr_plan_precision_t prec, in
             o->optim = msr_plan_offload_optim_bytes(l->zero >= 1 ? S : P, l->offload_chunk);
             o->offload_optim_io = msr_plan_offload_optim_io(l->zero >= 1 ? S : P, l->offload_chunk);
         }
+        rank_grads_offload(l, S, o);
         return;
     }
     /* paper: 16-bit parameters and gradients with fp32 master weights, or
@@ -155,6 +194,7 @@ static void rank_state(const msr_plan_layout_t *l, msr_plan_precision_t prec, in
         o->optim = msr_plan_offload_optim_bytes(l->zero >= 1 ? sh : P, l->offload_chunk);
         o->offload_optim_io = msr_plan_offload_optim_io(l->zero >= 1 ? sh : P, l->offload_chunk);
     }
+    rank_grads_offload(l, sh, o);
     o->master = prec == MSR_PLAN_BF16 ? (l->zero >= 1 ? sh : P) * MSR_PLAN_F32 : 0;
 }
 

@@ -17,13 +17,14 @@
         return -1;                           \
     } while (0)
 
-static const char *const names[3] = {"optimizer", "activations", "params"};
+/* name k's bit is 1 << k (MSR_PLAN_OFFLOAD_*) */
+static const char *const names[4] = {"optimizer", "activations", "params", "grads"};
 
-/* The name at p (0, 1), or -1; *len_p its length. A name ends the item or
- * is followed by '=' or ','. */
+/* The name at p (0 to 3), or -1; *len_p its length. A name ends the item
+ * or is followed by '=' or ','. */
 static int name_at(const char *p, size_t *len_p)
 {
-    for (int k = 0; k < 3; k++) {
+    for (int k = 0; k < 4; k++) {
         size_t n = strlen(names[k]);
         if (strncmp(p, names[k], n) == 0 && (p[n] == '\0' || p[n] == '=' || p[n] == ',')) {
             *len_p = n;
@@ -53,7 +54,7 @@ int msr_plan_offload_parse(const char *s, int *offload_p, char *why, size_t why_
         const char *end = item_end(p);
         int len = (int)(end - p);
         if (k < 0)
-            BAD("--offload '%s': '%.*s' is not optimizer, activations or params", s, len, p);
+            BAD("--offload '%s': '%.*s' is not optimizer, activations, params or grads", s, len, p);
         if (seen & (1 << k))
             BAD("--offload '%s': %s named twice", s, names[k]);
         seen |= 1 << k;
@@ -61,9 +62,7 @@ int msr_plan_offload_parse(const char *s, int *offload_p, char *why, size_t why_
         int rest = (int)(end - mode);
         if (rest == 0 || (rest == 5 && strncmp(mode, "=disk", 5) == 0) ||
             (rest > 6 && strncmp(mode, "=disk:", 6) == 0))
-            bits |= k == 0   ? MSR_PLAN_OFFLOAD_OPTIM
-                    : k == 1 ? MSR_PLAN_OFFLOAD_ACTS
-                             : MSR_PLAN_OFFLOAD_PARAMS;
+            bits |= 1 << k;
         else if (k == 0 && rest == 5 && strncmp(mode, "=host", 5) == 0)
             ; /* a CPU rank's moments stay in memory: nothing moves */
         else
@@ -73,8 +72,23 @@ int msr_plan_offload_parse(const char *s, int *offload_p, char *why, size_t why_
             break;
         p = end + 1;
     }
+    /* the gradients' chunks are read by the moments' (parallel/dp_offload.c) */
+    if ((bits & MSR_PLAN_OFFLOAD_GRADS) && !(bits & MSR_PLAN_OFFLOAD_OPTIM))
+        BAD("--offload '%s': grads=disk needs optimizer=disk beside it (the update reads the "
+            "gradient shard back a moments' chunk at a time)",
+            s);
     *offload_p = bits;
     return 0;
+}
+
+const char *msr_plan_offload_name(int offload, char *buf, size_t len)
+{
+    size_t used = 0;
+    snprintf(buf, len, "none");
+    for (int k = 0; k < 4 && used < len; k++)
+        if (offload & (1 << k))
+            used += (size_t)snprintf(buf + used, len - used, "%s%s", used > 0 ? "," : "", names[k]);
+    return buf;
 }
 
 /* The search with offload mode k of q's, into *plans_p when it finds a
@@ -108,12 +122,19 @@ int64_t msr_plan_search_offload(const msr_plan_model_t *m, msr_plan_precision_t 
 {
     /* the optimizer's first: it keeps the layout's recompute; then full
      * recompute's block inputs, then both; then the blocks' parameters
-     * beside the optimizer's, then beside both (the most bytes moved) */
-    static const int modes[5] = {MSR_PLAN_OFFLOAD_OPTIM, MSR_PLAN_OFFLOAD_ACTS,
-                                 MSR_PLAN_OFFLOAD_OPTIM | MSR_PLAN_OFFLOAD_ACTS,
-                                 MSR_PLAN_OFFLOAD_OPTIM | MSR_PLAN_OFFLOAD_PARAMS,
-                                 MSR_PLAN_OFFLOAD_OPTIM | MSR_PLAN_OFFLOAD_ACTS |
-                                     MSR_PLAN_OFFLOAD_PARAMS};
+     * beside the optimizer's, then beside both (the most bytes moved);
+     * last the gradient shard beside those two and then all three: it is
+     * at most the parameters' bytes (4S against 4P at ZeRO 2, a share
+     * each at ZeRO 3), only ZeRO 2-3 under data parallel alone have it,
+     * and its I/O is synchronous (nothing hides it) */
+    enum { O = MSR_PLAN_OFFLOAD_OPTIM, A = MSR_PLAN_OFFLOAD_ACTS, P = MSR_PLAN_OFFLOAD_PARAMS };
+    static const int modes[7] = {O,
+                                 A,
+                                 O | A,
+                                 O | P,
+                                 O | A | P,
+                                 O | P | MSR_PLAN_OFFLOAD_GRADS,
+                                 O | A | P | MSR_PLAN_OFFLOAD_GRADS};
     int64_t n = msr_plan_search(m, prec, c, q, keep, plans_p, pruned, why, why_len);
     if (n < 0)
         return n;
@@ -121,7 +142,7 @@ int64_t msr_plan_search_offload(const msr_plan_model_t *m, msr_plan_precision_t 
     if (q->offload != 0 || pruned->over_memory == 0)
         return n;
     int64_t found = n;
-    for (int k = 0; k < 5; k++) {
+    for (int k = 0; k < 7; k++) {
         if ((modes[k] & (MSR_PLAN_OFFLOAD_OPTIM | MSR_PLAN_OFFLOAD_PARAMS)) && m->experts > 0)
             continue; /* the experts' moments and parameters are not offloaded */
         double best = found > 0 ? (*plans_p)[0].t.step_ms : 0;
@@ -169,7 +190,8 @@ void msr_plan_offload_cost(const msr_plan_model_t *m, msr_plan_precision_t prec,
     msr_plan_rank(m, &l, prec, rank, &without);
     *saved_p = without.total > with.total ? without.total - with.total : 0;
     /* read and written, each: the memory model's counts */
-    *io_p = 2 * (with.offload_optim_io + with.offload_acts_io);
+    *io_p = 2 * (with.offload_optim_io + with.offload_acts_io) + with.offload_grads_w +
+            with.offload_grads_r;
     uint64_t slot, blocks;
     msr_plan_offload_params_io(m, &p->l, rank, &slot, &blocks);
     *io_p += blocks * slot * (2 * (uint64_t)p->l.micros + 2);

@@ -404,7 +404,9 @@ static void stage_dp(const msr_plan_model_t *m, const msr_plan_layout_t *lp,
  * parameters' blocks are read one ahead in each pass over a chunk's
  * blocks (the update's: and written one behind): a pass pays the first
  * block's read, then the longer of a block's compute and a block's I/O,
- * beside the other offloads' I/O in the same pass. */
+ * beside the other offloads' I/O in the same pass. The gradient shard's
+ * chunks are written and read back on the trainer's thread, in the
+ * buckets' hooks, the norm and the update alike: nothing hides them. */
 static void stage_offload(const msr_plan_model_t *m, const msr_plan_layout_t *l,
                           msr_plan_precision_t prec, const msr_plan_cluster_t *c,
                           const msr_plan_pieces_t *p, int s, double optim, double *io_p,
@@ -427,8 +429,9 @@ static void stage_offload(const msr_plan_model_t *m, const msr_plan_layout_t *l,
     /* the block passes whose compute hides the I/O: micro-batches x the
      * stage's blocks, which either offload counts (0 when neither moves) */
     double nf = (double)r.offload_acts_n > n ? (double)r.offload_acts_n : n;
-    *io_p = oio + spill + fetch + 2 * pread + pupd;
-    *exposed_p = firsts + msr_plan_io_exposed_ms(optim, oio + pupd) +
+    double gio = msr_plan_disk_ms(c, (double)r.offload_grads_r, (double)r.offload_grads_w);
+    *io_p = oio + spill + fetch + 2 * pread + pupd + gio;
+    *exposed_p = firsts + gio + msr_plan_io_exposed_ms(optim, oio + pupd) +
                  msr_plan_io_exposed_ms(nf * sc.fwd, spill + pread) +
                  msr_plan_io_exposed_ms(nf * sc.bwd, fetch + pread);
 }

@@ -1728,6 +1728,78 @@ test: ^test_parallel_plan_offload_io$
     if (n > 0 && best_ms == best_ms) {
 >>>
 
+@ plan.offload.grads_shard_resident
+file: planner/plan_mem.c
+test: ^test_parallel_plan_report_offload$|^test_parallel_plan_offload_io$
+<<<
+        rank_grads_offload(l, S, o);
+===
+        (void)rank_grads_offload;
+>>>
+
+@ plan.offload.grads_crc_uncounted
+file: planner/plan_mem.c
+test: ^test_parallel_plan_report_offload$|^test_parallel_plan_offload_io$
+<<<
+    return g + (chunks + 1) * (sizeof(uint32_t) + 1) +
+===
+    return g + (chunks + 1) * sizeof(uint32_t) +
+>>>
+
+@ plan.offload.grads_norm_reads_free
+file: planner/plan_mem.c
+test: ^test_parallel_plan_offload_io$
+<<<
+    *read_p = chunks <= 1 ? 0 : (m + 2) * chunks * g;
+===
+    *read_p = chunks <= 1 ? 0 : (m + 1) * chunks * g;
+>>>
+
+@ plan.offload.grads_io_hidden
+file: planner/plan_time.c
+test: ^test_parallel_plan_offload_io$
+<<<
+    *exposed_p = firsts + gio +
+===
+    *exposed_p = firsts +
+>>>
+
+@ plan.offload.grads_never_tried
+file: planner/plan_offload.c
+test: ^test_parallel_plan_offload_io$|^test_parallel_train_gpt_plan$
+<<<
+    for (int k = 0; k < 7; k++) {
+===
+    for (int k = 0; k < 5; k++) {
+>>>
+
+@ plan.offload.grads_at_zero1
+file: planner/plan_check.c
+test: ^test_parallel_plan_cli$|^test_parallel_plan_offload_io$
+<<<
+        : l->zero < 2 ? "below ZeRO 2 (no gradient shard: the flat gradients are whole)"
+===
+        : l->zero < 1 ? "below ZeRO 2 (no gradient shard: the flat gradients are whole)"
+>>>
+
+@ plan.offload.grads_without_optimizer
+file: planner/plan_offload.c
+test: ^test_parallel_plan_cli$
+<<<
+    if ((bits & MSR_PLAN_OFFLOAD_GRADS) && !(bits & MSR_PLAN_OFFLOAD_OPTIM))
+===
+    if (0)
+>>>
+
+@ train_gpt.auto_offload_drops_grads
+file: programs/train_gpt/train_gpt_plan.c
+test: ^test_parallel_train_gpt_plan$
+<<<
+    for (int k = 0; k < 4; k++) /* bit k: MSR_PLAN_OFFLOAD_OPTIM, _ACTS, _PARAMS, _GRADS */
+===
+    for (int k = 0; k < 3; k++) /* bit k: MSR_PLAN_OFFLOAD_OPTIM, _ACTS, _PARAMS, _GRADS */
+>>>
+
 @ layout.whole_dfch_act_4c
 file: layout/layout.c
 test: ^test_parallel_plan_report_llama$

@@ -10,19 +10,20 @@
  *            [--fix dp=2,tp=2,cp=2,...] [--search exhaustive|fast] [--top N]
  *            [--all] [--explain N] [--even-split] [--format table|kv]
  *            [--ranks] [--pp-layers 3,5,5,3] [--experts E --top-k K
- *            --moe-every N --capacity-factor F] [--offload optimizer,activations,params|auto
- *            --offload-chunk BYTES]
+ *            --moe-every N --capacity-factor F] [--offload
+ *            optimizer,activations,params,grads|auto --offload-chunk BYTES]
  *
  * --experts plans a Mixture-of-Experts model (train_gpt's options, the
  * same defaults: top-k 2, every block, capacity factor 1.25), and the
  * layouts then include expert parallel (ep, a divisor of dp).
  *
  * --offload plans with train_gpt's offloads (its list; a directory given
- * is not used): the optimizer's moments, or full recompute's block inputs
- * (only layouts of full recompute then), on disk, counting what stays
- * resident; --offload-chunk the optimizer's chunk bytes. --offload auto
- * turns to them, in that order, only when nothing fits without, and says
- * which (the bytes saved, the bytes moved a step).
+ * is not used): the optimizer's moments, full recompute's block inputs
+ * (only layouts of full recompute then), the blocks' parameters or ZeRO
+ * 2-3's gradient shard (beside the moments, data parallel alone) on disk,
+ * counting what stays resident; --offload-chunk the optimizer's chunk
+ * bytes. --offload auto turns to them, in that order, only when nothing
+ * fits without, and says which (the bytes saved, the bytes moved a step).
  *
  * --pp-layers plans only the layouts whose pp x virtual stages has that
  * many stages, with that split of the layers (train_gpt's option).
@@ -105,7 +106,7 @@ static const msr_opt_t opts[] = {
      .dest = D(bucket_mb), .metavar = "X"},
     INT("zero-min-bytes", zero_min_bytes, 0, (int64_t)1 << 50, "N", 0),
     TEXT("pp-layers", pp_layers, "A,B,.."),
-    TEXT("offload", offload, "optimizer,activations,params|auto"),
+    TEXT("offload", offload, "optimizer,activations,params,grads|auto"),
     INT("offload-chunk", offload_chunk, MSR_PLAN_OFFLOAD_ALIGN, MSR_PLAN_OFFLOAD_CHUNK_MAX, "BYTES", 0),
     INT("experts", m.experts, 0, 1 << 16, "E", 0),
     INT("top-k", m.top_k, 1, 1 << 16, "K", MSR_OPT_USAGE_JOIN),
@@ -411,9 +412,8 @@ static void print_ranks(const args_t *a, const msr_plan_t *plan)
 static void print_offload(const args_t *a, const msr_plan_cluster_t *c, const msr_plan_t *p,
                           const msr_plan_pruned_t *pr, int kv)
 {
-    static const char *const modes[8] = {
-        "none",   "optimizer",        "activations",        "optimizer,activations",
-        "params", "optimizer,params", "activations,params", "optimizer,activations,params"};
+    char mode[64];
+    msr_plan_offload_name(p->l.offload, mode, sizeof mode);
     uint64_t saved = 0, io = 0;
     if (p->l.offload != 0)
         msr_plan_offload_cost(&a->m, a->prec, p, &saved, &io);
@@ -422,15 +422,15 @@ static void print_offload(const args_t *a, const msr_plan_cluster_t *c, const ms
     if (kv)
         printf("offload mode=%s saved_bytes=%" PRIu64 " io_bytes_per_step=%" PRIu64
                " io_ms=%.6g io_exposed_ms=%.6g\n",
-               modes[p->l.offload & 7], saved, io, p->t.offload_io_ms, p->t.offload_ms);
+               mode, saved, io, p->t.offload_io_ms, p->t.offload_ms);
     else if (p->l.offload == 0)
         printf("offload: none: %s\n", why);
     else
         printf("offload: %s: %s; plan 1 holds %" PRIu64 " bytes less on its fullest rank and moves "
                "%" PRIu64 " bytes to and from disk per step: %.4g ms at %.4g GB/s read, %.4g GB/s "
                "write, %.4g ms of it in step_ms (what compute does not hide)\n",
-               modes[p->l.offload & 7], why, saved, io, p->t.offload_io_ms, c->disk_read_gbs,
-               c->disk_write_gbs, p->t.offload_ms);
+               mode, why, saved, io, p->t.offload_io_ms, c->disk_read_gbs, c->disk_write_gbs,
+               p->t.offload_ms);
 }
 
 int main(int argc, char **argv)

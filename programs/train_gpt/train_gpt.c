@@ -134,7 +134,9 @@ static const msr_opt_t specs[] = {
     OPT_FLAG("offload-keep", offload_keep, "--offload disk modes: keep the files at the end"),
     OPT_TEXT("offload-dir", offload_dir,
              "--auto: when no layout fits the memory without offload, offload the optimizer's "
-             "moments, else the block inputs (full recompute), else both, to files under DIR "
+             "moments, else the block inputs (full recompute), else both, else the blocks' "
+             "parameters beside the moments, else ZeRO 2-3's gradient shard beside those, to "
+             "files under DIR "
              "(none: --auto does not offload); --calibrate and --auto's calibration: measure "
              "DIR's read and write rates (disk_read_gbs, disk_write_gbs)"),
     /* mixed precision (docs/model.md "bf16 training") */

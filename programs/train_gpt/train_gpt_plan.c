@@ -444,13 +444,11 @@ static void auto_offload(options_t *o, const job_t *job, const msr_plan_model_t 
                          msr_plan_precision_t prec, const msr_plan_cluster_t *c,
                          const msr_plan_t *p, const msr_plan_pruned_t *pr)
 {
-    static char list[3 * 4096 + 64];
-    static const char *const modes[8] = {
-        "none",   "optimizer",        "activations",        "optimizer,activations",
-        "params", "optimizer,params", "activations,params", "optimizer,activations,params"};
+    static char list[4 * 4096 + 64];
+    static const char *const items[4] = {"optimizer", "activations", "params", "grads"};
     if (o->offload_dir == NULL)
         return;
-    char why[256];
+    char why[256], mode[64];
     msr_plan_offload_why(p, pr, c, why, sizeof why);
     if (p->l.offload == 0) {
         if (job->rank == 0)
@@ -459,9 +457,8 @@ static void auto_offload(options_t *o, const job_t *job, const msr_plan_model_t 
     }
     uint64_t saved = 0, io = 0;
     msr_plan_offload_cost(m, prec, p, &saved, &io);
-    static const char *const items[3] = {"optimizer", "activations", "params"};
     size_t used = 0;
-    for (int k = 0; k < 3; k++) /* bit k: MSR_PLAN_OFFLOAD_OPTIM, _ACTS, _PARAMS */
+    for (int k = 0; k < 4; k++) /* bit k: MSR_PLAN_OFFLOAD_OPTIM, _ACTS, _PARAMS, _GRADS */
         if (p->l.offload & (1 << k))
             used += (size_t)snprintf(list + used, sizeof list - used, "%s%s=disk:%s",
                                      used > 0 ? "," : "", items[k], o->offload_dir);
@@ -472,8 +469,8 @@ static void auto_offload(options_t *o, const job_t *job, const msr_plan_model_t 
                 " bytes less on its fullest rank and moves %" PRIu64
                 " bytes to and from disk per step: %.4g ms at %.4g GB/s read, %.4g GB/s write, "
                 "%.4g ms of it in its step (what compute does not hide)\n",
-                modes[p->l.offload & 7], list, why, saved, io, p->t.offload_io_ms, c->disk_read_gbs,
-                c->disk_write_gbs, p->t.offload_ms);
+                msr_plan_offload_name(p->l.offload, mode, sizeof mode), list, why, saved, io,
+                p->t.offload_io_ms, c->disk_read_gbs, c->disk_write_gbs, p->t.offload_ms);
 }
 
 /* --auto: plan p's layout into o, for the usual checks. */

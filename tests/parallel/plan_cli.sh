@@ -44,7 +44,7 @@ refuse "expert parallel needs at least 1 and a MoE model" "${m[@]}" --fix ep=2
 refuse "4 experts do not divide among ep 2 x tp 4 ranks" "${m[@]}" --world 8 --experts 4 \
     --fix tp=4,ep=2
 # --offload: train_gpt's list and --offload-chunk's bounds
-refuse "'bogus' is not optimizer, activations or params" "${m[@]}" --offload bogus
+refuse "'bogus' is not optimizer, activations, params or grads" "${m[@]}" --offload bogus
 refuse "--offload needs a non-empty value" "${m[@]}" --offload ''
 refuse "'optimizer,' is not optimizer" "${m[@]}" --offload optimizer,
 refuse "optimizer named twice" "${m[@]}" --offload optimizer,optimizer=disk:/d
@@ -69,6 +69,23 @@ refuse "the parameters' offload covers a dense model's blocks" "${m[@]}" --exper
     fail "--offload params,optimizer at tp 2 with sp and ZeRO 2 refused"
 "$bin/plan_gpt" "${m[@]}" --offload params --fix dp=2,tp=1,pp=1,cp=2,sp=0,zero=0,recompute=none \
     >/dev/null || fail "--offload params at dp 2 x cp 2 refused"
+# the gradients' offload: beside the optimizer's, ZeRO 2 and 3 under data
+# parallel alone (train_gpt's rules, each refusal saying which)
+refuse "grads=disk needs optimizer=disk beside it" "${m[@]}" --offload grads=disk:/g
+refuse "grads=disk needs optimizer=disk beside it" "${m[@]}" --offload params,grads
+refuse "'grads=host' is not grads" "${m[@]}" --offload optimizer,grads=host
+refuse "grads named twice" "${m[@]}" --offload optimizer,grads,grads=disk:/g
+refuse "not below ZeRO 2" "${m[@]}" --offload optimizer,grads --fix dp=4,tp=1,pp=1,sp=0,zero=1
+refuse "not under tp, pp, cp, ep" "${m[@]}" --offload optimizer,grads \
+    --fix dp=2,tp=2,pp=1,sp=0,zero=2
+refuse "not under tp, pp, cp, ep" "${m[@]}" --offload optimizer,grads \
+    --fix dp=2,tp=1,pp=2,sp=0,zero=3
+refuse "not under tp, pp, cp, ep" "${m[@]}" --offload optimizer,grads \
+    --fix dp=2,tp=1,pp=1,cp=2,sp=0,zero=2
+for z in 2 3; do
+    "$bin/plan_gpt" "${m[@]}" --offload 'grads=disk:/a,b,optimizer=disk:/c' \
+        --fix dp=4,tp=1,pp=1,sp=0,zero=$z >/dev/null || fail "--offload grads at ZeRO $z refused"
+done
 one=("${m[@]}" --fix dp=4,tp=1,pp=1,sp=0,zero=1,recompute=full,micro_batch=2 --ranks)
 for c in 4096 $((1 << 30)); do
     "$bin/plan_gpt" "${one[@]}" --offload optimizer --offload-chunk $c >/dev/null ||

@@ -7,7 +7,10 @@
 # ZeRO 0, 1, 2 and 3 too, tp 2 with and without sp, dp 2 x tp 2 with
 # both, cp 2 alone, with dp 2 under ZeRO 1 and with tp 2 and sp) on one process,
 # dp 2 under ZeRO 1, 2 and 3, tp 2 with sp and pp 2 under 1F1B, GPipe and
-# interleaved, train_gpt --report runs under msrun and every
+# interleaved; the gradient shard of ZeRO 2 and 3 beside the moments, with
+# and without the blocks' parameters, on one process and dp 2, and in
+# bf16),
+# train_gpt --report runs under msrun and every
 # rank's parameter, gradient and optimizer bytes, shard, buckets, work
 # space, activation peak and frame sizes must equal plan_gpt --offload
 # ... --ranks's to the byte; --offload-chunk at its bound 4096 and at a
@@ -25,6 +28,10 @@ PO=(--offload "params=disk:$work,optimizer=disk:$work")
 O=(--offload "optimizer=disk:$work")
 A=(--offload "activations=disk:$work" --recompute full)
 B=(--offload "optimizer=disk:$work,activations=disk:$work" --recompute full)
+grads() { plan_extra=(--offload optimizer,grads "$@"); }
+gparams() { plan_extra=(--offload optimizer,params,grads "$@"); }
+G=(--offload "optimizer=disk:$work,grads=disk:$work")
+GP=(--offload "optimizer=disk:$work,params=disk:$work,grads=disk:$work")
 
 # one process: the whole model (no recompute) and the model-parallel
 # runtime (full recompute, the block inputs offloaded)
@@ -133,4 +140,34 @@ check 4 dp=2,tp=2,pp=1,sp=1,zero=1,recompute=full,micro_batch=2 --tp 2 --sp --ze
 acts
 check 4 dp=1,tp=2,pp=2,sp=0,zero=0,recompute=full,micro_batch=1,$s=interleaved,virtual_stages=2 \
     --tp 2 --pp 2 --schedule interleaved --virtual-stages 2 --grad-accum 2 "${A[@]}"
+# the gradient shard on disk beside the moments (ZeRO 2 and 3, data
+# parallel alone): one chunk (the default, above a small shard) and many
+# (4096 and 8192 bytes), with and without the blocks' parameters
+world=1
+grads
+check 4 dp=1,tp=1,pp=1,sp=0,zero=2,recompute=none,micro_batch=2 "${G[@]}" --zero 2 --grad-accum 2
+grads --offload-chunk 4096
+check 3 dp=1,tp=1,pp=1,sp=0,zero=3,recompute=none,micro_batch=1 "${G[@]}" --zero 3 \
+    --offload-chunk 4096
+gparams --offload-chunk 8192
+check 4 dp=1,tp=1,pp=1,sp=0,zero=2,recompute=full,micro_batch=2 "${GP[@]}" --zero 2 \
+    --recompute full --offload-chunk 8192
+world=2
+grads --offload-chunk 4096
+check 4 dp=2,tp=1,pp=1,sp=0,zero=2,recompute=none,micro_batch=1 "${G[@]}" --zero 2 \
+    --bucket-mb 0.02 --zero-min-bytes 4096 --offload-chunk 4096 --grad-accum 2
+grads
+check 4 dp=2,tp=1,pp=1,sp=0,zero=3,recompute=full,micro_batch=2 "${G[@]}" --zero 3 \
+    --recompute full --bucket-mb 0.02 --zero-min-bytes 0
+gparams --offload-chunk 8192
+check 4 dp=2,tp=1,pp=1,sp=0,zero=3,recompute=none,micro_batch=1 "${GP[@]}" --zero 3 \
+    --bucket-mb 0.02 --zero-min-bytes 4096 --offload-chunk 8192
+gparams
+check 4 dp=2,tp=1,pp=1,sp=0,zero=2,recompute=none,micro_batch=2 "${GP[@]}" --zero 2 \
+    --bucket-mb 0.02
+# bf16: the products' operands change, not the shard or its store (the
+# fp32 parameters stay the master weights)
+grads --offload-chunk 4096 --precision bf16-runtime
+check 4 dp=2,tp=1,pp=1,sp=0,zero=3,recompute=none,micro_batch=1 "${G[@]}" --zero 3 \
+    --precision bf16 --bucket-mb 0.02 --zero-min-bytes 4096 --offload-chunk 4096
 echo "ok: $checked layouts, every rank's count equals the plan"

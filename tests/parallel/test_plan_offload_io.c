@@ -11,6 +11,7 @@
 #include <unistd.h>
 
 #include "parallel/offload.h"
+#include "parallel/offload_grads.h"
 #include "parallel/offload_params.h"
 #include "planner/plan.h"
 #include "tests/runner.h"
@@ -85,6 +86,105 @@ static void test_optim_bytes_real(void)
     MSR_CHECK_MSG(bad[0] == '\0', "%s", bad);
     MSR_CHECK_EQ(gone, 0);
     MSR_CHECK_EQ(msr_plan_offload_optim_io(0, 0), 0);
+}
+
+/* This process's bytes read and written through system calls so far
+ * (/proc/self/io's rchar and wchar), or -1 each where it has none. */
+static void proc_io(long long *r_p, long long *w_p)
+{
+    *r_p = *w_p = -1;
+    FILE *f = fopen("/proc/self/io", "r");
+    if (f == NULL)
+        return;
+    char key[32];
+    long long v;
+    while (fscanf(f, "%31[^:]: %lld\n", key, &v) == 2) {
+        if (strcmp(key, "rchar") == 0)
+            *r_p = v;
+        else if (strcmp(key, "wchar") == 0)
+            *w_p = v;
+    }
+    fclose(f);
+}
+
+/* A step of a real gradient store as the runtime drives it: each
+ * micro-batch's puts in pieces of `piece` floats in shard order (set by
+ * the first, added by the next), the flush, then the norm's and the
+ * update's reads in pieces of a moments' chunk of e floats. */
+static msr_status_t grads_step(msr_grads_t *g, size_t n, size_t piece, size_t e, int micros,
+                               float *buf)
+{
+    msr_status_t st = MSR_OK;
+    for (int mb = 0; mb < micros; mb++)
+        for (size_t at = 0; at < n && st == MSR_OK; at += piece)
+            st = msr_grads_put(g, at, n - at < piece ? n - at : piece, buf, mb > 0);
+    if (st == MSR_OK)
+        st = msr_grads_flush(g);
+    for (int pass = 0; pass < 2; pass++)
+        for (size_t at = 0; at < n && st == MSR_OK; at += e)
+            st = msr_grads_get(g, at, n - at < e ? n - at : e, buf);
+    return st;
+}
+
+/* The gradients' offload: a real store's resident bytes (its chunk, sized
+ * from the moments' as the runtime asks, a CRC and a flag per chunk, and
+ * a moments' chunk of floats) are the planner's to the byte, on both
+ * sides of the one-chunk bound; a steady step writes what the planner
+ * says and reads at most that, by at most the two chunks the norm and
+ * the update find in the buffer. */
+static void test_grads_real(void)
+{
+    static const size_t counts[] = {1, 1023, 1024, 1025, 2049, 30720, 30721, 70001};
+    static const size_t chunks[] = {0, 4096, 8192};
+    const char *t = getenv("TMPDIR");
+    char dir[512], bad[256] = "";
+    snprintf(dir, sizeof dir, "%s/plan_offload_io.XXXXXX", t != NULL && t[0] != '\0' ? t : "/tmp");
+    MSR_CHECK(mkdtemp(dir) != NULL);
+    float *buf = calloc(70001, sizeof(float));
+    MSR_CHECK(buf != NULL);
+    for (size_t k = 0; k < 24 && !bad[0] && buf != NULL; k++) {
+        size_t n = counts[k / 3], chunk = chunks[k % 3], oc = 0, res = 0;
+        long long r0, w0, r1, w1;
+        msr_offload_config_t cfg = {MSR_OFFLOAD_DISK, dir, chunk, MSR_OFFLOAD_IO_THREADS, 0, 0};
+        msr_offload_t *off = NULL;
+        msr_grads_t *g = NULL;
+        int micros = 1 + (int)(k % 3);
+        msr_status_t st = msr_offload_create(&cfg, n, &off);
+        if (st == MSR_OK) {
+            oc = msr_offload_chunk_bytes(off);
+            cfg.chunk_bytes = oc;
+            st = msr_grads_create(&cfg, n, &g);
+        }
+        if (st == MSR_OK) {
+            res = msr_grads_resident(g) + oc / 8 * sizeof(float);
+            st = grads_step(g, n, 700, oc / 8, micros, buf); /* the first step */
+        }
+        proc_io(&r0, &w0);
+        if (st == MSR_OK)
+            st = grads_step(g, n, 700, oc / 8, micros, buf);
+        proc_io(&r1, &w1);
+        uint64_t pw, pr, gc = st == MSR_OK ? msr_grads_chunk_bytes(g) : 0;
+        msr_plan_offload_grads_io(n, chunk, micros, &pw, &pr);
+        /* the store moves whole chunks of 4096 bytes and more; reading
+         * /proc/self/io itself counts its few bytes */
+        long long rd = (r1 - r0) / 4096 * 4096, wr = w1 - w0;
+        msr_grads_destroy(g);
+        msr_offload_destroy(off);
+        if (st != MSR_OK || msr_plan_offload_grads_bytes(n, chunk) != res)
+            snprintf(bad, sizeof bad, "%zu gradients, chunk %zu: planned %llu bytes, held %zu (%s)",
+                     n, chunk, (unsigned long long)msr_plan_offload_grads_bytes(n, chunk), res,
+                     msr_status_str(st));
+        else if (r0 >= 0 && (wr != (long long)pw || rd > (long long)pr ||
+                             (long long)pr - rd > 2 * (long long)gc))
+            snprintf(bad, sizeof bad,
+                     "%zu gradients, chunk %zu, %d micro-batches: planned %llu written %llu read, "
+                     "moved %lld and %lld",
+                     n, chunk, micros, (unsigned long long)pw, (unsigned long long)pr, wr, rd);
+    }
+    free(buf);
+    int gone = rmdir(dir);
+    MSR_CHECK_MSG(bad[0] == '\0', "%s", bad);
+    MSR_CHECK_EQ(gone, 0);
 }
 
 static msr_plan_layout_t layout(int dp, int pp, int zero, int rc, int b, int micros)
@@ -421,6 +521,105 @@ static void test_auto_params(void)
     MSR_CHECK(plans == NULL);
 }
 
+/* --offload auto on dp 2 under ZeRO 2 with a budget that only the
+ * gradient shard on disk meets (beside the other three): the plan
+ * offloads it, after every mode without it, and says none fit without;
+ * below ZeRO 2 nothing fits. */
+static void test_auto_grads(void)
+{
+    msr_plan_model_t m = {MSR_PLAN_GPT, 4, 128, 4, 4, 512, 256, 64};
+    msr_plan_layout_t l = layout(2, 1, 2, MSR_PLAN_RC_FULL, 2, 1);
+    l.offload_chunk = 4096;
+    l.offload = MSR_PLAN_OFFLOAD_OPTIM | MSR_PLAN_OFFLOAD_ACTS | MSR_PLAN_OFFLOAD_PARAMS;
+    uint64_t p_three = msr_plan_peak(&m, &l, MSR_PLAN_FP32, NULL);
+    l.offload |= MSR_PLAN_OFFLOAD_GRADS;
+    char why[256] = "";
+    MSR_CHECK_MSG(msr_plan_check(&m, &l, why, sizeof why) == 0, "%s", why);
+    uint64_t p_all = msr_plan_peak(&m, &l, MSR_PLAN_FP32, NULL);
+    MSR_CHECK_MSG(p_all < p_three, "%" PRIu64 " against %" PRIu64, p_all, p_three);
+    msr_plan_cluster_t c;
+    msr_plan_cluster_default(&c);
+    c.mem_gib = (double)p_all / (1024.0 * 1024.0 * 1024.0);
+    msr_plan_query_t q;
+    memset(&q, 0, sizeof q);
+    q.world = 2, q.global_batch = 4, q.search = MSR_PLAN_SEARCH_EXHAUSTIVE;
+    for (int k = 0; k < MSR_PLAN_FIX_N; k++)
+        q.fix[k] = -1;
+    q.fix[MSR_PLAN_FIX_DP] = 2, q.fix[MSR_PLAN_FIX_ZERO] = 2;
+    q.fix[MSR_PLAN_FIX_MICRO_BATCH] = 2, q.fix[MSR_PLAN_FIX_SCHEDULE] = MSR_PLAN_1F1B;
+    q.offload_chunk = 4096;
+    msr_plan_t *plans = NULL;
+    msr_plan_pruned_t pr;
+    int64_t n = msr_plan_search_offload(&m, MSR_PLAN_FP32, &c, &q, 0, &plans, &pr, why, sizeof why);
+    MSR_CHECK_MSG(n > 0, "%s", why);
+    if (n <= 0)
+        return;
+    msr_plan_offload_why(&plans[0], &pr, &c, why, sizeof why);
+    int off = plans[0].l.offload;
+    double io = plans[0].t.offload_io_ms, paid = plans[0].t.offload_ms;
+    uint64_t saved, moved;
+    msr_plan_offload_cost(&m, MSR_PLAN_FP32, &plans[0], &saved, &moved);
+    free(plans);
+    MSR_CHECK_MSG(off & MSR_PLAN_OFFLOAD_GRADS, "offload %d", off);
+    MSR_CHECK_MSG(strstr(why, "no layout fits in") != NULL, "%s", why);
+    MSR_CHECK(pr.no_offload_ms == 0 && io > 0 && paid > 0 && saved > 0 && moved > 0);
+    char name[64];
+    /* the first mode that fits: the moments', the blocks' and the shard
+     * (the block inputs' 6 buffers outweigh what they save on this model) */
+    MSR_CHECK_MSG(strcmp(msr_plan_offload_name(off, name, sizeof name), "optimizer,params,grads") ==
+                      0,
+                  "%s", name);
+    MSR_CHECK(strcmp(msr_plan_offload_name(0, name, sizeof name), "none") == 0);
+    /* ZeRO 1 has no gradient shard to offload: nothing fits */
+    q.fix[MSR_PLAN_FIX_ZERO] = 1;
+    MSR_CHECK(msr_plan_search_offload(&m, MSR_PLAN_FP32, &c, &q, 0, &plans, &pr, why, sizeof why) ==
+              0);
+    MSR_CHECK(plans == NULL);
+}
+
+/* The gradients' offload prices all its I/O into the step (synchronous:
+ * nothing hides it), at the disk's rates, each half at its own. */
+static void test_grads_time(void)
+{
+    msr_plan_model_t m = {MSR_PLAN_GPT, 4, 128, 4, 4, 512, 256, 64};
+    msr_plan_layout_t l = layout(2, 1, 3, MSR_PLAN_RC_NONE, 2, 3);
+    l.offload_chunk = 4096;
+    l.offload = MSR_PLAN_OFFLOAD_OPTIM;
+    msr_plan_cluster_t c;
+    msr_plan_cluster_default(&c);
+    c.disk_read_gbs = 2, c.disk_write_gbs = 0.5;
+    msr_plan_time_t a, b;
+    msr_plan_time(&m, &l, MSR_PLAN_FP32, &c, &a);
+    l.offload |= MSR_PLAN_OFFLOAD_GRADS;
+    msr_plan_time(&m, &l, MSR_PLAN_FP32, &c, &b);
+    msr_plan_rank_t r;
+    msr_plan_rank(&m, &l, MSR_PLAN_FP32, 0, &r);
+    uint64_t w, rd;
+    msr_plan_offload_grads_io(r.shard_elems, 4096, 3, &w, &rd);
+    MSR_CHECK(r.offload_grads_w == w && r.offload_grads_r == rd && w > 0 && rd > w);
+    MSR_CHECK_EQ(r.grads, msr_plan_offload_grads_bytes(r.shard_elems, 4096));
+    double ms = (double)rd / 2e6 + (double)w / 0.5e6;
+    MSR_CHECK_MSG(fabs(b.offload_io_ms - a.offload_io_ms - ms) <= 1e-9 * ms, "%g", b.offload_io_ms);
+    MSR_CHECK_MSG(fabs(b.offload_ms - a.offload_ms - ms) <= 1e-9 * ms, "%g", b.offload_ms);
+    MSR_CHECK(fabs(b.step_ms - a.step_ms - ms) <= 1e-9 * b.step_ms);
+    /* refused where train_gpt refuses it */
+    static const struct {
+        int zero, tp, offload;
+        const char *why;
+    } bad[] = {
+        {1, 1, MSR_PLAN_OFFLOAD_OPTIM | MSR_PLAN_OFFLOAD_GRADS, "not below ZeRO 2"},
+        {2, 1, MSR_PLAN_OFFLOAD_GRADS, "not without the optimizer's offload"},
+        {3, 2, MSR_PLAN_OFFLOAD_OPTIM | MSR_PLAN_OFFLOAD_GRADS, "not under tp, pp, cp, ep"},
+    };
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        msr_plan_layout_t v = l;
+        v.zero = bad[i].zero, v.tp = bad[i].tp, v.dp = 2 / bad[i].tp, v.offload = bad[i].offload;
+        char why[256] = "";
+        MSR_CHECK(msr_plan_check(&m, &v, why, sizeof why) == -1);
+        MSR_CHECK_MSG(strstr(why, bad[i].why) != NULL, "%s", why);
+    }
+}
+
 static const msr_test_t tests[] = {
     {"disk_keys", test_disk_keys, 10},
     {"optim_bytes_real", test_optim_bytes_real, 30},
@@ -429,8 +628,11 @@ static const msr_test_t tests[] = {
     {"optim_crossover", test_optim_crossover, 10},
     {"acts_overlap", test_acts_overlap, 10},
     {"params_overlap", test_params_overlap, 10},
+    {"grads_real", test_grads_real, 30},
     {"auto_faster", test_auto_faster, 30},
     {"auto_params", test_auto_params, 30},
+    {"grads_time", test_grads_time, 10},
+    {"auto_grads", test_auto_grads, 30},
 };
 
 int main(int argc, char **argv)
