@@ -18,24 +18,8 @@ build=${1:-build}
 dir=${2:-}
 steps=${3:-8}
 micros=${4:-2}
-model=(--layers 4 --channels 256 --heads 4 --seq 64)
-mb=2
-train="$build/bin/train_gpt" plan="$build/bin/plan_gpt"
-[[ -x "$train" && -x "$plan" ]] || { echo "no $train or $plan: build first" >&2; exit 1; }
-((steps >= 2)) || { echo "STEPS $steps: at least 2 (the first is left out)" >&2; exit 2; }
 ((micros >= 1)) || { echo "MICROS $micros: at least 1" >&2; exit 2; }
-tmp=$(mktemp -d)
-own=""
-if [[ -z "$dir" ]]; then
-    dir=$(mktemp -d)
-    own=$dir
-fi
-cleanup() { rm -rf "$tmp" ${own:+"$own"}; }
-trap cleanup EXIT
-[[ -d "$dir" && -w "$dir" ]] || { echo "DIR $dir: not a writable directory" >&2; exit 2; }
-
-"$train" "${model[@]}" --micro-batch $mb --calibrate "$tmp/cluster" --offload-dir "$dir" \
-    2>"$tmp/calib" || { cat "$tmp/calib" >&2; exit 1; }
+source "$(dirname "$0")/offload_common.sh"
 # predicted: the step, and the offload's I/O that it pays
 explain() {
     "$plan" "${model[@]}" --world 1 --global-batch $((mb * micros)) --cluster "$tmp/cluster" \
