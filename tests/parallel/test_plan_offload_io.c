@@ -408,6 +408,22 @@ static void test_params_overlap(void)
     MSR_CHECK_MSG(zslot < slot && zslot >= slot / 2 - 4096, "%" PRIu64 " of %" PRIu64, zslot, slot);
 }
 
+/* An exhaustive search's query over world ranks for a global batch of
+ * gb: dp fixed (-1: free), ZeRO zero, micro-batches of 2 under 1F1B, the
+ * optimizer's offload in chunks of 4096 bytes. */
+static msr_plan_query_t auto_query(int world, int gb, int dp, int zero)
+{
+    msr_plan_query_t q;
+    memset(&q, 0, sizeof q);
+    q.world = world, q.global_batch = gb, q.search = MSR_PLAN_SEARCH_EXHAUSTIVE;
+    for (int k = 0; k < MSR_PLAN_FIX_N; k++)
+        q.fix[k] = -1;
+    q.fix[MSR_PLAN_FIX_DP] = dp, q.fix[MSR_PLAN_FIX_ZERO] = zero;
+    q.fix[MSR_PLAN_FIX_MICRO_BATCH] = 2, q.fix[MSR_PLAN_FIX_SCHEDULE] = MSR_PLAN_1F1B;
+    q.offload_chunk = 4096;
+    return q;
+}
+
 /* --offload auto: an offload when nothing fits without it, or when its
  * plan is faster than those that do (the layout it lets in outruns its
  * I/O); none when it is not, or when nothing is over the budget (it would
@@ -426,14 +442,7 @@ static void test_auto_faster(void)
     msr_plan_cluster_t c;
     msr_plan_cluster_default(&c);
     c.mem_gib = (double)(p_full > p_off ? p_full : p_off) / (1024.0 * 1024.0 * 1024.0);
-    msr_plan_query_t q;
-    memset(&q, 0, sizeof q);
-    q.world = 1, q.global_batch = 2, q.search = MSR_PLAN_SEARCH_EXHAUSTIVE;
-    for (int k = 0; k < MSR_PLAN_FIX_N; k++)
-        q.fix[k] = -1;
-    q.fix[MSR_PLAN_FIX_ZERO] = 0, q.fix[MSR_PLAN_FIX_MICRO_BATCH] = 2;
-    q.fix[MSR_PLAN_FIX_SCHEDULE] = MSR_PLAN_1F1B;
-    q.offload_chunk = 4096;
+    msr_plan_query_t q = auto_query(1, 2, -1, 0);
     static const struct {
         double gbs, mem_gib; /* 0: the budget above */
         int offload;
@@ -492,14 +501,7 @@ static void test_auto_params(void)
     msr_plan_cluster_t c;
     msr_plan_cluster_default(&c);
     c.mem_gib = (double)p_all / (1024.0 * 1024.0 * 1024.0);
-    msr_plan_query_t q;
-    memset(&q, 0, sizeof q);
-    q.world = 1, q.global_batch = 2, q.search = MSR_PLAN_SEARCH_EXHAUSTIVE;
-    for (int k = 0; k < MSR_PLAN_FIX_N; k++)
-        q.fix[k] = -1;
-    q.fix[MSR_PLAN_FIX_ZERO] = 0, q.fix[MSR_PLAN_FIX_MICRO_BATCH] = 2;
-    q.fix[MSR_PLAN_FIX_SCHEDULE] = MSR_PLAN_1F1B;
-    q.offload_chunk = 4096;
+    msr_plan_query_t q = auto_query(1, 2, -1, 0);
     msr_plan_t *plans = NULL;
     msr_plan_pruned_t pr;
     char why[256] = "";
@@ -540,14 +542,7 @@ static void test_auto_grads(void)
     msr_plan_cluster_t c;
     msr_plan_cluster_default(&c);
     c.mem_gib = (double)p_all / (1024.0 * 1024.0 * 1024.0);
-    msr_plan_query_t q;
-    memset(&q, 0, sizeof q);
-    q.world = 2, q.global_batch = 4, q.search = MSR_PLAN_SEARCH_EXHAUSTIVE;
-    for (int k = 0; k < MSR_PLAN_FIX_N; k++)
-        q.fix[k] = -1;
-    q.fix[MSR_PLAN_FIX_DP] = 2, q.fix[MSR_PLAN_FIX_ZERO] = 2;
-    q.fix[MSR_PLAN_FIX_MICRO_BATCH] = 2, q.fix[MSR_PLAN_FIX_SCHEDULE] = MSR_PLAN_1F1B;
-    q.offload_chunk = 4096;
+    msr_plan_query_t q = auto_query(2, 4, 2, 2);
     msr_plan_t *plans = NULL;
     msr_plan_pruned_t pr;
     int64_t n = msr_plan_search_offload(&m, MSR_PLAN_FP32, &c, &q, 0, &plans, &pr, why, sizeof why);
