@@ -485,6 +485,37 @@ static void test_auto_faster(void)
     MSR_CHECK(plans == NULL && pr.over_memory > 0);
 }
 
+/* The first plan of an --offload auto search (auto_first): its offload,
+ * its I/O and what the step pays of it, the bytes it saves and moves. */
+typedef struct auto_first {
+    int off;
+    double io, paid;
+    uint64_t saved, moved;
+} auto_first_t;
+
+/* Searches q under c with the offloads; checks that a plan came, one that
+ * needed them ("no layout fits in", none without), its I/O priced; its
+ * figures in *f. -1 when none came. */
+static int auto_first(msr_plan_model_t *m, msr_plan_cluster_t *c, msr_plan_query_t *q,
+                      auto_first_t *f)
+{
+    msr_plan_t *plans = NULL;
+    msr_plan_pruned_t pr;
+    char why[256] = "";
+    int64_t n = msr_plan_search_offload(m, MSR_PLAN_FP32, c, q, 0, &plans, &pr, why, sizeof why);
+    MSR_CHECK_MSG(n > 0, "%s", why);
+    if (n <= 0)
+        return -1;
+    msr_plan_offload_why(&plans[0], &pr, c, why, sizeof why);
+    f->off = plans[0].l.offload;
+    f->io = plans[0].t.offload_io_ms, f->paid = plans[0].t.offload_ms;
+    msr_plan_offload_cost(m, MSR_PLAN_FP32, &plans[0], &f->saved, &f->moved);
+    free(plans);
+    MSR_CHECK_MSG(strstr(why, "no layout fits in") != NULL, "%s", why);
+    MSR_CHECK(pr.no_offload_ms == 0 && f->io > 0 && f->paid > 0);
+    return 0;
+}
+
 /* --offload auto under a budget that only the blocks' parameters on disk
  * meet (beside the optimizer's moments and full recompute's inputs):
  * the plan offloads them, and says none fit without. */
@@ -502,21 +533,14 @@ static void test_auto_params(void)
     msr_plan_cluster_default(&c);
     c.mem_gib = (double)p_all / (1024.0 * 1024.0 * 1024.0);
     msr_plan_query_t q = auto_query(1, 2, -1, 0);
+    auto_first_t f;
+    if (auto_first(&m, &c, &q, &f) != 0)
+        return;
+    MSR_CHECK_MSG(f.off & MSR_PLAN_OFFLOAD_PARAMS, "offload %d", f.off);
+    /* a budget a quarter under: not even with every offload */
     msr_plan_t *plans = NULL;
     msr_plan_pruned_t pr;
     char why[256] = "";
-    int64_t n = msr_plan_search_offload(&m, MSR_PLAN_FP32, &c, &q, 0, &plans, &pr, why, sizeof why);
-    MSR_CHECK_MSG(n > 0, "%s", why);
-    if (n <= 0)
-        return;
-    msr_plan_offload_why(&plans[0], &pr, &c, why, sizeof why);
-    int off = plans[0].l.offload;
-    double io = plans[0].t.offload_io_ms, paid = plans[0].t.offload_ms;
-    free(plans);
-    MSR_CHECK_MSG(off & MSR_PLAN_OFFLOAD_PARAMS, "offload %d", off);
-    MSR_CHECK_MSG(strstr(why, "no layout fits in") != NULL, "%s", why);
-    MSR_CHECK(pr.no_offload_ms == 0 && io > 0 && paid > 0);
-    /* a budget a quarter under: not even with every offload */
     c.mem_gib *= 0.75;
     MSR_CHECK(msr_plan_search_offload(&m, MSR_PLAN_FP32, &c, &q, 0, &plans, &pr, why, sizeof why) ==
               0);
@@ -543,21 +567,14 @@ static void test_auto_grads(void)
     msr_plan_cluster_default(&c);
     c.mem_gib = (double)p_all / (1024.0 * 1024.0 * 1024.0);
     msr_plan_query_t q = auto_query(2, 4, 2, 2);
+    auto_first_t f;
+    if (auto_first(&m, &c, &q, &f) != 0)
+        return;
+    int off = f.off;
+    MSR_CHECK_MSG(off & MSR_PLAN_OFFLOAD_GRADS, "offload %d", off);
+    MSR_CHECK(f.saved > 0 && f.moved > 0);
     msr_plan_t *plans = NULL;
     msr_plan_pruned_t pr;
-    int64_t n = msr_plan_search_offload(&m, MSR_PLAN_FP32, &c, &q, 0, &plans, &pr, why, sizeof why);
-    MSR_CHECK_MSG(n > 0, "%s", why);
-    if (n <= 0)
-        return;
-    msr_plan_offload_why(&plans[0], &pr, &c, why, sizeof why);
-    int off = plans[0].l.offload;
-    double io = plans[0].t.offload_io_ms, paid = plans[0].t.offload_ms;
-    uint64_t saved, moved;
-    msr_plan_offload_cost(&m, MSR_PLAN_FP32, &plans[0], &saved, &moved);
-    free(plans);
-    MSR_CHECK_MSG(off & MSR_PLAN_OFFLOAD_GRADS, "offload %d", off);
-    MSR_CHECK_MSG(strstr(why, "no layout fits in") != NULL, "%s", why);
-    MSR_CHECK(pr.no_offload_ms == 0 && io > 0 && paid > 0 && saved > 0 && moved > 0);
     char name[64];
     /* the first mode that fits: the moments', the blocks' and the shard
      * (the block inputs' 6 buffers outweigh what they save on this model) */
