@@ -11,6 +11,7 @@
 #include "base/err.h"
 #include "comm/nccl/gpu_api.h"
 #include "tests/comm/device_fake.h"
+#include "tests/comm/fake_gpu_ops.h"
 
 typedef struct op {
     void *dst;
@@ -198,15 +199,7 @@ static msr_status_t memset_async(const msr_gpu_api_t *g, void *p, int byte, size
 
 static const msr_gpu_api_t fake_api = {
     .name = "fake-deferred",
-    .device_count = device_count,
-    .set_device = set_device,
-    .stream_create = stream_create,
-    .stream_destroy = stream_destroy,
-    .event_create = event_create,
-    .event_destroy = event_destroy,
-    .event_record = event_record,
-    .event_query = event_query,
-    .stream_wait_event = stream_wait_event,
+    MSR_FAKE_GPU_STREAM_OPS,
     .host_alloc = mem_alloc,
     .host_free = mem_free,
     .device_alloc = mem_alloc,

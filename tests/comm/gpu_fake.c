@@ -7,6 +7,7 @@
 
 #include "base/util.h"
 #include "base/err.h"
+#include "fake_gpu_ops.h"
 
 #define FAKE(g) ((gpu_fake_t *)(g)->data)
 
@@ -432,16 +433,8 @@ void gpu_fake_init(gpu_fake_t *f)
     f->api = (msr_gpu_api_t){
         .name = "fake",
         .data = f,
-        .device_count = device_count,
-        .set_device = set_device,
+        MSR_FAKE_GPU_STREAM_OPS,
         .device_uuid = device_uuid,
-        .stream_create = stream_create,
-        .stream_destroy = stream_destroy,
-        .event_create = event_create,
-        .event_destroy = event_destroy,
-        .event_record = event_record,
-        .event_query = event_query,
-        .stream_wait_event = stream_wait_event,
         .host_alloc = host_alloc,
         .host_free = host_free,
         .device_alloc = device_alloc,

@@ -12,20 +12,8 @@
 set -u
 build=${MSRUN_BUILD:?MSRUN_BUILD is not set}
 here=$(cd "$(dirname "$0")" && pwd)
-. "$here/../../bench/comm/netns_lib.sh"
-. "$here/../shm_files.sh"
-msrun=$build/bin/msrun
+. "$here/../netns_test.sh"
 bench=$build/bin/comm_bench
-out=$(mktemp -d)
-
-cleanup() {
-    netns_down
-    local f
-    for f in $(stale_shm); do rm -f "/dev/shm/$f"; done
-    rm -rf "$out"
-}
-trap cleanup EXIT
-trap 'exit 130' INT TERM
 
 failed() {
     echo "FAIL: $*"
@@ -34,10 +22,7 @@ failed() {
     exit 1
 }
 
-if ! why=$(netns_usable); then
-    echo "SKIP: $why"
-    exit 77
-fi
+netns_skip_unusable
 netns_remove_stale
 netns_up 2 2gbit || failed "cannot build the emulated network"
 

@@ -72,6 +72,41 @@ static unsigned char *dmem(const msr_device_t *d, size_t n)
     return p;
 }
 
+/* The buffers of the stream tests: host src and out, the bytes wanted,
+ * device x and y. src and want start as the same pattern. */
+typedef struct {
+    unsigned char *src, *out, *want, *x, *y;
+} bufs_t;
+
+static bufs_t bufs_new(const msr_device_t *d, size_t n, unsigned seed)
+{
+    bufs_t b;
+    b.src = host(d, n);
+    b.out = host(d, n);
+    b.want = malloc(n);
+    b.x = dmem(d, n);
+    b.y = dmem(d, n);
+    MSR_CHECK(b.want != NULL);
+    fill(b.src, n, seed);
+    memcpy(b.want, b.src, n);
+    return b;
+}
+
+/* Reads dev back into out on stream s, checks it is what is wanted, and
+ * frees the buffers. */
+static void bufs_check_free(const msr_device_t *d, bufs_t *b, const unsigned char *dev, size_t n,
+                            msr_device_stream_t *s)
+{
+    MSR_CHECK_OK(msr_device_copy(d, b->out, dev, n, MSR_DEVICE_D2H, s));
+    MSR_CHECK_OK(msr_device_stream_sync(d, s));
+    MSR_CHECK(memcmp(b->out, b->want, n) == 0);
+    msr_device_free(d, b->y);
+    msr_device_free(d, b->x);
+    free(b->want);
+    msr_device_host_free(d, b->out);
+    msr_device_host_free(d, b->src);
+}
+
 /* Zero bytes is valid everywhere and touches nothing. */
 static void test_zero_bytes(void)
 {
@@ -182,27 +217,16 @@ static void test_stream_order(void)
     enum { N = (3u << 20) + 1, ROUNDS = 16 };
     msr_device_stream_t *s = NULL;
     MSR_CHECK_OK(msr_device_stream_create(d, &s));
-    unsigned char *src = host(d, N), *out = host(d, N), *want = malloc(N);
-    unsigned char *x = dmem(d, N), *y = dmem(d, N);
-    MSR_CHECK(want != NULL);
-    fill(src, N, 3);
-    memcpy(want, src, N);
-    MSR_CHECK_OK(msr_device_copy(d, x, src, N, MSR_DEVICE_H2D, s));
+    bufs_t b = bufs_new(d, N, 3);
+    MSR_CHECK_OK(msr_device_copy(d, b.x, b.src, N, MSR_DEVICE_H2D, s));
     for (int r = 0; r < ROUNDS; r++) {
         /* x -> y, a byte of y changed, y -> x: each step needs the last */
-        MSR_CHECK_OK(msr_device_copy(d, y, x, N, MSR_DEVICE_D2D, s));
-        MSR_CHECK_OK(msr_device_memset(d, y + (size_t)r * 4099, r + 1, 1, s));
-        want[(size_t)r * 4099] = (unsigned char)(r + 1);
-        MSR_CHECK_OK(msr_device_copy(d, x, y, N, MSR_DEVICE_D2D, s));
+        MSR_CHECK_OK(msr_device_copy(d, b.y, b.x, N, MSR_DEVICE_D2D, s));
+        MSR_CHECK_OK(msr_device_memset(d, b.y + (size_t)r * 4099, r + 1, 1, s));
+        b.want[(size_t)r * 4099] = (unsigned char)(r + 1);
+        MSR_CHECK_OK(msr_device_copy(d, b.x, b.y, N, MSR_DEVICE_D2D, s));
     }
-    MSR_CHECK_OK(msr_device_copy(d, out, x, N, MSR_DEVICE_D2H, s));
-    MSR_CHECK_OK(msr_device_stream_sync(d, s));
-    MSR_CHECK(memcmp(out, want, N) == 0);
-    msr_device_free(d, y);
-    msr_device_free(d, x);
-    free(want);
-    msr_device_host_free(d, out);
-    msr_device_host_free(d, src);
+    bufs_check_free(d, &b, b.x, N, s);
     msr_device_stream_destroy(d, s);
     msr_device_destroy(d);
 }
@@ -221,33 +245,22 @@ static void test_events(void)
     MSR_CHECK_OK(msr_device_event_create(d, &e1));
     MSR_CHECK_OK(msr_device_event_create(d, &e2));
     MSR_CHECK_OK(msr_device_event_query(d, e1));
-    unsigned char *src = host(d, N), *out = host(d, N), *want = malloc(N);
-    unsigned char *x = dmem(d, N), *y = dmem(d, N);
-    MSR_CHECK(want != NULL);
-    fill(src, N, 5);
-    memcpy(want, src, N);
-    memset(want + 1001, 0x3c, N / 2);
-    MSR_CHECK_OK(msr_device_copy(d, x, src, N, MSR_DEVICE_H2D, s1));
-    MSR_CHECK_OK(msr_device_memset(d, x + 1001, 0x3c, N / 2, s1));
+    bufs_t b = bufs_new(d, N, 5);
+    memset(b.want + 1001, 0x3c, N / 2);
+    MSR_CHECK_OK(msr_device_copy(d, b.x, b.src, N, MSR_DEVICE_H2D, s1));
+    MSR_CHECK_OK(msr_device_memset(d, b.x + 1001, 0x3c, N / 2, s1));
     MSR_CHECK_OK(msr_device_event_record(d, e1, s1));
     MSR_CHECK_OK(msr_device_stream_wait(d, s2, e1));
-    MSR_CHECK_OK(msr_device_copy(d, y, x, N, MSR_DEVICE_D2D, s2));
-    MSR_CHECK_OK(msr_device_copy(d, out, y, N, MSR_DEVICE_D2H, s2));
+    MSR_CHECK_OK(msr_device_copy(d, b.y, b.x, N, MSR_DEVICE_D2D, s2));
+    MSR_CHECK_OK(msr_device_copy(d, b.out, b.y, N, MSR_DEVICE_D2H, s2));
     MSR_CHECK_OK(msr_device_event_record(d, e2, s2));
     MSR_CHECK_OK(msr_device_event_sync(d, e2));
     MSR_CHECK_OK(msr_device_event_query(d, e2));
     MSR_CHECK_OK(msr_device_event_query(d, e1));
-    MSR_CHECK(memcmp(out, want, N) == 0);
+    MSR_CHECK(memcmp(b.out, b.want, N) == 0);
     /* the default stream sees the other streams' finished work */
-    memset(out, 0, N);
-    MSR_CHECK_OK(msr_device_copy(d, out, y, N, MSR_DEVICE_D2H, NULL));
-    MSR_CHECK_OK(msr_device_stream_sync(d, NULL));
-    MSR_CHECK(memcmp(out, want, N) == 0);
-    msr_device_free(d, y);
-    msr_device_free(d, x);
-    free(want);
-    msr_device_host_free(d, out);
-    msr_device_host_free(d, src);
+    memset(b.out, 0, N);
+    bufs_check_free(d, &b, b.y, N, NULL);
     msr_device_event_destroy(d, e2);
     msr_device_event_destroy(d, e1);
     msr_device_stream_destroy(d, s2);

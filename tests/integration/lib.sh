@@ -8,6 +8,8 @@ TMP=$(mktemp -d /tmp/msrun-test.XXXXXX)
 # Only msrun and its children carry this marker: the test shell does not.
 MARKER="msrt-$$-$RANDOM$RANDOM"
 FAILED=0
+# wait_for, wait_count
+. "$(dirname "${BASH_SOURCE[0]}")/../wait_lib.sh"
 
 # Processes (pid list) that still carry this test's marker: one grep over
 # every environment (a pipeline per process took most of a second on a
@@ -190,27 +192,6 @@ assert $cond, j" "$TMP/st" 2>"$TMP/py.err" && return 0
         sleep 0.2
     done
     cat "$TMP/st" "$TMP/st.err" "$TMP/py.err" >&2
-    return 1
-}
-
-# wait_for PATTERN FILE SECONDS: waits until FILE has at least one line
-# matching PATTERN.
-wait_for() {
-    local i
-    for ((i = 0; i < $3 * 20; i++)); do
-        grep -q -- "$1" "$2" 2>/dev/null && return 0
-        sleep 0.05
-    done
-    return 1
-}
-
-# wait_count PATTERN FILE N SECONDS: waits for N matching lines.
-wait_count() {
-    local i
-    for ((i = 0; i < $4 * 20; i++)); do
-        [ "$(grep -c -- "$1" "$2" 2>/dev/null)" -ge "$3" ] && return 0
-        sleep 0.05
-    done
     return 1
 }
 

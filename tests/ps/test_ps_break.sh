@@ -13,21 +13,9 @@
 set -u
 build=${MSRUN_BUILD:?MSRUN_BUILD is not set}
 here=$(cd "$(dirname "$0")" && pwd)
-. "$here/../../bench/comm/netns_lib.sh"
-. "$here/../shm_files.sh"
-msrun=$build/bin/msrun
+. "$here/../netns_test.sh"
 prog=$build/tests/ps_break
-out=$(mktemp -d)
 PORT=29500
-
-cleanup() {
-    netns_down
-    local f
-    for f in $(stale_shm); do rm -f "/dev/shm/$f"; done
-    rm -rf "$out"
-}
-trap cleanup EXIT
-trap 'exit 130' INT TERM
 
 FAILED=0
 fail() {
@@ -35,25 +23,12 @@ fail() {
     FAILED=1
 }
 
-if ! why=$(netns_usable); then
-    echo "SKIP: $why"
-    exit 77
-fi
+netns_skip_unusable
 netns_remove_stale
 netns_up 2 2gbit || { echo "FAIL: cannot build the emulated network"; exit 1; }
 ip netns exec "${NS_PREFIX}-n1" ss -K dst 127.0.0.2 >/dev/null 2>&1 ||
     { echo "SKIP: ss -K cannot destroy sockets here"; exit 77; }
 (umask 077 && od -An -tx1 -N32 /dev/urandom | tr -d ' \n' >"$out/token")
-
-# wait_for PATTERN FILE SECONDS: FILE has a line matching PATTERN
-wait_for() {
-    local i
-    for ((i = 0; i < $3 * 20; i++)); do
-        grep -q -- "$1" "$2" 2>/dev/null && return 0
-        sleep 0.05
-    done
-    return 1
-}
 
 # run MODE ARGS...: the job; both workers pushing, node 1's connections to
 # node 0 destroyed; both msruns must end within 60 s
