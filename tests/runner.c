@@ -2,6 +2,7 @@
 #include "tests/runner.h"
 
 #include <errno.h>
+#include <ftw.h>
 #include <signal.h>
 #include <stdarg.h>
 #include <sys/wait.h>
@@ -192,4 +193,24 @@ int msr_test_main(int argc, char **argv, const msr_test_t *tests, size_t n)
         printf(", %d unknown test name%s", unknown, unknown > 1 ? "s" : "");
     printf("\n");
     return failed || unknown ? 1 : 0;
+}
+
+static int remove_one(const char *path, const struct stat *st, int flag, struct FTW *ftw)
+{
+    (void)st, (void)flag, (void)ftw;
+    return remove(path);
+}
+
+int msr_test_main_in_dir(int argc, char **argv, const msr_test_t *tests, size_t n, char *dir,
+                         size_t dir_len, const char *name)
+{
+    const char *tmp = getenv("TMPDIR");
+    snprintf(dir, dir_len, "%.40s/%s.XXXXXX", tmp != NULL && *tmp ? tmp : "/tmp", name);
+    if (mkdtemp(dir) == NULL) {
+        perror("mkdtemp");
+        return 1;
+    }
+    int rc = msr_test_main(argc, argv, tests, n);
+    nftw(dir, remove_one, 16, FTW_DEPTH | FTW_PHYS);
+    return rc;
 }

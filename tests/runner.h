@@ -28,6 +28,17 @@ int msr_test_main(int argc, char **argv, const msr_test_t *tests, size_t n);
 #define MSR_TEST_MAIN(argc, argv, table) \
     msr_test_main((argc), (argv), (table), sizeof(table) / sizeof((table)[0]))
 
+/* msr_test_main with a fresh folder for the tests: dir (dir_len bytes,
+ * 32 or more) is made as $TMPDIR/NAME.XXXXXX (/tmp without TMPDIR) before
+ * they run and removed with all it holds after, whatever they did; 1
+ * when it cannot be made. */
+int msr_test_main_in_dir(int argc, char **argv, const msr_test_t *tests, size_t n, char *dir,
+                         size_t dir_len, const char *name);
+
+#define MSR_TEST_MAIN_IN_DIR(argc, argv, table, dir, name)                                   \
+    msr_test_main_in_dir((argc), (argv), (table), sizeof(table) / sizeof((table)[0]), (dir), \
+                         sizeof(dir), (name))
+
 /* Runs fn in a child process with a timeout, as a test runs, and returns
  * its exit status (1, said on stdout, where it crashes or times out): for
  * what must not happen in the runner's own process (setting CUDA up, which

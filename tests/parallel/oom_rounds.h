@@ -14,25 +14,15 @@
 #include "base/alloc.h"
 #include "msrun/msrun.h"
 #include "parallel/train.h"
+#include "tests/parallel/worker_config.h"
 
 /* The workers' small GPT trainer, dp ranks with this one dp_rank rank:
  * the defaults, buckets of 4000 bytes, every parameter sharded at ZeRO
  * levels above 0. A worker sets its layout on top. */
 static msr_train_config_t oom_config(int dp, int rank)
 {
-    msr_train_config_t c = {
-        .model = {MSR_GPT_VOCAB, 16, 2, 2, 16},
-        .micro_batch = 2,
-        .grad_accum = 2,
-        .dp = dp,
-        .dp_rank = rank,
-        .seed = 5,
-        .lr = 3e-3f,
-        .warmup = 2,
-        .grad_clip = 1.0f,
-        .adamw = {0.9, 0.95, 1e-8, 0.1},
-    };
-    msr_train_config_defaults(&c);
+    msr_train_config_t c = worker_config(2, 16, 2, dp, rank);
+    c.seed = 5;
     c.par.bucket_bytes = 4000;
     c.par.zero_min_bytes = 0;
     return c;

@@ -14,23 +14,14 @@
 #include "base/alloc.h"
 #include "model/moe.h"
 #include "parallel/train.h"
+#include "tests/parallel/worker_config.h"
 #include "tests/runner.h"
 
 static msr_train_config_t small_config(int micro_batch, int grad_accum)
 {
-    msr_train_config_t c = {
-        .model = {MSR_GPT_VOCAB, 16, 2, 4, 32},
-        .micro_batch = micro_batch,
-        .grad_accum = grad_accum,
-        .dp = 1,
-        .dp_rank = 0,
-        .seed = 5,
-        .lr = 3e-3f,
-        .warmup = 2,
-        .grad_clip = 1.0f,
-        .adamw = {0.9, 0.95, 1e-8, 0.1},
-    };
-    msr_train_config_defaults(&c);
+    msr_train_config_t c = worker_config(4, 32, grad_accum, 1, 0);
+    c.micro_batch = micro_batch;
+    c.seed = 5;
     c.par.zero_min_bytes = 1024; /* the final norm (256 bytes) stays replicated */
     return c;
 }

@@ -1,6 +1,7 @@
 /* The small GPT trainer the data-parallel workers under msrun start from
- * (dp_worker.c, ep_device_worker.c), and the checkpoint tests'
- * (ckpt_support.c). A program includes this once. */
+ * (dp_worker.c, ep_device_worker.c), the out-of-memory workers'
+ * (oom_rounds.h), the checkpoint tests' (ckpt_support.c) and
+ * test_train.c's. */
 #ifndef MSRUN_TESTS_PARALLEL_WORKER_CONFIG_H
 #define MSRUN_TESTS_PARALLEL_WORKER_CONFIG_H
 

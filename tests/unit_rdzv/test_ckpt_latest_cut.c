@@ -5,7 +5,6 @@
  * shorter than its header gives, at each bound: cut to its header alone,
  * one byte short; not for a damaged byte or a header cut itself). */
 #include <fcntl.h>
-#include <ftw.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -191,23 +190,7 @@ static const msr_test_t tests[] = {
     {"not_cut_not_asked", test_not_cut_not_asked, 0},
 };
 
-static int remove_one(const char *path, const struct stat *sb, int flag, struct FTW *ftw)
-{
-    (void)sb;
-    (void)flag;
-    (void)ftw;
-    return remove(path);
-}
-
 int main(int argc, char **argv)
 {
-    const char *tmp = getenv("TMPDIR");
-    snprintf(dir, sizeof dir, "%.40s/ckpt_latest_cut.XXXXXX", tmp != NULL && *tmp ? tmp : "/tmp");
-    if (mkdtemp(dir) == NULL) {
-        perror("mkdtemp");
-        return 1;
-    }
-    int rc = MSR_TEST_MAIN(argc, argv, tests);
-    nftw(dir, remove_one, 16, FTW_DEPTH | FTW_PHYS);
-    return rc;
+    return MSR_TEST_MAIN_IN_DIR(argc, argv, tests, dir, "ckpt_latest_cut");
 }

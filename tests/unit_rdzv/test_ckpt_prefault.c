@@ -7,7 +7,6 @@
  * aligned to huge pages and advised to be of them, and kept when the
  * reader is pointed at another file; it counts the bytes it reads. */
 #include <fcntl.h>
-#include <ftw.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -514,21 +513,7 @@ static const msr_test_t tests[] = {
     {"reader_reopen", test_reader_reopen, 30},   {"reader_bytes", test_reader_bytes, 30},
 };
 
-static int remove_one(const char *path, const struct stat *st, int flag, struct FTW *ftw)
-{
-    (void)st, (void)flag, (void)ftw;
-    return remove(path);
-}
-
 int main(int argc, char **argv)
 {
-    const char *tmp = getenv("TMPDIR");
-    snprintf(dir, sizeof dir, "%.40s/ckpt_prefault.XXXXXX", tmp != NULL && *tmp ? tmp : "/tmp");
-    if (mkdtemp(dir) == NULL) {
-        perror("mkdtemp");
-        return 1;
-    }
-    int rc = MSR_TEST_MAIN(argc, argv, tests);
-    nftw(dir, remove_one, 16, FTW_DEPTH | FTW_PHYS);
-    return rc;
+    return MSR_TEST_MAIN_IN_DIR(argc, argv, tests, dir, "ckpt_prefault");
 }
