@@ -54,10 +54,14 @@ cleanup() {
 }
 trap cleanup EXIT
 
-# a free port claimed for this script until it exits (lib.sh's free_port)
+# a free port claimed for this script until it exits, with the next one
+# (msrun's master_port + 1, its workers' MASTER_PORT) claimed beside it
+# (lib.sh's free_port)
 free_port() {
-    MSRUN_PORT_CLAIMS="$build/tests/port-claims" MSRUN_PORT_OWNER=$$ \
-        python3 "$(dirname "$0")/../../scripts/free_port.py"
+    local pair
+    pair=$(MSRUN_PORT_CLAIMS="$build/tests/port-claims" MSRUN_PORT_OWNER=$$ \
+        python3 "$(dirname "$0")/../../scripts/free_port.py" --consecutive 2) || return 1
+    echo "${pair%%$'\n'*}"
 }
 
 run_once() { # $1: log file; the exit status of node 0's msrun

@@ -75,8 +75,17 @@ ok() { echo "ok   $*"; }
 # a TCP port free on loopback right now
 # free_port [N]: N free ports (see scripts/free_port.py for why not bind(0)'s),
 # claimed for this test's shell until it exits, so that no test running
-# beside it gets them
+# beside it gets them. Without N: one port P, with P + 1 claimed beside it:
+# a port handed out may become msrun's master_port, and its workers'
+# MASTER_PORT is master_port + 1 (--torch_port's default), which msrun
+# refuses to start without; no other test may be handed it.
 free_port() {
+    if [ $# -eq 0 ]; then
+        local pair
+        pair=$(free_port --consecutive 2) || return 1
+        echo "${pair%%$'\n'*}"
+        return 0
+    fi
     MSRUN_PORT_CLAIMS="$BUILD/tests/port-claims" MSRUN_PORT_OWNER=$$ \
         python3 "$(dirname "${BASH_SOURCE[0]}")/../../scripts/free_port.py" "$@"
 }
