@@ -194,7 +194,6 @@ static msr_status_t send_missing(msr_proxy_t *p, fetch_wait_t *w, uint64_t deadl
     snprintf(u->name, sizeof u->name, "%s", w->name);
     u->async.method = MSR_RPC_FETCH;
     u->async.deadline = deadline;
-    u->async.wait_for_ready = 1;
     u->async.done = up_done;
     Msr__FetchRequest r = MSR__FETCH_REQUEST__INIT;
     r.generation = u->generation;
@@ -205,6 +204,7 @@ static msr_status_t send_missing(msr_proxy_t *p, fetch_wait_t *w, uint64_t deadl
     r.wait_ms = left > (int64_t)UINT32_MAX - 1 ? UINT32_MAX - 1 : left > 0 ? (uint32_t)left : 0;
     msr_list_push_back(&p->fetch_ups, &u->link);
     msr_rpc_channel_t *ch = msr_proxy_store_channel(p, &u->via_relay);
+    u->async.wait_for_ready = !u->via_relay; /* as the store's calls (proxy_up.c) */
     if (msr_rpc_call_start(ch, p->loop, &u->async, &r.base) != MSR_OK) {
         msr_list_remove(&u->link);
         goto err_marks;

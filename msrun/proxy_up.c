@@ -202,7 +202,11 @@ msr_status_t msr_proxy_fwd_start(fwd_t *f)
     msr_status_t st;
     msr_rpc_channel_t *ch = msr_proxy_store_channel(p, &f->via_relay);
     f->async.deadline = f->deadline;
-    f->async.wait_for_ready = 1;
+    /* The coordinator may be restarting: wait for it. A relay that is
+     * gone must fail the call at once (UNAVAILABLE), so that it goes to
+     * the coordinator: one sent before its death was noticed would wait
+     * for the relay's connection until the workers' deadline. */
+    f->async.wait_for_ready = !f->via_relay;
     f->async.done = fwd_done;
     f->async.raw = 1;
     group_t *g = f->group;
