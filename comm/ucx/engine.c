@@ -425,42 +425,38 @@ static int drain_one(ucx_engine_t *e, ucp_tag_message_h m, size_t len, uint64_t 
     return 1;
 }
 
-/* Receives and drops every message left for this engine's communicators,
- * all closed by now, so that UCX has none to warn about when the worker
- * goes ("unexpected tag-receive descriptor ... was not matched"): notices
- * (left, abort) that came after their receive was gone, and the messages
- * of operations that a failure ended before this member received them (a
- * broken communicator's collective, its peers' parts already sent). The
- * worker is progressed before each probe: a message still in a
- * transport's queue (shared memory's FIFO) is in UCX's unexpected queue,
- * where the probe looks, only after that; a probe without it missed those,
- * and the next progress (a receive of the drain) brought them in too late
- * for the probes before it. A probed message is off UCX's queue whatever
- * its receive's outcome, so a failed receive ends only that one. Bounded
- * by MSR_COMM_CLOSE_MS. */
-static void drain_messages(ucx_engine_t *e)
+/* Receives and drops the messages left for this engine's communicators,
+ * all closed by now, whose tags match TAG under MASK, so that UCX has none
+ * to warn about when the worker goes ("unexpected tag-receive descriptor
+ * ... was not matched"): notices (left, abort) that came after their
+ * receive was gone, and the messages of operations that a failure ended
+ * before this member received them (a broken communicator's collective,
+ * its peers' parts already sent). The worker is progressed before each
+ * probe: a message still in a transport's queue (shared memory's FIFO) is
+ * in UCX's unexpected queue, where the probe looks, only after that; a
+ * probe without it missed those, and the next progress (a receive of the
+ * drain) brought them in too late for the probes before it. A probed
+ * message is off UCX's queue whatever its receive's outcome, so a failed
+ * receive ends only that one. Counts into *NOTICES and *OTHERS; bounded by
+ * DEADLINE. */
+static void drain_messages(ucx_engine_t *e, uint64_t tag, uint64_t mask, uint64_t deadline,
+                           int *notices, int *others)
 {
-    uint64_t t0 = msr_now_ns();
-    uint64_t deadline = msr_deadline_in_ms(msr_env_i64("MSR_COMM_CLOSE_MS", 1000, 0, 600000));
     ucp_tag_recv_info_t info;
-    int notices = 0, others = 0;
     for (int k = 0; k < 1 << 20 && !msr_deadline_passed(deadline); k++) {
         int spins = 0;
         while (spins++ < 1024 && ucp_worker_progress(e->worker) != 0)
             continue;
-        ucp_tag_message_h m = ucp_tag_probe_nb(e->worker, 0, 0, 1, &info);
+        ucp_tag_message_h m = ucp_tag_probe_nb(e->worker, tag, mask, 1, &info);
         if (m == NULL)
             break;
         if (!drain_one(e, m, info.length, deadline))
             break; /* out of memory at exit: UCX warns of what is left */
         if ((info.sender_tag >> 62) == UCX_TAG_CTRL)
-            notices++;
+            (*notices)++;
         else
-            others++;
+            (*others)++;
     }
-    MSR_DEBUG("comm: engine %s: %d notices drained at its close (and %d messages of operations "
-              "that ended without them) in %.3f ms",
-              e->uid, notices, others, (double)(msr_now_ns() - t0) / 1e6);
 }
 
 /* Closes the endpoints: flushed to live peers, by force to lost peers where
@@ -522,8 +518,22 @@ void ucx_engine_unref(ucx_engine_t *e)
               (unsigned long long)e->stat_yields, (unsigned long long)e->stat_sleeps,
               (unsigned long long)e->stat_sleep_timeouts, (double)e->stat_slept_ns / 1e6);
     ucx_engine_reap_orphans(e);
+    /* Every message is drained while the endpoints stand: a rendezvous
+     * message's receive answers its sender through this side's endpoint,
+     * which UCX finds by the id the message carries, and an endpoint
+     * already closed is then memory UCX has freed (with error mode NONE the
+     * id is its address: UCX asserts, or worse). After the close only
+     * notices are drained, the last a peer sent as it left: small enough
+     * to come whole (eager), their receive touches no endpoint. */
+    uint64_t t0 = msr_now_ns();
+    uint64_t deadline = msr_deadline_in_ms(msr_env_i64("MSR_COMM_CLOSE_MS", 1000, 0, 600000));
+    int notices = 0, others = 0;
+    drain_messages(e, 0, 0, deadline, &notices, &others);
     close_endpoints(e);
-    drain_messages(e);
+    drain_messages(e, UCX_TAG_CTRL << 62, UCX_TAG_MASK_CLASS, deadline, &notices, &others);
+    MSR_DEBUG("comm: engine %s: %d notices drained at its close (and %d messages of operations "
+              "that ended without them) in %.3f ms",
+              e->uid, notices, others, (double)(msr_now_ns() - t0) / 1e6);
     for (size_t i = 0; i < e->n_orphans; i++)
         ucp_request_free(e->orphans[i]);
     msr_list_t *pos, *tmp;

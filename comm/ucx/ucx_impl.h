@@ -44,6 +44,8 @@ static inline int ucx_tag_src(uint64_t tag)
 }
 
 #define UCX_TAG_MASK_FULL    (~0ull)
+/* the class alone: what the drain of notices at close matches */
+#define UCX_TAG_MASK_CLASS   (3ull << 62)
 /* class and communicator: what the abort receive matches */
 #define UCX_TAG_MASK_CTRL    (~0ull << 46)
 /* everything but the sender: what a receive from any source matches */

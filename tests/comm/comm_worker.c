@@ -249,6 +249,8 @@ static int run_mode(msr_ctx_t *ctx, msr_comm_t *world, const char *mode)
         cw_mode_inflight(world);
     else if (strcmp(mode, "p2p") == 0)
         cw_mode_p2p(world);
+    else if (strcmp(mode, "unreceived") == 0)
+        cw_mode_unreceived(world);
     else if (strcmp(mode, "threads") == 0)
         cw_mode_threads(world);
     else if (strcmp(mode, "determinism") == 0)
@@ -277,7 +279,8 @@ int main(int argc, char **argv)
         fprintf(
             stderr,
             "usage: comm_worker "
-            "collectives|samecomm|inflight|p2p|threads|determinism|kill|killring|killsmall|"
+            "collectives|samecomm|inflight|p2p|unreceived|threads|determinism|kill|killring|"
+            "killsmall|"
             "leave|exitafterbarrier|giveup|stop|hier|killhier|killhierrs|killhierag|killhierbc|"
             "killhierred|"
             "inflighthier|small|killsmallbc|killsmallbcauto|killsmallag|killsmallrs|stopsmall\n");

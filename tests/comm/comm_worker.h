@@ -64,6 +64,7 @@ void cw_mode_inflight(msr_comm_t *world);                           /* comm_work
 void cw_mode_threads(msr_comm_t *world);                            /* comm_worker_inflight.c */
 void cw_mode_small(msr_comm_t *world);                              /* comm_worker_small.c */
 void cw_mode_p2p(msr_comm_t *world);                                /* comm_worker_p2p.c */
+void cw_mode_unreceived(msr_comm_t *world);                         /* comm_worker_p2p.c */
 void cw_mode_determinism(msr_comm_t *world);                        /* comm_worker_order.c */
 void cw_mode_hier(msr_ctx_t *ctx, msr_comm_t *world);               /* comm_worker_order.c */
 void cw_mode_leave(msr_ctx_t *ctx, msr_comm_t *world);              /* comm_worker_fail.c */

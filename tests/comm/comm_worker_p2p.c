@@ -145,3 +145,45 @@ void cw_mode_p2p(msr_comm_t *world)
         fail("own-worker dup: rank %d of %d", msr_comm_rank(own), msr_comm_size(own));
     msr_comm_destroy(own);
 }
+
+/* Messages a member never receives, left in its engine when the engine
+ * closes: rank 1 sends rank 0 a rendezvous-sized message and a small one
+ * on a communicator with its own engine, which rank 0 destroys without
+ * receiving them. Rank 0's close drops both, the rendezvous one answered
+ * through the endpoint it came by (closing that endpoint first made UCX
+ * follow a freed one), and rank 1's sends end without error. */
+void cw_mode_unreceived(msr_comm_t *world)
+{
+    int me = msr_comm_rank(world);
+    snprintf(g_case, sizeof g_case, "unreceived");
+    msr_comm_t *own = NULL;
+    OK(msr_comm_dup(world, MSR_COMM_OWN_WORKER, &own));
+    size_t big = 1u << 20;
+    unsigned char *out = xmalloc(big);
+    memset(out, 7, big);
+    msr_comm_req_t *q[2] = {NULL, NULL};
+    int32_t mark = 0;
+    if (me == 1) {
+        OK(msr_comm_isend(own, out, big, MSR_DTYPE_U8, 0, 99, &q[0]));
+        OK(msr_comm_isend(own, out, 8, MSR_DTYPE_U8, 0, 98, &q[1]));
+        OK(msr_comm_send(own, &mark, 1, MSR_DTYPE_I32, 0, 97));
+    } else if (me == 0) {
+        /* sent after the two on the same connection, so they are in this
+         * rank's queue once it is here (the barrier of one node's members
+         * goes through their shared segment, past UCX) */
+        OK(msr_comm_recv(own, &mark, 1, MSR_DTYPE_I32, 1, 97));
+    }
+    if (me == 1) {
+        msr_comm_set_timeout(own, 20000); /* a send never taken fails, not hangs */
+        /* done once rank 0's close has taken them, with or without its
+         * word that it left first */
+        for (int i = 0; i < 2; i++) {
+            msr_status_t st = msr_comm_wait(q[i]);
+            if (st != MSR_OK && st != MSR_ERR_PEER_LOST)
+                fail("unreceived: send %d ended %s: %s", i, msr_status_name(st), msr_last_error());
+        }
+    }
+    msr_comm_destroy(own);
+    free(out);
+    g_checks++;
+}

@@ -121,6 +121,16 @@ collectives | samecomm | inflight | inflighthier | p2p | anysrc | threads | leav
     # warns of none ("unexpected tag-receive descriptor ... was not matched")
     ! grep -q "was not matched" "$out/log" || failed "UCX warned of an unmatched message"
     ;;
+unreceived)
+    # debug: the engines' count of the messages they drain at their close
+    MSR_LOG_LEVEL=debug run_once "$out/log"
+    rc=$?
+    [ $rc -eq 0 ] || failed "msrun exited with $rc"
+    grep -q "ok $mode" "$out/log" || failed "rank 0 did not report ok"
+    grep -q '^\[node 0 rank 0\] .*notices drained at its close (and 2 messages' "$out/log" ||
+        failed "rank 0's engine did not drop the two messages it never received"
+    ! grep -q "was not matched" "$out/log" || failed "UCX warned of an unmatched message"
+    ;;
 exitafterbarrier)
     run_once "$out/log"
     rc=$?
