@@ -32,6 +32,10 @@ static msr_status_t map_ucs(ucx_req_t *r, ucs_status_t s, const char *what, int 
         break;
     default: /* transport errors: the peer went away */
         st = MSR_ERR_PEER_LOST;
+        /* UCX may have let go of the endpoint its messages name (the drain
+         * at close leaves them alone) */
+        if (peer >= 0 && s != UCS_ERR_CANCELED)
+            r->uc->peer[peer]->broke = 1;
         break;
     }
     /* This engine never cancels an operation it still tests (a request

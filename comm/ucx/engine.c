@@ -425,6 +425,37 @@ static int drain_one(ucx_engine_t *e, ucp_tag_message_h m, size_t len, uint64_t 
     return 1;
 }
 
+/* The longest message a member sends whole (eager) whatever UCX's
+ * rendezvous threshold: its receive touches no endpoint. */
+#define DRAIN_EAGER_BYTES 1024
+
+/* 1 when a message with this tag and length is one the drain leaves to
+ * UCX: a rendezvous-sized one once the endpoints are CLOSED, or from a
+ * member lost to a communicator that broke on it (dead, or its operation
+ * failed in UCX's transport). */
+static int leave_it(const ucx_engine_t *e, uint64_t tag, size_t length, int closed)
+{
+    if (length <= DRAIN_EAGER_BYTES)
+        return 0;
+    if (closed)
+        return 1;
+    unsigned id = (unsigned)(tag >> 46) & UCX_MAX_COMM_ID;
+    int src = ucx_tag_src(tag);
+    for (size_t i = 0; i < e->n_lost_comms; i++) {
+        const ucx_lost_comm_t *lc = &e->lost_comms[i];
+        if (lc->id != id)
+            continue;
+        if (src >= lc->size)
+            return 0;
+        const ucx_peer_t *p = &e->peers[lc->world_ranks[src]];
+        return p->dead || p->broke;
+    }
+    return 0;
+}
+
+/* The bits a message's sender is told by: class, communicator, sender. */
+#define DRAIN_KEY_MASK (~0ull << UCX_TAG_SRC_SHIFT)
+
 /* Receives and drops the messages left for this engine's communicators,
  * all closed by now, whose tags match TAG under MASK, so that UCX has none
  * to warn about when the worker goes ("unexpected tag-receive descriptor
@@ -437,26 +468,50 @@ static int drain_one(ucx_engine_t *e, ucp_tag_message_h m, size_t len, uint64_t 
  * probe without it missed those, and the next progress (a receive of the
  * drain) brought them in too late for the probes before it. A probed
  * message is off UCX's queue whatever its receive's outcome, so a failed
- * receive ends only that one. Counts into *NOTICES and *OTHERS; bounded by
- * DEADLINE. */
-static void drain_messages(ucx_engine_t *e, uint64_t tag, uint64_t mask, uint64_t deadline,
-                           int *notices, int *others)
+ * receive ends only that one.
+ *
+ * Some messages are left to UCX (it drops them as the worker goes, with a
+ * warning): those longer than a member surely sends whole, which may be a
+ * rendezvous, once the endpoints are CLOSED, or from a lost member (see
+ * leave_it). Receiving a rendezvous message makes UCX answer through an
+ * endpoint it finds by the id the message carries: closed, that is freed
+ * memory (with error mode NONE the id is its address), and a lost
+ * member's may be one UCX let go of itself (seen after a ring's sender was
+ * killed: rank 0's receive from it failed in CMA, and UCX asserted in the
+ * drain's receive of the sender's next part). A probe can look without
+ * taking, but a mask cannot leave one sender out, so where the first
+ * message is one to leave the range is split on the next bit of its
+ * sender's key and each half drained alone: the search goes down that
+ * sender's key (38 bits) and takes everything beside it. Counts into
+ * *NOTICES and *OTHERS; bounded by DEADLINE; 0 when out of memory. */
+static int drain_messages(ucx_engine_t *e, uint64_t tag, uint64_t mask, int closed,
+                          uint64_t deadline, int *notices, int *others)
 {
     ucp_tag_recv_info_t info;
     for (int k = 0; k < 1 << 20 && !msr_deadline_passed(deadline); k++) {
         int spins = 0;
         while (spins++ < 1024 && ucp_worker_progress(e->worker) != 0)
             continue;
+        if (ucp_tag_probe_nb(e->worker, tag, mask, 0, &info) == NULL)
+            return 1;
+        if (leave_it(e, info.sender_tag, info.length, closed)) {
+            uint64_t open = DRAIN_KEY_MASK & ~mask;
+            if (open == 0)
+                return 1; /* only that sender's messages are here */
+            uint64_t bit = 1ull << (63 - __builtin_clzll(open));
+            return drain_messages(e, tag & ~bit, mask | bit, closed, deadline, notices, others) &&
+                   drain_messages(e, tag | bit, mask | bit, closed, deadline, notices, others);
+        }
+        /* the same message: nothing progressed since the look */
         ucp_tag_message_h m = ucp_tag_probe_nb(e->worker, tag, mask, 1, &info);
-        if (m == NULL)
-            break;
         if (!drain_one(e, m, info.length, deadline))
-            break; /* out of memory at exit: UCX warns of what is left */
+            return 0; /* out of memory at exit: UCX warns of what is left */
         if ((info.sender_tag >> 62) == UCX_TAG_CTRL)
             (*notices)++;
         else
             (*others)++;
     }
+    return 1;
 }
 
 /* Closes the endpoints: flushed to live peers, by force to lost peers where
@@ -518,19 +573,20 @@ void ucx_engine_unref(ucx_engine_t *e)
               (unsigned long long)e->stat_yields, (unsigned long long)e->stat_sleeps,
               (unsigned long long)e->stat_sleep_timeouts, (double)e->stat_slept_ns / 1e6);
     ucx_engine_reap_orphans(e);
-    /* Every message is drained while the endpoints stand: a rendezvous
-     * message's receive answers its sender through this side's endpoint,
-     * which UCX finds by the id the message carries, and an endpoint
-     * already closed is then memory UCX has freed (with error mode NONE the
-     * id is its address: UCX asserts, or worse). After the close only
-     * notices are drained, the last a peer sent as it left: small enough
-     * to come whole (eager), their receive touches no endpoint. */
+    /* Messages are drained while the endpoints stand (drain_messages says
+     * why), the members' liveness looked at first so that the drain knows
+     * who is lost; after the close, those a peer sent as it left, small
+     * enough to come whole. */
     uint64_t t0 = msr_now_ns();
     uint64_t deadline = msr_deadline_in_ms(msr_env_i64("MSR_COMM_CLOSE_MS", 1000, 0, 600000));
     int notices = 0, others = 0;
-    drain_messages(e, 0, 0, deadline, &notices, &others);
+    ucx_engine_lock(e);
+    ucx_engine_check_liveness(e);
+    ucx_engine_check_liveness_slow(e);
+    ucx_engine_unlock(e);
+    drain_messages(e, 0, 0, e->saw_loss, deadline, &notices, &others);
     close_endpoints(e);
-    drain_messages(e, UCX_TAG_CTRL << 62, UCX_TAG_MASK_CLASS, deadline, &notices, &others);
+    drain_messages(e, 0, 0, 1, deadline, &notices, &others);
     MSR_DEBUG("comm: engine %s: %d notices drained at its close (and %d messages of operations "
               "that ended without them) in %.3f ms",
               e->uid, notices, others, (double)(msr_now_ns() - t0) / 1e6);
@@ -555,6 +611,9 @@ void ucx_engine_unref(ucx_engine_t *e)
     pthread_mutex_destroy(&e->lock);
     msr_free(e->graveyard);
     msr_free(e->orphans);
+    for (size_t i = 0; i < e->n_lost_comms; i++)
+        msr_free(e->lost_comms[i].world_ranks);
+    msr_free(e->lost_comms);
     msr_free(e->pfd_peer);
     msr_free(e->pfds);
     msr_free(e->peers);

@@ -162,12 +162,34 @@ void ucx_comm_undo(msr_comm_t *comm)
     msr_comm_destroy(comm);
 }
 
+/* Records a communicator that broke on a lost peer, for the drain at the
+ * engine's close (engine.c): a lost member's rendezvous message may carry
+ * the id of an endpoint UCX has let go. */
+static void note_lost_comm(ucx_comm_t *uc)
+{
+    ucx_engine_t *e = uc->engine;
+    int n = uc->comm->size;
+    ucx_lost_comm_t *grown = msr_realloc(e->lost_comms, (e->n_lost_comms + 1) * sizeof *grown);
+    int *ranks = msr_malloc((size_t)n * sizeof *ranks);
+    if (grown)
+        e->lost_comms = grown;
+    if (grown == NULL || ranks == NULL) {
+        msr_free(ranks);
+        e->saw_loss = 1;
+        return;
+    }
+    memcpy(ranks, uc->comm->world_ranks, (size_t)n * sizeof *ranks);
+    e->lost_comms[e->n_lost_comms++] = (ucx_lost_comm_t){uc->id, n, ranks};
+}
+
 void ucx_comm_fail(ucx_comm_t *uc, msr_status_t st, int culprit, const char *fmt, ...)
 {
     if (st != MSR_ERR_CANCELED)
         uc->engine->saw_failure = 1;
     if (!msr_comm_break(uc->comm, st))
         return; /* broken before: the first failure did the rest */
+    if (st == MSR_ERR_PEER_LOST)
+        note_lost_comm(uc);
     char why[160];
     va_list ap;
     va_start(ap, fmt);

@@ -99,6 +99,13 @@ typedef struct ucx_tuning {
 
 typedef struct ucx_engine ucx_engine_t;
 
+/* A communicator that broke on a lost peer: its id and members. */
+typedef struct ucx_lost_comm {
+    unsigned id;
+    int size;
+    int *world_ranks;
+} ucx_lost_comm_t;
+
 typedef struct ucx_peer {
     ucx_engine_t *engine;
     int world_rank;
@@ -108,6 +115,7 @@ typedef struct ucx_peer {
     int member;          /* a member of this engine's group */
     int dead;            /* lost: set by the error callback or the liveness check */
     int dead_noted;      /* the communicators were told */
+    int broke;           /* an operation with it failed in UCX's transport (not canceled) */
     int peer_mode;       /* its endpoint uses UCP_ERR_HANDLING_MODE_PEER */
     int same_host;       /* on this machine and PID namespace (maybe another node) */
     ucp_ep_h ep;         /* made on first use */
@@ -142,8 +150,15 @@ struct ucx_engine {
     size_t n_orphans, cap_orphans;
     void **graveyard;
     size_t n_graveyard, cap_graveyard;
-    int dead_pending;  /* a peer died: tell the communicators */
-    int saw_failure;   /* a communicator broke: close endpoints by force */
+    int dead_pending; /* a peer died: tell the communicators */
+    int saw_failure;  /* a communicator broke: close endpoints by force */
+    /* The communicators that broke on a lost peer, with their members' job
+     * ranks: the drain at close leaves the lost members' messages alone.
+     * saw_loss: one could not be recorded (out of memory), so the drain
+     * leaves every message that may be a rendezvous. */
+    struct ucx_lost_comm *lost_comms;
+    size_t n_lost_comms;
+    int saw_loss;
     int abort_pending; /* an abort notice arrived */
     uint64_t next_liveness_ns;
     struct pollfd *pfds; /* the worker's fd and the live local peers' pidfds */
