@@ -460,11 +460,18 @@ msr_status_t msr_tckpt_index_total(const void *head, size_t hl, uint64_t *total_
         uint64_t e = h.version >= 3 ? get_u32(&p) : get_u64(&p);
         if (h.version >= 3)
             (void)get_u32(&p); /* crc */
-        if (e > h.num_params - elements || elements + e > (UINT64_MAX - hl) / 12)
+        if (e > h.num_params - elements)
             return msr_err(MSR_ERR_CORRUPT,
                            "checkpoint: a train_gpt shard's index has pieces of more elements "
                            "than its model's %llu",
                            (unsigned long long)h.num_params);
+        /* what a file can hold after libmsrun's header (off_t): its length
+         * and every piece's end are then sums that do not wrap */
+        if (elements + e > ((uint64_t)INT64_MAX - MSR_CKPT_HEADER_LEN - hl) / 12)
+            return msr_err(MSR_ERR_CORRUPT,
+                           "checkpoint: a train_gpt shard's index lays out more bytes than a "
+                           "file holds (%llu elements)",
+                           (unsigned long long)(elements + e));
         elements += e;
     }
     *total_p = hl + 12 * elements;
