@@ -320,6 +320,10 @@ static void spawn(msr_node_t *n, uint64_t now)
     for (int i = 0; i < n->cfg.nworkers; i++) {
         n->workers[i].beaten = 0;
         n->workers[i].sent_sigs = 0;
+        /* a new generation's workers are first processes (MSR_INCARNATION
+         * 0), also where every worker ended on its own and no stop of
+         * msrun's cleared the slots */
+        n->workers[i].incarnation = 0;
     }
     n->spawn_at = 0;
     msr_node_action_t *a = msr_node_push(n, MSR_NODE_ACT_SPAWN);

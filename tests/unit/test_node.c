@@ -575,6 +575,43 @@ static void test_ps_worker_replaced_alone(void)
     msr_node_cleanup(&n);
 }
 
+/* A replaced worker's incarnation belongs to its generation: when every
+ * worker of the node ended on its own before the coordinator restarted
+ * the job (no stop of msrun's, so no slot cleared on its end), the next
+ * generation still starts each at incarnation 0. ps_replace's "die" case
+ * once started generation 1's rank 2 with MSR_INCARNATION=1: it joined as
+ * a replacement while the new servers paired as at a start, and both
+ * waited until their deadline. */
+static void test_ps_incarnation_new_generation(void)
+{
+    setup(4, 0);
+    n.cfg.ps_servers = 1;
+    n.cfg.ps_async = 1;
+    run_generation0();
+    msr_node_on_worker_exit(&n, 1, -1, SIGKILL);
+    expect(MSR_NODE_ACT_SPAWN);
+    msr_node_on_spawned(&n, 1, 201);
+    MSR_CHECK_EQ(n.workers[1].incarnation, 1);
+    for (int i = 0; i < 4; i++) /* every one ends on its own */
+        msr_node_on_worker_exit(&n, i, 0, i == 3 ? SIGKILL : 0);
+    while (msr_node_next_action(&n, &act))
+        MSR_CHECK(act.kind == MSR_NODE_ACT_REPORT);
+    MSR_CHECK_EQ(n.nrunning, 0);
+    MSR_CHECK(!n.stopping);
+    update(1, MSR_JOB_RESTARTING, 0, NULL);
+    expect(MSR_NODE_ACT_HEARTBEAT);
+    expect_none();
+    update(1, MSR_JOB_RUNNING, 1, NULL);
+    expect(MSR_NODE_ACT_SPAWN);
+    MSR_CHECK_EQ(act.generation, 1);
+    for (int i = 0; i < 4; i++) {
+        MSR_CHECK_EQ(n.workers[i].incarnation, 0);
+        msr_node_on_spawned(&n, i, 300 + i);
+        MSR_CHECK_EQ(n.workers[i].incarnation, 0);
+    }
+    msr_node_cleanup(&n);
+}
+
 static const msr_test_t tests[] = {
     {"coordinator_ended_without_this_node", test_coordinator_ended_without_this_node, 10},
     {"join_deadline_from_the_start", test_join_deadline_from_the_start, 10},
@@ -596,6 +633,7 @@ static const msr_test_t tests[] = {
     {"spawn_failure", test_spawn_failure, 10},
     {"coordinator_child_restarted", test_coordinator_child_restarted, 10},
     {"ps_worker_replaced_alone", test_ps_worker_replaced_alone, 10},
+    {"ps_incarnation_new_generation", test_ps_incarnation_new_generation, 10},
 };
 
 int main(int argc, char **argv)
