@@ -508,17 +508,20 @@ static void test_coordinator_ended_without_this_node(void)
     msr_node_cleanup(&n);
 }
 
-/* --ps_servers 1 with an asynchronous staleness on 4 workers: ranks 0-2
- * work, rank 3 serves. A worker that fails of its own is started again
- * alone (SPAWN of that slot only, its incarnation up by one, the
- * coordinator not told); a clean exit, a server and a worker past this
- * node's max_restarts (3) replacements are reported as any failure. */
-static void test_ps_worker_replaced_alone(void)
+/* 4 workers of generation 0 running, the last a parameter server
+ * (--ps_servers 1), asynchronous or not. */
+static void setup_ps(int async)
 {
     setup(4, 0);
     n.cfg.ps_servers = 1;
-    n.cfg.ps_async = 1;
+    n.cfg.ps_async = async;
     run_generation0();
+}
+
+/* Worker 1 killed and started again alone as PID 201: its first
+ * replacement. */
+static void replace_worker1(void)
+{
     msr_node_on_worker_exit(&n, 1, -1, SIGKILL);
     expect(MSR_NODE_ACT_SPAWN);
     MSR_CHECK_EQ(act.local, 1);
@@ -529,6 +532,17 @@ static void test_ps_worker_replaced_alone(void)
     msr_node_on_spawned(&n, 1, 201);
     MSR_CHECK_EQ(n.workers[1].incarnation, 1); /* kept across the start */
     MSR_CHECK_EQ(n.workers[1].pid, 201);
+}
+
+/* --ps_servers 1 with an asynchronous staleness on 4 workers: ranks 0-2
+ * work, rank 3 serves. A worker that fails of its own is started again
+ * alone (SPAWN of that slot only, its incarnation up by one, the
+ * coordinator not told); a clean exit, a server and a worker past this
+ * node's max_restarts (3) replacements are reported as any failure. */
+static void test_ps_worker_replaced_alone(void)
+{
+    setup_ps(1);
+    replace_worker1();
     MSR_CHECK_EQ(n.nrunning, 4);
     /* a code not 0 too; the same slot again counts its incarnations */
     msr_node_on_worker_exit(&n, 1, 3, 0);
@@ -551,10 +565,7 @@ static void test_ps_worker_replaced_alone(void)
     msr_node_cleanup(&n);
 
     /* a clean exit and a server are reported, not replaced */
-    setup(4, 0);
-    n.cfg.ps_servers = 1;
-    n.cfg.ps_async = 1;
-    run_generation0();
+    setup_ps(1);
     msr_node_on_worker_exit(&n, 0, 0, 0);
     expect(MSR_NODE_ACT_REPORT);
     MSR_CHECK_EQ(act.exit_code, 0);
@@ -565,9 +576,7 @@ static void test_ps_worker_replaced_alone(void)
     msr_node_cleanup(&n);
 
     /* synchronous (ps_async 0): every failure is reported */
-    setup(4, 0);
-    n.cfg.ps_servers = 1;
-    run_generation0();
+    setup_ps(0);
     msr_node_on_worker_exit(&n, 1, -1, SIGKILL);
     expect(MSR_NODE_ACT_REPORT);
     MSR_CHECK_EQ(act.local, 1);
@@ -584,14 +593,8 @@ static void test_ps_worker_replaced_alone(void)
  * waited until their deadline. */
 static void test_ps_incarnation_new_generation(void)
 {
-    setup(4, 0);
-    n.cfg.ps_servers = 1;
-    n.cfg.ps_async = 1;
-    run_generation0();
-    msr_node_on_worker_exit(&n, 1, -1, SIGKILL);
-    expect(MSR_NODE_ACT_SPAWN);
-    msr_node_on_spawned(&n, 1, 201);
-    MSR_CHECK_EQ(n.workers[1].incarnation, 1);
+    setup_ps(1);
+    replace_worker1();
     for (int i = 0; i < 4; i++) /* every one ends on its own */
         msr_node_on_worker_exit(&n, i, 0, i == 3 ? SIGKILL : 0);
     while (msr_node_next_action(&n, &act))
