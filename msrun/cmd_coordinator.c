@@ -145,10 +145,10 @@ static const msr_opt_t coord_opts[] = {
      .env = "MSRUN_STORE_VALUE_MAX", .dest = C(store_value_max), .def = "16M", .metavar = "BYTES",
      .help = "refuse a store value larger than this (K, M, G suffixes)."},
     {.name = "store_keys_max", .kind = MSR_OPT_INT, MSR_OPTB_COUNT, .env = "MSRUN_STORE_KEYS_MAX",
-     .dest = C(store_keys_max), .def = "1048576", .metavar = "N",
+     .dest = C(store_keys_max), .def = "1048576, or 4 a rank past 262144 ranks", .metavar = "N",
      .help = "hold at most this many keys and waited-on names."},
     {.name = "store_bytes_max", .kind = MSR_OPT_SIZE, MSR_OPTB_BYTES,
-     .env = "MSRUN_STORE_BYTES_MAX", .dest = C(store_bytes_max), .def = "1G", .metavar = "BYTES",
+     .env = "MSRUN_STORE_BYTES_MAX", .dest = C(store_bytes_max), .def = "1G, or 4K a rank past 262144 ranks", .metavar = "BYTES",
      .help = "hold at most this many bytes of keys, values and pending allgather contributions "
              "(64 more per key)."},
     {.name = "held_calls_max", .kind = MSR_OPT_INT, MSR_OPTB_COUNT, .env = "MSRUN_HELD_CALLS_MAX",

@@ -266,10 +266,10 @@ static const msr_opt_t opt_defs[] = {
      .help = "the store refuses a value (or allgather contribution) larger than this (K, M, G "
              "suffixes)."},
     {.name = "store_keys_max", .kind = MSR_OPT_INT, MSR_OPTB_COUNT, .env = "MSRUN_STORE_KEYS_MAX",
-     .dest = D(store_keys_max), .def = "1048576", .metavar = "N",
+     .dest = D(store_keys_max), .def = "1048576, or 4 a rank past 262144 ranks", .metavar = "N",
      .help = "the store holds at most this many keys (and names being waited on)."},
     {.name = "store_bytes_max", .kind = MSR_OPT_SIZE, MSR_OPTB_BYTES,
-     .env = "MSRUN_STORE_BYTES_MAX", .dest = D(store_bytes_max), .def = "1G", .metavar = "BYTES",
+     .env = "MSRUN_STORE_BYTES_MAX", .dest = D(store_bytes_max), .def = "1G, or 4K a rank past 262144 ranks", .metavar = "BYTES",
      .help = "the store holds at most this many bytes of keys, values and pending allgather "
              "contributions (64 more per key)."},
     {.name = "held_calls_max", .kind = MSR_OPT_INT, MSR_OPTB_COUNT, .env = "MSRUN_HELD_CALLS_MAX",

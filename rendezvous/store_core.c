@@ -181,6 +181,8 @@ msr_status_t msr_store_core_create(const msr_store_limits_t *limits, const msr_s
     if (c == NULL)
         return MSR_ERR_NO_MEMORY;
     c->ops = *ops;
+    if (limits != NULL)
+        c->given = *limits;
     c->limits = msr_store_limits_resolve(limits);
     c->held = ops->held;
     if (c->held == NULL) {

@@ -99,9 +99,11 @@ typedef struct msr_released {
 struct msr_store_core {
     msr_store_ops_t ops;
     msr_map_t store, getwait, barriers, gathers;
-    msr_store_limits_t limits;
-    msr_store_usage_t usage; /* store, waited-on names and allgather contributions */
-    msr_held_calls_t *held;  /* where its calls are held: own, or its user's (ops.held) */
+    msr_store_limits_t given;  /* as configured: 0, the default (store_limits) */
+    msr_store_limits_t limits; /* in force: given, the rest sized for ranks */
+    uint32_t ranks;            /* the largest job seen (participants_max) */
+    msr_store_usage_t usage;   /* store, waited-on names and allgather contributions */
+    msr_held_calls_t *held;    /* where its calls are held: own, or its user's (ops.held) */
     msr_held_calls_t own;
     msr_released_t released;
 };
@@ -208,6 +210,20 @@ static inline void gather_free(void *v)
 static inline uint32_t participants_max(const msr_store_core_t *c)
 {
     return c->ops.participants_max ? c->ops.participants_max(c->ops.ctx) : UINT32_MAX;
+}
+
+/* The limits a write is checked against now: those given as they are, the
+ * key and byte limits not given sized for the largest job this store has
+ * served (msr_store_limits_for_job), so they never shrink under what the
+ * store holds. */
+static inline const msr_store_limits_t *store_limits(msr_store_core_t *c)
+{
+    uint32_t n = participants_max(c);
+    if (n != UINT32_MAX && n > c->ranks) {
+        c->ranks = n;
+        c->limits = msr_store_limits_for_job(&c->given, n);
+    }
+    return &c->limits;
 }
 
 /* The bytes an allgather of count entries takes before any contribution. */

@@ -23,7 +23,7 @@
 static int name_admit(msr_store_core_t *c, void *call, const char *what, const char *name,
                       uint64_t more_bytes)
 {
-    if (msr_store_limits_check_add(&c->limits, &c->usage, what, name, 1,
+    if (msr_store_limits_check_add(store_limits(c), &c->usage, what, name, 1,
                                    msr_store_entry_bytes(strlen(name), 0) + more_bytes) == MSR_OK)
         return 1;
     msr_held_fail(c->held, call, MSR_RPC_RESOURCE_EXHAUSTED, "%s", msr_err_msg());
@@ -416,7 +416,7 @@ static int gather_admit(msr_store_core_t *c, void *call, const Msr__AllgatherReq
                                                       : "too large");
             return 0;
         }
-        if (msr_store_limits_check_value(&c->limits, "allgather", req->name, e->data.len) !=
+        if (msr_store_limits_check_value(store_limits(c), "allgather", req->name, e->data.len) !=
             MSR_OK) {
             msr_held_fail(c->held, call, MSR_RPC_RESOURCE_EXHAUSTED, "%s", msr_err_msg());
             return 0;
@@ -425,7 +425,7 @@ static int gather_admit(msr_store_core_t *c, void *call, const Msr__AllgatherReq
     }
     if (g == NULL)
         return name_admit(c, call, "allgather", req->name, bytes + gather_table(req->count));
-    if (msr_store_limits_check_add(&c->limits, &c->usage, "allgather", req->name, 0, bytes) !=
+    if (msr_store_limits_check_add(store_limits(c), &c->usage, "allgather", req->name, 0, bytes) !=
         MSR_OK) {
         msr_held_fail(c->held, call, MSR_RPC_RESOURCE_EXHAUSTED, "%s", msr_err_msg());
         return 0;

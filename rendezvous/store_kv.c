@@ -78,7 +78,7 @@ static void wake_getters(msr_store_core_t *c, const char *key, const kv_t *v)
 static int store_put(msr_store_core_t *c, void *call, const char *key, const void *data, size_t len)
 {
     const kv_t *cur = msr_map_get(&c->store, key);
-    if (msr_store_limits_check(&c->limits, &c->usage, "write", key, cur != NULL, cur ? cur->len : 0,
+    if (msr_store_limits_check(store_limits(c), &c->usage, "write", key, cur != NULL, cur ? cur->len : 0,
                                len) != MSR_OK) {
         msr_held_fail(c->held, call, MSR_RPC_RESOURCE_EXHAUSTED, "%s", msr_err_msg());
         return 0;
@@ -117,7 +117,7 @@ static getwait_t *getwait_for(msr_store_core_t *c, void *call, const char *what,
     if (gw)
         return gw;
     size_t kl = strlen(key);
-    msr_status_t admitted = msr_store_limits_check_add(&c->limits, &c->usage, what, key, 1,
+    msr_status_t admitted = msr_store_limits_check_add(store_limits(c), &c->usage, what, key, 1,
                                                        msr_store_entry_bytes(kl, 0));
     gw = admitted == MSR_OK ? msr_calloc(1, sizeof *gw + kl + 1) : NULL;
     if (gw == NULL || msr_map_put(&c->getwait, key, gw, NULL) != MSR_OK) {
@@ -445,12 +445,12 @@ static void fetch_reply(msr_store_core_t *c, void *call, const char *name, uint3
     }
     /* An index may be asked for many times: the answer, not the store,
      * could then pass the store's size. */
-    if (total > c->limits.bytes_max) {
+    if (total > store_limits(c)->bytes_max) {
         msr_free(vals);
         msr_held_fail(c->held, call, MSR_RPC_RESOURCE_EXHAUSTED,
                       "fetch '%.200s': the answer's %" PRIu64 " bytes exceed the store's total "
                       "size limit of %" PRIu64 " bytes (--store_bytes_max)",
-                      name, total, c->limits.bytes_max);
+                      name, total, store_limits(c)->bytes_max);
         return;
     }
     int packed = msr_store_fetch_pack(vals, n, &r);

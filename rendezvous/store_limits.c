@@ -6,6 +6,7 @@
 #include <string.h>
 
 #include "base/err.h"
+#include "base/status.h"
 
 msr_store_limits_t msr_store_limits_resolve(const msr_store_limits_t *limits)
 {
@@ -18,6 +19,16 @@ msr_store_limits_t msr_store_limits_resolve(const msr_store_limits_t *limits)
         l.keys_max = MSR_STORE_KEYS_MAX_DEFAULT;
     if (l.bytes_max == 0)
         l.bytes_max = MSR_STORE_BYTES_MAX_DEFAULT;
+    return l;
+}
+
+msr_store_limits_t msr_store_limits_for_job(const msr_store_limits_t *limits, uint64_t ranks)
+{
+    msr_store_limits_t l = msr_store_limits_resolve(limits);
+    if (limits == NULL || limits->keys_max == 0)
+        l.keys_max = MSR_MAX(l.keys_max, ranks * MSR_STORE_KEYS_PER_RANK);
+    if (limits == NULL || limits->bytes_max == 0)
+        l.bytes_max = MSR_MAX(l.bytes_max, ranks * MSR_STORE_BYTES_PER_RANK);
     return l;
 }
 

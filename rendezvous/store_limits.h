@@ -31,6 +31,12 @@
 #define MSR_STORE_KEYS_MAX_DEFAULT  (1ull << 20)  /* 1,048,576 */
 #define MSR_STORE_BYTES_MAX_DEFAULT (1ull << 30)  /* 1 GiB */
 
+/* A job past 256K ranks gets as much per rank: a million ranks publish a
+ * million addresses, which the fixed defaults would leave no room past.
+ * Only limits not given scale so; a given one is kept as it is. */
+#define MSR_STORE_KEYS_PER_RANK  4
+#define MSR_STORE_BYTES_PER_RANK 4096
+
 /* What each key or waited-on name costs beyond its own bytes (the map entry,
  * the value's header, allocator overhead). */
 #define MSR_STORE_ENTRY_OVERHEAD 64
@@ -49,6 +55,11 @@ typedef struct msr_store_usage {
 
 /* limits with every 0 replaced by its default. */
 msr_store_limits_t msr_store_limits_resolve(const msr_store_limits_t *limits);
+
+/* limits for a job of ranks ranks (0: not known): as
+ * msr_store_limits_resolve, then a keys_max or bytes_max not given is at
+ * least MSR_STORE_KEYS_PER_RANK or MSR_STORE_BYTES_PER_RANK times ranks. */
+msr_store_limits_t msr_store_limits_for_job(const msr_store_limits_t *limits, uint64_t ranks);
 
 /* The bytes a key (or name) of keylen bytes holding len bytes counts for. */
 uint64_t msr_store_entry_bytes(size_t keylen, size_t len);

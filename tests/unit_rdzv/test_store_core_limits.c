@@ -33,6 +33,61 @@ static void test_limits(void)
     msr_store_core_destroy(core);
 }
 
+/* Limits not given grow with the job past 256K ranks (4 keys and 4 KiB a
+ * rank), at the bound and one past; given ones stay; none shrinks when
+ * the job does. */
+static void test_limits_for_job(void)
+{
+    const uint64_t at = MSR_STORE_KEYS_MAX_DEFAULT / MSR_STORE_KEYS_PER_RANK; /* 262,144 */
+    msr_store_limits_t l = msr_store_limits_for_job(NULL, 0);
+    MSR_CHECK_EQ(l.keys_max, MSR_STORE_KEYS_MAX_DEFAULT);
+    MSR_CHECK_EQ(l.bytes_max, MSR_STORE_BYTES_MAX_DEFAULT);
+    MSR_CHECK_EQ(l.value_max, MSR_STORE_VALUE_MAX_DEFAULT);
+    l = msr_store_limits_for_job(NULL, at);
+    MSR_CHECK_EQ(l.keys_max, MSR_STORE_KEYS_MAX_DEFAULT);
+    MSR_CHECK_EQ(l.bytes_max, MSR_STORE_BYTES_MAX_DEFAULT);
+    l = msr_store_limits_for_job(NULL, at + 1);
+    MSR_CHECK_EQ(l.keys_max, MSR_STORE_KEYS_MAX_DEFAULT + MSR_STORE_KEYS_PER_RANK);
+    MSR_CHECK_EQ(l.bytes_max, MSR_STORE_BYTES_MAX_DEFAULT + MSR_STORE_BYTES_PER_RANK);
+    MSR_CHECK_EQ(l.value_max, MSR_STORE_VALUE_MAX_DEFAULT);
+    l = msr_store_limits_for_job(NULL, UINT32_MAX - 1ull);
+    MSR_CHECK_EQ(l.keys_max, (UINT32_MAX - 1ull) * MSR_STORE_KEYS_PER_RANK);
+    msr_store_limits_t given = {.value_max = 3, .keys_max = 5, .bytes_max = 0};
+    l = msr_store_limits_for_job(&given, 1u << 20);
+    MSR_CHECK_EQ(l.value_max, 3);
+    MSR_CHECK_EQ(l.keys_max, 5);
+    MSR_CHECK_EQ(l.bytes_max, (uint64_t)MSR_STORE_BYTES_PER_RANK << 20);
+
+    /* The core: a job of 262,145 ranks holds 1,048,580 keys, not one more */
+    tctx_t t;
+    msr_store_core_t *core = sc_core_new(&t, NULL);
+    t.participants = (uint32_t)at + 1;
+    char key[32];
+    for (uint64_t i = 0; i < MSR_STORE_KEYS_MAX_DEFAULT; i++) {
+        snprintf(key, sizeof key, "k%llu", (unsigned long long)i);
+        MSR_CHECK_EQ(msr_store_core_load_set(core, key, "", 0), MSR_OK);
+    }
+    tcall_t c;
+    for (int i = 0; i < MSR_STORE_KEYS_PER_RANK; i++) {
+        snprintf(key, sizeof key, "more%d", i);
+        sc_do_set(core, &c, key, "1");
+        MSR_CHECK_MSG(c.code == 0, "%s", c.message);
+        sc_done(&c);
+    }
+    sc_do_set(core, &c, "past", "1");
+    MSR_CHECK_EQ(c.code, MSR_RPC_RESOURCE_EXHAUSTED);
+    MSR_CHECK_MSG(strstr(c.message, "1048580 keys") != NULL, "%s", c.message);
+    /* the job shrinks: the store keeps what it holds and its limit */
+    t.participants = 8;
+    msr_store_core_load_delete(core, "more0");
+    sc_do_set(core, &c, "past", "1");
+    MSR_CHECK_MSG(c.code == 0, "%s", c.message);
+    sc_done(&c);
+    sc_do_set(core, &c, "past2", "1");
+    MSR_CHECK_EQ(c.code, MSR_RPC_RESOURCE_EXHAUSTED);
+    msr_store_core_destroy(core);
+}
+
 /* Gives up a held call by its deadline: ticks to a time past wait_ms,
  * earlier than the deadlines of the other calls (a minute). */
 static void expire(msr_store_core_t *core, tcall_t *c)
@@ -359,6 +414,7 @@ static void test_alloc_failures(void)
 
 static const msr_test_t tests[] = {
     {"limits", test_limits, 10},
+    {"limits_for_job", test_limits_for_job, 120},
     {"barrier_withdraw_orders", test_barrier_withdraw_orders, 10},
     {"allgather_withdraw_orders", test_allgather_withdraw_orders, 10},
     {"fetch_bounds", test_fetch_bounds, 10},
