@@ -68,6 +68,7 @@ struct msr_rpc_call {
     int have_details;
     msr_rpc_op_t request_op, recv_op, close_op, send_op;
     int cancelled;  /* written by RECV_CLOSE_ON_SERVER */
+    int watching;   /* close_op is outstanding (call_watch_close) */
     int refs;       /* ops in flight + 1 while unanswered */
     int owned;      /* unanswered: this layer or the handler must answer it */
     int handed;     /* the handler has it (the cancel callback applies) */
@@ -105,16 +106,10 @@ static void call_send_done(msr_rpc_op_t *op, int ok)
 {
     (void)ok;
     msr_rpc_call_t *c = MSR_CONTAINER_OF(op, msr_rpc_call_t, send_op);
-    call_release(c);
-}
-
-static void call_close_done(msr_rpc_op_t *op, int ok)
-{
-    (void)ok;
-    msr_rpc_call_t *c = MSR_CONTAINER_OF(op, msr_rpc_call_t, close_op);
     if (c->no_request) {
-        /* Only now is it known whether the client cancelled the call (a
-         * client that cancels mid-send looks like one that sent nothing). */
+        /* Only now, the close received with the answer, is it known
+         * whether the client cancelled the call (a client that cancels
+         * mid-send looks like one that sent nothing). */
         if (c->cancelled)
             MSR_DEBUG("%s: %s from %s cancelled while sending its request", c->server->log_name,
                       msr_rpc_methods[c->method].name, msr_rpc_call_peer(c));
@@ -122,6 +117,13 @@ static void call_close_done(msr_rpc_op_t *op, int ok)
             MSR_WARN("%s: %s from %s sent no request", c->server->log_name,
                      msr_rpc_methods[c->method].name, msr_rpc_call_peer(c));
     }
+    call_release(c);
+}
+
+static void call_close_done(msr_rpc_op_t *op, int ok)
+{
+    (void)ok;
+    msr_rpc_call_t *c = MSR_CONTAINER_OF(op, msr_rpc_call_t, close_op);
     if (c->owned) {
         /* Closed before anyone answered: the client is gone. */
         c->owned = 0;
@@ -141,11 +143,16 @@ static msr_status_t call_send(msr_rpc_call_t *c, grpc_byte_buffer *reply, grpc_s
             grpc_byte_buffer_destroy(reply);
         return MSR_ERR_STATE;
     }
-    grpc_op ops[3];
+    grpc_op ops[4];
     memset(ops, 0, sizeof ops);
     size_t n = 0;
     ops[n].op = GRPC_OP_SEND_INITIAL_METADATA;
     n++;
+    if (!c->watching) { /* answered at once: the answer takes the close */
+        ops[n].op = GRPC_OP_RECV_CLOSE_ON_SERVER;
+        ops[n].data.recv_close_on_server.cancelled = &c->cancelled;
+        n++;
+    }
     if (reply) {
         c->reply = reply;
         ops[n].op = GRPC_OP_SEND_MESSAGE;
@@ -288,19 +295,38 @@ static void log_refusal(msr_rpc_server_t *s, msr_rpc_call_t *c)
     s->refusals_suppressed = 0;
 }
 
+/* A call its handler holds: watch for the client's going away (the
+ * cancel callback, call_close_done). A call answered at once is not
+ * watched: its answer's batch takes the close (call_send). gRPC as Debian
+ * builds it (without NDEBUG) keeps the tag of every op outstanding on a
+ * completion queue in an array that each completion scans, so an op left
+ * outstanding for every live call made each completion cost as much as
+ * the calls alive: quadratic in a burst of calls (a million ranks'
+ * exchange through relays). */
+static void call_watch_close(msr_rpc_call_t *c)
+{
+    grpc_op close_op;
+    memset(&close_op, 0, sizeof close_op);
+    close_op.op = GRPC_OP_RECV_CLOSE_ON_SERVER;
+    close_op.data.recv_close_on_server.cancelled = &c->cancelled;
+    c->refs++;
+    c->watching = 1;
+    if (grpc_call_start_batch(c->call, &close_op, 1, &c->close_op, NULL) != GRPC_CALL_OK) {
+        /* Not watched: held until answered or its deadline; the answer
+         * takes the close. */
+        MSR_DEBUG("%s: cannot watch %s from %s for its end", c->server->log_name,
+                  msr_rpc_methods[c->method].name, msr_rpc_call_peer(c));
+        c->refs--;
+        c->watching = 0;
+    }
+}
+
 /* The request's body has arrived (or the call ended first). */
 static void call_recv_done(msr_rpc_op_t *op, int ok)
 {
     msr_rpc_call_t *c = MSR_CONTAINER_OF(op, msr_rpc_call_t, recv_op);
     msr_rpc_server_t *s = c->server;
     const msr_rpc_method_info_t *m = &msr_rpc_methods[c->method];
-    if (!c->owned) {
-        /* The call ended while its body was on the way. */
-        MSR_DEBUG("%s: %s from %s cancelled before its request arrived", s->log_name, m->name,
-                  msr_rpc_call_peer(c));
-        call_release(c);
-        return;
-    }
     call_release(c); /* the receive op's reference; the hold remains */
     if (!ok || c->payload == NULL) {
         /* The client cancelled or went away mid-send, or closed its side
@@ -339,6 +365,8 @@ static void call_recv_done(msr_rpc_op_t *op, int ok)
     }
     c->handed = 1;
     s->config.handler(s->config.arg, c, c->method, c->req);
+    if (c->owned) /* held: it stays valid on the hold's reference */
+        call_watch_close(c);
 }
 
 /* A call has arrived with its metadata only: the token is checked before
@@ -358,17 +386,9 @@ static void call_request_done(msr_rpc_op_t *op, int ok)
         server_post_request(s, c->method);
     s->calls[c->method]++;
     c->started = msr_now_ns();
-    /* Watch for the end of the call; the request op's reference passes to
-     * the close op, and the hold until it is answered is one more. */
-    grpc_op close_op;
-    memset(&close_op, 0, sizeof close_op);
-    close_op.op = GRPC_OP_RECV_CLOSE_ON_SERVER;
-    close_op.data.recv_close_on_server.cancelled = &c->cancelled;
-    if (grpc_call_start_batch(c->call, &close_op, 1, &c->close_op, NULL) != GRPC_CALL_OK) {
-        call_release(c);
-        return;
-    }
-    c->refs++;
+    /* The request op's reference becomes the hold until it is answered;
+     * the client's going away is watched only if the handler holds it
+     * (call_watch_close), else the answer takes the close. */
     c->owned = 1;
     /* A tokenless method's request carries its own proof, checked by the
      * handler; it does not make the connection an authenticated one. */

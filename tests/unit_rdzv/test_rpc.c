@@ -118,6 +118,69 @@ static void test_wait_deadline(void)
     msr_tserved_stop(&s);
 }
 
+/* A Get of an absent key waiting wait_ms on ch, to its end: its code. */
+static int get_absent(msr_rpc_channel_t *ch, msr_rpc_loop_t *loop, uint32_t wait_ms)
+{
+    Msr__GetRequest g = MSR__GET_REQUEST__INIT;
+    g.key = "absent";
+    g.wait_ms = wait_ms;
+    msr_tnode_call_t c;
+    msr_tnode_call_start(ch, loop, &c, MSR_RPC_GET, &g.base);
+    msr_tnode_calls_wait(loop, &c, 1);
+    return c.code;
+}
+
+/* A call the coordinator holds is watched for its client's going away,
+ * and only such a call (one answered at once takes the close with its
+ * answer): with one held call allowed per client, a held Get fills the
+ * client's share (a second is refused), and once its client cancels it
+ * the share is free again at once, not when its minute is up. Calls
+ * answered at once, many in a row, leave no share taken. */
+static void test_held_call_watched(void)
+{
+    msr_coord_config_t cfg = {.token = "t",
+                              .job_id = "j",
+                              .worker_num = 1,
+                              .local_worker_num = 1,
+                              .max_restarts = 0,
+                              .held_limits = {.client_calls = 1}};
+    msr_tserved_t s;
+    msr_tserved_start(&s, &cfg);
+    msr_rpc_loop_t *loop;
+    msr_rpc_channel_t *ch;
+    MSR_CHECK_OK(msr_rpc_loop_create(&loop));
+    MSR_CHECK_OK(msr_rpc_channel_create(s.target, "t", &ch));
+    for (int i = 0; i < 200; i++)
+        MSR_CHECK_OK(set_key(ch, "k", 3)); /* answered at once: none held */
+    MSR_CHECK_EQ(get_absent(ch, loop, 50), GRPC_STATUS_DEADLINE_EXCEEDED);
+
+    Msr__GetRequest g = MSR__GET_REQUEST__INIT;
+    g.key = "absent";
+    g.wait_ms = 60000;
+    msr_tnode_call_t held;
+    msr_tnode_call_start(ch, loop, &held, MSR_RPC_GET, &g.base);
+    /* held once a second one is refused for the client's share */
+    uint64_t deadline = msr_deadline_in_ms(10000);
+    int code;
+    while ((code = get_absent(ch, loop, 20)) == GRPC_STATUS_DEADLINE_EXCEEDED &&
+           msr_now_ns() < deadline)
+        ;
+    MSR_CHECK_EQ(code, GRPC_STATUS_RESOURCE_EXHAUSTED);
+    MSR_CHECK(!held.done);
+    msr_rpc_async_cancel(&held.a);
+    msr_tnode_calls_wait(loop, &held, 1);
+    MSR_CHECK_EQ(held.code, GRPC_STATUS_CANCELLED);
+    /* the share comes back as soon as the coordinator sees the cancel */
+    deadline = msr_deadline_in_ms(10000);
+    while ((code = get_absent(ch, loop, 20)) == GRPC_STATUS_RESOURCE_EXHAUSTED &&
+           msr_now_ns() < deadline)
+        ;
+    MSR_CHECK_EQ(code, GRPC_STATUS_DEADLINE_EXCEEDED);
+    msr_rpc_channel_destroy(ch);
+    msr_rpc_loop_destroy(loop);
+    msr_tserved_stop(&s);
+}
+
 static void test_large_messages(void)
 {
     msr_tserved_t s;
@@ -474,6 +537,7 @@ static const msr_test_t tests[] = {
     {"token", test_token, 30},
     {"unreachable", test_unreachable, 30},
     {"wait_deadline", test_wait_deadline, 30},
+    {"held_call_watched", test_held_call_watched, 60},
     {"large_messages", test_large_messages, 30},
     {"request_limits", test_request_limits, 60},
     {"port_in_use", test_port_in_use, 30},
