@@ -9,6 +9,7 @@
 #include <string.h>
 
 #include "base/time.h"
+#include "rendezvous/store_core.h"
 #include "rdzv_scale_impl.h"
 
 typedef struct op {
@@ -135,12 +136,18 @@ int rdzv_drain(sim_t *s)
     return s->failed ? -1 : 0;
 }
 
-int rdzv_node_client(const sim_t *s, int n)
+/* The nodes under one top relay. */
+static long long top_span(const sim_t *s)
 {
-    long long span = 1; /* the nodes under one top relay */
+    long long span = 1;
     for (int l = 0; l < s->levels && span <= s->nodes; l++)
         span *= s->relay;
-    return s->relay ? (int)(n / span) : n;
+    return span;
+}
+
+int rdzv_node_client(const sim_t *s, int n)
+{
+    return s->relay ? (int)(n / top_span(s)) : n;
 }
 
 /* Sends, for node n, a Fetch of the entries indices[0..k) (distinct, in the
@@ -154,6 +161,63 @@ static int fetch_op(sim_t *s, int n, const uint32_t *indices, size_t k)
     f.n_indices = k;
     f.wait_ms = 60000;
     return rdzv_start_op(s, rdzv_node_client(s, n), n, MSR_RPC_FETCH, &f.base);
+}
+
+static void barrier_init(Msr__BarrierRequest *b, uint32_t world)
+{
+    msr__barrier_request__init(b);
+    b->generation = 0;
+    b->name = "scale-ready";
+    b->count = world;
+    b->wait_ms = 60000;
+}
+
+/* Every node's Barrier call alone (direct). */
+static int barrier_each(sim_t *s, uint32_t world)
+{
+    for (int n = 0; n < s->nodes; n++) {
+        Msr__BarrierRequest b;
+        barrier_init(&b, world);
+        b.weight = (uint32_t)s->ranks;
+        if (rdzv_start_op(s, rdzv_node_client(s, n), n, MSR_RPC_BARRIER, &b.base) != 0)
+            return -1;
+    }
+    return 0;
+}
+
+/* The nodes' Barrier calls as their top relays send them upstream: one
+ * arrival of each relay's nodes, merged (rendezvous/relay_merge.c), a part
+ * of each node's ids and weight. A relay's parts are at most
+ * MSR_BARRIER_PARTS_MAX; past that (relays of relays) each goes alone. */
+static int merged_barrier(sim_t *s, uint32_t world)
+{
+    long long span = top_span(s);
+    if (span > MSR_BARRIER_PARTS_MAX)
+        return barrier_each(s, world);
+    int per = (int)span;
+    Msr__BarrierPart *parts = calloc((size_t)per, sizeof *parts);
+    Msr__BarrierPart **pp = calloc((size_t)per, sizeof *pp);
+    int rc = parts && pp ? 0 : -1;
+    for (int first = 0; first < s->nodes && rc == 0; first += per) {
+        int k = first + per <= s->nodes ? per : s->nodes - first;
+        for (int i = 0; i < k; i++) {
+            msr__barrier_part__init(&parts[i]);
+            parts[i].client_id = (uint64_t)(first + i) + 1;
+            parts[i].request_id = 1;
+            parts[i].weight = (uint32_t)s->ranks;
+            pp[i] = &parts[i];
+        }
+        Msr__BarrierRequest b;
+        barrier_init(&b, world);
+        b.weight = (uint32_t)(k * s->ranks);
+        b.merge_id = (uint64_t)rdzv_node_client(s, first) + 1;
+        b.parts = pp;
+        b.n_parts = (size_t)k;
+        rc = rdzv_start_op(s, rdzv_node_client(s, first), first, MSR_RPC_BARRIER, &b.base);
+    }
+    free(parts);
+    free(pp);
+    return rc;
 }
 
 /* The exchange of addresses fetched on first use (rdzv_scale.c's header): what
@@ -198,16 +262,8 @@ int rdzv_lazy_exchange(sim_t *s, Msr__Contribution **eptr)
     free(own);
     if (rdzv_drain(s) != 0)
         return -1;
-    for (int n = 0; n < N; n++) {
-        Msr__BarrierRequest b = MSR__BARRIER_REQUEST__INIT;
-        b.generation = 0;
-        b.name = "scale-ready";
-        b.count = world;
-        b.weight = (uint32_t)R;
-        b.wait_ms = 60000;
-        if (rdzv_start_op(s, rdzv_node_client(s, n), n, MSR_RPC_BARRIER, &b.base) != 0)
-            return -1;
-    }
+    if (s->relay ? merged_barrier(s, world) != 0 : barrier_each(s, world) != 0)
+        return -1;
     if (rdzv_drain(s) != 0)
         return -1;
     for (int n = 0; n < N && N > 1; n++) {

@@ -25,7 +25,10 @@
  *     coordinator's code paths are the real ones. The exchange of --mode
  *     lazy follows, each node's calls on its top relay's connection, as a
  *     relay forwards its nodes' store calls (one by one, unchanged, over
- *     its one connection upstream).
+ *     its one connection upstream), but for the Barrier: each top relay
+ *     sends its nodes' arrivals merged into one, a part per node, as a
+ *     relay merges those that reach it within one poll (a top relay of
+ *     more than MSR_BARRIER_PARTS_MAX nodes: each alone).
  *   --relay_levels L (with --relay or --model_relay; default 1): L levels
  *     of relays of fan-in F, the first level's sending to relay agents'
  *     servers of the second (in this process, on its loop) and so on; the
