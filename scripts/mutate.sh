@@ -3904,4 +3904,33 @@ test: ^comm_make_oom$
         if (0)
 >>>
 
+@ rpc.close.watch_held
+file: rendezvous/rpc_server.c
+test: ^test_rpc$
+<<<
+    if (c->owned) /* held: it stays valid on the hold's reference */
+        call_watch_close(c);
+===
+    if (c->owned) /* held: it stays valid on the hold's reference */
+        (void)call_watch_close;
+>>>
+
+@ store.limits.for_job
+file: rendezvous/store_core_impl.h
+test: ^test_store_core$
+<<<
+    if (n != UINT32_MAX && n > c->ranks) {
+===
+    if (n != UINT32_MAX && n > c->ranks && 0) {
+>>>
+
+@ store.limits.shrink
+file: rendezvous/store_core_impl.h
+test: ^test_store_core$
+<<<
+    if (n != UINT32_MAX && n > c->ranks) {
+===
+    if (n != UINT32_MAX && n != c->ranks) {
+>>>
+
 __END__
