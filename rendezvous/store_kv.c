@@ -78,8 +78,8 @@ static void wake_getters(msr_store_core_t *c, const char *key, const kv_t *v)
 static int store_put(msr_store_core_t *c, void *call, const char *key, const void *data, size_t len)
 {
     const kv_t *cur = msr_map_get(&c->store, key);
-    if (msr_store_limits_check(store_limits(c), &c->usage, "write", key, cur != NULL, cur ? cur->len : 0,
-                               len) != MSR_OK) {
+    if (msr_store_limits_check(store_limits(c), &c->usage, "write", key, cur != NULL,
+                               cur ? cur->len : 0, len) != MSR_OK) {
         msr_held_fail(c->held, call, MSR_RPC_RESOURCE_EXHAUSTED, "%s", msr_err_msg());
         return 0;
     }
