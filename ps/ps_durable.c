@@ -2,9 +2,12 @@
  * asynchronous push, or a synchronous step's summed gradients) and a
  * checkpoint of the shard every so many, restored on start (msr_ps_durable,
  * docs/ps.md's failure table); the log synced to disk as
- * msr_ps_durable_fsync asks. */
+ * msr_ps_durable_fsync asks; the state of other numbers of servers or
+ * workers resharded (the layout, below). */
+#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -13,6 +16,7 @@
 
 #include "base/alloc.h"
 #include "base/err.h"
+#include "base/time.h"
 #include "ps/ps_impl.h"
 
 #define CKPT_MAGIC      0x314b43535052534dull /* "MSRPSCK1" */
@@ -26,8 +30,9 @@
 #define LOG_RECORD_HEAD 5
 
 struct ps_durable {
-    char dir[4096], ckpt[4096], tmp[4096], log[4096];
-    FILE *f;             /* the log, appended to */
+    char dir[4096], ckpt[4200], tmp[4200], log[4200]; /* a file's name under dir: < 64 */
+    FILE *f;             /* the log, appended to (read only: an old layout's) */
+    int readonly;        /* another layout's state, read to reshard: never changed */
     uint64_t seq;        /* updates the shard holds (checkpoint + log) */
     uint64_t ckpt_seq;   /* of them in the checkpoint */
     uint64_t every;      /* updates between checkpoints */
@@ -225,6 +230,8 @@ static msr_status_t log_replay(msr_ps_t *ps)
     }
     msr_free(keys);
     msr_free(vals);
+    if (d->readonly)
+        return st;
     if (st == MSR_OK && (ftruncate(fileno(d->f), good) != 0 || fseek(d->f, good, SEEK_SET) != 0))
         st = msr_err(MSR_ERR_IO, "ps log %s: %s", d->log, strerror(errno));
     return st;
@@ -297,6 +304,8 @@ static msr_status_t log_open(struct ps_durable *d)
         if (magic == LOG_MAGIC)
             return MSR_OK;
     } else if (ftell(d->f) == 0 && !ferror(d->f)) { /* empty: a new log */
+        if (d->readonly)                            /* cut before its magic: no record */
+            return MSR_OK;
         return log_start(d) == 0 ? MSR_OK
                                  : msr_err(MSR_ERR_IO, "ps log %s: %s", d->log, strerror(errno));
     }
@@ -304,11 +313,247 @@ static msr_status_t log_open(struct ps_durable *d)
                    d->log);
 }
 
+/* ---- the layout: which servers and workers wrote the state ----
+ *
+ * dir/ps-layout holds the number of servers and of workers whose files
+ * dir holds, and their generation G: generation 0's files are
+ * ps-s<k>.ckpt and ps-s<k>.log, generation G's ps-g<G>-s<k>.*. A server
+ * started with other numbers (an elastic job re-formed, a job started
+ * again with more or fewer servers) reshards: it builds its rows from
+ * every old server's checkpoint and log, read only, writes them as
+ * generation G + 1, waits for every new server's checkpoint and only
+ * then moves the layout on. Until then a crash leaves the old state the
+ * one restored, whole; after it every new server's checkpoint holds the
+ * rows it owns, and no update was acknowledged in between. */
+
+#define LAYOUT_MAGIC 0x31594c535052534dull /* "MSRPSLY1" */
+
+typedef struct ps_layout {
+    uint64_t servers, workers, gen;
+} ps_layout_t;
+
+/* The paths of server k's files of generation gen under d->dir. */
+static void durable_names(struct ps_durable *d, uint64_t gen, int k)
+{
+    char base[64];
+    if (gen == 0)
+        snprintf(base, sizeof base, "ps-s%d", k);
+    else
+        snprintf(base, sizeof base, "ps-g%llu-s%d", (unsigned long long)gen, k);
+    snprintf(d->ckpt, sizeof d->ckpt, "%s/%s.ckpt", d->dir, base);
+    snprintf(d->tmp, sizeof d->tmp, "%s/%s.ckpt.tmp", d->dir, base);
+    snprintf(d->log, sizeof d->log, "%s/%s.log", d->dir, base);
+}
+
+/* Reads dir's layout into *l; *have_p 0 when there is none (a new
+ * directory, or one written before layouts: taken as this job's). */
+static msr_status_t layout_read(const char *dir, ps_layout_t *l, int *have_p)
+{
+    char path[4200];
+    snprintf(path, sizeof path, "%s/ps-layout", dir);
+    *have_p = 0;
+    FILE *f = fopen(path, "rb");
+    if (f == NULL)
+        return errno == ENOENT ? MSR_OK
+                               : msr_err(MSR_ERR_IO, "ps layout %s: %s", path, strerror(errno));
+    uint64_t v[4];
+    int ok = fread(v, sizeof v, 1, f) == 1 && fgetc(f) == EOF;
+    fclose(f);
+    if (!ok || v[0] != LAYOUT_MAGIC || v[1] == 0 || v[1] >= INT_MAX || v[2] == 0 ||
+        v[2] >= INT_MAX || v[3] >= INT_MAX)
+        return msr_err(MSR_ERR_CORRUPT, "ps layout %s: not a parameter server layout", path);
+    *l = (ps_layout_t){v[1], v[2], v[3]};
+    *have_p = 1;
+    return MSR_OK;
+}
+
+/* Writes dir's layout l (server me's temporary file, synced, renamed over
+ * the old, the directory synced): every server may write the same one. */
+static msr_status_t layout_write(const char *dir, int me, const ps_layout_t *l)
+{
+    char path[4200], tmp[4300];
+    snprintf(path, sizeof path, "%s/ps-layout", dir);
+    snprintf(tmp, sizeof tmp, "%s.tmp.%d", path, me);
+    uint64_t v[4] = {LAYOUT_MAGIC, l->servers, l->workers, l->gen};
+    FILE *f = open_private(tmp, O_WRONLY | O_CREAT | O_TRUNC, "wb");
+    int ok = f != NULL && fwrite(v, sizeof v, 1, f) == 1 && fflush(f) == 0 && fsync(fileno(f)) == 0;
+    ok = (f == NULL || fclose(f) == 0) && ok;
+    if (!ok || rename(tmp, path) != 0 || dir_sync(dir) != 0) {
+        msr_status_t st = msr_err(MSR_ERR_IO, "ps layout %s: %s", path, strerror(errno));
+        unlink(tmp);
+        return st;
+    }
+    return MSR_OK;
+}
+
+/* Copies the rows of old shard o (server s of old_servers) that server me
+ * of ps->servers owns into t: values and optimizer state. */
+static void rows_take(const msr_ps_t *ps, ps_table_t *t, const ps_table_t *o, uint64_t s,
+                      uint64_t old_servers)
+{
+    size_t w = t->cfg.width, row = w * sizeof(float);
+    uint64_t S = (uint64_t)ps->servers, me = (uint64_t)ps->role_rank;
+    for (uint64_t j = 0; j < o->local_rows; j++) {
+        uint64_t r = j * old_servers + s;
+        if (r % S != me)
+            continue;
+        uint64_t i = r / S;
+        memcpy(t->w + i * w, o->w + j * w, row);
+        if (t->s1)
+            memcpy(t->s1 + i * w, o->s1 + j * w, row);
+        if (t->s2)
+            memcpy(t->s2 + i * w, o->s2 + j * w, row);
+        if (t->steps)
+            t->steps[i] = o->steps[j];
+    }
+}
+
+/* Server s of layout old: its shard restored as it would restore it
+ * (checkpoint, then its log replayed with its own numbers of servers and
+ * workers), its files read only, then the rows ps's server owns taken. */
+static msr_status_t reshard_one(msr_ps_t *ps, const ps_layout_t *old, int s, ps_table_t *tabs)
+{
+    struct ps_durable od = {0};
+    msr_ps_t sh = *ps; /* the old server's numbers, the same tables */
+    sh.servers = (int)old->servers;
+    sh.workers = (int)old->workers;
+    sh.role_rank = s;
+    sh.tables = tabs;
+    sh.durable = &od;
+    od.readonly = 1;
+    snprintf(od.dir, sizeof od.dir, "%s", ps->durable->dir);
+    durable_names(&od, old->gen, s);
+    msr_status_t st = MSR_OK;
+    for (int i = 0; i < ps->ntables && st == MSR_OK; i++) {
+        memset(&tabs[i], 0, sizeof tabs[i]);
+        tabs[i].cfg = ps->tables[i].cfg;
+        st = ps_table_alloc_shard(&sh, &tabs[i]);
+    }
+    if (st == MSR_OK && (od.f = fopen(od.log, "rb")) == NULL)
+        st = msr_err(errno == ENOENT ? MSR_ERR_CORRUPT : MSR_ERR_IO,
+                     "ps log %s: %s (its layout has %llu servers of generation %llu)", od.log,
+                     strerror(errno), (unsigned long long)old->servers,
+                     (unsigned long long)old->gen);
+    if (st == MSR_OK)
+        st = log_open(&od);
+    if (st == MSR_OK)
+        st = ckpt_read(&sh);
+    if (st == MSR_OK)
+        st = log_replay(&sh);
+    for (int i = 0; i < ps->ntables && st == MSR_OK; i++)
+        rows_take(ps, &ps->tables[i], &tabs[i], (uint64_t)s, old->servers);
+    for (int i = 0; i < ps->ntables; i++)
+        ps_table_free_shard(&tabs[i]);
+    if (od.f)
+        fclose(od.f);
+    return st;
+}
+
+/* The deadline of a reshard's wait for the other servers: the
+ * communicator's (60 s without one). */
+static int64_t reshard_wait_ms(const msr_ps_t *ps)
+{
+    if (ps->comm)
+        return msr_comm_timeout(ps->comm);
+    if (ps->nlinks > 0 && ps->links[0])
+        return msr_comm_timeout(ps->links[0]);
+    return 60000;
+}
+
+/* Waits until every server of ps has written its checkpoint of
+ * generation gen (MSR_ERR_TIMEOUT past the deadline). */
+static msr_status_t reshard_wait(msr_ps_t *ps, uint64_t gen)
+{
+    struct ps_durable n = {0};
+    snprintf(n.dir, sizeof n.dir, "%s", ps->durable->dir);
+    uint64_t deadline = msr_deadline_in_ms(reshard_wait_ms(ps));
+    for (int k = 0; k < ps->servers;) {
+        durable_names(&n, gen, k);
+        if (access(n.ckpt, F_OK) == 0) {
+            k++;
+            continue;
+        }
+        if (msr_deadline_passed(deadline))
+            return msr_err(MSR_ERR_TIMEOUT,
+                           "msr_ps_durable: server %d of %d wrote no resharded checkpoint %s in "
+                           "time",
+                           k, ps->servers, n.ckpt);
+        msr_sleep_ms(5);
+    }
+    return MSR_OK;
+}
+
+/* This server's rows of layout old's state, written as generation
+ * old->gen + 1 (a checkpoint, synced, and an empty log); the layout moves
+ * on once every server has written its own. */
+static msr_status_t reshard(msr_ps_t *ps, const ps_layout_t *old)
+{
+    struct ps_durable *d = ps->durable;
+    ps_table_t *tabs = msr_calloc((size_t)(ps->ntables ? ps->ntables : 1), sizeof *tabs);
+    if (tabs == NULL)
+        return msr_err(MSR_ERR_NO_MEMORY, "msr_ps_durable: out of memory");
+    msr_status_t st = MSR_OK;
+    for (int s = 0; s < (int)old->servers && st == MSR_OK; s++)
+        st = reshard_one(ps, old, s, tabs);
+    msr_free(tabs);
+    if (st != MSR_OK)
+        return msr_err_prefix(st,
+                              "msr_ps_durable: resharding %llu servers and %llu workers into "
+                              "%d and %d",
+                              (unsigned long long)old->servers, (unsigned long long)old->workers,
+                              ps->servers, ps->workers);
+    ps_layout_t now = {(uint64_t)ps->servers, (uint64_t)ps->workers, old->gen + 1};
+    durable_names(d, now.gen, ps->role_rank);
+    d->f = open_private(d->log, O_RDWR | O_CREAT | O_TRUNC, "r+b");
+    if (d->f == NULL)
+        return msr_err(MSR_ERR_IO, "msr_ps_durable: %s: %s", d->log, strerror(errno));
+    d->seq = 0;
+    d->sync_every = 1; /* the new generation on disk before the layout names it */
+    st = ckpt_write(ps);
+    d->sync_every = 0;
+    if (st == MSR_OK)
+        st = reshard_wait(ps, now.gen);
+    if (st == MSR_OK)
+        st = layout_write(d->dir, ps->role_rank, &now);
+    return st;
+}
+
+/* Server 0 removes the files no start can read any more: of generations
+ * before keep_from and after keep_to (a reshard that never finished). */
+static void generations_drop(const msr_ps_t *ps, uint64_t keep_from, uint64_t keep_to)
+{
+    if (ps->role_rank != 0)
+        return;
+    DIR *dh = opendir(ps->durable->dir);
+    if (dh == NULL)
+        return;
+    for (struct dirent *e; (e = readdir(dh)) != NULL;) {
+        unsigned long long gen = 0;
+        int k, end = 0;
+        char rest[16];
+        if (sscanf(e->d_name, "ps-s%d.%15s%n", &k, rest, &end) != 2 &&
+            sscanf(e->d_name, "ps-g%llu-s%d.%15s%n", &gen, &k, rest, &end) != 3)
+            continue;
+        if (end != (int)strlen(e->d_name) || k < 0 ||
+            (strcmp(rest, "ckpt") != 0 && strcmp(rest, "log") != 0 &&
+             strcmp(rest, "ckpt.tmp") != 0) ||
+            (gen >= keep_from && gen <= keep_to))
+            continue;
+        unlinkat(dirfd(dh), e->d_name, 0);
+    }
+    closedir(dh);
+}
+
 msr_status_t msr_ps_durable(msr_ps_t *ps, const char *dir, uint64_t ckpt_every,
                             uint64_t *restored_p)
 {
     if (ps == NULL || dir == NULL || ps->role != MSR_PS_SERVER || ps->serving || ps->durable)
         return msr_err(MSR_ERR_STATE, "msr_ps_durable: a server's, once, before msr_ps_serve");
+    if (strlen(dir) >= sizeof ps->durable->dir)
+        return msr_err(MSR_ERR_INVALID_ARG,
+                       "msr_ps_durable: a directory name of %zu bytes (at most "
+                       "%zu)",
+                       strlen(dir), sizeof ps->durable->dir - 1);
     if (mkdir(dir, 0700) != 0 && errno != EEXIST)
         return msr_err(MSR_ERR_IO, "msr_ps_durable: mkdir %s: %s", dir, strerror(errno));
     struct ps_durable *d = msr_calloc(1, sizeof *d);
@@ -317,19 +562,32 @@ msr_status_t msr_ps_durable(msr_ps_t *ps, const char *dir, uint64_t ckpt_every,
     ps->durable = d;
     d->every = ckpt_every ? ckpt_every : 10000;
     snprintf(d->dir, sizeof d->dir, "%s", dir);
-    snprintf(d->ckpt, sizeof d->ckpt, "%s/ps-s%d.ckpt", dir, ps->role_rank);
-    snprintf(d->tmp, sizeof d->tmp, "%s/ps-s%d.ckpt.tmp", dir, ps->role_rank);
-    snprintf(d->log, sizeof d->log, "%s/ps-s%d.log", dir, ps->role_rank);
-    /* not "a+", which forces every write to the end: the replay sets it */
-    d->f = open_private(d->log, O_RDWR | O_CREAT, "r+b");
-    msr_status_t st =
-        d->f ? MSR_OK : msr_err(MSR_ERR_IO, "msr_ps_durable: %s: %s", d->log, strerror(errno));
-    if (st == MSR_OK)
-        st = log_open(d);
-    if (st == MSR_OK)
-        st = ckpt_read(ps);
-    if (st == MSR_OK)
-        st = log_replay(ps);
+    ps_layout_t l = {(uint64_t)ps->servers, (uint64_t)ps->workers, 0};
+    int have = 0;
+    msr_status_t st = layout_read(dir, &l, &have);
+    int same =
+        st == MSR_OK && l.servers == (uint64_t)ps->servers && l.workers == (uint64_t)ps->workers;
+    if (st == MSR_OK && !same) {
+        generations_drop(ps, l.gen, l.gen + 1); /* older ones: nobody reads them now */
+        st = reshard(ps, &l);
+    } else if (st == MSR_OK) {
+        durable_names(d, l.gen, ps->role_rank);
+        /* not "a+", which forces every write to the end: the replay sets it */
+        d->f = open_private(d->log, O_RDWR | O_CREAT, "r+b");
+        st = d->f ? MSR_OK : msr_err(MSR_ERR_IO, "msr_ps_durable: %s: %s", d->log, strerror(errno));
+        if (st == MSR_OK)
+            st = log_open(d);
+        if (st == MSR_OK)
+            st = ckpt_read(ps);
+        if (st == MSR_OK)
+            st = log_replay(ps);
+        if (st == MSR_OK && !have)
+            st = layout_write(dir, ps->role_rank, &l);
+        /* the generation before may still be read by a server of this
+         * start resharding from it; those before it and any after are not */
+        if (st == MSR_OK)
+            generations_drop(ps, l.gen ? l.gen - 1 : 0, l.gen);
+    }
     if (st != MSR_OK) {
         ps_durable_free(ps);
         return st;

@@ -187,9 +187,24 @@ MSR_API void msr_ps_traffic(const msr_ps_t *ps, uint64_t *sent_p, uint64_t *rece
  * the number of updates (pushes, or synchronous steps of a table) the
  * restored shard holds. The log is written, not synced, unless
  * msr_ps_durable_fsync asks: it survives the process, not the machine.
- * Fails with MSR_ERR_STATE (a worker, or serving), MSR_ERR_CORRUPT (a
- * checkpoint of other tables, a log of an earlier format or of other
- * tables), MSR_ERR_IO, MSR_ERR_NO_MEMORY. */
+ *
+ * dir/ps-layout records the numbers of servers and workers that wrote the
+ * state. Started with other numbers (an elastic job re-formed, a job
+ * started again with more or fewer servers), every server reshards: it
+ * builds its rows from every old server's checkpoint and log (replayed
+ * with the old numbers), writes them as the next generation's files
+ * (dir/ps-g<G>-s<rank>.*, synced) and waits for every other server's
+ * (the communicator's deadline) before the layout names them, so a crash
+ * at any point leaves one whole state to restore; *restored_p is then 0.
+ * Resharding needs every old server's files in dir (a shared disk when the
+ * servers are on several machines).
+ *
+ * Fails with MSR_ERR_STATE (a worker, or serving), MSR_ERR_INVALID_ARG (a
+ * name of dir of 4096 bytes or more), MSR_ERR_CORRUPT (a checkpoint of
+ * other tables, a log of an earlier format or of other tables, a layout
+ * that is not one, an old server's log missing), MSR_ERR_TIMEOUT (a
+ * reshard's other servers never wrote their rows), MSR_ERR_IO,
+ * MSR_ERR_NO_MEMORY. */
 MSR_API msr_status_t msr_ps_durable(msr_ps_t *ps, const char *dir, uint64_t ckpt_every,
                                     uint64_t *restored_p);
 

@@ -1,7 +1,7 @@
 /* The program of the parameter server tests, started by the real msrun with
  * --ps_servers (tests/ps/run.sh). This file holds main, roles and the
  * training modes (sync, stale, leave); ps_worker_server.c the servers'
- * (bad, durable, fsync, order). `ps_worker MODE [ARG]`:
+ * (bad, durable, fsync, order, reshard). `ps_worker MODE [ARG]`:
  *   roles       prints "ROLE <rank> <role> <role rank> <role size>" from
  *               msr_ps_role, then checks msr_ps_role's refusals of a bad
  *               MSR_PS_SERVERS and MSR_ROLE
@@ -31,6 +31,10 @@
  *   order       one worker, 2+ servers, the launcher's mode: pulls and
  *               pushes of keys in server order, mixed, repeated and none
  *               land on the right rows
+ *   reshard DIR E S  the launcher's mode, the servers durable in DIR: every
+ *               worker finds every row at E, then pushes each S times
+ *               (tests/ps/test_ps_reshard.sh runs it in layout after
+ *               layout on one DIR)
  * Every check that fails prints "FAIL" and exits 1; the first worker prints
  * "ok MODE" at the end. */
 #include <math.h>
@@ -469,6 +473,8 @@ int main(int argc, char **argv)
         mode_fsync(ctx, argv + 2);
     else if (strcmp(argv[1], "order") == 0)
         mode_order(ctx);
+    else if (strcmp(argv[1], "reshard") == 0 && argc > 4)
+        mode_reshard(ctx, argv[2], atof(argv[3]), atoi(argv[4]));
     else
         fail("unknown mode %s", argv[1]);
     msr_finalize(ctx);

@@ -1,8 +1,9 @@
 /* The servers' modes of the parameter server tests' program (ps_worker.c
  * has main and the list of modes): bad (a server's refusals), durable DIR
  * (a server killed under load loses no acknowledged push), order (keys in
- * server order or not land on their rows) and fsync DIR N P C (the log
- * synced every N records). */
+ * server order or not land on their rows), fsync DIR N P C (the log
+ * synced every N records) and reshard DIR E S (a durable state carried
+ * into another layout). */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -215,6 +216,56 @@ void mode_durable(msr_ctx_t *ctx, const char *dir, int sync)
     msr_comm_destroy(world);
     if (msr_rank(ctx) == 0)
         printf("ok durable\n");
+}
+
+/* ---- reshard DIR E S: a durable state carried into another layout ---- */
+
+/* The servers durable in DIR (a checkpoint every 7 updates); every worker
+ * first pulls the table and finds every value E, then pushes every row S
+ * times, each push adding 1 to the row in the asynchronous mode (its
+ * gradient -W, which the server divides by the W workers), each step 1 in
+ * the synchronous mode (each worker's -1, the step's mean). So the next
+ * layout's workers find E + S (synchronous) or E + W S (asynchronous):
+ * its servers hold the rows only if they were resharded whole, the old
+ * logs replayed with the old number of workers. */
+void mode_reshard(msr_ctx_t *ctx, const char *dir, double expect, int steps)
+{
+    enum { R = 10, W2 = 2 };
+    g_rank = msr_rank(ctx); /* this file's copy, for fail */
+    msr_comm_t *world;
+    OK(msr_comm_world(ctx, &world));
+    msr_ps_t *ps;
+    OK(msr_ps_create(world, 0, MSR_PS_STALENESS_ENV, &ps));
+    msr_ps_table_config_t c = {.rows = R, .width = W2, .optim = MSR_PS_SGD, .lr = 1.0f};
+    int t;
+    OK(msr_ps_table_create(ps, &c, &t));
+    if (msr_ps_my_role(ps) == MSR_PS_SERVER) {
+        uint64_t restored;
+        OK(msr_ps_durable(ps, dir, 7, &restored));
+        printf("reshard: server %d of %d restored %llu updates\n", msr_ps_role_rank(ps),
+               msr_ps_servers(ps), (unsigned long long)restored);
+        OK(msr_ps_serve(ps));
+    } else {
+        const char *stal = getenv("MSR_PS_STALENESS");
+        int sync = stal == NULL || atoi(stal) < 0, W = msr_ps_workers(ps);
+        int64_t keys[R];
+        float rows[R * W2], g[R * W2];
+        for (int r = 0; r < R; r++)
+            keys[r] = r;
+        OK(msr_ps_pull(ps, t, keys, R, rows, W2));
+        for (int i = 0; i < R * W2; i++)
+            if (rows[i] != (float)expect)
+                fail("row %d holds %g at the start, want %g", i / W2, rows[i], expect);
+        for (int i = 0; i < R * W2; i++)
+            g[i] = sync ? -1.0f : (float)-W;
+        for (int s = 0; s < steps; s++)
+            OK(msr_ps_push(ps, t, keys, R, g, W2));
+        printf("reshard: worker %d of %d found every row at %g\n", msr_ps_role_rank(ps), W, expect);
+    }
+    msr_ps_destroy(ps);
+    msr_comm_destroy(world);
+    if (msr_rank(ctx) == 0)
+        printf("ok reshard\n");
 }
 
 /* ---- order: keys grouped by server or not, repeated ---- */

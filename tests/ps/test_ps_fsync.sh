@@ -1,7 +1,8 @@
 #!/bin/bash
 # msr_ps_durable_fsync: a durable server's log is synced (fdatasync) every N
 # records and never with N = 0; with N > 0 each checkpoint and its
-# directory are synced too. The syncs are counted under strace, by the
+# directory are synced too (the directory also once for the layout file,
+# at the first start). The syncs are counted under strace, by the
 # file they name: 12 pushes at N = 0, 1, 5, 12 (the bound) and 13 (one
 # past), a checkpoint every 4 pushes synced or not. Then the log's format:
 # an empty log is a new one, a log of another format is refused by name
@@ -51,9 +52,13 @@ ok "the log synced every N records: 12 pushes at N 0, 1, 5, 12, 13"
 synced 1 4
 expect_syncs fdatasync /ps-s0.log 12 "synced every record, checkpoints every 4"
 expect_syncs fsync /ps-s0.ckpt.tmp 3 "synced every record, checkpoints every 4"
-expect_syncs fsync "" 3 "synced every record, checkpoints every 4 (the directory)"
+# the directory: after each checkpoint's rename, and once after the layout
+# file's (written, synced, at the first start on a new directory)
+expect_syncs fsync "" 4 "synced every record, checkpoints every 4 (the directory)"
+expect_syncs fsync /ps-layout.tmp.0 1 "the layout, at the first start"
 synced 0 4
 expect_syncs fsync /ps-s0.ckpt.tmp 0 "never synced, checkpoints every 4"
+expect_syncs fsync "" 1 "never synced, checkpoints every 4 (the directory: the layout's alone)"
 [ -f "$TMP/shards/ps-s0.ckpt" ] || fail "no checkpoint written"
 ok "checkpoints and their directory synced when the log is, not otherwise"
 
