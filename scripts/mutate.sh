@@ -3627,6 +3627,65 @@ test: ^test_wchan$
 >>>
 
 
+@ ps.reshard.new_workers
+file: ps/ps_durable.c
+test: ^test_ps_reshard$
+<<<
+    sh.workers = (int)old->workers;
+===
+    sh.workers = ps->workers;
+>>>
+
+@ ps.reshard.no_wait
+file: ps/ps_durable.c
+test: ^test_ps_reshard$
+<<<
+    if (st == MSR_OK)
+        st = reshard_wait(ps, now.gen);
+===
+    if (st == MSR_OK && 0)
+        st = reshard_wait(ps, now.gen);
+>>>
+
+@ ps.reshard.row_of
+file: ps/ps_durable.c
+test: ^test_ps_reshard$
+<<<
+        uint64_t r = j * old_servers + s;
+===
+        uint64_t r = j * old_servers + s * 0;
+>>>
+
+@ ps.reshard.state_dropped
+file: ps/ps_durable.c
+test: ^test_ps_reshard$
+<<<
+        if (t->steps)
+            t->steps[i] = o->steps[j];
+===
+        if (t->steps && 0)
+            t->steps[i] = o->steps[j];
+>>>
+
+@ ps.reshard.keep_previous
+file: ps/ps_durable.c
+test: ^test_ps_reshard$
+<<<
+            generations_drop(ps, l.gen ? l.gen - 1 : 0, l.gen);
+===
+            generations_drop(ps, l.gen, l.gen);
+>>>
+
+@ ps.reshard.same_only_servers
+file: ps/ps_durable.c
+test: ^ps_reshard$
+<<<
+    int same =
+        st == MSR_OK && l.servers == (uint64_t)ps->servers && l.workers == (uint64_t)ps->workers;
+===
+    int same = st == MSR_OK && l.servers == (uint64_t)ps->servers;
+>>>
+
 @ ps.sync_step_unlogged
 file: ps/ps_server.c
 test: ^ps_durable_sync$
