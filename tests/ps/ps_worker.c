@@ -1,7 +1,7 @@
 /* The program of the parameter server tests, started by the real msrun with
  * --ps_servers (tests/ps/run.sh). This file holds main, roles and the
  * training modes (sync, stale, leave); ps_worker_server.c the servers'
- * (bad, durable, fsync, order, reshard). `ps_worker MODE [ARG]`:
+ * (bad, durable, fsync, order, reshard, elastic). `ps_worker MODE [ARG]`:
  *   roles       prints "ROLE <rank> <role> <role rank> <role size>" from
  *               msr_ps_role, then checks msr_ps_role's refusals of a bad
  *               MSR_PS_SERVERS and MSR_ROLE
@@ -35,6 +35,10 @@
  *               worker finds every row at E, then pushes each S times
  *               (tests/ps/test_ps_reshard.sh runs it in layout after
  *               layout on one DIR)
+ *   elastic DIR asynchronous, the servers durable in DIR, through an
+ *               elastic job's re-form (tests/ps/test_ps_elastic.sh): each
+ *               generation's worker 0 finds every acknowledged push of
+ *               the ones before in the row
  * Every check that fails prints "FAIL" and exits 1; the first worker prints
  * "ok MODE" at the end. */
 #include <math.h>
@@ -475,6 +479,8 @@ int main(int argc, char **argv)
         mode_order(ctx);
     else if (strcmp(argv[1], "reshard") == 0 && argc > 4)
         mode_reshard(ctx, argv[2], atof(argv[3]), atoi(argv[4]));
+    else if (strcmp(argv[1], "elastic") == 0 && argc > 2)
+        mode_elastic(ctx, argv[2]);
     else
         fail("unknown mode %s", argv[1]);
     msr_finalize(ctx);

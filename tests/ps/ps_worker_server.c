@@ -2,8 +2,9 @@
  * has main and the list of modes): bad (a server's refusals), durable DIR
  * (a server killed under load loses no acknowledged push), order (keys in
  * server order or not land on their rows), fsync DIR N P C (the log
- * synced every N records) and reshard DIR E S (a durable state carried
- * into another layout). */
+ * synced every N records), reshard DIR E S (a durable state carried
+ * into another layout) and elastic DIR (the same through an elastic
+ * job's re-form). */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -131,15 +132,22 @@ void mode_bad(msr_ctx_t *ctx)
 
 /* ---- durable DIR: a server killed under load loses no acknowledged push ---- */
 
-/* This worker's acknowledged pushes, in DIR/acked-<worker>. */
-static void acked_write(const char *dir, int me, long n)
+/* n into the file path, whole (a new file renamed over it). */
+static void acked_write_to(const char *path, long n)
 {
-    char path[4096], tmp[4200];
-    snprintf(path, sizeof path, "%s/acked-%d", dir, me);
+    char tmp[4300];
     snprintf(tmp, sizeof tmp, "%s.tmp", path);
     FILE *f = fopen(tmp, "w");
     if (f == NULL || fprintf(f, "%ld\n", n) < 0 || fclose(f) != 0 || rename(tmp, path) != 0)
         fail("writing %s", path);
+}
+
+/* This worker's acknowledged pushes, in DIR/acked-<worker>. */
+static void acked_write(const char *dir, int me, long n)
+{
+    char path[4096];
+    snprintf(path, sizeof path, "%s/acked-%d", dir, me);
+    acked_write_to(path, n);
 }
 
 static long acked_read(const char *dir, int me)
@@ -266,6 +274,99 @@ void mode_reshard(msr_ctx_t *ctx, const char *dir, double expect, int steps)
     msr_comm_destroy(world);
     if (msr_rank(ctx) == 0)
         printf("ok reshard\n");
+}
+
+/* ---- elastic DIR: a durable state through an elastic job's re-form ---- */
+
+/* The acknowledged pushes of every generation's workers before this one
+ * (DIR/acked-g<G>-w<W>, written after each push), summed into *sum_p and
+ * counted (files) into *files_p. */
+static void acked_before(const char *dir, int gen, long *sum_p, int *files_p)
+{
+    *sum_p = 0;
+    *files_p = 0;
+    for (int g = 0; g < gen; g++)
+        for (int w = 0; w < 64; w++) {
+            char path[4200];
+            long n;
+            snprintf(path, sizeof path, "%s/acked-g%d-w%d", dir, g, w);
+            FILE *f = fopen(path, "r");
+            if (f == NULL)
+                continue;
+            if (fscanf(f, "%ld", &n) != 1)
+                fail("reading %s", path);
+            fclose(f);
+            *sum_p += n;
+            ++*files_p;
+        }
+}
+
+/* An asynchronous job whose servers are durable in DIR (the world of
+ * every generation: W workers and the servers, the last ranks): every
+ * push adds 1 to the one row (-W over W workers). Worker 0 first checks
+ * that the row holds every push acknowledged in the generations before
+ * (and at most one more per worker of them: applied, not acknowledged).
+ * A generation of more than one worker pushes until the job re-forms (the
+ * test kills a node), writing DIR/formed-more first; one of one worker
+ * after such a generation pushes 20 times, checks the row grew by 20, and
+ * ends the job. */
+void mode_elastic(msr_ctx_t *ctx, const char *dir)
+{
+    g_rank = msr_rank(ctx); /* this file's copy, for fail */
+    msr_comm_t *world;
+    OK(msr_comm_world(ctx, &world));
+    msr_ps_t *ps;
+    OK(msr_ps_create(world, 0, 1 << 20, &ps));
+    msr_ps_table_config_t c = {.rows = 1, .width = 1, .optim = MSR_PS_SGD, .lr = 1.0f};
+    int t, gen = msr_generation(ctx), W = msr_ps_workers(ps), me = msr_ps_role_rank(ps);
+    OK(msr_ps_table_create(ps, &c, &t));
+    if (msr_ps_my_role(ps) == MSR_PS_SERVER) {
+        OK(msr_ps_durable(ps, dir, 7, NULL));
+        OK(msr_ps_serve(ps));
+        msr_ps_destroy(ps);
+        msr_comm_destroy(world);
+        return;
+    }
+    char path[4200], formed[4200];
+    snprintf(path, sizeof path, "%s/acked-g%d-w%d", dir, gen, me);
+    snprintf(formed, sizeof formed, "%s/formed-more", dir);
+    int64_t key = 0;
+    float v = 0, g = (float)-W;
+    OK(msr_ps_pull(ps, t, &key, 1, &v, 1));
+    if (me == 0) {
+        long acked;
+        int files;
+        acked_before(dir, gen, &acked, &files);
+        if (v < (float)acked || v > (float)(acked + files))
+            fail("generation %d: the row holds %.0f, %ld pushes of %d workers acknowledged before",
+                 gen, v, acked, files);
+        printf("elastic: generation %d, %d workers: the row holds %.0f, %ld acknowledged before\n",
+               gen, W, v + 0.0, acked); /* + 0.0: the initial -0 as 0 */
+    }
+    int last = W == 1 && access(formed, F_OK) == 0;
+    if (W > 1 && me == 0) {
+        FILE *f = fopen(formed, "w");
+        if (f == NULL || fclose(f) != 0)
+            fail("writing %s", formed);
+    }
+    for (long n = 1; n <= (last ? 20 : 1000000); n++) {
+        msr_status_t st = msr_ps_push(ps, t, &key, 1, &g, 1);
+        if (st != MSR_OK) {
+            printf("elastic: worker %d: push %ld failed: %s\n", me, n, msr_status_name(st));
+            _exit(3); /* the job re-forms */
+        }
+        acked_write_to(path, n);
+    }
+    if (!last)
+        fail("the job did not re-form within 1000000 pushes");
+    float end = 0;
+    OK(msr_ps_pull(ps, t, &key, 1, &end, 1));
+    if (end != v + 20)
+        fail("the row holds %.0f after 20 pushes from %.0f", end, v);
+    printf("elastic: generation %d: the row grew from %.0f to %.0f\n", gen, v, end);
+    msr_ps_destroy(ps);
+    msr_comm_destroy(world);
+    printf("ok elastic\n");
 }
 
 /* ---- order: keys grouped by server or not, repeated ---- */
