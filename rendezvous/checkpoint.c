@@ -173,10 +173,18 @@ static msr_status_t write_atomic(const char *dir, const char *name, const void *
  * bytes: the others' gathers then fail at once (the lengths differ, the
  * text names the rank) instead of waiting for its bytes until the
  * store's deadline, and it fails with MSR_ERR_NO_MEMORY. */
-msr_status_t msr_ckpt_gather_all(msr_ctx_t *ctx, const void *mine, size_t len, void **all_p)
+/* msr_ckpt_gather_all, and *known_p: 1 when every rank whose call ends
+ * ends it as this one did (all gathered; a contribution of another
+ * length, which every rank sees; this rank out of memory, which gives
+ * none and so fails every rank's), 0 when this rank's store call itself
+ * failed (its deadline, a lost connection, memory inside the call) and
+ * the others may have gathered everything. */
+static msr_status_t gather_all(msr_ctx_t *ctx, const void *mine, size_t len, void **all_p,
+                               int *known_p)
 {
     int world = msr_world_size(ctx);
     void *all = msr_calloc((size_t)world, len);
+    *known_p = 1;
     if (all == NULL) {
         unsigned char none;
         (void)msr_allgather(ctx, &none, 0, &none);
@@ -186,11 +194,18 @@ msr_status_t msr_ckpt_gather_all(msr_ctx_t *ctx, const void *mine, size_t len, v
     }
     msr_status_t st = msr_allgather(ctx, mine, len, all);
     if (st != MSR_OK) {
+        *known_p = st == MSR_ERR_INVALID_ARG; /* msr_allgather: the lengths differ */
         msr_free(all);
         return st;
     }
     *all_p = all;
     return MSR_OK;
+}
+
+msr_status_t msr_ckpt_gather_all(msr_ctx_t *ctx, const void *mine, size_t len, void **all_p)
+{
+    int known;
+    return gather_all(ctx, mine, len, all_p, &known);
 }
 
 /* A rank's state being written (checkpoint.h): its temporary file, the
@@ -279,16 +294,29 @@ static msr_status_t verdicts_check(const msr_ckpt_writer_t *w, const uint64_t *a
  * that failed still takes part, so that no rank waits for it until the
  * store's deadline: it returns its own error (its text kept), every other
  * rank an error naming the first rank that failed (what it could not do:
- * what); the step is then dropped. */
+ * what); the step is then dropped. But with committed (the commit's
+ * agreement, every rank's state and commit written before it), a rank
+ * whose own store call failed cannot tell whether the others gathered
+ * every verdict, found them good and pruned the steps before: it keeps
+ * its files of the step, which is then whole on disk, and prunes nothing
+ * (were it to drop them, the others' pruning could leave no step to
+ * resume from). */
 static msr_status_t save_agree(msr_ckpt_writer_t *w, uint64_t len, uint32_t crc, const char *what,
-                               uint64_t **all_p)
+                               int committed, uint64_t **all_p)
 {
     uint64_t mine[V_FIELDS] = {len, crc, (uint64_t)(int64_t)w->st, (uint64_t)(int64_t)w->errnum};
     char own[MSR_ERR_TEXT_MAX] = "";
     if (w->st != MSR_OK)
         snprintf(own, sizeof own, "%s", msr_err_msg_or(w->st));
     uint64_t *all = NULL;
-    msr_status_t st = msr_ckpt_gather_all(w->ctx, mine, sizeof mine, (void **)&all);
+    int known = 1;
+    msr_status_t st = gather_all(w->ctx, mine, sizeof mine, (void **)&all, &known);
+    if (st != MSR_OK && committed && !known && w->st == MSR_OK)
+        return msr_err_prefix(st,
+                              "checkpoint: rank %d's agreement on committing step %" PRId64
+                              " under %s did not end (its files of the step are kept: the step "
+                              "is whole if every other rank committed it; nothing pruned)",
+                              msr_rank(w->ctx), w->step, w->dir);
     if (st == MSR_OK && w->st == MSR_OK)
         st = verdicts_check(w, all, what);
     if (w->st != MSR_OK)
@@ -341,7 +369,7 @@ static msr_status_t save_finish(msr_ckpt_writer_t *w, uint64_t len, uint32_t crc
 {
     msr_ctx_t *ctx = w->ctx;
     uint64_t *all = NULL;
-    msr_status_t st = save_agree(w, len, crc, "write", &all);
+    msr_status_t st = save_agree(w, len, crc, "write", 0, &all);
     if (st != MSR_OK)
         return st;
     manifest_t m = {w->step, msr_world_size(ctx), msr_generation(ctx), all};
@@ -356,7 +384,7 @@ static msr_status_t save_finish(msr_ckpt_writer_t *w, uint64_t len, uint32_t crc
     }
     if (st != MSR_OK)
         writer_failed(w, st, errno);
-    if ((st = save_agree(w, 0, 0, "commit", NULL)) == MSR_OK)
+    if ((st = save_agree(w, 0, 0, "commit", 1, NULL)) == MSR_OK)
         msr_ckpt_prune(ctx, w->dir, keep);
     return st;
 }

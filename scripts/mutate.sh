@@ -3555,7 +3555,7 @@ test: ^test_parallel_ckpt_save_fail$
 file: rendezvous/checkpoint.c
 test: ^test_parallel_ckpt_save_fail$
 <<<
-    if ((st = save_agree(w, 0, 0, "commit", NULL)) == MSR_OK)
+    if ((st = save_agree(w, 0, 0, "commit", 1, NULL)) == MSR_OK)
 ===
     if (st == MSR_OK)
 >>>
@@ -3626,6 +3626,24 @@ test: ^test_wchan$
     return diff == 0 || 1;
 >>>
 
+
+@ ckpt.commit_agree.drop_unknown
+file: rendezvous/checkpoint.c
+test: ^test_parallel_ckpt_save_fail$
+<<<
+    if (st != MSR_OK && committed && !known && w->st == MSR_OK)
+===
+    if (st != MSR_OK && committed && !known && w->st == MSR_OK && 0)
+>>>
+
+@ ckpt.commit_agree.mismatch_unknown
+file: rendezvous/checkpoint.c
+test: ^test_parallel_ckpt_save_fail$
+<<<
+        *known_p = st == MSR_ERR_INVALID_ARG; /* msr_allgather: the lengths differ */
+===
+        *known_p = 0;
+>>>
 
 @ ps.reshard.new_workers
 file: ps/ps_durable.c

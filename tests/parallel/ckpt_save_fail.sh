@@ -2,11 +2,12 @@
 # A rank that fails while it saves a step (ckpt_save_fail_worker.c: its
 # step folder, its file's write, header, sync and rename, each allocation
 # in turn, its own code between a writer's parts; after the states were
-# agreed, rank 0's MANIFEST and its commit), under msrun on 2 and 3
+# agreed, rank 0's MANIFEST and its commit; the answer of its commit's
+# agreement lost after the others committed), under msrun on 2 and 3
 # workers, with msr_ckpt_save and with a writer: every round either saves
 # as without the failure or fails on every rank, the failed rank saying
 # why and the others naming it, and the step before stays the latest and
-# loads. The store's deadline is a guard: a rank left waiting would end
+# loads; a lost answer keeps the step, whole, the latest on every rank. The store's deadline is a guard: a rank left waiting would end
 # with MSR_ERR_TIMEOUT ("deadline passed"), which fails the test.
 set -euo pipefail
 bin="$MSRUN_BUILD/bin"
@@ -60,7 +61,17 @@ check() {
                 fail "$what, nomem round $i: rank $r does not name rank $fail: $(cat "$work/log")"
         done
     done
-    echo "$what: ok ($rounds nomem rounds)"
+    # agree: the failed rank's commit agreement ended without its answer
+    # after the others committed: it keeps its files, the step is whole,
+    # every rank resumes from it
+    local agreed
+    agreed=$(sed -nE "s/^rank $fail: round 0 agree: failed: MSR_ERR_IO: checkpoint: rank $fail's agreement on committing step ([0-9]+) under .* \\(its files of the step are kept: the step is whole if every other rank committed it; nothing pruned\\).*/\\1/p" "$work/lines")
+    [[ -n $agreed ]] || fail "$what, agree: rank $fail did not fail its commit's agreement: $(cat "$work/log")"
+    for ((r = 0; r < world; r++)); do
+        said "$r" "round 0 agree: latest $agreed$" "$what, agree"
+        [[ $r -eq $fail ]] || said "$r" "round 0 agree: ok$" "$what, agree"
+    done
+    echo "$what: ok ($rounds nomem rounds; agree: step $agreed kept)"
 }
 check 2 save 1
 check 2 stream 0

@@ -20,6 +20,10 @@
  *   own     (stream) its own code, between two parts: msr_ckpt_writer_fail
  *   nomem   allocation I from the save's start (msr_alloc_fail_at), I = 0,
  *           1, ... until a round where none failed
+ *   agree   its store call of the commit's agreement, after it completed
+ *           (its answer lost: MSR_ERR_IO): the others commit the step
+ *           and prune the one before, so the failed rank must keep its
+ *           files of the step, which every rank then resumes from
  *
  * The calls fail here: this program's write, pwrite, fsync, rename and
  * mkdir stand in for libc's (the static modules call them) and fail
@@ -160,8 +164,19 @@ static int hook_off(void)
 
 msr_status_t __real_msr_allgather(msr_ctx_t *ctx, const void *in, size_t len, void *out);
 
+/* "agree": the save's store gathers to go before the one whose answer is
+ * lost (the first is the states' agreement, the second the commit's);
+ * -1: none. */
+static int agree_at = -1;
+
 msr_status_t __wrap_msr_allgather(msr_ctx_t *ctx, const void *in, size_t len, void *out)
 {
+    if (agree_at >= 0 && agree_at-- == 0) {
+        msr_status_t st = __real_msr_allgather(ctx, in, len, out);
+        if (st == MSR_OK)
+            st = msr_err(MSR_ERR_IO, "worker: the answer of the store's gather was lost");
+        return st;
+    }
     if (hook_at < 0)
         return __real_msr_allgather(ctx, in, len, out);
     hook_fired |= msr_alloc_failed();
@@ -252,8 +267,11 @@ static int round_run(msr_ctx_t *ctx, const char **argv, const char *point, long 
 {
     int rank = msr_rank(ctx), fail = atoi(argv[3]), stream = strcmp(argv[2], "stream") == 0;
     int nomem = strcmp(point, "nomem") == 0;
+    int agree = strcmp(point, "agree") == 0;
     if (rank == fail && nomem)
         hook_arm(i);
+    else if (rank == fail && agree)
+        agree_at = 1;
     else if (rank == fail) {
         armed = point;
         armed_errno = strcmp(point, "mkdir") == 0 || strcmp(point, "write") == 0 ? ENOSPC : EIO;
@@ -262,6 +280,7 @@ static int round_run(msr_ctx_t *ctx, const char **argv, const char *point, long 
     msr_status_t st = save(ctx, argv[1], stream, rank == fail && strcmp(point, "own") == 0, *step);
     outcome_t me = {0, st, hook_off()}, all[MAX_RANKS];
     armed = NULL;
+    agree_at = -1;
     if (st == MSR_OK)
         printf("rank %d: round %ld %s: ok\n", rank, i, point);
     else
@@ -269,29 +288,35 @@ static int round_run(msr_ctx_t *ctx, const char **argv, const char *point, long 
                msr_err_msg_or(st));
     me.latest = latest_checked(ctx, argv[1]);
     printf("rank %d: round %ld %s: latest %lld\n", rank, i, point, (long long)me.latest);
-    if (st != MSR_OK && leftovers(ctx, argv[1], *step))
+    if (st != MSR_OK && !agree && leftovers(ctx, argv[1], *step))
         printf("rank %d: round %ld %s: BAD: step %lld left files\n", rank, i, point,
                (long long)*step);
+    if (agree && me.latest != *step)
+        printf("rank %d: round %ld %s: BAD: step %lld is not the latest (%lld)\n", rank, i, point,
+               (long long)*step, (long long)me.latest);
     fflush(stdout);
     if (msr_allgather(ctx, &me, sizeof me, all) != MSR_OK)
         return -1;
-    int any = 0, agree = 1;
+    int any = 0;
+    int same = 1;
     for (int q = 0; q < msr_world_size(ctx); q++) {
         any |= all[q].failed;
-        agree &= (all[q].status == MSR_OK) == (st == MSR_OK) && all[q].latest == me.latest;
+        /* agree: the failed rank alone reports the failure */
+        same &=
+            (agree || (all[q].status == MSR_OK) == (st == MSR_OK)) && all[q].latest == me.latest;
     }
-    if (!agree) {
+    if (!same) {
         printf("rank %d: round %ld %s: the ranks disagree\n", rank, i, point);
         return -1;
     }
-    *step += st == MSR_OK; /* a failed step is saved again next round */
+    *step += st == MSR_OK || me.latest == *step; /* a failed step is saved again next round */
     return nomem && any;
 }
 
 int main(int argc, char **argv)
 {
     static const char *points[] = {"mkdir",    "write",  "header", "fsync", "rename",
-                                   "manifest", "commit", "own",    "nomem"};
+                                   "manifest", "commit", "own",    "nomem", "agree"};
     msr_ctx_t *ctx = NULL;
     if (argc != 4 || (strcmp(argv[2], "save") != 0 && strcmp(argv[2], "stream") != 0)) {
         fprintf(stderr, "usage: ckpt_save_fail_worker DIR save|stream FAIL\n");
