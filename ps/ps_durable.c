@@ -33,6 +33,7 @@ struct ps_durable {
     char dir[4096], ckpt[4200], tmp[4200], log[4200]; /* a file's name under dir: < 64 */
     FILE *f;             /* the log, appended to (read only: an old layout's) */
     int readonly;        /* another layout's state, read to reshard: never changed */
+    uint64_t gen;        /* the generation of the files named (the layout, below) */
     uint64_t seq;        /* updates the shard holds (checkpoint + log) */
     uint64_t ckpt_seq;   /* of them in the checkpoint */
     uint64_t every;      /* updates between checkpoints */
@@ -137,6 +138,11 @@ static msr_status_t ckpt_read(msr_ps_t *ps)
 {
     struct ps_durable *d = ps->durable;
     FILE *f = fopen(d->ckpt, "rb");
+    if (f == NULL && errno == ENOENT && d->gen > 0) /* a reshard wrote every one */
+        return msr_err(MSR_ERR_CORRUPT,
+                       "ps checkpoint %s is missing: every server of generation %llu wrote one "
+                       "when it began",
+                       d->ckpt, (unsigned long long)d->gen);
     if (f == NULL)
         return errno == ENOENT
                    ? MSR_OK
@@ -343,6 +349,7 @@ static void durable_names(struct ps_durable *d, uint64_t gen, int k)
     snprintf(d->ckpt, sizeof d->ckpt, "%s/%s.ckpt", d->dir, base);
     snprintf(d->tmp, sizeof d->tmp, "%s/%s.ckpt.tmp", d->dir, base);
     snprintf(d->log, sizeof d->log, "%s/%s.log", d->dir, base);
+    d->gen = gen;
 }
 
 /* Reads dir's layout into *l; *have_p 0 when there is none (a new
@@ -483,6 +490,16 @@ static msr_status_t reshard_wait(msr_ps_t *ps, uint64_t gen)
     return MSR_OK;
 }
 
+static uint64_t gcd(uint64_t a, uint64_t b)
+{
+    while (b != 0) {
+        uint64_t t = a % b;
+        a = b;
+        b = t;
+    }
+    return a;
+}
+
 /* This server's rows of layout old's state, written as generation
  * old->gen + 1 (a checkpoint, synced, and an empty log); the layout moves
  * on once every server has written its own. */
@@ -493,8 +510,12 @@ static msr_status_t reshard(msr_ps_t *ps, const ps_layout_t *old)
     if (tabs == NULL)
         return msr_err(MSR_ERR_NO_MEMORY, "msr_ps_durable: out of memory");
     msr_status_t st = MSR_OK;
+    /* old server s holds row r when r % old == s, this one when r % servers
+     * == me: both for some r only when s and me agree modulo their gcd */
+    uint64_t g = gcd(old->servers, (uint64_t)ps->servers);
     for (int s = 0; s < (int)old->servers && st == MSR_OK; s++)
-        st = reshard_one(ps, old, s, tabs);
+        if ((uint64_t)s % g == (uint64_t)ps->role_rank % g)
+            st = reshard_one(ps, old, s, tabs);
     msr_free(tabs);
     if (st != MSR_OK)
         return msr_err_prefix(st,

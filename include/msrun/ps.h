@@ -191,8 +191,9 @@ MSR_API void msr_ps_traffic(const msr_ps_t *ps, uint64_t *sent_p, uint64_t *rece
  * dir/ps-layout records the numbers of servers and workers that wrote the
  * state. Started with other numbers (an elastic job re-formed, a job
  * started again with more or fewer servers), every server reshards: it
- * builds its rows from every old server's checkpoint and log (replayed
- * with the old numbers), writes them as the next generation's files
+ * builds its rows from the checkpoint and log of every old server that
+ * held some of them (replayed with the old numbers), writes them as the
+ * next generation's files
  * (dir/ps-g<G>-s<rank>.*, synced) and waits for every other server's
  * (the communicator's deadline) before the layout names them, so a crash
  * at any point leaves one whole state to restore; *restored_p is then 0.
@@ -202,7 +203,8 @@ MSR_API void msr_ps_traffic(const msr_ps_t *ps, uint64_t *sent_p, uint64_t *rece
  * Fails with MSR_ERR_STATE (a worker, or serving), MSR_ERR_INVALID_ARG (a
  * name of dir of 4096 bytes or more), MSR_ERR_CORRUPT (a checkpoint of
  * other tables, a log of an earlier format or of other tables, a layout
- * that is not one, an old server's log missing), MSR_ERR_TIMEOUT (a
+ * that is not one, an old server's log missing, a checkpoint of the
+ * layout's generation missing), MSR_ERR_TIMEOUT (a
  * reshard's other servers never wrote their rows), MSR_ERR_IO,
  * MSR_ERR_NO_MEMORY. */
 MSR_API msr_status_t msr_ps_durable(msr_ps_t *ps, const char *dir, uint64_t ckpt_every,

@@ -344,6 +344,40 @@ static void open_fails(int servers, int workers, const char *dir, msr_status_t w
     layout_close(ps, servers);
 }
 
+/* 2 servers -> 4 -> 2 (each new server reads only the old servers that
+ * share rows with it: those equal to it modulo 2), updates between, each
+ * equal to the reference; then a checkpoint of the generation the layout
+ * names removed: refused, not taken for a new shard of initial values. */
+static void test_reshard_gcd(void)
+{
+    msr_test_dir_make("ps_reshard");
+    const char *dir = msr_test_dir;
+    msr_ps_t *ps[MAX_SERVERS], *ref = ref_new(2, NULL);
+    layout_open(ps, 2, 2, dir, NULL, NULL);
+    push_many(ps, 2, ref, 29, 41);
+    layout_close(ps, 2);
+    layout_open(ps, 4, 2, dir, NULL, NULL);
+    check_layout(dir, 4, 2, 1);
+    check_rows(ps, 4, ref, "resharded to 4 servers");
+    push_many(ps, 4, ref, 31, 42);
+    layout_close(ps, 4);
+    layout_open(ps, 2, 2, dir, NULL, NULL);
+    check_layout(dir, 2, 2, 2);
+    check_rows(ps, 2, ref, "resharded back to 2 servers");
+    layout_close(ps, 2);
+    char path[512];
+    snprintf(path, sizeof path, "%s/ps-g2-s1.ckpt", dir);
+    MSR_CHECK(unlink(path) == 0);
+    msr_status_t st[MAX_SERVERS];
+    char err[MAX_SERVERS][512];
+    layout_open(ps, 2, 2, dir, st, err);
+    MSR_CHECK_MSG(st[0] == MSR_OK, "server 0: %s", err[0]);
+    MSR_CHECK_MSG(st[1] == MSR_ERR_CORRUPT && strstr(err[1], "ps-g2-s1.ckpt is missing") != NULL,
+                  "server 1: %s (%s)", msr_status_name(st[1]), err[1]);
+    layout_close(ps, 2);
+    msr_ps_destroy(ref);
+}
+
 /* Layouts that are not one (bad magic, cut short, a byte more, zero
  * servers or workers) and old files missing or of other tables: refused,
  * every old file left as it was, the old state still restoring. */
@@ -411,6 +445,7 @@ static const msr_test_t tests[] = {
     {"reshard_chain", test_reshard_chain, 60},
     {"reshard_killed", test_reshard_killed, 60},
     {"reshard_bad", test_reshard_bad, 60},
+    {"reshard_gcd", test_reshard_gcd, 60},
 };
 
 int main(int argc, char **argv)
