@@ -66,9 +66,9 @@ static const msr_opt_t opts[] = {
              "touched rows' gradients allgathered (the baselines take --optim sgd)"},
     {.name = "durable", .kind = MSR_OPT_TEXT, .dest = D(durable), .metavar = "DIR",
      .help = "the servers keep their shards durable in DIR (a checkpoint every 10000 updates "
-             "and a log of the updates since: pushes, or synchronous steps), restored on start: "
-             "with msrun --max_restarts a killed server comes back with every acknowledged "
-             "update"},
+             "and a log of the updates since: pushes, or synchronous steps), restored on start "
+             "(resharded when the servers or workers are not the ones that wrote it): with msrun "
+             "--max_restarts a killed server comes back with every acknowledged update"},
     INT("fsync", fsync, 0, 1 << 30, "N",
         "with --durable: sync the log to disk every N records (1: before each acknowledgement; "
         "default 0: never, it survives the process, not the machine)"),
