@@ -186,6 +186,19 @@ static void push_many(msr_ps_t **ps, int servers, msr_ps_t *ref, int n, uint32_t
         push_one(ps, servers, ref, (int)(next_rand(&x) % NTABLES), &x);
 }
 
+/* A fresh directory holding the state of servers and workers after n
+ * pushes (seed), with the reference that took them in *ref_p. */
+static const char *state_new(msr_ps_t **ps, int servers, int workers, int n, uint32_t seed,
+                             msr_ps_t **ref_p)
+{
+    msr_test_dir_make("ps_reshard");
+    *ref_p = ref_new(workers, NULL);
+    layout_open(ps, servers, workers, msr_test_dir, NULL, NULL);
+    push_many(ps, servers, *ref_p, n, seed);
+    layout_close(ps, servers);
+    return msr_test_dir;
+}
+
 /* dir's layout file: servers, workers, generation. */
 static void check_layout(const char *dir, uint64_t servers, uint64_t workers, uint64_t gen)
 {
@@ -203,6 +216,16 @@ static void check_layout(const char *dir, uint64_t servers, uint64_t workers, ui
                   (unsigned long long)servers, (unsigned long long)workers,
                   (unsigned long long)gen);
     MSR_CHECK(stat(path, &sb) == 0 && (sb.st_mode & 0777) == 0600);
+}
+
+/* Every server of a layout made durable in dir, the layout file naming
+ * it as generation gen and every row the reference's. */
+static void open_checked(msr_ps_t **ps, int servers, int workers, const char *dir, uint64_t gen,
+                         const msr_ps_t *ref, const char *what)
+{
+    layout_open(ps, servers, workers, dir, NULL, NULL);
+    check_layout(dir, (uint64_t)servers, (uint64_t)workers, gen);
+    check_rows(ps, servers, ref, what);
 }
 
 /* Whether dir holds file name (and then its mode is 0600). */
@@ -236,9 +259,7 @@ static void test_reshard_chain(void)
     layout_close(ps, 2);
     MSR_CHECK(has(dir, "ps-s0.ckpt") && has(dir, "ps-s1.log"));
 
-    layout_open(ps, 3, 2, dir, NULL, NULL);
-    check_layout(dir, 3, 2, 1);
-    check_rows(ps, 3, ref, "resharded to 3 servers, 2 workers");
+    open_checked(ps, 3, 2, dir, 1, ref, "resharded to 3 servers, 2 workers");
     ref = ref_new(2, ref);
     push_many(ps, 3, ref, 37, 12);
     check_rows(ps, 3, ref, "3 servers, 2 workers");
@@ -246,16 +267,12 @@ static void test_reshard_chain(void)
     MSR_CHECK(has(dir, "ps-g1-s2.ckpt") && has(dir, "ps-g1-s2.log"));
     MSR_CHECK(has(dir, "ps-s0.ckpt")); /* the generation before stays one more */
 
-    layout_open(ps, 1, 2, dir, NULL, NULL);
-    check_layout(dir, 1, 2, 2);
-    check_rows(ps, 1, ref, "resharded to 1 server, 2 workers");
+    open_checked(ps, 1, 2, dir, 2, ref, "resharded to 1 server, 2 workers");
     push_many(ps, 1, ref, 13, 13);
     layout_close(ps, 1);
     MSR_CHECK(!has(dir, "ps-s0.ckpt") && !has(dir, "ps-s0.log") && !has(dir, "ps-s1.log"));
 
-    layout_open(ps, 1, 4, dir, NULL, NULL);
-    check_layout(dir, 1, 4, 3);
-    check_rows(ps, 1, ref, "resharded to 4 workers");
+    open_checked(ps, 1, 4, dir, 3, ref, "resharded to 4 workers");
     ref = ref_new(4, ref);
     push_many(ps, 1, ref, 9, 14);
     layout_close(ps, 1);
@@ -273,12 +290,8 @@ static void test_reshard_chain(void)
  * again, whole. */
 static void test_reshard_killed(void)
 {
-    msr_test_dir_make("ps_reshard");
-    const char *dir = msr_test_dir;
-    msr_ps_t *ps[MAX_SERVERS], *ref = ref_new(2, NULL);
-    layout_open(ps, 1, 2, dir, NULL, NULL);
-    push_many(ps, 1, ref, 23, 21);
-    layout_close(ps, 1);
+    msr_ps_t *ps[MAX_SERVERS], *ref;
+    const char *dir = state_new(ps, 1, 2, 23, 21, &ref);
     pid_t pid = fork();
     MSR_CHECK(pid >= 0);
     if (pid == 0) { /* server 0 of 2: writes its rows, waits for server 1's */
@@ -298,9 +311,7 @@ static void test_reshard_killed(void)
     MSR_CHECK(!has(dir, "ps-g1-s0.ckpt") && !has(dir, "ps-g1-s0.log"));
     push_many(ps, 1, ref, 7, 22);
     layout_close(ps, 1);
-    layout_open(ps, 2, 2, dir, NULL, NULL);
-    check_layout(dir, 2, 2, 1);
-    check_rows(ps, 2, ref, "resharded after the killed one");
+    open_checked(ps, 2, 2, dir, 1, ref, "resharded after the killed one");
     layout_close(ps, 2);
     msr_ps_destroy(ref);
 }
@@ -350,20 +361,12 @@ static void open_fails(int servers, int workers, const char *dir, msr_status_t w
  * names removed: refused, not taken for a new shard of initial values. */
 static void test_reshard_gcd(void)
 {
-    msr_test_dir_make("ps_reshard");
-    const char *dir = msr_test_dir;
-    msr_ps_t *ps[MAX_SERVERS], *ref = ref_new(2, NULL);
-    layout_open(ps, 2, 2, dir, NULL, NULL);
-    push_many(ps, 2, ref, 29, 41);
-    layout_close(ps, 2);
-    layout_open(ps, 4, 2, dir, NULL, NULL);
-    check_layout(dir, 4, 2, 1);
-    check_rows(ps, 4, ref, "resharded to 4 servers");
+    msr_ps_t *ps[MAX_SERVERS], *ref;
+    const char *dir = state_new(ps, 2, 2, 29, 41, &ref);
+    open_checked(ps, 4, 2, dir, 1, ref, "resharded to 4 servers");
     push_many(ps, 4, ref, 31, 42);
     layout_close(ps, 4);
-    layout_open(ps, 2, 2, dir, NULL, NULL);
-    check_layout(dir, 2, 2, 2);
-    check_rows(ps, 2, ref, "resharded back to 2 servers");
+    open_checked(ps, 2, 2, dir, 2, ref, "resharded back to 2 servers");
     layout_close(ps, 2);
     char path[512];
     snprintf(path, sizeof path, "%s/ps-g2-s1.ckpt", dir);
@@ -383,12 +386,8 @@ static void test_reshard_gcd(void)
  * every old file left as it was, the old state still restoring. */
 static void test_reshard_bad(void)
 {
-    msr_test_dir_make("ps_reshard");
-    const char *dir = msr_test_dir;
-    msr_ps_t *ps[MAX_SERVERS], *ref = ref_new(2, NULL);
-    layout_open(ps, 2, 2, dir, NULL, NULL);
-    push_many(ps, 2, ref, 17, 31);
-    layout_close(ps, 2);
+    msr_ps_t *ps[MAX_SERVERS], *ref;
+    const char *dir = state_new(ps, 2, 2, 17, 31, &ref);
     uint64_t good[5];
     MSR_CHECK(get(dir, "ps-layout", good, sizeof good) == 4 * sizeof(uint64_t));
     uint64_t bad[5];
