@@ -264,6 +264,8 @@ void mode_reshard(msr_ctx_t *ctx, const char *dir, double expect, int steps)
         for (int i = 0; i < R * W2; i++)
             if (rows[i] != (float)expect)
                 fail("row %d holds %g at the start, want %g", i / W2, rows[i], expect);
+        /* asynchronous, a worker's push would reach another's first pull */
+        OK(msr_store_barrier(ctx, "ps-worker/reshard/pulled", (uint32_t)W, 0, -1));
         for (int i = 0; i < R * W2; i++)
             g[i] = sync ? -1.0f : (float)-W;
         for (int s = 0; s < steps; s++)
@@ -343,6 +345,8 @@ void mode_elastic(msr_ctx_t *ctx, const char *dir)
         printf("elastic: generation %d, %d workers: the row holds %.0f, %ld acknowledged before\n",
                gen, W, v + 0.0, acked); /* + 0.0: the initial -0 as 0 */
     }
+    /* the check comes before any push of this generation's */
+    OK(msr_store_barrier(ctx, "ps-worker/elastic/checked", (uint32_t)W, 0, -1));
     int last = W == 1 && access(formed, F_OK) == 0;
     if (W > 1 && me == 0) {
         FILE *f = fopen(formed, "w");
