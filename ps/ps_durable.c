@@ -490,6 +490,26 @@ static msr_status_t reshard_wait(msr_ps_t *ps, uint64_t gen)
     return MSR_OK;
 }
 
+/* Whether dir holds every old server's log, each server's reshard
+ * reading some and waiting for every new server's rows there: on disks
+ * of their own the servers would wait out their deadline for each other;
+ * this fails at once instead. */
+static msr_status_t old_logs_seen(const msr_ps_t *ps, const ps_layout_t *old)
+{
+    struct ps_durable n = {0};
+    snprintf(n.dir, sizeof n.dir, "%s", ps->durable->dir);
+    for (int s = 0; s < (int)old->servers; s++) {
+        durable_names(&n, old->gen, s);
+        if (access(n.log, F_OK) != 0)
+            return msr_err(errno == ENOENT ? MSR_ERR_CORRUPT : MSR_ERR_IO,
+                           "ps log %s: %s (its layout has %llu servers of generation %llu; "
+                           "resharding needs a directory every server sees)",
+                           n.log, strerror(errno), (unsigned long long)old->servers,
+                           (unsigned long long)old->gen);
+    }
+    return MSR_OK;
+}
+
 static uint64_t gcd(uint64_t a, uint64_t b)
 {
     while (b != 0) {
@@ -506,10 +526,12 @@ static uint64_t gcd(uint64_t a, uint64_t b)
 static msr_status_t reshard(msr_ps_t *ps, const ps_layout_t *old)
 {
     struct ps_durable *d = ps->durable;
+    msr_status_t st = old_logs_seen(ps, old);
+    if (st != MSR_OK)
+        return st;
     ps_table_t *tabs = msr_calloc((size_t)(ps->ntables ? ps->ntables : 1), sizeof *tabs);
     if (tabs == NULL)
         return msr_err(MSR_ERR_NO_MEMORY, "msr_ps_durable: out of memory");
-    msr_status_t st = MSR_OK;
     /* old server s holds row r when r % old == s, this one when r % servers
      * == me: both for some r only when s and me agree modulo their gcd */
     uint64_t g = gcd(old->servers, (uint64_t)ps->servers);

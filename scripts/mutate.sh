@@ -3663,6 +3663,16 @@ test: ^test_ps_reshard$
     if (f == NULL && errno == ENOENT && d->gen > 0 && 0) /* a reshard wrote every one */
 >>>
 
+@ ps.reshard.logs_unseen
+file: ps/ps_durable.c
+test: ^test_ps_reshard$
+<<<
+    msr_status_t st = old_logs_seen(ps, old);
+===
+    msr_status_t st = MSR_OK;
+    (void)old_logs_seen;
+>>>
+
 @ ps.reshard.new_workers
 file: ps/ps_durable.c
 test: ^test_ps_reshard$

@@ -197,8 +197,9 @@ MSR_API void msr_ps_traffic(const msr_ps_t *ps, uint64_t *sent_p, uint64_t *rece
  * (dir/ps-g<G>-s<rank>.*, synced) and waits for every other server's
  * (the communicator's deadline) before the layout names them, so a crash
  * at any point leaves one whole state to restore; *restored_p is then 0.
- * Resharding needs every old server's files in dir (a shared disk when the
- * servers are on several machines).
+ * Resharding needs dir to be one every server sees (a shared disk when the
+ * servers are on several machines): an old server's log missing fails it
+ * at once.
  *
  * Fails with MSR_ERR_STATE (a worker, or serving), MSR_ERR_INVALID_ARG (a
  * name of dir of 4096 bytes or more), MSR_ERR_CORRUPT (a checkpoint of
