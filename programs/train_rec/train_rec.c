@@ -362,11 +362,12 @@ static msr_status_t run_ps(msr_ctx_t *ctx, trainer_t *tr)
         return train(tr, msr_ps_role_rank(ps), msr_ps_workers(ps));
     if (a->durable) {
         uint64_t restored;
+        double t0 = now_s();
         if ((st = msr_ps_durable(ps, a->durable, 0, &restored)) != MSR_OK ||
             (st = msr_ps_durable_fsync(ps, (uint64_t)a->fsync)) != MSR_OK)
             return st;
-        printf("server %d: restored %llu updates from %s\n", msr_ps_role_rank(ps),
-               (unsigned long long)restored, a->durable);
+        printf("server %d: restored %llu updates from %s in %.3f s\n", msr_ps_role_rank(ps),
+               (unsigned long long)restored, a->durable, now_s() - t0);
     }
     printf("server %d: %d tables of %lld rows, %lld of each here\n", msr_ps_role_rank(ps),
            a->fields, (long long)a->rows,

@@ -239,7 +239,9 @@ class ParameterServer:
     def durable(self, dir, ckpt_every=0, fsync=0):  # pylint: disable=redefined-builtin
         """msr_ps_durable (servers, before serve), then, when fsync > 0,
         msr_ps_durable_fsync (the log synced every fsync records): the
-        number of updates restored from dir's checkpoint and log."""
+        number of updates restored from dir's checkpoint and log (0 after
+        a reshard: dir written by other numbers of servers or workers,
+        docs/ps.md)."""
         n = _c.c_uint64()
         _check(_L.msr_ps_durable(self._handle(), os.fsencode(dir), int(ckpt_every),
                                  _c.byref(n)), "msr_ps_durable")
