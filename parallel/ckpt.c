@@ -14,15 +14,19 @@
 #include "model/gpt.h"
 #include "msrun/checkpoint.h"
 
-#define PAYLOAD_MAGIC    "MSRTRN03"
-#define PAYLOAD_VERSION  3u
+#define PAYLOAD_MAGIC    "MSRTRN04"
+#define PAYLOAD_VERSION  4u
+/* version 3: the same without the chunk table after the pieces */
+#define PAYLOAD_MAGIC_V3 "MSRTRN03"
 /* version 2: the same bytes; its ranges were the saving rank's own flat
  * elements, which are the whole model's only without model parallel (the
  * only version 2 checkpoints a run's settings text lets through, ckpt.h) */
 #define PAYLOAD_MAGIC_V2 "MSRTRN02"
 #define MAX_WORLD        (1u << 20)
 
-/* magic, 2 x u32, 5 x u64, 5 x u32 */
+_Static_assert(MSR_TCKPT_PIECE_MAX % MSR_TCKPT_CRC_CHUNK == 0,
+               "a range's pieces have whole chunks but its last");
+
 /* The header's fixed part: magic, version, length, 5 x u64, 5 x u32,
  * and from version 3 the layout, 6 x u32. */
 #define FIXED_LEN_V2 (8 + 2 * 4 + 5 * 8 + 5 * 4)
@@ -31,6 +35,22 @@
 static size_t fixed_len(uint32_t version)
 {
     return version >= 3 ? FIXED_LEN : FIXED_LEN_V2;
+}
+
+/* The version b's magic (8 bytes) names, 0 for none of the payload's. */
+static uint32_t magic_version(const unsigned char *b)
+{
+    if (memcmp(b, PAYLOAD_MAGIC, 8) == 0)
+        return PAYLOAD_VERSION;
+    if (memcmp(b, PAYLOAD_MAGIC_V3, 8) == 0)
+        return 3;
+    return memcmp(b, PAYLOAD_MAGIC_V2, 8) == 0 ? 2 : 0;
+}
+
+/* The chunk table's bytes for a piece of n elements (version 4). */
+static uint64_t table_bytes(uint64_t n)
+{
+    return 12 * (uint64_t)msr_tckpt_chunks(n);
 }
 
 /* The header: the fixed part, meta and its NUL padded to 8, the ranges. */
@@ -82,27 +102,58 @@ static uint32_t head_crc(const unsigned char *b, uint32_t version)
     return msr_crc32(0, b + 16, fixed_len(version) - 16);
 }
 
-/* A piece's CRC: the header's, then its (lo, n) as written, then its
- * parameters and moments. */
-static uint32_t piece_crc(uint32_t head, uint64_t lo, uint32_t n32, const float *params,
-                          const float *m, const float *v)
+/* The CRC a piece's starts from: the header's, then its (lo, n) as
+ * written. */
+static uint32_t piece_crc_start(uint32_t head, uint64_t lo, uint32_t n32)
 {
-    size_t n = n32;
-    uint32_t crc = msr_crc32(head, &lo, sizeof lo);
-    crc = msr_crc32(crc, &n32, sizeof n32);
-    crc = msr_crc32(crc, params, n * sizeof(float));
-    crc = msr_crc32(crc, m, n * sizeof(float));
-    return msr_crc32(crc, v, n * sizeof(float));
+    return msr_crc32(msr_crc32(head, &lo, sizeof lo), &n32, sizeof n32);
+}
+
+/* The chunks' crcs of the n floats at a into out (NULL: not kept), and
+ * crc continued over them (combined from theirs: each byte CRC'd once). */
+static uint32_t array_crc(uint32_t crc, const float *a, size_t n, unsigned char *out)
+{
+    for (size_t at = 0; at < n; at += MSR_TCKPT_CRC_CHUNK) {
+        size_t bytes = MSR_MIN(n - at, (size_t)MSR_TCKPT_CRC_CHUNK) * sizeof(float);
+        uint32_t c = msr_crc32(0, a + at, bytes);
+        if (out != NULL) {
+            memcpy(out, &c, 4);
+            out += 4;
+        }
+        crc = msr_crc32_combine(crc, c, bytes);
+    }
+    return crc;
+}
+
+/* A piece's CRC: the header's, then its (lo, n) as written, then its
+ * parameters and moments; with table, its chunks' crcs written there
+ * (params', m's, v's). */
+static uint32_t piece_crc(uint32_t head, uint64_t lo, uint32_t n32, const float *params,
+                          const float *m, const float *v, unsigned char *table)
+{
+    size_t n = n32, k = msr_tckpt_chunks(n);
+    uint32_t crc = piece_crc_start(head, lo, n32);
+    if (table == NULL) {
+        crc = msr_crc32(crc, params, n * sizeof(float));
+        crc = msr_crc32(crc, m, n * sizeof(float));
+        return msr_crc32(crc, v, n * sizeof(float));
+    }
+    crc = array_crc(crc, params, n, table);
+    crc = array_crc(crc, m, n, table + 4 * k);
+    return array_crc(crc, v, n, table + 8 * k);
 }
 
 /* Writes the range table and the pieces of ranges[0..n) from p (the end
- * of the header's fixed part and meta). */
+ * of the header's fixed part and meta), then (seal) the chunk table. */
 static void put_pieces(unsigned char *p, uint32_t head, const msr_tckpt_range_t *ranges, uint32_t n,
                        int seal)
 {
-    unsigned char *data = p;
+    unsigned char *data = p, *table;
     for (uint32_t k = 0; k < n; k++)
         data += 16 * pieces_of(ranges[k].n);
+    table = data;
+    for (uint32_t k = 0; k < n; k++)
+        table += 12 * ranges[k].n;
     for (uint32_t k = 0; k < n; k++) {
         const msr_tckpt_range_t *r = &ranges[k];
         for (uint64_t at = 0; at < r->n; at += MSR_TCKPT_PIECE_MAX) {
@@ -111,12 +162,13 @@ static void put_pieces(unsigned char *p, uint32_t head, const msr_tckpt_range_t 
             put_u64(&p, r->lo + at);
             put_u32(&p, (uint32_t)c);
             put_u32(&p, seal ? piece_crc(head, r->lo + at, (uint32_t)c, r->params + at, r->m + at,
-                                         r->v + at)
+                                         r->v + at, table)
                              : 0);
             memcpy(data, r->params + at, bytes);
             memcpy(data + bytes, r->m + at, bytes);
             memcpy(data + 2 * bytes, r->v + at, bytes);
             data += 3 * bytes;
+            table += table_bytes(c);
         }
     }
 }
@@ -128,7 +180,7 @@ static msr_status_t encode_plan(const msr_tckpt_header_t *h, const msr_tckpt_ran
                                 size_t *len_p)
 {
     size_t meta_len = h->meta != NULL ? strlen(h->meta) : 0;
-    uint64_t floats = 0, pieces = 0;
+    uint64_t floats = 0, pieces = 0, table = 0;
     int bad = meta_len >= MSR_TCKPT_META_MAX || h->world == 0 || h->world > MAX_WORLD ||
               h->rank >= h->world;
     for (uint32_t k = 0; k < n && !bad; k++) {
@@ -137,6 +189,7 @@ static msr_status_t encode_plan(const msr_tckpt_header_t *h, const msr_tckpt_ran
               (k > 0 && ranges[k].lo < ranges[k - 1].lo + ranges[k - 1].n);
         floats += 3 * ranges[k].n;
         pieces += pieces_of(ranges[k].n);
+        table += table_bytes(ranges[k].n); /* its pieces' (MSR_TCKPT_PIECE_MAX: whole chunks) */
     }
     if (bad || pieces > UINT32_MAX) {
         return msr_err(MSR_ERR_INVALID_ARG,
@@ -147,7 +200,7 @@ static msr_status_t encode_plan(const msr_tckpt_header_t *h, const msr_tckpt_ran
     *meta_len_p = meta_len;
     *pieces_p = pieces;
     *hl_p = head_len(FIXED_LEN, meta_len, pieces);
-    *len_p = *hl_p + (size_t)floats * sizeof(float);
+    *len_p = *hl_p + (size_t)floats * sizeof(float) + (size_t)table;
     return MSR_OK;
 }
 
@@ -242,8 +295,7 @@ msr_status_t msr_tckpt_encode_unsealed(const msr_tckpt_header_t *h, const msr_tc
 msr_status_t msr_tckpt_head_len(const void *prefix, size_t len, size_t *hl_p)
 {
     const unsigned char *b = prefix, *p = b + 12;
-    if (len < MSR_TCKPT_PREFIX_LEN ||
-        (memcmp(b, PAYLOAD_MAGIC, 8) != 0 && memcmp(b, PAYLOAD_MAGIC_V2, 8) != 0))
+    if (len < MSR_TCKPT_PREFIX_LEN || magic_version(b) == 0)
         return msr_err(MSR_ERR_CORRUPT, "checkpoint: not a train_gpt shard");
     *hl_p = get_u32(&p);
     return MSR_OK;
@@ -280,10 +332,9 @@ static int head_decode(const unsigned char *b, size_t len, size_t total, msr_tck
     }
     h.head_crc = len >= fixed ? head_crc(b, version) : 0;
     *h_p = h;
-    if (version != (b[7] == '3' ? PAYLOAD_VERSION : 2u) || len < fixed ||
-        meta_len >= MSR_TCKPT_META_MAX || n > total / 16 || hl != head_len(fixed, meta_len, n) ||
-        hl > len || hl > total || b[fixed + meta_len] != '\0' || h.world == 0 ||
-        h.world > MAX_WORLD || h.rank >= h.world)
+    if (version != magic_version(b) || len < fixed || meta_len >= MSR_TCKPT_META_MAX ||
+        n > total / 16 || hl != head_len(fixed, meta_len, n) || hl > len || hl > total ||
+        b[fixed + meta_len] != '\0' || h.world == 0 || h.world > MAX_WORLD || h.rank >= h.world)
         return -1;
     h_p->meta = (const char *)b + fixed;
     *n_p = n;
@@ -292,14 +343,15 @@ static int head_decode(const unsigned char *b, size_t len, size_t total, msr_tck
 }
 
 /* The range table of a decoded header: each piece's range, CRC and byte
- * offset in the payload (data pointers into b when with_data); 0 when
- * they fit total bytes exactly and are in order. */
+ * offset in the payload, and in version 4 its chunk crcs' (data pointers
+ * into b when with_data); 0 when they fit total bytes exactly and are in
+ * order. */
 static int table_decode(const unsigned char *b, size_t total, const msr_tckpt_header_t *h,
                         uint32_t n, uint32_t hl, int with_data, msr_tckpt_range_t *r)
 {
     const unsigned char *p = b + hl - (size_t)n * 16;
-    size_t off = hl, left = (total - hl) / sizeof(float);
-    int bad = (total - hl) % sizeof(float) != 0;
+    uint64_t off = hl, left = total - hl, chunks = 0; /* bytes */
+    int bad = 0, v4 = h->version >= 4;
     for (uint32_t k = 0; k < n && !bad; k++) {
         r[k].lo = get_u64(&p);
         if (h->version >= 3) {
@@ -309,19 +361,30 @@ static int table_decode(const unsigned char *b, size_t total, const msr_tckpt_he
             r[k].n = get_u64(&p);
         }
         bad = r[k].n == 0 || r[k].lo > h->num_params || r[k].n > h->num_params - r[k].lo ||
-              (k > 0 && r[k].lo < r[k - 1].lo + r[k - 1].n) || r[k].n > left / 3 ||
+              (k > 0 && r[k].lo < r[k - 1].lo + r[k - 1].n) ||
               (h->version >= 3 && r[k].n > MSR_TCKPT_PIECE_MAX);
+        /* its floats and chunk crcs fit what is left (n <= num_params < 2^64 / 24) */
+        bad = bad || r[k].n > left / 12 || (v4 && table_bytes(r[k].n) > left - 12 * r[k].n);
         if (bad)
             break;
         r[k].offset = off;
+        r[k].chunks_offset = chunks; /* in the table, for now */
         if (with_data) {
             const float *f = (const float *)(b + off); /* hl % 8 == 0 */
             r[k].params = f;
             r[k].m = f + r[k].n;
             r[k].v = f + 2 * r[k].n;
         }
-        off += 3 * r[k].n * sizeof(float);
-        left -= 3 * r[k].n;
+        off += 12 * r[k].n;
+        left -= 12 * r[k].n;
+        if (v4) {
+            chunks += table_bytes(r[k].n);
+            left -= table_bytes(r[k].n);
+        }
+    }
+    for (uint32_t k = 0; k < n && !bad && v4; k++) { /* the table follows the pieces */
+        r[k].chunks_offset += off;
+        r[k].chunks = with_data ? b + r[k].chunks_offset : NULL;
     }
     return bad || left != 0;
 }
@@ -333,8 +396,7 @@ static msr_status_t decode(const void *buf, size_t len, size_t total, int with_d
     const unsigned char *b = buf;
     msr_tckpt_header_t h;
     uint32_t n = 0, hl = 0;
-    if (len < FIXED_LEN_V2 ||
-        (memcmp(b, PAYLOAD_MAGIC, 8) != 0 && memcmp(b, PAYLOAD_MAGIC_V2, 8) != 0)) {
+    if (len < FIXED_LEN_V2 || magic_version(b) == 0) {
         return msr_err(MSR_ERR_CORRUPT, "checkpoint: %s is not a train_gpt shard (%zu bytes)", what,
                        total);
     }
@@ -374,15 +436,50 @@ msr_status_t msr_tckpt_decode_head(const void *head, size_t hl, size_t total, co
 
 uint32_t msr_tckpt_piece_crc_start(const msr_tckpt_header_t *h, const msr_tckpt_range_t *r)
 {
-    uint64_t lo = r->lo;
-    uint32_t n32 = (uint32_t)r->n;
-    return msr_crc32(msr_crc32(h->head_crc, &lo, sizeof lo), &n32, sizeof n32);
+    return piece_crc_start(h->head_crc, r->lo, (uint32_t)r->n);
 }
 
 int msr_tckpt_piece_ok(const msr_tckpt_header_t *h, const msr_tckpt_range_t *r)
 {
-    return h->version < 3 ||
-           piece_crc(h->head_crc, r->lo, (uint32_t)r->n, r->params, r->m, r->v) == r->crc;
+    if (h->version < 3)
+        return 1;
+    if (h->version < 4 || r->chunks == NULL)
+        return piece_crc(h->head_crc, r->lo, (uint32_t)r->n, r->params, r->m, r->v, NULL) == r->crc;
+    /* the chunks' crcs as they are, then the piece's from them: a chunk
+     * crc that is not its chunk's fails either way */
+    size_t k = msr_tckpt_chunks(r->n);
+    const float *a[3] = {r->params, r->m, r->v};
+    for (int j = 0; j < 3; j++)
+        for (size_t c = 0; c < k; c++) {
+            size_t at = c * MSR_TCKPT_CRC_CHUNK,
+                   bytes = MSR_MIN(r->n - at, (uint64_t)MSR_TCKPT_CRC_CHUNK) * sizeof(float);
+            uint32_t want;
+            memcpy(&want, r->chunks + 4 * (j * k + c), 4);
+            if (msr_crc32(0, a[j] + at, bytes) != want)
+                return 0;
+        }
+    return msr_tckpt_chunks_ok(h, r, r->chunks);
+}
+
+uint32_t msr_tckpt_chunks_crc(const void *crcs, uint64_t n, uint32_t a, uint32_t b)
+{
+    const unsigned char *t = crcs;
+    uint32_t crc = 0, k = msr_tckpt_chunks(n);
+    for (uint32_t x = a; x < b && k > 0; x++) {
+        uint64_t at = (uint64_t)(x % k) * MSR_TCKPT_CRC_CHUNK;
+        uint32_t c;
+        memcpy(&c, t + 4 * (size_t)x, 4);
+        crc = msr_crc32_combine(crc, c, MSR_MIN(n - at, (uint64_t)MSR_TCKPT_CRC_CHUNK) * 4);
+    }
+    return crc;
+}
+
+int msr_tckpt_chunks_ok(const msr_tckpt_header_t *h, const msr_tckpt_range_t *r, const void *crcs)
+{
+    uint32_t crc = msr_crc32_combine(
+        msr_tckpt_piece_crc_start(h, r),
+        msr_tckpt_chunks_crc(crcs, r->n, 0, 3 * msr_tckpt_chunks(r->n)), 12 * r->n);
+    return h->version >= 4 && crc == r->crc;
 }
 
 size_t msr_tckpt_meta_diff(const char *a, const char *b)
@@ -405,8 +502,9 @@ msr_status_t msr_tckpt_seal(void *buf, size_t len)
     if (st == MSR_OK)
         st = msr_tckpt_head_len(buf, len, &hl);
     for (uint32_t k = 0; k < n && st == MSR_OK && h.version >= 3; k++) {
+        unsigned char *table = h.version >= 4 ? (unsigned char *)buf + r[k].chunks_offset : NULL;
         uint32_t crc =
-            piece_crc(h.head_crc, r[k].lo, (uint32_t)r[k].n, r[k].params, r[k].m, r[k].v);
+            piece_crc(h.head_crc, r[k].lo, (uint32_t)r[k].n, r[k].params, r[k].m, r[k].v, table);
         memcpy((unsigned char *)buf + hl - (size_t)(n - k) * 16 + 12, &crc, 4);
     }
     msr_free(r);
@@ -449,12 +547,11 @@ msr_status_t msr_tckpt_index_total(const void *head, size_t hl, uint64_t *total_
     const unsigned char *b = head;
     msr_tckpt_header_t h;
     uint32_t n = 0, hl32 = 0;
-    if (hl < FIXED_LEN_V2 ||
-        (memcmp(b, PAYLOAD_MAGIC, 8) != 0 && memcmp(b, PAYLOAD_MAGIC_V2, 8) != 0) ||
+    if (hl < FIXED_LEN_V2 || magic_version(b) == 0 ||
         head_decode(b, hl, SIZE_MAX, &h, &n, &hl32) != 0 || hl32 != hl)
         return msr_err(MSR_ERR_CORRUPT, "checkpoint: not a train_gpt shard's index");
     const unsigned char *p = b + hl - (size_t)n * 16;
-    uint64_t elements = 0;
+    uint64_t elements = 0, table = 0;
     for (uint32_t k = 0; k < n; k++) {
         (void)get_u64(&p); /* lo */
         uint64_t e = h.version >= 3 ? get_u32(&p) : get_u64(&p);
@@ -467,14 +564,18 @@ msr_status_t msr_tckpt_index_total(const void *head, size_t hl, uint64_t *total_
                            (unsigned long long)h.num_params);
         /* what a file can hold after libmsrun's header (off_t): its length
          * and every piece's end are then sums that do not wrap */
-        if (elements + e > ((uint64_t)INT64_MAX - MSR_CKPT_HEADER_LEN - hl) / 12)
+        /* a chunk's crc adds at most 12 bytes an element to its 12 */
+        if (elements + e >
+            ((uint64_t)INT64_MAX - MSR_CKPT_HEADER_LEN - hl) / (h.version >= 4 ? 24 : 12))
             return msr_err(MSR_ERR_CORRUPT,
                            "checkpoint: a train_gpt shard's index lays out more bytes than a "
                            "file holds (%llu elements)",
                            (unsigned long long)(elements + e));
         elements += e;
+        if (h.version >= 4)
+            table += table_bytes(e);
     }
-    *total_p = hl + 12 * elements;
+    *total_p = hl + 12 * elements + table;
     return MSR_OK;
 }
 
@@ -486,8 +587,7 @@ int msr_tckpt_find_cut(int fd, uint64_t size, msr_tckpt_cut_t *cut_p)
     if (size < c.at + 8) /* cut before the payload's magic: nothing to say more from */
         return 0;
     size_t got = size - c.at < sizeof prefix ? (size_t)(size - c.at) : sizeof prefix;
-    if (pread(fd, prefix, got, (off_t)c.at) != (ssize_t)got ||
-        (memcmp(prefix, PAYLOAD_MAGIC, 8) != 0 && memcmp(prefix, PAYLOAD_MAGIC_V2, 8) != 0))
+    if (pread(fd, prefix, got, (off_t)c.at) != (ssize_t)got || magic_version(prefix) == 0)
         return 0;
     if (got == sizeof prefix && msr_tckpt_head_len(prefix, sizeof prefix, &c.head) != MSR_OK)
         return 0;
@@ -506,11 +606,14 @@ int msr_tckpt_find_cut(int fd, uint64_t size, msr_tckpt_cut_t *cut_p)
                   MSR_OK;
     while (cut && k < n && r[k].offset + 12 * r[k].n <= size - c.at)
         k++; /* the first piece the missing bytes cut */
-    cut = cut && k < n;
+    /* every piece whole: the cut is in the chunk table (version 4) */
+    cut = cut && (k < n || (n > 0 && h.version >= 4));
     if (cut) {
         c.want = c.at + total;
-        c.piece = r[k];
+        c.piece = r[k < n ? k : 0];
         c.piece.offset += c.at;
+        c.in_chunks = k == n;
+        c.chunks_at = c.at + (n > 0 ? r[0].chunks_offset : total);
         *cut_p = c;
     }
     msr_free(r);
@@ -527,6 +630,12 @@ void msr_tckpt_cut_say(const msr_tckpt_cut_t *c, const char *what, const char *t
                  "payload's header and index (from byte %" PRIu64 ") take %zu%s",
                  what, c->size, c->at, c->head,
                  c->size - c->at < MSR_TCKPT_PREFIX_LEN ? " or more" : "");
+    else if (c->in_chunks)
+        snprintf(out, len,
+                 "%s is cut short: %" PRIu64 " bytes, its index gives %" PRIu64
+                 "; the cut falls inside the chunk table after its pieces (bytes [%" PRIu64
+                 ", %" PRIu64 ") of the file)",
+                 what, c->size, c->want, c->chunks_at, c->want);
     else
         snprintf(out, len,
                  "%s is cut short: %" PRIu64 " bytes, its index gives %" PRIu64

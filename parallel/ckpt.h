@@ -15,8 +15,8 @@
  * Payload (integers in the writer's byte order; the magic rejects the
  * other):
  *
- *   "MSRTRN03"                                    8 bytes
- *   u32 version (3), u32 header bytes             (everything before the floats)
+ *   "MSRTRN04"                                    8 bytes
+ *   u32 version (4), u32 header bytes             (everything before the floats)
  *   u64 step, adam_t, data_seed, data_position, num_params
  *   u32 rank, world, zero, num_ranges, meta_len
  *   u32 tp, pp, cp, ep, chunks, sp                 the layout that wrote it
@@ -25,10 +25,19 @@
  *                                                  [lo, lo + n), increasing and
  *                                                  disjoint, n <= MSR_TCKPT_PIECE_MAX
  *   for each piece: f32 params[n], f32 m[n], f32 v[n]
+ *   for each piece: u32 crc of each chunk          the chunk table: its params'
+ *                   of params, then of m, then v   chunks, m's, v's, each
+ *                                                  MSR_TCKPT_CRC_CHUNK floats
+ *                                                  (the last of an array shorter)
  *
  * A piece's crc is the CRC-32 of the header's fields from step to
  * sp, then of its (lo, n) as written, then of its floats: a damaged
  * header field, table entry or float fails the check of the pieces read.
+ * A chunk's crc is msr_crc32(0, its bytes). A reader that needs a part of
+ * a piece reads the piece's chunk crcs, checks that they combine into the
+ * piece's crc (msr_crc32_combine: the chunk table is checked by the
+ * piece's crc without its floats), then reads only the chunks it needs,
+ * each checked by its own crc (msr_tckpt_chunks_ok).
  *
  * The header and range table are the payload's index: piece k's bytes
  * start at header bytes + 12 x (the n of the pieces before it), so a
@@ -39,6 +48,8 @@
  * writes a payload); num_params counts the whole model. The ranks'
  * payloads together hold every element at least once (tp-replicated
  * tensors once per tp rank), so any layout picks its pieces out of them.
+ * "MSRTRN03" (version 3) payloads decode too: the same without the chunk
+ * table (read a piece whole to check it).
  * "MSRTRN02" (version 2) payloads decode too (no layout fields, ranges
  * (u64 lo, u64 n), no CRCs, pieces of any length): their ranges were the writer's local flat
  * elements, the same numbering when it ran without
@@ -59,6 +70,9 @@ struct msr_gpt; /* model/gpt.h */
 /* The most elements of one piece (12 MiB of parameters and moments): the
  * unit of a CRC and of a partial read, so a reader's buffer is bounded. */
 #define MSR_TCKPT_PIECE_MAX  (1u << 20)
+/* A chunk's elements: the unit of a partial read's check (4 KiB of one
+ * array). MSR_TCKPT_PIECE_MAX is a multiple of it. */
+#define MSR_TCKPT_CRC_CHUNK  1024u
 /* A payload's first bytes: what msr_tckpt_head_len needs (and the step). */
 #define MSR_TCKPT_PREFIX_LEN 24
 
@@ -74,7 +88,7 @@ typedef struct msr_tckpt_header {
     /* the layout that wrote it (informative: any layout loads it; 0 when
      * not recorded: version 2, or a writer that does not say) */
     uint32_t tp, pp, cp, ep, chunks, sp;
-    uint32_t version;  /* decoded: 2 or 3 (encode writes 3) */
+    uint32_t version;  /* decoded: 2, 3 or 4 (encode writes 4) */
     uint32_t head_crc; /* decoded: where the pieces' CRCs start (ckpt.c) */
 } msr_tckpt_header_t;
 
@@ -84,9 +98,17 @@ typedef struct msr_tckpt_header {
 typedef struct msr_tckpt_range {
     uint64_t lo, n;
     const float *params, *m, *v; /* (n) each; NULL from msr_tckpt_decode_head */
-    uint32_t crc;                /* decoded (version 3) */
+    uint32_t crc;                /* decoded (version 3 and 4) */
     uint64_t offset;             /* decoded: params' first byte in the payload */
+    uint64_t chunks_offset;      /* decoded (version 4): its chunk crcs' first byte, 0 before */
+    const unsigned char *chunks; /* decoded with the payload (version 4): those crcs, else NULL */
 } msr_tckpt_range_t;
+
+/* The chunks of one array of a piece of n elements. */
+static inline uint32_t msr_tckpt_chunks(uint64_t n)
+{
+    return (uint32_t)((n + MSR_TCKPT_CRC_CHUNK - 1) / MSR_TCKPT_CRC_CHUNK);
+}
 
 /* Builds the payload of h and ranges[0..n) into *buf_p (msr_free it) of
  * *len_p bytes. Errors: MSR_ERR_INVALID_ARG (meta too long, ranges out of
@@ -98,8 +120,10 @@ msr_status_t msr_tckpt_encode(const msr_tckpt_header_t *h, const msr_tckpt_range
  * h and ranges[0..n), the pieces' CRCs 0, in *head_p (msr_free it) of
  * *hl_p bytes, and the payload's length in *len_p: for a save that
  * writes the pieces after it one at a time (each piece's parameters, m
- * and v, in the table's order) and fills in each piece's CRC
- * (msr_tckpt_head_set_crc: piece j of the table's `pieces`) as it goes.
+ * and v, in the table's order), fills in each piece's CRC
+ * (msr_tckpt_head_set_crc: piece j of the table's `pieces`) as it goes,
+ * and writes the chunk table last (the chunks' crcs of the pieces in
+ * order, as it computed them: *len_p counts them).
  * Errors: msr_tckpt_encode's. */
 msr_status_t msr_tckpt_encode_head(const msr_tckpt_header_t *h, const msr_tckpt_range_t *ranges,
                                    uint32_t n, void **head_p, size_t *hl_p, size_t *len_p);
@@ -152,6 +176,8 @@ typedef struct msr_tckpt_cut {
     uint64_t want;           /* the file's bytes its index gives; 0: the cut is in that index */
     size_t head;             /* the payload's header and index bytes (at least, want 0) */
     msr_tckpt_range_t piece; /* the first piece the cut reaches; offset: in the file */
+    int in_chunks;           /* every piece whole: the cut is in the chunk table (version 4) */
+    uint64_t chunks_at;      /* the chunk table's first byte in the file */
 } msr_tckpt_cut_t;
 
 /* Whether fd, a state file of size bytes, is shorter than its payload's
@@ -164,8 +190,9 @@ int msr_tckpt_find_cut(int fd, uint64_t size, msr_tckpt_cut_t *cut_p);
  * gives M; the cut falls inside the piece of tensor T (elements [A, B) of
  * the whole model, bytes [X, Y) of the file)" ("at the start of" when the
  * cut is at its first byte; tensor NULL: "the piece (elements ..."), or
- * "... cut short inside its header and index ..." when want is 0. Into
- * out (len bytes). */
+ * "... cut short inside its header and index ..." when want is 0, or
+ * "... the cut falls inside the chunk table after its pieces ..." when
+ * in_chunks. Into out (len bytes). */
 void msr_tckpt_cut_say(const msr_tckpt_cut_t *c, const char *what, const char *tensor, char *out,
                        size_t len);
 
@@ -183,8 +210,22 @@ int msr_tckpt_explain_cut(void *arg, int fd, uint64_t size, const char *what, ch
                           size_t len);
 
 /* Whether piece r's params, m and v (contiguous, as in a payload) match
- * its CRC (always for version 2, which has none). */
+ * its CRC (always for version 2, which has none), and in version 4 its
+ * chunk crcs (r->chunks) match its chunks. */
 int msr_tckpt_piece_ok(const msr_tckpt_header_t *h, const msr_tckpt_range_t *r);
+
+/* Version 4: whether crcs (the 3 x msr_tckpt_chunks(r->n) chunk crcs of
+ * piece r, as in its payload's chunk table) combine into the piece's
+ * crc: then each chunk's crc may check that chunk alone. */
+int msr_tckpt_chunks_ok(const msr_tckpt_header_t *h, const msr_tckpt_range_t *r, const void *crcs);
+
+/* The CRC-32 (msr_crc32(0, ...)) that chunks [a, b) of a piece of n
+ * elements have together, from its chunk crcs (crcs, as in the chunk
+ * table: chunk x is the (x mod k)-th of array x / k, k =
+ * msr_tckpt_chunks(n), so a run may cross from one array into the next,
+ * as the bytes do; crcs may also start at an array's first chunk, with a
+ * and b below k). */
+uint32_t msr_tckpt_chunks_crc(const void *crcs, uint64_t n, uint32_t a, uint32_t b);
 
 /* A piece's CRC checked as its bytes arrive: msr_crc32 continued from
  * this over the piece's 3 * r->n floats, in the order of the payload

@@ -468,6 +468,13 @@ void msr_dp_load_piece(msr_dp_t *dp, const msr_dp_piece_t *piece);
 int msr_dp_load_dest(const msr_dp_t *dp, size_t lo, size_t n, float **params_p, float **m_p,
                      float **v_p);
 void msr_dp_load_mark(msr_dp_t *dp, size_t lo, size_t n);
+/* What msr_dp_load_piece takes of flat [lo, lo + n): fn gets each part,
+ * of the parameters (moments 0) or of both moments (1), in units' order
+ * (at ZeRO 0 all of it, both kinds; ZeRO 1-2 all the parameters and the
+ * own shard's moments; ZeRO 3 the own shard's of both). A reader that
+ * reads only those bytes of a piece loads the same. */
+typedef void (*msr_dp_need_fn)(void *arg, int moments, size_t lo, size_t n);
+void msr_dp_load_needs(const msr_dp_t *dp, size_t lo, size_t n, msr_dp_need_fn fn, void *arg);
 /* failed: this rank could not read all it meant to (load_end then fails
  * on every rank). Collective: every rank calls it, even after a failed
  * load_begin, and all succeed or all fail. Errors: MSR_ERR_CORRUPT

@@ -175,6 +175,32 @@ void msr_dp_load_piece(msr_dp_t *dp, const msr_dp_piece_t *piece)
     }
 }
 
+/* fn's part of [lo, lo + n) in [a, a + an), if any. */
+static void need(msr_dp_need_fn fn, void *arg, int moments, size_t lo, size_t n, size_t a,
+                 size_t an)
+{
+    size_t x = MSR_MAX(lo, a), e = MSR_MIN(lo + n, a + an);
+    if (x < e)
+        fn(arg, moments, x, e - x);
+}
+
+void msr_dp_load_needs(const msr_dp_t *dp, size_t lo, size_t n, msr_dp_need_fn fn, void *arg)
+{
+    for (int k = 0; k < dp->num_units; k++) { /* as msr_dp_load_piece takes */
+        const msr_dp_unit_t *u = &dp->units[k];
+        if (u->lo >= lo + n || u->lo + u->n <= lo)
+            continue;
+        if (dp->cfg.zero <= 2)
+            need(fn, arg, 0, lo, n, u->lo, u->n);
+        else
+            need(fn, arg, 0, lo, n, u->own_lo, u->own_n);
+        if (dp->cfg.zero == 0)
+            need(fn, arg, 1, lo, n, u->lo, u->n);
+        else
+            need(fn, arg, 1, lo, n, u->own_lo, u->own_n);
+    }
+}
+
 int msr_dp_load_dest(const msr_dp_t *dp, size_t lo, size_t n, float **params_p, float **m_p,
                      float **v_p)
 {

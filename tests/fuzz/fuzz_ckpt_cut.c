@@ -9,7 +9,9 @@
  *     when the index is longer than the bytes there; otherwise the file
  *     is shorter than the length the index gives (want), and the piece
  *     named starts at or before the file's end and ends past it, inside
- *     the payload the index lays out;
+ *     the payload the index lays out, or (version 4) every piece ends
+ *     before the file does and the cut is in the chunk table after them,
+ *     which starts at or before the file's end;
  *   - not cut (0): the index does not read, or says the payload is no
  *     longer than the bytes there;
  * and the sentence about a cut fits any buffer, NUL-terminated.
@@ -82,6 +84,12 @@ static void check_cut(const msr_tckpt_cut_t *c, const uint8_t *p, size_t size, u
         return;
     if (says != 1 || c->want != c->at + total || c->head != hl)
         broken("a cut the index does not give", size);
+    if (c->in_chunks) { /* the chunk table: after every piece, the file's end inside it */
+        if (c->chunks_at > fsize || c->chunks_at < c->at + hl || c->chunks_at >= c->want ||
+            (c->chunks_at - c->at - hl) % 12 != 0)
+            broken("a cut in the chunk table that is not there", size);
+        return;
+    }
     const uint64_t start = c->piece.offset, end = start + 12 * c->piece.n;
     if (c->piece.n == 0 || start > fsize || end <= fsize || start < c->at + hl || end > c->want ||
         (start - c->at - hl) % 12 != 0)

@@ -33,8 +33,8 @@ grep -q "step-3/rank-0.bin does not exist" "$work/err" || fail "$(cat "$work/err
 inspect 2 "$work/none"
 grep -q "no complete checkpoint" "$work/err" || fail "$(cat "$work/err")"
 cp -r "$work/ck" "$work/piece"
-size=$(stat -c %s "$work/piece/step-2/rank-3.bin")
-printf '\x55' | dd of="$work/piece/step-2/rank-3.bin" bs=1 seek=$((size - 100)) conv=notrunc \
+end=$(pieces_end "$work/piece/step-2/rank-3.bin") # its last piece's end
+printf '\x55' | dd of="$work/piece/step-2/rank-3.bin" bs=1 seek=$((end - 100)) conv=notrunc \
     2>/dev/null
 inspect 2 "$work/piece"
 grep -q "step-2/rank-3.bin: the piece of tensor .* does not match its CRC" "$work/err" ||

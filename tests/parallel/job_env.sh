@@ -171,3 +171,18 @@ scribble() {
         "$work/err" || fail "$what $k changed underneath: $(tail -3 "$work/err")"
     [[ -z "$(ls -A "$dir")" ]] || fail "the failed run left files: $(ls "$dir")"
 }
+
+# pieces_end FILE: the byte of a train_gpt state file (libmsrun's 48-byte
+# header, then the payload: docs/checkpoint.md) where its pieces end and
+# its chunk table begins
+pieces_end() {
+    python3 - "$1" <<'PY'
+import struct, sys
+b = open(sys.argv[1], "rb").read()
+assert b[48:56] == b"MSRTRN04", b[48:56]
+hl, = struct.unpack_from("<I", b, 48 + 12)
+n, = struct.unpack_from("<I", b, 48 + 68)
+print(48 + hl + 12 * sum(struct.unpack_from("<I", b, 48 + hl - 16 * (n - k) + 8)[0]
+                         for k in range(n)))
+PY
+}

@@ -7,6 +7,7 @@
 #include <string.h>
 
 #include "base/alloc.h"
+#include "base/crc32.h"
 #include "parallel/ckpt.h"
 #include "model/rng.h"
 #include "tests/runner.h"
@@ -174,7 +175,7 @@ static void test_piece_crcs(void)
     msr_tckpt_range_t *got = NULL;
     uint32_t n = 0;
     MSR_CHECK_OK(msr_tckpt_decode(buf, len, "test", &g, &got, &n));
-    MSR_CHECK_EQ(g.version, 3u);
+    MSR_CHECK_EQ(g.version, 4u);
     for (uint32_t k = 0; k < n; k++)
         MSR_CHECK(msr_tckpt_piece_ok(&g, &got[k]));
     unsigned char *b = buf;
@@ -211,6 +212,99 @@ static void test_piece_crcs(void)
     msr_free(buf);
 }
 
+/* The chunk table (version 4): a piece of 2,500 elements has 3 chunks an
+ * array (1024, 1024, 452), their crcs after every piece's floats, in
+ * the order params, m, v, each msr_crc32(0, its chunk); together they
+ * combine into the piece's crc, and any run of them into its bytes'.
+ * A damaged chunk crc fails the piece and the combined check, a damaged
+ * float the piece but not the combined check (the chunk's own crc finds
+ * it). A version 3 payload (the same without the table) still decodes
+ * and checks, without a table. */
+static void test_chunk_table(void)
+{
+    enum { N = 2500, K = 3 };
+    float *f = msr_malloc(3 * N * sizeof *f);
+    MSR_CHECK(f != NULL);
+    for (size_t i = 0; i < 3 * N; i++)
+        f[i] = (float)i * 0.25f - 7.0f;
+    msr_tckpt_header_t h = header(0, 1), g;
+    h.num_params = 2 * N;
+    msr_tckpt_range_t r[2] = {{0, 5, f, f + N, f + 2 * N}, {N, N, f, f + N, f + 2 * N}};
+    void *buf;
+    size_t len, hl = 0;
+    msr_tckpt_range_t *got = NULL;
+    uint32_t np = 0;
+    MSR_CHECK_OK(msr_tckpt_encode(&h, r, 2, &buf, &len));
+    MSR_CHECK_OK(msr_tckpt_head_len(buf, len, &hl));
+    MSR_CHECK_EQ(len, hl + 12 * (5 + N) + 12 * (1 + K));
+    MSR_CHECK_OK(msr_tckpt_decode(buf, len, "test", &g, &got, &np));
+    MSR_CHECK_EQ(np, 2u);
+    MSR_CHECK_EQ(msr_tckpt_chunks(N), (uint32_t)K);
+    MSR_CHECK_EQ(got[0].chunks_offset, hl + 12 * (5 + N));
+    MSR_CHECK_EQ(got[1].chunks_offset, hl + 12 * (5 + N) + 12);
+    unsigned char *b = buf;
+    MSR_CHECK(got[1].chunks == b + got[1].chunks_offset);
+    const float *arr[3] = {f, f + N, f + 2 * N};
+    for (int a = 0; a < 3; a++)
+        for (uint32_t c = 0; c < K; c++) {
+            uint32_t want = msr_crc32(0, arr[a] + c * 1024,
+                                      (c + 1 < K ? 1024 : N - 2 * 1024) * sizeof(float)),
+                     x;
+            memcpy(&x, got[1].chunks + 4 * (a * K + c), 4);
+            MSR_CHECK_EQ(x, want);
+        }
+    /* runs of chunks: the bytes' crc */
+    MSR_CHECK_EQ(msr_tckpt_chunks_crc(got[1].chunks, N, 0, K), msr_crc32(0, f, N * sizeof(float)));
+    MSR_CHECK_EQ(msr_tckpt_chunks_crc(got[1].chunks + 4 * K, N, 1, 3),
+                 msr_crc32(0, f + N + 1024, (N - 1024) * sizeof(float)));
+    MSR_CHECK_EQ(msr_tckpt_chunks_crc(got[1].chunks, N, 1, 1), 0u);
+    /* a run from the parameters' last chunk into m's first: the bytes' */
+    MSR_CHECK_EQ(msr_tckpt_chunks_crc(got[1].chunks, N, K - 1, K + 1),
+                 msr_crc32(0, (const unsigned char *)buf + got[1].offset + 4 * 2048,
+                           (N - 2048 + 1024) * sizeof(float)));
+    for (uint32_t k = 0; k < np; k++)
+        MSR_CHECK(msr_tckpt_piece_ok(&g, &got[k]) &&
+                  msr_tckpt_chunks_ok(&g, &got[k], got[k].chunks));
+    /* a chunk crc damaged: the last one of v */
+    b[got[1].chunks_offset + 4 * (3 * K - 1)] ^= 0x04;
+    MSR_CHECK(!msr_tckpt_piece_ok(&g, &got[1]) && !msr_tckpt_chunks_ok(&g, &got[1], got[1].chunks));
+    MSR_CHECK(msr_tckpt_piece_ok(&g, &got[0]));
+    b[got[1].chunks_offset + 4 * (3 * K - 1)] ^= 0x04;
+    /* a float damaged: its chunk's crc no longer matches it */
+    b[got[1].offset + 4 * (N + 1500)] ^= 0x01; /* m, chunk 1 */
+    MSR_CHECK(!msr_tckpt_piece_ok(&g, &got[1]) && msr_tckpt_chunks_ok(&g, &got[1], got[1].chunks));
+    uint32_t x;
+    memcpy(&x, got[1].chunks + 4 * (K + 1), 4);
+    MSR_CHECK(x !=
+              msr_crc32(0, (const float *)(b + got[1].offset) + N + 1024, 1024 * sizeof(float)));
+    b[got[1].offset + 4 * (N + 1500)] ^= 0x01;
+    msr_free(got);
+    /* version 3: the magic and version, the table cut off */
+    memcpy(b, "MSRTRN03", 8);
+    uint32_t v3 = 3;
+    memcpy(b + 8, &v3, 4);
+    size_t len3 = hl + 12 * (5 + N);
+    MSR_CHECK_OK(msr_tckpt_decode(buf, len3, "test", &g, &got, &np));
+    MSR_CHECK(g.version == 3 && np == 2 && got[1].chunks == NULL && got[1].chunks_offset == 0);
+    for (uint32_t k = 0; k < np; k++)
+        MSR_CHECK(msr_tckpt_piece_ok(&g, &got[k]) && !msr_tckpt_chunks_ok(&g, &got[k], b));
+    uint64_t total = 0;
+    MSR_CHECK_OK(msr_tckpt_index_total(buf, hl, &total));
+    MSR_CHECK_EQ(total, (uint64_t)len3);
+    msr_free(got);
+    /* version 3 with the table left on, version 4 without it: refused */
+    MSR_CHECK_STATUS(msr_tckpt_decode(buf, len, "test", &g, &got, &np), MSR_ERR_CORRUPT);
+    memcpy(b, "MSRTRN04", 8);
+    uint32_t v4 = 4;
+    memcpy(b + 8, &v4, 4);
+    MSR_CHECK_STATUS(msr_tckpt_decode(buf, len3, "test", &g, &got, &np), MSR_ERR_CORRUPT);
+    MSR_CHECK_STATUS(msr_tckpt_decode(buf, len - 1, "test", &g, &got, &np), MSR_ERR_CORRUPT);
+    MSR_CHECK_OK(msr_tckpt_index_total(buf, hl, &total));
+    MSR_CHECK_EQ(total, (uint64_t)len);
+    msr_free(buf);
+    msr_free(f);
+}
+
 /* A range of exactly MSR_TCKPT_PIECE_MAX elements is one piece, one more
  * element makes two. */
 static void test_piece_bound(void)
@@ -232,6 +326,10 @@ static void test_piece_bound(void)
         MSR_CHECK_OK(msr_tckpt_decode(buf, len, "test", &g, &got, &np));
         MSR_CHECK_EQ(np, n == big ? 2u : 1u);
         MSR_CHECK(got[0].n == MSR_TCKPT_PIECE_MAX && got[0].params[7] == 7.0f);
+        /* whole chunks, and one chunk of one element an array after */
+        MSR_CHECK_EQ(len, (size_t)(got[0].offset + 12 * n + 12 * msr_tckpt_chunks(n)));
+        MSR_CHECK_EQ(msr_tckpt_chunks(n),
+                     n == big ? MSR_TCKPT_PIECE_MAX / 1024 + 1 : MSR_TCKPT_PIECE_MAX / 1024);
         if (np == 2)
             MSR_CHECK(got[1].lo == MSR_TCKPT_PIECE_MAX && got[1].n == 1 &&
                       got[1].params[0] == (float)MSR_TCKPT_PIECE_MAX);
@@ -336,6 +434,7 @@ static const msr_test_t tests[] = {
     {"version2", test_version2, 20},
     {"piece_crcs", test_piece_crcs, 20},
     {"piece_bound", test_piece_bound, 20},
+    {"chunk_table", test_chunk_table, 20},
     {"round_trip", test_round_trip, 20},
     {"damage_refused", test_damage_refused, 20},
     {"bad_shards_refused", test_bad_shards_refused, 20},

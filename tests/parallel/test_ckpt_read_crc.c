@@ -5,9 +5,10 @@
  * one past; a payload cut short inside a piece (its read fails) is refused
  * naming the file, the piece's tensor and the read's own error, cut at the
  * piece's first byte, a read chunk's bound, its last byte and one past
- * (then the next piece fails); the trainer asks the CRC of every byte of
- * every piece; and a restore that failed so is redone whole from good
- * reads. */
+ * (then the next piece fails), the chunk table left readable; a payload
+ * cut short inside its chunk table is refused naming it (read after the
+ * pieces, when the restore needs them whole); the trainer asks the CRC of every byte of every
+ * piece; and a restore that failed so is redone whole from good reads. */
 #include <stdlib.h>
 #include <string.h>
 
@@ -38,7 +39,8 @@ typedef struct src {
     int n;
     int wrong_rank;
     uint64_t wrong;     /* UINT64_MAX: every CRC right */
-    uint64_t cut;       /* rank wrong_rank's payload ends here (UINT64_MAX: whole) */
+    uint64_t cut;       /* rank wrong_rank's payload ends here (UINT64_MAX: whole) ... */
+    uint64_t cut_end;   /* ... as far as its bytes before this go (UINT64_MAX: all) */
     uint64_t crc_bytes; /* bytes read with their CRC asked for */
 } src_t;
 
@@ -55,7 +57,7 @@ static msr_status_t read_part(void *arg, int rank, uint64_t offset, void *buf, s
     if (rank < 0 || rank >= s->n || offset > s->len[rank] || len > s->len[rank] - offset)
         return msr_err(MSR_ERR_CORRUPT, "test: no bytes [%llu, +%zu) in rank %d's payload",
                        (unsigned long long)offset, len, rank);
-    if (rank == s->wrong_rank && s->cut < offset + len)
+    if (rank == s->wrong_rank && s->cut < offset + len && offset < s->cut_end)
         return msr_err(MSR_ERR_CORRUPT, "test: rank %d's payload ends early, at byte %llu", rank,
                        (unsigned long long)s->cut);
     memcpy(buf, (const char *)s->buf[rank] + offset, len);
@@ -104,10 +106,13 @@ static void check_cut(msr_trainer_t *tr, src_t *s, int rank, uint64_t step, uint
 
 /* Every piece of rank's payload cut at its first byte, a read chunk's
  * bound, its last byte, and one past its end (the next piece then fails;
- * past the last piece, nothing is cut). */
+ * past the last piece, nothing is cut), the chunk table after the pieces
+ * left whole; then the payload cut at the chunk table's first byte. */
 static void cut_checks(msr_trainer_t *tr, src_t *s, int rank, const msr_tckpt_header_t *h,
                        const msr_tckpt_range_t *r, uint32_t n)
 {
+    MSR_CHECK(h->version == 4 && n > 0 && r[0].chunks_offset > 0);
+    s->cut_end = r[0].chunks_offset;
     for (uint32_t k = 0; k < n; k++) {
         uint64_t bytes = 12 * r[k].n, c0 = MSR_TCKPT_READ_CHUNK;
         uint64_t at[] = {0, c0, bytes - 1};
@@ -119,6 +124,19 @@ static void cut_checks(msr_trainer_t *tr, src_t *s, int rank, const msr_tckpt_he
             check_cut(tr, s, rank, h->step, r[k].offset + bytes, r[k + 1].lo,
                       r[k + 1].lo + r[k + 1].n);
     }
+    s->cut_end = UINT64_MAX;
+    char want[160];
+    snprintf(want, sizeof want,
+             "train: step-%llu/rank-%d.bin: reading its chunk table: test: rank %d's payload ends "
+             "early",
+             (unsigned long long)h->step, rank, rank);
+    s->wrong_rank = rank;
+    s->cut = r[0].chunks_offset;
+    MSR_CHECK_STATUS(msr_trainer_restore_parts(tr, META, s->n, no_fetch, read_part, s),
+                     MSR_ERR_CORRUPT);
+    MSR_CHECK_MSG(strncmp(msr_err_msg(), want, strlen(want)) == 0, "cut at its chunk table: %s",
+                  msr_err_msg());
+    s->cut = UINT64_MAX;
 }
 
 /* Restores s (saved by s->n ranks) into a fresh trainer, with a wrong CRC
@@ -176,7 +194,7 @@ static void test_restore_uses_read_crc(void)
     msr_dataset_t *ds;
     msr_train_config_t c = config();
     msr_trainer_t *tr = ckpt_test_trainer(&c, 2, &ds);
-    src_t s = {.n = 1, .cut = UINT64_MAX};
+    src_t s = {.n = 1, .cut = UINT64_MAX, .cut_end = UINT64_MAX};
     MSR_CHECK_OK(msr_trainer_snapshot(tr, META, &s.buf[0], &s.len[0])); /* the same layout */
     restore_checks(tr, ds, &s);
     msr_free(s.buf[0]);
@@ -190,7 +208,7 @@ static void test_resharded_restore_uses_read_crc(void)
     msr_dataset_t *ds;
     msr_train_config_t c = config();
     msr_trainer_t *tr = ckpt_test_trainer(&c, 1, &ds);
-    src_t s = {.n = 2, .cut = UINT64_MAX};
+    src_t s = {.n = 2, .cut = UINT64_MAX, .cut_end = UINT64_MAX};
     ckpt_test_save_slices(tr, 2, META, s.buf, s.len);
     restore_checks(tr, ds, &s);
     for (int r = 0; r < 2; r++)

@@ -35,27 +35,30 @@ msrun_n "${tp2[@]}" --steps 3 --ckpt-every 3 --ckpt-dir "$work/good" >/dev/null 
 file=step-3/rank-1.bin
 size=$(stat -c %s "$work/good/$file")
 
-# pieces FILE: the payload's first byte, then "lo offset bytes" of each
-# piece (its first element, its first byte in the file, its bytes), from
-# the index as docs/checkpoint.md lays it out
+# pieces FILE: "payload table", the payload's first byte and its chunk
+# table's (after the pieces), then "lo offset bytes" of each piece (its
+# first element, its first byte in the file, its bytes), from the index as
+# docs/checkpoint.md lays it out
 pieces() {
     python3 - "$1" <<'PY'
 import struct, sys
 b = open(sys.argv[1], "rb").read()
-at = b.find(b"MSRTRN03")
+at = b.find(b"MSRTRN04")
 hl, = struct.unpack_from("<I", b, at + 12)
 n, = struct.unpack_from("<I", b, at + 68)
-print(at)
+rows = []
 off = at + hl
 for k in range(n):
     lo, cnt, _ = struct.unpack_from("<QII", b, at + hl - 16 * n + 16 * k)
-    print(lo, off, 12 * cnt)
+    rows.append("%d %d %d" % (lo, off, 12 * cnt))
     off += 12 * cnt
+print(at, off)
+print("\n".join(rows))
 PY
 }
 mapfile -t idx < <(pieces "$work/good/$file")
 (( ${#idx[@]} >= 3 )) || fail "rank 1's shard has fewer than 2 pieces: ${idx[*]}"
-payload=${idx[0]}
+read -r payload table <<<"${idx[0]}"
 read -r lo0 off0 len0 <<<"${idx[1]}"
 read -r lo1 off1 _ <<<"${idx[2]}"
 read -r lol _ <<<"${idx[-1]}"
@@ -95,8 +98,11 @@ $(printf "$sizes" $((off0 + 4))) inside the piece of tensor .* (elements \[$lo0,
 cut_to "$off1"
 all 2 "$(printf "$sizes" "$off1") at the start of the piece of tensor .* (elements \[$lo1, " \
     "$work/cut"
+cut_to $((table - 1))
+all 2 "$(printf "$sizes" $((table - 1))) inside the piece of tensor .* (elements \[$lol, " \
+    "$work/cut"
 cut_to $((size - 1))
-all 2 "$(printf "$sizes" $((size - 1))) inside the piece of tensor .* (elements \[$lol, " \
+all 2 "$(printf "$sizes" $((size - 1))) inside the chunk table after its pieces (bytes \[$table, $size) of the file)" \
     "$work/cut"
 grep -q "$file is not rank 1's state of step 3" "$work/err" ||
     fail "the refusal itself is not kept: $(cat "$work/err")"
@@ -129,8 +135,14 @@ inspect 2 "$(printf "$sizes" "$off1") at the start of the piece of tensor .* (el
     "$work/cut"
 # rank 0's own file, whose settings name the tensors: the elements alone
 cp -r "$work/good" "$work/cut0"
-truncate -s -1 "$work/cut0/step-3/rank-0.bin"
+mapfile -t idx0 < <(pieces "$work/good/step-3/rank-0.bin")
+read -r _ table0 <<<"${idx0[0]}"
+truncate -s $((table0 - 1)) "$work/cut0/step-3/rank-0.bin"
 inspect 2 "step-3/rank-0.bin is cut short: .* inside the piece (elements \[" "$work/cut0"
+# cut inside its chunk table
+cp "$work/good/step-3/rank-0.bin" "$work/cut0/step-3/rank-0.bin"
+truncate -s -1 "$work/cut0/step-3/rank-0.bin"
+inspect 2 "step-3/rank-0.bin is cut short: .* inside the chunk table after its pieces" "$work/cut0"
 
 # an I/O error reading an intact file (EIO past its first piece): the
 # machine's fault, exit 1, the error named; not under a sanitizer, whose
@@ -155,7 +167,7 @@ inspect 0 "every checksum matches, every element present" "$work/good"
 # out of memory in the checked search: steps 3 and 6, 6 damaged in a piece
 msrun_n "${tp2[@]}" --steps 6 --ckpt-every 3 --ckpt-dir "$work/two" >/dev/null \
     2>"$work/err" || fail "saving steps 3 and 6: $(cat "$work/err")"
-printf '\x55' | dd of="$work/two/step-6/$(basename "$file")" bs=1 seek=$((size - 100)) \
+printf '\x55' | dd of="$work/two/step-6/$(basename "$file")" bs=1 seek=$((table - 100)) \
     conv=notrunc 2>/dev/null
 (cd "$work/two" && find . -type f -print0 | sort -z | xargs -0 sha256sum) >"$work/sums"
 whole() { # whole RANKS NOMEM: the worker's rounds in $work/log

@@ -324,19 +324,27 @@ import struct, sys, zlib
 path = sys.argv[1]
 b = bytearray(open(path, "rb").read())
 hl = struct.unpack_from("<I", b, 48 + 12)[0]  # the payload's header bytes
-b[48 + hl:] = b"\xff" * (len(b) - 48 - hl)  # every float NaN
-# every checksum made to match (a load checks each piece's, then the file's):
-# a piece's CRC runs from the header's (its bytes 16..99) over its (lo, n)
-# as in the range table, then its parameters and moments
 n = struct.unpack_from("<I", b, 48 + 68)[0]
+counts = [struct.unpack_from("<I", b, 48 + hl - 16 * (n - k) + 8)[0] for k in range(n)]
+table = 48 + hl + 12 * sum(counts)  # the chunk table after the pieces
+b[48 + hl:table] = b"\xff" * (table - 48 - hl)  # every float NaN
+# every checksum made to match (a load checks each piece's, its chunks' and
+# the file's): a piece's CRC runs from the header's (its bytes 16..99) over
+# its (lo, n) as in the range table, then its parameters and moments; a
+# chunk's (1024 floats of one array, the last shorter) over its bytes
 head = zlib.crc32(bytes(b[48 + 16:48 + 100]))
 at = 48 + hl
-for k in range(n):
+for k, count in enumerate(counts):
     e = 48 + hl - 16 * (n - k)
-    count = struct.unpack_from("<I", b, e + 8)[0]
     crc = zlib.crc32(bytes(b[at:at + 12 * count]), zlib.crc32(bytes(b[e:e + 12]), head))
     struct.pack_into("<I", b, e + 12, crc)
+    for a in range(3):
+        for c in range(0, count, 1024):
+            x = at + 4 * (a * count + c)
+            struct.pack_into("<I", b, table, zlib.crc32(bytes(b[x:x + 4 * min(1024, count - c)])))
+            table += 4
     at += 12 * count
+assert table == len(b), (table, len(b))
 struct.pack_into("<I", b, 40, zlib.crc32(bytes(b[48:])))
 open(path, "wb").write(b)
 PY

@@ -69,7 +69,8 @@ msrun_n 4 "${model[@]}" --tp 4 --micro-batch 4 --steps 4 --ckpt-every 4 --ckpt-d
 cmp -s "$W/train4.st" "$W/e4.st" || fail "tp 4: msrun ckpt export differs from the run's"
 # each element once, but for the norms every tp rank saves: the 4 payloads'
 # pieces (a payload: libmsrun's 48-byte header, then the shard's header of
-# hl bytes and 12 bytes an element) hold the model's 42272 elements
+# hl bytes, 12 bytes an element, then 12 bytes of chunk CRCs for each
+# piece's 1024 elements or part) hold the model's 42272 elements
 # (2VC + C + L (2C^2 + 2 KVC C + 2C + 3FC)) and 3 more copies of the
 # (2L + 1) C norm elements; each kv row saved by its 4 ranks would add
 # 3 x 2 x L x HS x C = 6144
@@ -80,10 +81,12 @@ files = glob.glob(sys.argv[1] + "/step-4/rank-*.bin")
 assert len(files) == 4, files
 for f in files:
     b = open(f, "rb").read()[48:]
-    assert b[:8] == b"MSRTRN03", (f, b[:8])
-    hl = struct.unpack_from("<I", b, 12)[0]
-    assert (len(b) - hl) % 12 == 0, (f, len(b), hl)
-    n += (len(b) - hl) // 12
+    assert b[:8] == b"MSRTRN04", (f, b[:8])
+    hl, = struct.unpack_from("<I", b, 12)
+    np, = struct.unpack_from("<I", b, 68)
+    counts = [struct.unpack_from("<I", b, hl - 16 * (np - k) + 8)[0] for k in range(np)]
+    assert len(b) == hl + sum(12 * c + 12 * ((c + 1023) // 1024) for c in counts), (f, len(b))
+    n += sum(counts)
 assert n == 42272 + 3 * 9 * 32, n
 PY
 cp -r "$W/ck" "$W/ck1"

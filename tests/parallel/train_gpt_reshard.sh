@@ -85,6 +85,52 @@ if [[ $group == dense ]]; then
     echo "ok mesh8 -> pp3: rank 0 read $read_bytes (bytes read, of)"
     pair dp4z1 dp2z2
     pair one dp4z1
+    # parts of pieces: a model of 128 channels, whose pieces span many
+    # chunks (1024 elements), saved by dp 2 at ZeRO 2; dp 4 at ZeRO 3 reads
+    # only the chunks of its shards and tp 2 + sp those of its slices, each
+    # chunk run checked by its chunks' CRCs, with the losses of the same
+    # layout resumed from one process's checkpoint
+    keep_args=("${train_args[@]}")
+    train_args=(--layers 2 --channels 128 --heads 4 --seq 16 --steps 13 --global-batch 12
+        --lr 3e-3)
+    run one "$work/big-one" "$work/log-big-one" --steps 3 --ckpt-every 3
+    run dp2z2 "$work/big" "$work/log-big" --steps 3 --ckpt-every 3
+    for b in dp4z3 tp2sp; do
+        rm -rf "$work/big-b" "$work/big-one-b"
+        cp -r "$work/big" "$work/big-b"
+        cp -r "$work/big-one" "$work/big-one-b"
+        run $b "$work/big-b" "$work/log-ab" --resume
+        grep -q "resumed from step 3" "$work/err" || fail "big -> $b did not resume: $(cat "$work/err")"
+        read_bytes=$(sed -n 's/.*rank 0 read \([0-9]*\) bytes .* of shards of \([0-9]*\) bytes.*/\1 \2/p' \
+            "$work/err")
+        run $b "$work/big-one-b" "$work/log-1b" --resume
+        close_losses "$work/log-ab" "$work/log-1b" ||
+            fail "big -> $b: $(paste "$work/log-ab" "$work/log-1b")"
+        # ZeRO 3 over 4: a quarter of the pieces' bytes and their chunk
+        # tables; tp 2: about half (the layer norms whole) and not all
+        limit=$([[ $b == dp4z3 ]] && echo 35 || echo 75)
+        [[ -n $read_bytes ]] && (( ${read_bytes% *} * limit < ${read_bytes#* } * 100 )) ||
+            fail "big -> $b: rank 0 read '$read_bytes' (read, of), want under $limit %"
+        echo "ok big -> $b: rank 0 read $read_bytes (bytes read, of)"
+    done
+    # a damaged float in a chunk a shard reads, then a damaged chunk crc:
+    # each refused naming the file and the piece's tensor
+    f=step-3/rank-1.bin
+    end=$(pieces_end "$work/big/$f")
+    for at in $((end - 7)) $((end + 5)); do
+        rm -rf "$work/big-b" && cp -r "$work/big" "$work/big-b"
+        printf '\x55' | dd of="$work/big-b/$f" bs=1 seek=$at conv=notrunc 2>/dev/null
+        spec=(${L[dp4z3]})
+        rc=0
+        msrun_n "${spec[0]}" "${spec[@]:1}" --ckpt-dir "$work/big-b" --resume >"$work/out" \
+            2>"$work/err" || rc=$?
+        [[ $rc -eq 2 ]] || fail "byte $at of $f damaged: exit $rc, want 2: $(cat "$work/err")"
+        grep -q "$f: the piece of tensor [a-z0-9.]* (elements \[[0-9]*, [0-9]*) of the whole model) does not match its CRC" \
+            "$work/err" || fail "byte $at of $f damaged: the piece not named: $(cat "$work/err")"
+        ! grep -q "^step" "$work/out" || fail "trained from a damaged checkpoint: $(cat "$work/out")"
+    done
+    echo "ok a damaged chunk, a damaged chunk crc: refused naming the piece"
+    train_args=("${keep_args[@]}")
 else
     pair ep2 ep4
     pair ep2tp2 one
@@ -112,14 +158,15 @@ if [[ $group == dense ]]; then
     refuse tp2pp2 "$work/bad-cut" "step-3/rank-1.bin is not rank 1's state of step 3"
     # cut short inside its last piece while it is read, past that check (a
     # preloaded pread, read_cut_shim.c): the failed read names the file,
-    # the piece's tensor and the read's own error, in another layout and in
-    # the same one; not under a sanitizer, whose runtime must be preloaded
-    # first
+    # the piece's tensor and the read's own error, in another layout (whose
+    # pieces here are of one chunk each: read whole, the chunk table after
+    # them) and in the same one; not under a sanitizer, whose runtime must
+    # be preloaded first
     if [[ -z ${MSRUN_SANITIZE:-} ]]; then
-        size=$(stat -c %s "$work/bad/step-3/rank-1.bin")
+        end=$(pieces_end "$work/bad/step-3/rank-1.bin")
         keep_env=("${worker_env[@]}")
         worker_env=(env "LD_PRELOAD=$MSRUN_BUILD/tests/read_cut_shim.so"
-            MSR_TEST_CUT_FILE=/step-3/rank-1.bin "MSR_TEST_CUT_AT=$((size - 100))")
+            MSR_TEST_CUT_FILE=/step-3/rank-1.bin "MSR_TEST_CUT_AT=$((end - 100))")
         for layout in dp2z2 tp2pp2; do
             refuse $layout "$work/bad" \
                 "step-3/rank-1.bin: reading the piece of tensor h2.fcprojw (elements \["
@@ -134,8 +181,8 @@ if [[ $group == dense ]]; then
     printf '\x55' | dd of="$work/bad-flip/step-3/rank-1.bin" bs=1 seek=3000 conv=notrunc 2>/dev/null
     refuse dp2z2 "$work/bad-flip" "step-3/rank-1.bin has ranges that do not fit"
     cp -r "$work/bad" "$work/bad-piece"
-    size=$(stat -c %s "$work/bad-piece/step-3/rank-1.bin")
-    printf '\x55' | dd of="$work/bad-piece/step-3/rank-1.bin" bs=1 seek=$((size - 100)) \
+    end=$(pieces_end "$work/bad-piece/step-3/rank-1.bin") # its last piece's end
+    printf '\x55' | dd of="$work/bad-piece/step-3/rank-1.bin" bs=1 seek=$((end - 100)) \
         conv=notrunc 2>/dev/null
     refuse dp2z2 "$work/bad-piece" "step-3/rank-1.bin: the piece of tensor h2.fcprojw (elements"
     # the same layout reads its own payload whole, under its CRC
