@@ -7,8 +7,10 @@
  * piece's first byte, a read chunk's bound, its last byte and one past
  * (then the next piece fails), the chunk table left readable; a payload
  * cut short inside its chunk table is refused naming it (read after the
- * pieces, when the restore needs them whole); the trainer asks the CRC of every byte of every
- * piece; and a restore that failed so is redone whole from good reads. */
+ * pieces, when the restore needs them whole); the trainer asks the CRC
+ * of every byte of every piece; a restore that failed so is redone whole
+ * from good reads; and a rank that needs part of a piece reads only its
+ * chunks, each run checked. */
 #include <stdlib.h>
 #include <string.h>
 
@@ -18,6 +20,7 @@
 #include "parallel/ckpt.h"
 #include "parallel/ckpt_full.h"
 #include "parallel/train.h"
+#include "parallel/train_ckpt_impl.h"
 #include "tests/parallel/ckpt_support.h"
 #include "tests/runner.h"
 
@@ -42,6 +45,7 @@ typedef struct src {
     uint64_t cut;       /* rank wrong_rank's payload ends here (UINT64_MAX: whole) ... */
     uint64_t cut_end;   /* ... as far as its bytes before this go (UINT64_MAX: all) */
     uint64_t crc_bytes; /* bytes read with their CRC asked for */
+    uint64_t asked;     /* bytes read, all of them */
 } src_t;
 
 static msr_status_t no_fetch(void *arg, int rank, void **buf_p, size_t *len_p)
@@ -61,6 +65,7 @@ static msr_status_t read_part(void *arg, int rank, uint64_t offset, void *buf, s
         return msr_err(MSR_ERR_CORRUPT, "test: rank %d's payload ends early, at byte %llu", rank,
                        (unsigned long long)s->cut);
     memcpy(buf, (const char *)s->buf[rank] + offset, len);
+    s->asked += len;
     if (total_p != NULL)
         *total_p = s->len[rank];
     if (crc_p != NULL) {
@@ -217,9 +222,99 @@ static void test_resharded_restore_uses_read_crc(void)
     msr_dataset_destroy(ds);
 }
 
+/* Restores s's payload of rank 0 into tr through a map of one run (the
+ * whole model's elements [a, a + n), as a rank that holds only those):
+ * its header, then msr_train_ckpt_read_apply. *asked_p: the bytes the
+ * apply asked for. */
+static msr_status_t apply_run_only(msr_trainer_t *tr, src_t *s, size_t a, size_t n,
+                                   uint64_t *asked_p)
+{
+    msr_ckpt_run_t run = {a, a, n};
+    msr_ckpt_map_t map = {1, &run, &run};
+    source_t src = {no_fetch, read_part, s};
+    payload_t p;
+    msr_status_t st = msr_train_ckpt_read_head(&src, 0, &p);
+    uint64_t before = s->asked;
+    if (st == MSR_OK)
+        st = msr_dp_load_begin(tr->dp);
+    if (st == MSR_OK) {
+        st = msr_train_ckpt_read_apply(tr, &map, &p, &src, 0, NULL);
+        char why[MSR_ERR_TEXT_MAX];
+        snprintf(why, sizeof why, "%s", msr_err_msg_or(st));
+        (void)msr_dp_load_end(tr->dp, 0, 1); /* frees the load's state (not all was loaded) */
+        if (st != MSR_OK)
+            msr_err_set("%s", why);
+    }
+    *asked_p = s->asked - before;
+    payload_free(&p);
+    return st;
+}
+
+/* A piece read in parts (version 4): a rank that holds the whole model's
+ * elements [5000, 8000) only (in wte's piece, elements [0, 49152)) reads
+ * that piece's chunk CRCs (12 bytes a chunk of 1024 elements) and its
+ * chunks 4..7 of the parameters, m and v (3 runs of 16 KiB), nothing else,
+ * and loads those elements as saved; a float damaged outside those
+ * chunks is not read, one inside is refused naming the piece, and a
+ * damaged header field (the writer's ZeRO stage, which only the pieces'
+ * CRCs cover) is refused by the chunk CRCs' sum, before any chunk is read
+ * (the chunks' own CRCs do not cover it). */
+static void test_parts_of_a_piece(void)
+{
+    msr_dataset_t *ds;
+    msr_train_config_t c = config();
+    msr_trainer_t *saved = ckpt_test_trainer(&c, 2, &ds);
+    src_t s = {
+        .n = 1, .wrong_rank = -1, .wrong = UINT64_MAX, .cut = UINT64_MAX, .cut_end = UINT64_MAX};
+    MSR_CHECK_OK(msr_trainer_snapshot(saved, META, &s.buf[0], &s.len[0]));
+    msr_tckpt_header_t h;
+    msr_tckpt_range_t *r;
+    uint32_t np;
+    MSR_CHECK_OK(msr_tckpt_decode(s.buf[0], s.len[0], "test", &h, &r, &np));
+    MSR_CHECK(np > 1 && r[0].lo == 0 && r[0].n >= 8192);
+    const size_t a = 5000, n = 3000, k = msr_tckpt_chunks(r[0].n), hl = (size_t)r[0].offset;
+    const uint64_t want = 12 * k + 3 * 4096 * sizeof(float); /* the table's, 3 runs of 4 chunks */
+    c.seed = 10; /* another start: what is loaded must be the checkpoint's */
+    msr_trainer_t *tr;
+    MSR_CHECK_OK(msr_trainer_create(&c, ds, NULL, &tr));
+    uint64_t asked = 0;
+    MSR_CHECK_OK(apply_run_only(tr, &s, a, n, &asked));
+    MSR_CHECK_EQ(asked, want);
+    MSR_CHECK(memcmp(tr->model->params + a, saved->model->params + a, n * sizeof(float)) == 0);
+    MSR_CHECK(memcmp(tr->dp->opt->m + a, saved->dp->opt->m + a, n * sizeof(float)) == 0);
+    MSR_CHECK(memcmp(tr->dp->opt->v + a, saved->dp->opt->v + a, n * sizeof(float)) == 0);
+    unsigned char *b = s.buf[0];
+    /* a float of chunk 19 of the parameters: not read */
+    b[hl + 4 * 19500] ^= 0x10;
+    MSR_CHECK_OK(apply_run_only(tr, &s, a, n, &asked));
+    b[hl + 4 * 19500] ^= 0x10;
+    /* a float of chunk 6 of m: refused */
+    b[hl + 4 * (r[0].n + 6500)] ^= 0x10;
+    MSR_CHECK_STATUS(apply_run_only(tr, &s, a, n, &asked), MSR_ERR_CORRUPT);
+    MSR_CHECK_MSG(strstr(msr_err_msg(),
+                         "step-2/rank-0.bin: the piece of tensor wte (elements [0, ") != NULL &&
+                      strstr(msr_err_msg(), "does not match its CRC") != NULL,
+                  "%s", msr_err_msg());
+    b[hl + 4 * (r[0].n + 6500)] ^= 0x10;
+    /* the writer's ZeRO stage: refused with the table read, no chunk */
+    b[64] ^= 0x01;
+    MSR_CHECK_STATUS(apply_run_only(tr, &s, a, n, &asked), MSR_ERR_CORRUPT);
+    MSR_CHECK_MSG(strstr(msr_err_msg(), "the piece of tensor wte (elements [0, ") != NULL, "%s",
+                  msr_err_msg());
+    MSR_CHECK_EQ(asked, 12 * k);
+    b[64] ^= 0x01;
+    MSR_CHECK_OK(apply_run_only(tr, &s, a, n, &asked));
+    msr_free(r);
+    msr_free(s.buf[0]);
+    msr_trainer_destroy(tr);
+    msr_trainer_destroy(saved);
+    msr_dataset_destroy(ds);
+}
+
 static const msr_test_t tests[] = {
     {"restore_uses_read_crc", test_restore_uses_read_crc, 60},
     {"resharded_restore_uses_read_crc", test_resharded_restore_uses_read_crc, 60},
+    {"parts_of_a_piece", test_parts_of_a_piece, 60},
 };
 
 int main(int argc, char **argv)
