@@ -115,43 +115,36 @@ if [[ $group == dense ]]; then
             fail "big -> $b: rank 0 read '$read_bytes' (read, of), want under $limit %"
         echo "ok big -> $b: rank 0 read $read_bytes (bytes read, of)"
     done
+    # damaged DIR FILE AT PIECE: a copy of DIR with byte AT of FILE damaged,
+    # resumed by dp 4 at ZeRO 3: exit 2 naming the file and PIECE (a
+    # pattern of the piece's tensor and elements), nothing trained
+    damaged() {
+        local rc=0 spec=(${L[dp4z3]})
+        rm -rf "$work/big-b" && cp -r "$1" "$work/big-b"
+        printf '\x55' | dd of="$work/big-b/$2" bs=1 seek="$3" conv=notrunc 2>/dev/null
+        msrun_n "${spec[0]}" "${spec[@]:1}" --ckpt-dir "$work/big-b" --resume >"$work/out" \
+            2>"$work/err" || rc=$?
+        [[ $rc -eq 2 ]] || fail "byte $3 of $2 damaged: exit $rc, want 2: $(cat "$work/err")"
+        grep -q "$2: the piece of tensor $4 of the whole model) does not match its CRC" \
+            "$work/err" || fail "byte $3 of $2 damaged: the piece not named: $(cat "$work/err")"
+        ! grep -q "^step" "$work/out" || fail "trained from a damaged checkpoint: $(cat "$work/out")"
+    }
     # a damaged float in a chunk a shard reads, a damaged chunk crc, and a
     # damaged header field that only the pieces' CRCs cover (the writer's
-    # ZeRO stage: byte 64 of the payload, after libmsrun's 48): each
-    # refused naming the file and a piece's tensor
+    # ZeRO stage: byte 64 of the payload, after libmsrun's 48)
     f=step-3/rank-1.bin
     end=$(pieces_end "$work/big/$f")
     for at in $((end - 7)) $((end + 5)) $((48 + 64)); do
-        rm -rf "$work/big-b" && cp -r "$work/big" "$work/big-b"
-        printf '\x55' | dd of="$work/big-b/$f" bs=1 seek=$at conv=notrunc 2>/dev/null
-        spec=(${L[dp4z3]})
-        rc=0
-        msrun_n "${spec[0]}" "${spec[@]:1}" --ckpt-dir "$work/big-b" --resume >"$work/out" \
-            2>"$work/err" || rc=$?
-        [[ $rc -eq 2 ]] || fail "byte $at of $f damaged: exit $rc, want 2: $(cat "$work/err")"
-        grep -q "$f: the piece of tensor [a-z0-9.]* (elements \[[0-9]*, [0-9]*) of the whole model) does not match its CRC" \
-            "$work/err" || fail "byte $at of $f damaged: the piece not named: $(cat "$work/err")"
-        ! grep -q "^step" "$work/out" || fail "trained from a damaged checkpoint: $(cat "$work/out")"
+        damaged "$work/big" $f $at "[a-z0-9.]* (elements \[[0-9]*, [0-9]*)"
     done
-    # one process's checkpoint is pieces of up to 2^20 elements, each of
-    # which every rank of dp 4 at ZeRO 3 reads in part only (no piece read
-    # whole to find the damage by its own CRC): a damaged float of its
-    # first chunk (wte's first row, rank 0's shard), and a damaged header
-    # field, found by the run's CRC and by the chunk CRCs' sum
+    # one process's checkpoint: a damaged float of its first chunk (wte's
+    # first row, which rank 0 reads in part, its run's CRC finding it), and
+    # the header field again
     f=step-3/rank-0.bin
     first=$(python3 -c 'import struct,sys; print(48 + struct.unpack_from("<I", open(sys.argv[1], "rb").read(), 60)[0])' \
         "$work/big-one/$f")
     for at in $((first + 21)) $((48 + 64)); do
-        rm -rf "$work/big-b" && cp -r "$work/big-one" "$work/big-b"
-        printf '\x55' | dd of="$work/big-b/$f" bs=1 seek=$at conv=notrunc 2>/dev/null
-        spec=(${L[dp4z3]})
-        rc=0
-        msrun_n "${spec[0]}" "${spec[@]:1}" --ckpt-dir "$work/big-b" --resume >"$work/out" \
-            2>"$work/err" || rc=$?
-        [[ $rc -eq 2 ]] || fail "dp 4, byte $at of $f damaged: exit $rc, want 2: $(cat "$work/err")"
-        grep -q "$f: the piece of tensor wte (elements \[0, [0-9]*) of the whole model) does not match its CRC" \
-            "$work/err" || fail "dp 4, byte $at of $f damaged: the piece not named: $(cat "$work/err")"
-        ! grep -q "^step" "$work/out" || fail "trained from a damaged checkpoint: $(cat "$work/out")"
+        damaged "$work/big-one" $f $at "wte (elements \[0, [0-9]*)"
     done
     echo "ok a damaged chunk, chunk crc and header field: refused naming the piece"
     train_args=("${keep_args[@]}")
