@@ -218,8 +218,10 @@ static void test_bad_mask_tables(void)
 }
 
 /* msr_crc32_combine against the CRC of the joined bytes: every cut of
- * 300 bytes (0 and every length included), cuts of 1 MiB, a seeded CRC
- * made seedless, and lengths past 4 GiB by the rule's own algebra. */
+ * 300 bytes (0 and every length included), cuts of 1 MiB (the second part
+ * of 4096 bytes, the length it moves by tables, and one byte either side
+ * among them), a seeded CRC made seedless, and lengths past 4 GiB by the
+ * rule's own algebra. */
 static void test_combine(void)
 {
     static unsigned char b[300];
@@ -240,10 +242,18 @@ static void test_combine(void)
     MSR_CHECK(m != NULL);
     fill(m, n);
     uint32_t whole = msr_crc32(0, m, n);
-    static const size_t cuts[] = {1, 4096, 65536 + 3, (size_t)1 << 19};
+    const size_t cuts[] = {1, 4096, 65536 + 3, (size_t)1 << 19, n - 4095, n - 4096, n - 4097};
     for (size_t k = 0; k < sizeof cuts / sizeof cuts[0]; k++)
         MSR_CHECK(msr_crc32_combine(msr_crc32(0, m, cuts[k]),
                                     msr_crc32(0, m + cuts[k], n - cuts[k]), n - cuts[k]) == whole);
+    /* 4096 bytes, moved by tables: from every one-bit state (the move is
+     * linear, so from every state) as two moves of 2048 bit by bit */
+    for (int bit = 0; bit < 34; bit++) {
+        uint32_t a = bit < 32 ? 1u << bit : bit == 32 ? 0xffffffffu : 0x9e3779b9u;
+        MSR_CHECK_MSG(msr_crc32_combine(a, 0, 4096) ==
+                          msr_crc32_combine(msr_crc32_combine(a, 0, 2048), 0, 2048),
+                      "state %08x", a);
+    }
     free(m);
     /* zeros past 4 GiB: moving over 2^32 + 5 bytes is moving over 2^32, then 5 */
     uint64_t big = ((uint64_t)1 << 32) + 5;
