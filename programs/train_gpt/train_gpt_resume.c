@@ -207,20 +207,22 @@ static msr_status_t restore_step(const trainer_t *t, const job_t *job, const opt
 
 /* Says why a resume from step `failed` ends (exit 2): its files check out
  * but it does not load (intact: its content, not its bytes), or it is
- * damaged and no older step is whole. */
+ * damaged and no older step is whole. Every rank calls it, and leaves only
+ * once rank 0 has said it: msrun stops the job's other workers at the
+ * first one's exit, which could cut rank 0 off before its line. */
 static void refuse(const job_t *job, const options_t *o, int64_t failed, int intact)
 {
-    if (job->rank != 0)
-        return;
-    if (intact)
+    if (job->rank == 0 && intact)
         fprintf(stderr, "train_gpt: not resuming: step %lld under %s does not load (above)\n",
                 (long long)failed, o->ckpt_dir);
-    else
+    else if (job->rank == 0)
         fprintf(stderr,
                 "train_gpt: not resuming: step %lld under %s is damaged (above) and no older "
                 "step is intact; to start over from step 0, move %s away or leave out "
                 "--resume\n",
                 (long long)failed, o->ckpt_dir, o->ckpt_dir);
+    if (job->ctx != NULL)
+        (void)msr_barrier(job->ctx); /* a rank gone fails it: the exit is the same */
 }
 
 /* This process's CPU seconds so far, all its threads (0 when the clock
