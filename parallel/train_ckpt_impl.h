@@ -75,6 +75,32 @@ static inline msr_tckpt_range_t expert_range(msr_trainer_t *tr, int k)
                                msr_moe_params(moe) + lo, tr->eopt->m + s, tr->eopt->v + s};
 }
 
+/* A range a rank saves, and where its moments are when they are in the
+ * offload's file (moff: the first one's shard element; NO_MOFF: the
+ * range's m and v point at them). */
+typedef struct saved_range {
+    msr_tckpt_range_t r;
+    size_t moff;
+} saved_range_t;
+
+#define NO_MOFF SIZE_MAX
+
+/* The ranges a rank saves, growing as the map's runs cut its pieces. */
+typedef struct range_list {
+    saved_range_t *s;
+    size_t n, cap;
+    int offloaded;        /* some range's moments are in the file */
+    msr_dp_piece_t piece; /* the owned piece being cut */
+} range_list_t;
+
+/* The header of this rank's shard (meta: the text a resume must match),
+ * and the ranges it saves (*l_p, its s the caller's) with their encoder's
+ * table (*r_p, msr_free): train_ckpt.c, for the snapshot and the streamed
+ * save (train_ckpt_save.c). */
+msr_tckpt_header_t msr_train_ckpt_shard_header(const msr_trainer_t *tr, const char *meta);
+msr_status_t msr_train_ckpt_shard_ranges(msr_trainer_t *tr, range_list_t *l_p,
+                                         msr_tckpt_range_t **r_p);
+
 /* One saved rank's payload, decoded. */
 typedef struct payload {
     void *buf;

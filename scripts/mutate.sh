@@ -3566,7 +3566,7 @@ test: ^test_parallel_reshard_dense$
 >>>
 
 @ ckpt.save.chunk_crc_not_kept
-file: parallel/train_ckpt.c
+file: parallel/train_ckpt_save.c
 test: ^test_parallel_reshard_dense$
 <<<
             memcpy(s->table + s->table_at, &s->chunk_crc, 4);
@@ -3575,7 +3575,7 @@ test: ^test_parallel_reshard_dense$
 >>>
 
 @ ckpt.stream_piece_crc_not_set
-file: parallel/train_ckpt.c
+file: parallel/train_ckpt_save.c
 test: ^test_parallel_ckpt_stream$
 <<<
         msr_tckpt_head_set_crc(s->head, s->hl, s->n, j, s->crc);
@@ -3584,7 +3584,7 @@ test: ^test_parallel_ckpt_stream$
 >>>
 
 @ ckpt.stream_moments_not_read
-file: parallel/train_ckpt.c
+file: parallel/train_ckpt_save.c
 test: ^test_parallel_ckpt_stream$
 <<<
         st = msr_dp_moments_get(s->tr->dp, x->moff + (size_t)at, c, s->mv, s->mv + c);
