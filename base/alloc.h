@@ -38,6 +38,15 @@ void *msr_pages_alloc(size_t size);
 size_t msr_pages_size(const void *ptr);
 void msr_pages_free(void *ptr);
 
+/* Maps the pages that hold [p, p + len) writable before a copy fills
+ * them: a checkpoint's read, a broadcast received into memory nothing has
+ * touched yet. One call for the range instead of a page fault at each 4
+ * KiB page the copy reaches. Only the pages the copy writes into anyway,
+ * their contents unchanged. 0 when done (no bytes: nothing to do); -1
+ * when the kernel cannot (older, or memory it cannot populate so), and
+ * then the copy faults them in as before: a hint. */
+int msr_prefault(void *p, size_t len);
+
 /* Test hook (the one piece of global state allowed besides signal flags):
  * the index-th allocation from now on fails, counting from 0; -1 turns it
  * off. Returns the number of allocations made since the last call. */

@@ -10,7 +10,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/mman.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -617,27 +616,4 @@ msr_status_t msr_ckpt_save(msr_ctx_t *ctx, const char *dir, int64_t step, const 
         return writer_commit(&w, NULL, keep);
     writer_end(&w, 1); /* this rank's failure (its text set) is its verdict */
     return save_finish(&w, 0, 0, keep);
-}
-
-/* Maps the pages that hold [p, p + len) writable before a read fills
- * them (MADV_POPULATE_WRITE, Linux 5.14): one call for the chunk instead
- * of a page fault every 4 KiB in the kernel's copy out of the page cache,
- * each a trap that a virtual machine makes dear. Only pages the read
- * writes into anyway, their contents unchanged. 0 when done (no bytes:
- * nothing to do); -1 when the kernel cannot (older, or memory it cannot
- * populate so), and then the read faults them in as before. */
-int msr_ckpt_prefault(void *p, size_t len)
-{
-    if (len == 0)
-        return 0;
-#ifdef MADV_POPULATE_WRITE
-    uintptr_t page = (uintptr_t)sysconf(_SC_PAGESIZE);
-    uintptr_t lo = (uintptr_t)p & ~(page - 1);
-    uintptr_t hi = ((uintptr_t)p + len + page - 1) & ~(page - 1);
-    if (madvise((void *)lo, hi - lo, MADV_POPULATE_WRITE) == 0)
-        return 0;
-#else
-    (void)p;
-#endif
-    return -1;
 }

@@ -64,9 +64,6 @@ static inline void step_dir(const char *dir, int64_t step, char *out, size_t len
 /* Every rank's `len` bytes, in rank order, in *all_p (msr_free it); a
  * rank out of memory for them takes part with none (checkpoint.c). */
 msr_status_t msr_ckpt_gather_all(msr_ctx_t *ctx, const void *mine, size_t len, void **all_p);
-/* Maps the pages that hold [p, p + len) writable (their contents kept)
- * before a read fills them: 0 done, -1 the kernel cannot (a hint). */
-int msr_ckpt_prefault(void *p, size_t len);
 
 /* checkpoint_steps.c's, for the writer and the readers */
 /* Removes this rank's files of committed steps older than the keep newest

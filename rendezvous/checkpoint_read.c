@@ -200,7 +200,7 @@ msr_status_t ckpt_read_chunks(int fd, const char *path, off_t at, void *data, si
             read_ahead(fd, win, MSR_MIN(end - win, CKPT_AHEAD));
         unsigned char *dst = (unsigned char *)data + (stream ? 0 : done);
         if (!stream) /* a stream's one chunk is mapped after its first read */
-            (void)msr_ckpt_prefault(dst, want);
+            (void)msr_prefault(dst, want);
         ssize_t got = pread(fd, dst, want, at + (off_t)done);
         if (got < 0 && errno == EINTR)
             continue;

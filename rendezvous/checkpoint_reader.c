@@ -16,6 +16,7 @@
 #include <sys/mman.h>
 #include <unistd.h>
 
+#include "base/alloc.h"
 #include "base/crc32.h"
 #include "base/err.h"
 #include "base/log.h"
@@ -352,7 +353,7 @@ static msr_status_t direct_chunks(msr_ckpt_reader_t *r, off_t at, void *data, si
         }
         size_t take = MSR_MIN(len - done, (size_t)(r->stage_at + (off_t)r->stage_len - pos));
         unsigned char *dst = (unsigned char *)data + done;
-        (void)msr_ckpt_prefault(dst, take);
+        (void)msr_prefault(dst, take);
         memcpy(dst, r->stage + (pos - r->stage_at), take);
         if (crc_p != NULL)
             *crc_p = msr_crc32(*crc_p, dst, take);

@@ -1,5 +1,5 @@
 /* A checkpoint read maps its destination's pages before filling them
- * (msr_ckpt_prefault): only the pages the read writes into, their
+ * (msr_prefault): only the pages the read writes into, their
  * contents kept, and a read into fresh memory at a misaligned address
  * lands whole with its neighbours untouched; a reader past the page cache
  * (O_DIRECT, through its staging buffer) reads any part exactly, and
@@ -14,6 +14,7 @@
 #include <sys/mman.h>
 #include <unistd.h>
 
+#include "base/alloc.h"
 #include "base/crc32.h"
 #include "msrun/msrun.h"
 #include "rendezvous/checkpoint_impl.h"
@@ -44,7 +45,7 @@ static const char *resident(const unsigned char *p, size_t n)
 
 /* Whether this kernel populates memory on request (Linux 5.14): asked
  * of one aligned page of its own, so that a refusal of a range by
- * msr_ckpt_prefault is its own fault. */
+ * msr_prefault is its own fault. */
 static int populate_supported(void)
 {
 #ifdef MADV_POPULATE_WRITE
@@ -84,7 +85,7 @@ static void test_prefault_pages(void)
                len = (size_t)(cases[k].len_pages * pg + cases[k].len_bytes);
         if (len > 0) /* what a page holds already is kept */
             p[at + len / 2] = 0x5a;
-        MSR_CHECK_MSG(msr_ckpt_prefault(p + at, len) == 0, "case %zu: refused", k);
+        MSR_CHECK_MSG(msr_prefault(p + at, len) == 0, "case %zu: refused", k);
         MSR_CHECK_MSG(strcmp(resident(p, 5), cases[k].want) == 0,
                       "case %zu: pages %s mapped, want %s", k, resident(p, 5), cases[k].want);
         if (len > 0)
