@@ -191,6 +191,25 @@ static msr_status_t read_crc(msr_ckpt_reader_t *rd, uint64_t offset, void *dst, 
 /* Loads this rank's own file (same world and share): the header, then
  * each piece's parameters and moments straight into the share, in the
  * file's order (the reader checks the state's CRC at its end). */
+/* Version 4: the chunk table after the pieces, read to the state's end (so
+ * that the reader checks the whole state's CRC) and checked against the
+ * pieces' crcs, as train_gpt's load of a whole payload does. */
+static msr_status_t table_check(msr_ckpt_reader_t *rd, const msr_tckpt_header_t *h,
+                                const msr_tckpt_range_t *r, uint32_t n, uint64_t total)
+{
+    uint64_t at = r[0].chunks_offset;
+    unsigned char *t = NULL;
+    if (at > total || (t = msr_malloc((size_t)(total - at) + 1)) == NULL)
+        return MSR_ERR_CORRUPT;
+    msr_status_t st = msr_ckpt_reader_read(rd, at, t, (size_t)(total - at));
+    for (uint32_t k = 0; k < n && st == MSR_OK; k++) {
+        if (!msr_tckpt_chunks_ok(h, &r[k], t + (r[k].chunks_offset - at)))
+            st = MSR_ERR_CORRUPT;
+    }
+    msr_free(t);
+    return st;
+}
+
 static msr_status_t bench_load(msr_ctx_t *ctx, const char *dir, share_t *s, size_t *bytes_p)
 {
     unsigned char prefix[MSR_TCKPT_PREFIX_LEN];
@@ -227,6 +246,8 @@ static msr_status_t bench_load(msr_ctx_t *ctx, const char *dir, share_t *s, size
         if (st == MSR_OK && h.version >= 3 && crc != r[k].crc)
             st = MSR_ERR_CORRUPT;
     }
+    if (st == MSR_OK && h.version >= 4 && n > 0)
+        st = table_check(rd, &h, r, n, total);
     if (st == MSR_OK && !msr_ckpt_reader_checked(rd))
         st = MSR_ERR_CORRUPT; /* the whole state was not read */
     msr_ckpt_reader_close(rd);
