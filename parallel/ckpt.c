@@ -242,6 +242,7 @@ static msr_status_t encode(const msr_tckpt_header_t *h, const msr_tckpt_range_t 
         return msr_err(MSR_ERR_NO_MEMORY, "checkpoint: out of memory for a shard of %zu bytes",
                        len);
     }
+    (void)msr_prefault(buf, len); /* mapped at once, not a fault every 4 KiB of the copy */
     put_fixed(buf, h, meta_len, pieces, hl);
     put_pieces(buf + hl - (size_t)pieces * 16, head_crc(buf, PAYLOAD_VERSION), ranges, n, seal);
     *buf_p = buf;
