@@ -450,23 +450,30 @@ static msr_status_t restore_other_ranks(msr_trainer_t *tr, const msr_ckpt_map_t 
 
 /* Loads the checkpoint whose first shard is p0 (the shard of rank first):
  * with own_layout, from p0 alone, the replicated state then gathered by
- * msr_dp_load_end; else, or when all is replicated (ZeRO 0 over dp > 1:
- * that gather would move the whole state, costlier than each rank reading
- * the other replicas' shards itself, docs/checkpoint.md), from every shard
- * that may hold a piece of this rank's. Whatever fails, every rank reaches
- * msr_dp_load_end, which agrees on the outcome. */
+ * msr_dp_load_end; when all is replicated (ZeRO 0 over dp > 1: that
+ * gather would move the whole state after the reads, docs/checkpoint.md)
+ * each replica reads p0 and broadcasts it as it lands
+ * (msr_train_ckpt_share); else, or when a replica cannot share, from every
+ * shard that may hold a piece of this rank's. Whatever fails, every rank
+ * reaches msr_dp_load_end, which agrees on the outcome. */
 static msr_status_t restore_read(msr_trainer_t *tr, const msr_ckpt_map_t *map, int world, int first,
                                  const source_t *src, const payload_t *p0, int own_layout)
 {
-    int gather = own_layout && !(tr->cfg.par.zero == 0 && tr->dp->size > 1);
+    int replicas = tr->cfg.par.zero == 0 && tr->dp->size > 1 && tr->dp->comm != NULL;
+    int gather = own_layout && !replicas, shared = 0;
     msr_status_t read_st = msr_dp_load_begin(tr->dp);
     size_t ecount = tr->model->moe != NULL ? tr->eshard_hi - tr->eshard_lo : 0;
     uint8_t *cover = ecount > 0 ? msr_calloc(ecount, 1) : NULL;
     if (read_st == MSR_OK && ecount > 0 && cover == NULL)
         read_st = msr_err(MSR_ERR_NO_MEMORY, "train: out of memory for %zu expert flags", ecount);
-    if (read_st == MSR_OK)
+    if (own_layout && replicas) { /* every rank of the group: a collective */
+        msr_status_t st = msr_train_ckpt_share(tr, map, p0, src, first, read_st == MSR_OK, &shared);
+        if (read_st == MSR_OK)
+            read_st = st;
+    }
+    if (read_st == MSR_OK && !shared)
         read_st = payload_load(tr, map, p0, src, first, cover);
-    if (read_st == MSR_OK && !gather)
+    if (read_st == MSR_OK && !gather && !shared)
         read_st = restore_other_ranks(tr, map, world, first, src, p0, cover);
     for (size_t i = 0; i < ecount && read_st == MSR_OK; i++) {
         if (!cover[i])

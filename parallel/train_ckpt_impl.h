@@ -144,4 +144,51 @@ msr_status_t msr_train_ckpt_read_apply(msr_trainer_t *tr, const msr_ckpt_map_t *
                                        const payload_t *p, const source_t *src, int rank,
                                        uint8_t *cover);
 
+/* Reads len bytes at offset of rank's payload into dst in chunks of
+ * MSR_TCKPT_READ_CHUNK, continuing *crc over each from the CRC the read
+ * computed as the chunk arrived (msr_crc32_combine): each byte is CRC'd
+ * once, by the read, not again here. train_ckpt_read.c. */
+msr_status_t msr_train_ckpt_read_crc(const source_t *src, int rank, uint64_t offset, void *dst,
+                                     size_t len, uint32_t *crc);
+
+/* Whether the saved elements [lo, lo + n) of the whole model are all
+ * elements this rank holds, side by side in its buffers (msr_dp_load_dest:
+ * at ZeRO 0 any, the replica's; else its own shard's): then dst gets where
+ * their parameters and both moments go, *local_p the first's local index
+ * (for msr_dp_load_mark). train_ckpt_read.c. */
+int msr_train_ckpt_dest(msr_trainer_t *tr, const msr_ckpt_map_t *map, uint64_t lo, uint64_t n,
+                        float *dst[3], size_t *local_p);
+
+/* Piece r of p (saved by rank), read with CRC crc: MSR_ERR_CORRUPT naming
+ * its tensor when that is not the piece's. train_ckpt_read.c. */
+msr_status_t msr_train_ckpt_piece_check(msr_trainer_t *tr, const msr_ckpt_map_t *map,
+                                        const payload_t *p, int rank, const msr_tckpt_range_t *r,
+                                        uint32_t crc);
+
+/* The read of piece r of p (saved by rank) failed with st: the read's own
+ * text (the source's: for train_gpt, libmsrun's reader's, which names the
+ * file and how it failed), after the file, the tensor and the elements.
+ * train_ckpt_read.c. */
+msr_status_t msr_train_ckpt_piece_failed(msr_trainer_t *tr, const msr_ckpt_map_t *map,
+                                         const payload_t *p, int rank, const msr_tckpt_range_t *r,
+                                         msr_status_t st);
+
+/* Version 4, after every needed piece of p was read whole: their chunk
+ * crcs (read last, so that a payload read whole in order still has its own
+ * CRC checked by the reader) combine into their crcs. train_ckpt_read.c. */
+msr_status_t msr_train_ckpt_chunks_check(msr_trainer_t *tr, const msr_ckpt_map_t *map,
+                                         const payload_t *p, const source_t *src, int rank);
+
+/* ZeRO 0 replicas of the saving layout share their reads: every rank of
+ * the dp group reads its own payload p0 (saved by rank) and broadcasts it
+ * to the others as it lands, instead of each reading every replica's
+ * file. Called by every rank of the group (a collective; ok: this rank can
+ * take part). *shared_p: 1 when the group loaded so (every rank's pieces
+ * are now in place, or a rank failed: msr_dp_load_end agrees on which);
+ * 0 when some rank cannot (MoE, a device's memory, a piece not in place,
+ * a rank that failed before): nothing was read, load as before.
+ * train_ckpt_share.c. */
+msr_status_t msr_train_ckpt_share(msr_trainer_t *tr, const msr_ckpt_map_t *map, const payload_t *p0,
+                                  const source_t *src, int rank, int ok, int *shared_p);
+
 #endif

@@ -102,12 +102,8 @@ static int one_run(void *arg, size_t lo, size_t glo, size_t n)
     return ++o->runs > 1;
 }
 
-/* Reads len bytes at offset of rank's payload into dst in chunks of
- * MSR_TCKPT_READ_CHUNK, continuing *crc over each from the CRC the read
- * computed as the chunk arrived (msr_crc32_combine): each byte is CRC'd
- * once, by the read, not again here. */
-static msr_status_t read_crc(const source_t *src, int rank, uint64_t offset, void *dst, size_t len,
-                             uint32_t *crc)
+msr_status_t msr_train_ckpt_read_crc(const source_t *src, int rank, uint64_t offset, void *dst,
+                                     size_t len, uint32_t *crc)
 {
     unsigned char *b = dst;
     for (size_t at = 0; at < len;) {
@@ -128,34 +124,45 @@ static msr_status_t piece_read(const source_t *src, int rank, const msr_tckpt_he
                                const msr_tckpt_range_t *r, float *buf, uint32_t *crc_p)
 {
     uint32_t crc = msr_tckpt_piece_crc_start(h, r);
-    msr_status_t st = read_crc(src, rank, r->offset, buf, 3 * (size_t)r->n * sizeof *buf, &crc);
+    msr_status_t st =
+        msr_train_ckpt_read_crc(src, rank, r->offset, buf, 3 * (size_t)r->n * sizeof *buf, &crc);
     if (st == MSR_OK)
         *crc_p = crc;
     return st;
 }
 
-/* In place: when piece r is all elements this rank holds (msr_dp_load_dest:
- * at ZeRO 0 any, the replica's; else its own shard's) and lies side by side
- * in its buffers, reads its parameters and moments
- * straight there (no piece's buffer, no copy) and checks its CRC. *done_p:
- * 1 when read so, 0 when it must go through a piece's buffer. */
-static msr_status_t piece_read_in_place(msr_trainer_t *tr, const msr_ckpt_map_t *map,
-                                        const source_t *src, int rank, const msr_tckpt_header_t *h,
-                                        const msr_tckpt_range_t *r, uint32_t *crc_p, int *done_p)
+int msr_train_ckpt_dest(msr_trainer_t *tr, const msr_ckpt_map_t *map, uint64_t lo, uint64_t n,
+                        float *dst[3], size_t *local_p)
 {
     one_run_t o = {0, 0, 0};
+    if (lo + n > whole_flat(tr))
+        return 0;
+    msr_ckpt_map_to_local(map, (size_t)lo, (size_t)n, one_run, &o);
+    if (o.runs != 1 || o.n != n || !msr_dp_load_dest(tr->dp, o.lo, o.n, &dst[0], &dst[1], &dst[2]))
+        return 0;
+    *local_p = o.lo;
+    return 1;
+}
+
+/* In place: when piece r is all elements this rank holds and lies side by
+ * side in its buffers (msr_train_ckpt_dest), reads its parameters and
+ * moments straight there (no piece's buffer, no copy) and checks its CRC.
+ * *done_p: 1 when read so (*local_p: its first local element), 0 when it
+ * must go through a piece's buffer. */
+static msr_status_t piece_read_in_place(msr_trainer_t *tr, const msr_ckpt_map_t *map,
+                                        const source_t *src, int rank, const msr_tckpt_header_t *h,
+                                        const msr_tckpt_range_t *r, uint32_t *crc_p, int *done_p,
+                                        size_t *local_p)
+{
     float *dst[3];
     *done_p = 0;
-    if (r->lo + r->n > whole_flat(tr))
-        return MSR_OK;
-    msr_ckpt_map_to_local(map, r->lo, r->n, one_run, &o);
-    if (o.runs != 1 || o.n != r->n ||
-        !msr_dp_load_dest(tr->dp, o.lo, o.n, &dst[0], &dst[1], &dst[2]))
+    if (!msr_train_ckpt_dest(tr, map, r->lo, r->n, dst, local_p))
         return MSR_OK;
     size_t len = (size_t)r->n * sizeof(float);
     uint32_t crc = msr_tckpt_piece_crc_start(h, r);
     for (int a = 0; a < 3; a++) { /* params, m, v: one after the other in the payload */
-        msr_status_t st = read_crc(src, rank, r->offset + a * len, dst[a], len, &crc);
+        msr_status_t st =
+            msr_train_ckpt_read_crc(src, rank, r->offset + a * len, dst[a], len, &crc);
         if (st != MSR_OK)
             return st;
     }
@@ -164,10 +171,9 @@ static msr_status_t piece_read_in_place(msr_trainer_t *tr, const msr_ckpt_map_t 
     return MSR_OK;
 }
 
-/* Piece r of p (saved by rank), read with CRC crc: MSR_ERR_CORRUPT naming
- * its tensor when that is not the piece's. */
-static msr_status_t piece_check(msr_trainer_t *tr, const msr_ckpt_map_t *map, const payload_t *p,
-                                int rank, const msr_tckpt_range_t *r, uint32_t crc)
+msr_status_t msr_train_ckpt_piece_check(msr_trainer_t *tr, const msr_ckpt_map_t *map,
+                                        const payload_t *p, int rank, const msr_tckpt_range_t *r,
+                                        uint32_t crc)
 {
     if (p->h.version < 3 || crc == r->crc)
         return MSR_OK;
@@ -178,12 +184,9 @@ static msr_status_t piece_check(msr_trainer_t *tr, const msr_ckpt_map_t *map, co
                    (unsigned long long)r->lo, (unsigned long long)(r->lo + r->n));
 }
 
-/* The read of piece r of p (saved by rank) failed with st: the read's own
- * text (the source's: for train_gpt, libmsrun's reader's, which names the
- * file and how it failed), after the file, the tensor and the elements. */
-static msr_status_t piece_read_failed(msr_trainer_t *tr, const msr_ckpt_map_t *map,
-                                      const payload_t *p, int rank, const msr_tckpt_range_t *r,
-                                      msr_status_t st)
+msr_status_t msr_train_ckpt_piece_failed(msr_trainer_t *tr, const msr_ckpt_map_t *map,
+                                         const payload_t *p, int rank, const msr_tckpt_range_t *r,
+                                         msr_status_t st)
 {
     char why[MSR_ERR_TEXT_MAX];
     snprintf(why, sizeof why, "%s", msr_err_msg_or(st)); /* copied: msr_err writes over it */
@@ -380,11 +383,8 @@ static int any_part(msr_trainer_t *tr, const msr_ckpt_map_t *map, const payload_
     return 0;
 }
 
-/* Version 4, after every needed piece was read whole: their chunk crcs
- * (read last, so that a payload read whole in order still has its own
- * CRC checked by the reader) combine into their crcs. */
-static msr_status_t chunks_check(msr_trainer_t *tr, const msr_ckpt_map_t *map, const payload_t *p,
-                                 const source_t *src, int rank)
+msr_status_t msr_train_ckpt_chunks_check(msr_trainer_t *tr, const msr_ckpt_map_t *map,
+                                         const payload_t *p, const source_t *src, int rank)
 {
     chunk_table_t t;
     msr_status_t st = table_read(tr, map, p, src, rank, &t);
@@ -392,7 +392,8 @@ static msr_status_t chunks_check(msr_trainer_t *tr, const msr_ckpt_map_t *map, c
         const msr_tckpt_range_t *r = &p->ranges[k];
         if (range_needed(tr, map, r) &&
             !msr_tckpt_chunks_ok(&p->h, r, t.b + (r->chunks_offset - t.at)))
-            st = piece_check(tr, map, p, rank, r, ~r->crc); /* its chunk crcs are damaged */
+            st = msr_train_ckpt_piece_check(tr, map, p, rank, r,
+                                            ~r->crc); /* its chunk crcs are damaged */
     }
     msr_free(t.b);
     return st;
@@ -428,27 +429,27 @@ msr_status_t msr_train_ckpt_read_apply(msr_trainer_t *tr, const msr_ckpt_map_t *
             continue;
         const unsigned char *crcs = t.b != NULL ? t.b + (r.chunks_offset - t.at) : NULL;
         if (crcs != NULL && !msr_tckpt_chunks_ok(&p->h, &r, crcs)) {
-            st = piece_check(tr, map, p, rank, &r, ~r.crc); /* its chunk table is damaged */
+            st = msr_train_ckpt_piece_check(tr, map, p, rank, &r,
+                                            ~r.crc); /* its chunk table is damaged */
             break;
         }
         int in_place = 0, part = 0;
         uint32_t crc = 0;
+        size_t local = 0;
         if (crcs != NULL) {
             piece_needs(tr, map, &r, &pn);
             part = pn.count < 2 * pn.k;
         }
         if (!part)
-            st = piece_read_in_place(tr, map, src, rank, &p->h, &r, &crc, &in_place);
+            st = piece_read_in_place(tr, map, src, rank, &p->h, &r, &crc, &in_place, &local);
         if (st != MSR_OK) {
-            st = piece_read_failed(tr, map, p, rank, &r, st);
+            st = msr_train_ckpt_piece_failed(tr, map, p, rank, &r, st);
             break;
         }
         if (in_place) {
-            if ((st = piece_check(tr, map, p, rank, &r, crc)) != MSR_OK)
+            if ((st = msr_train_ckpt_piece_check(tr, map, p, rank, &r, crc)) != MSR_OK)
                 break;
-            one_run_t o = {0, 0, 0};
-            msr_ckpt_map_to_local(map, r.lo, r.n, one_run, &o);
-            msr_dp_load_mark(tr->dp, o.lo, o.n);
+            msr_dp_load_mark(tr->dp, local, r.n);
             continue;
         }
         size_t floats = 3 * (size_t)r.n;
@@ -465,7 +466,7 @@ msr_status_t msr_train_ckpt_read_apply(msr_trainer_t *tr, const msr_ckpt_map_t *
         st = part ? piece_read_part(src, rank, &r, &pn, crcs, buf, &ok)
                   : piece_read(src, rank, &p->h, &r, buf, &crc);
         if (st != MSR_OK) {
-            st = piece_read_failed(tr, map, p, rank, &r, st);
+            st = msr_train_ckpt_piece_failed(tr, map, p, rank, &r, st);
             break;
         }
         if (part)
@@ -473,13 +474,13 @@ msr_status_t msr_train_ckpt_read_apply(msr_trainer_t *tr, const msr_ckpt_map_t *
         r.params = buf;
         r.m = buf + r.n;
         r.v = buf + 2 * r.n;
-        if ((st = piece_check(tr, map, p, rank, &r, crc)) != MSR_OK)
+        if ((st = msr_train_ckpt_piece_check(tr, map, p, rank, &r, crc)) != MSR_OK)
             break;
         payload_t one = {NULL, p->h, &r, 1, 0};
         msr_train_ckpt_apply(tr, map, &one, cover);
     }
     if (st == MSR_OK && pn.need != NULL && !parts)
-        st = chunks_check(tr, map, p, src, rank);
+        st = msr_train_ckpt_chunks_check(tr, map, p, src, rank);
     msr_free(pn.need);
     msr_free(t.b);
     msr_free(buf);

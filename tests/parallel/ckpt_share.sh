@@ -1,0 +1,102 @@
+#!/usr/bin/env bash
+# ZeRO 0 replicas share a same-layout resume's reads (docs/checkpoint.md,
+# "Replicas share their reads"): each reads its own file and broadcasts it
+# to the others as it lands. dp 2, dp 3 and tp 2 x dp 2 at ZeRO 0 resume
+# to the losses of a run never stopped (bitwise), rank 0 reading only its
+# own file (under 55 %, 40 % and 30 % of the checkpoint's bytes). A byte
+# damaged in another replica's piece at a broadcast's bound (the last byte
+# of its first 1 MiB, the first of the next), in rank 0's own piece, or in
+# a piece's chunk CRCs: the step is refused on every rank, the damaged
+# file's rank naming the piece's file and tensor, and the job resumes from
+# the step before to the same losses, no rank left waiting.
+set -euo pipefail
+bin="$MSRUN_BUILD/bin"
+source "$(dirname "$0")/job_env.sh"
+job_test_setup
+job_prefix=ckshare
+# pieces of more than 2^18 elements (the fc weights: 384 x 1536), so that
+# a piece goes out in several broadcasts; 6 sequences a step in every layout
+train_args=(--layers 2 --channels 384 --heads 4 --seq 16 --micro-batch 1 --global-batch 6
+    --zero 0 --lr 3e-3)
+# run NAME N ARGS...: train_gpt on N ranks, its losses in $work/NAME, its
+# stderr in $work/err-NAME
+run() {
+    local name=$1 n=$2
+    shift 2
+    rm -f "$work/$name"
+    msrun_n "$n" --loss-log "$work/$name" "$@" >/dev/null 2>"$work/err-$name" ||
+        fail "$name: $(cat "$work/err-$name")"
+}
+# rank0_read NAME: the bytes rank 0 read in run NAME's resume
+rank0_read() {
+    sed -n 's/.*rank 0 read \([0-9]*\) bytes .*/\1/p' "$work/err-$1"
+}
+# layout NAME N PCT ARGS...: N ranks train 6 steps straight, then 4 saving
+# at 2 and 4, then resume to 6: the same losses, rank 0 under PCT % of
+# the checkpoint's bytes
+layout() {
+    local name=$1 n=$2 pct=$3 got total
+    shift 3
+    run "$name-whole" "$n" --steps 6 "$@"
+    run "$name-first" "$n" --steps 4 --ckpt-every 2 --ckpt-dir "$work/ck-$name" "$@"
+    cp -r "$work/ck-$name" "$work/ck-$name-r" # the resume saves too: keep steps 2 and 4
+    run "$name-second" "$n" --steps 6 --ckpt-dir "$work/ck-$name-r" --resume "$@"
+    grep -q "resumed from step 4 under" "$work/err-$name-second" ||
+        fail "$name did not resume from step 4: $(cat "$work/err-$name-second")"
+    diff "$work/$name-whole" <(cat "$work/$name-first" "$work/$name-second") >/dev/null ||
+        fail "$name: the resumed run differs: $(paste "$work/$name-whole" \
+            <(cat "$work/$name-first" "$work/$name-second"))"
+    got=$(rank0_read "$name-second")
+    total=$(cat "$work/ck-$name"/step-4/rank-*.bin | wc -c)
+    [[ -n $got ]] && ((got * 100 < total * pct)) ||
+        fail "$name: rank 0 read '$got' bytes of $total, want under $pct %"
+    echo "ok $name: the same losses; rank 0 read $got bytes of $total"
+}
+layout dp2 2 55 --grad-accum 3
+layout dp3 3 40 --grad-accum 2
+layout tp2dp2 4 30 --grad-accum 3 --tp 2 --dp 2
+
+# seg_bound FILE: the byte of FILE where the first piece of more than 2^18
+# elements has its first 2^18 parameters' bytes (a broadcast's end)
+seg_bound() {
+    python3 - "$1" <<'PY'
+import struct, sys
+b = open(sys.argv[1], "rb").read()
+hl, = struct.unpack_from("<I", b, 48 + 12)
+n, = struct.unpack_from("<I", b, 48 + 68)
+at = 48 + hl
+for k in range(n):
+    m, = struct.unpack_from("<I", b, 48 + hl - 16 * (n - k) + 8)
+    if m > 1 << 18:
+        print(at + 4 * (1 << 18))
+        break
+    at += 12 * m
+else:
+    sys.exit("no piece of more than 2^18 elements")
+PY
+}
+# damaged FILE AT WHAT: dp 2's checkpoint with byte AT of step-4/FILE
+# damaged resumes from step 2 to the same losses, the damaged file's rank
+# naming WHAT (its piece's tensor) in it
+damaged() {
+    local f=$1 at=$2
+    rm -rf "$work/ck-bad"
+    cp -r "$work/ck-dp2" "$work/ck-bad"
+    printf '\x5a' | dd of="$work/ck-bad/step-4/$f" bs=1 seek="$at" conv=notrunc status=none
+    cmp -s "$work/ck-bad/step-4/$f" "$work/ck-dp2/step-4/$f" &&
+        printf '\xa5' | dd of="$work/ck-bad/step-4/$f" bs=1 seek="$at" conv=notrunc status=none
+    run bad 2 --grad-accum 3 --steps 6 --ckpt-dir "$work/ck-bad" --resume
+    grep -q "resumed from step 2 under" "$work/err-bad" ||
+        fail "byte $at of $f damaged: not resumed from step 2: $(cat "$work/err-bad")"
+    grep -q "step-4/$f: the piece of tensor $3 (elements \[[0-9]*, [0-9]*) of the whole model) does not match its CRC" \
+        "$work/err-bad" || fail "byte $at of $f damaged: its piece is not named: $(cat "$work/err-bad")"
+    diff <(tail -n 4 "$work/dp2-whole") "$work/bad" >/dev/null ||
+        fail "byte $at of $f damaged: the losses after step 2 differ"
+    echo "ok byte $at of $f damaged: refused, resumed from step 2"
+}
+bound=$(seg_bound "$work/ck-dp2/step-4/rank-1.bin")
+damaged rank-1.bin $((bound - 1)) "[a-z0-9.]*"
+damaged rank-1.bin "$bound" "[a-z0-9.]*"
+damaged rank-0.bin $(($(seg_bound "$work/ck-dp2/step-4/rank-0.bin") + 4096)) "[a-z0-9.]*"
+damaged rank-1.bin $(($(pieces_end "$work/ck-dp2/step-4/rank-1.bin") + 5)) "[a-z0-9.]*"
+echo "replicas' shared reads: ok"
