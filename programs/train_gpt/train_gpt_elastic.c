@@ -111,6 +111,7 @@ int train_gpt_keep_global_batch(options_t *o, const job_t *job)
     int world = 0;
     msr_err_clear();
     msr_status_t st = msr_ckpt_latest_any(job->ctx, o->ckpt_dir, &step, &world);
+    int agreed = st != MSR_OK; /* msr_ckpt_latest_any fails on every rank alike */
     if (st == MSR_OK && step < 0)
         return 0; /* nothing saved yet: a fresh start, the command's batch */
     if (st == MSR_OK)
@@ -119,6 +120,11 @@ int train_gpt_keep_global_batch(options_t *o, const job_t *job)
         fprintf(stderr,
                 "train_gpt: the global batch of the checkpoint under %s: %s: %s: not resuming\n",
                 o->ckpt_dir, msr_status_str(st), msr_err_msg_or(st));
+        /* msrun stops the other ranks at the first one's exit: each waits
+         * for the others' lines first (rank 0's names the file); a rank
+         * gone fails the barrier, and the exit is the same */
+        if (agreed)
+            (void)msr_barrier(job->ctx);
         return st == MSR_ERR_CORRUPT ? EXIT_BAD_INPUT : 1;
     }
     o->global_batch = G;
