@@ -300,8 +300,7 @@ static msr_status_t payload_load(msr_trainer_t *tr, const msr_ckpt_map_t *map, c
     return MSR_OK;
 }
 
-/* Whether two payloads belong to the same checkpoint. */
-static int same_checkpoint(const payload_t *a, const payload_t *b, int world)
+int msr_train_ckpt_same(const payload_t *a, const payload_t *b, int world)
 {
     return a->h.step == b->h.step && a->h.adam_t == b->h.adam_t &&
            a->h.data_seed == b->h.data_seed && a->h.data_position == b->h.data_position &&
@@ -437,7 +436,7 @@ static msr_status_t restore_other_ranks(msr_trainer_t *tr, const msr_ckpt_map_t 
                                : payload_fetch(src->fetch, src->arg, r, &p);
         if (st != MSR_OK)
             break;
-        if (!same_checkpoint(p0, &p, world) || p.h.rank != (uint32_t)r)
+        if (!msr_train_ckpt_same(p0, &p, world) || p.h.rank != (uint32_t)r)
             st = msr_err(MSR_ERR_CORRUPT,
                          "train: the shards of ranks %d and %d belong to different checkpoints",
                          first, r);
@@ -452,8 +451,9 @@ static msr_status_t restore_other_ranks(msr_trainer_t *tr, const msr_ckpt_map_t 
  * with own_layout, from p0 alone, the replicated state then gathered by
  * msr_dp_load_end; when all is replicated (ZeRO 0 over dp > 1: that
  * gather would move the whole state after the reads, docs/checkpoint.md)
- * each replica reads p0 and broadcasts it as it lands
- * (msr_train_ckpt_share); else, or when a replica cannot share, from every
+ * the replicas split the reads and broadcast what they read as it lands
+ * (msr_train_ckpt_share: in their own layout each its p0, in another a
+ * run of the pieces); else, or when a replica cannot share, from every
  * shard that may hold a piece of this rank's. Whatever fails, every rank
  * reaches msr_dp_load_end, which agrees on the outcome. */
 static msr_status_t restore_read(msr_trainer_t *tr, const msr_ckpt_map_t *map, int world, int first,
@@ -466,8 +466,9 @@ static msr_status_t restore_read(msr_trainer_t *tr, const msr_ckpt_map_t *map, i
     uint8_t *cover = ecount > 0 ? msr_calloc(ecount, 1) : NULL;
     if (read_st == MSR_OK && ecount > 0 && cover == NULL)
         read_st = msr_err(MSR_ERR_NO_MEMORY, "train: out of memory for %zu expert flags", ecount);
-    if (own_layout && replicas) { /* every rank of the group: a collective */
-        msr_status_t st = msr_train_ckpt_share(tr, map, p0, src, first, read_st == MSR_OK, &shared);
+    if (replicas) { /* every rank of the group: a collective */
+        msr_status_t st = msr_train_ckpt_share(tr, map, world, first, src, p0, own_layout,
+                                               read_st == MSR_OK, &shared);
         if (read_st == MSR_OK)
             read_st = st;
     }

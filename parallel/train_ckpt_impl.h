@@ -179,16 +179,27 @@ msr_status_t msr_train_ckpt_piece_failed(msr_trainer_t *tr, const msr_ckpt_map_t
 msr_status_t msr_train_ckpt_chunks_check(msr_trainer_t *tr, const msr_ckpt_map_t *map,
                                          const payload_t *p, const source_t *src, int rank);
 
-/* ZeRO 0 replicas of the saving layout share their reads: every rank of
- * the dp group reads its own payload p0 (saved by rank) and broadcasts it
- * to the others as it lands, instead of each reading every replica's
- * file. Called by every rank of the group (a collective; ok: this rank can
- * take part). *shared_p: 1 when the group loaded so (every rank's pieces
- * are now in place, or a rank failed: msr_dp_load_end agrees on which);
- * 0 when some rank cannot (MoE, a device's memory, a piece not in place,
- * a rank that failed before): nothing was read, load as before.
- * train_ckpt_share.c. */
-msr_status_t msr_train_ckpt_share(msr_trainer_t *tr, const msr_ckpt_map_t *map, const payload_t *p0,
-                                  const source_t *src, int rank, int ok, int *shared_p);
+/* Whether this rank holds any element of saved range r.
+ * train_ckpt_read.c. */
+int msr_train_ckpt_needed(msr_trainer_t *tr, const msr_ckpt_map_t *map, const msr_tckpt_range_t *r);
+
+/* Whether payloads a and b belong to the same checkpoint of world ranks.
+ * train_ckpt.c. */
+int msr_train_ckpt_same(const payload_t *a, const payload_t *b, int world);
+
+/* ZeRO 0 replicas share their reads: the ranks of the dp group split the
+ * pieces they need (in their own layout, own_layout, each its own payload
+ * p0, the shard of rank first; in another, runs of the pieces of the
+ * world saved payloads, about 1/dp of the bytes each) and broadcast what
+ * they read as it lands, instead of each reading all of it. Called by
+ * every rank of the group (a collective; ok: this rank can take part).
+ * *shared_p: 1 when the group loaded so (every piece is now in place or
+ * applied, or a rank failed: msr_dp_load_end agrees on which); 0 when some
+ * rank cannot (MoE, a device's memory, a piece of its own not in place, a
+ * header it could not read, a rank that failed before): nothing was
+ * loaded, load as before. train_ckpt_share.c. */
+msr_status_t msr_train_ckpt_share(msr_trainer_t *tr, const msr_ckpt_map_t *map, int world,
+                                  int first, const source_t *src, const payload_t *p0,
+                                  int own_layout, int ok, int *shared_p);
 
 #endif

@@ -53,8 +53,7 @@ static int first_held(void *arg, size_t lo, size_t glo, size_t n)
     return 1;
 }
 
-/* Whether this rank holds any element of saved range r. */
-static int range_needed(msr_trainer_t *tr, const msr_ckpt_map_t *map, const msr_tckpt_range_t *r)
+int msr_train_ckpt_needed(msr_trainer_t *tr, const msr_ckpt_map_t *map, const msr_tckpt_range_t *r)
 {
     size_t lo, n;
     if (r->lo >= whole_flat(tr)) {
@@ -215,7 +214,7 @@ static msr_status_t table_read(msr_trainer_t *tr, const msr_ckpt_map_t *map, con
         return MSR_OK;
     for (uint32_t k = 0; k < p->n; k++) {
         const msr_tckpt_range_t *r = &p->ranges[k];
-        if (!range_needed(tr, map, r))
+        if (!msr_train_ckpt_needed(tr, map, r))
             continue;
         lo = MSR_MIN(lo, r->chunks_offset);
         hi = MSR_MAX(hi, r->chunks_offset + 12 * (uint64_t)msr_tckpt_chunks(r->n));
@@ -374,7 +373,7 @@ static int any_part(msr_trainer_t *tr, const msr_ckpt_map_t *map, const payload_
                     piece_need_t *pn)
 {
     for (uint32_t k = 0; k < p->n; k++) {
-        if (!range_needed(tr, map, &p->ranges[k]))
+        if (!msr_train_ckpt_needed(tr, map, &p->ranges[k]))
             continue;
         piece_needs(tr, map, &p->ranges[k], pn);
         if (pn->count < 2 * pn->k)
@@ -390,7 +389,7 @@ msr_status_t msr_train_ckpt_chunks_check(msr_trainer_t *tr, const msr_ckpt_map_t
     msr_status_t st = table_read(tr, map, p, src, rank, &t);
     for (uint32_t k = 0; k < p->n && st == MSR_OK && t.b != NULL; k++) {
         const msr_tckpt_range_t *r = &p->ranges[k];
-        if (range_needed(tr, map, r) &&
+        if (msr_train_ckpt_needed(tr, map, r) &&
             !msr_tckpt_chunks_ok(&p->h, r, t.b + (r->chunks_offset - t.at)))
             st = msr_train_ckpt_piece_check(tr, map, p, rank, r,
                                             ~r->crc); /* its chunk crcs are damaged */
@@ -425,7 +424,7 @@ msr_status_t msr_train_ckpt_read_apply(msr_trainer_t *tr, const msr_ckpt_map_t *
         st = table_read(tr, map, p, src, rank, &t);
     for (uint32_t k = 0; k < p->n && st == MSR_OK; k++) {
         msr_tckpt_range_t r = p->ranges[k];
-        if (!range_needed(tr, map, &r))
+        if (!msr_train_ckpt_needed(tr, map, &r))
             continue;
         const unsigned char *crcs = t.b != NULL ? t.b + (r.chunks_offset - t.at) : NULL;
         if (crcs != NULL && !msr_tckpt_chunks_ok(&p->h, &r, crcs)) {

@@ -3560,49 +3560,94 @@ test: ^test_parallel_ckpt_read_crc$
 file: parallel/train_ckpt_share.c
 test: ^test_parallel_ckpt_share$
 <<<
-    if (r == NULL || *read_st == MSR_OK)
-        msr_dp_load_mark(s->tr->dp, c->local, n);
+    if (it->in_place) {
+        msr_dp_load_mark(s->tr->dp, c->local, it->r.n);
 ===
-    if (r != NULL && *read_st == MSR_OK)
-        msr_dp_load_mark(s->tr->dp, c->local, n);
+    if (it->in_place) {
+        if (mine)
+            msr_dp_load_mark(s->tr->dp, c->local, it->r.n);
+>>>
+
+@ ckpt.share.buffered_unapplied
+file: parallel/train_ckpt_share.c
+test: ^test_parallel_ckpt_share$
+<<<
+    msr_train_ckpt_apply(s->tr, s->map, &one, NULL);
+===
+    if (mine)
+        msr_train_ckpt_apply(s->tr, s->map, &one, NULL);
 >>>
 
 @ ckpt.share.piece_unchecked
 file: parallel/train_ckpt_share.c
 test: ^test_parallel_ckpt_share$
 <<<
-        *read_st = msr_train_ckpt_piece_check(s->tr, s->map, p0, rank, r, c->crc);
+        *read_st = msr_train_ckpt_piece_check(s->tr, s->map, it->p, it->file, &it->r, c->crc);
 ===
-        *read_st = msr_train_ckpt_piece_check(s->tr, s->map, p0, rank, r, r->crc);
+        *read_st = msr_train_ckpt_piece_check(s->tr, s->map, it->p, it->file, &it->r, it->r.crc);
 >>>
 
 @ ckpt.share.segment_offset
 file: parallel/train_ckpt_share.c
 test: ^test_parallel_ckpt_share$
 <<<
-        uint64_t off = r->offset + ((uint64_t)c->a * n + c->o) * sizeof(float);
+        uint64_t off = it->r.offset + ((uint64_t)c->a * n + c->o) * sizeof(float);
 ===
-        uint64_t off = r->offset + ((uint64_t)c->a * n) * sizeof(float);
+        uint64_t off = it->r.offset + ((uint64_t)c->a * n) * sizeof(float);
 >>>
 
 @ ckpt.share.table_chunks_unchecked
 file: parallel/train_ckpt_share.c
 test: ^test_parallel_ckpt_share$
 <<<
-            read_st = msr_train_ckpt_chunks_check(tr, map, p0, src, rank);
+            read_st = msr_train_ckpt_chunks_check(tr, map, p0, src, first);
 ===
             read_st = ((void)msr_train_ckpt_chunks_check, MSR_OK);
+>>>
+
+@ ckpt.share.split_to_first
+file: parallel/train_ckpt_share.c
+test: ^test_parallel_ckpt_share$
+<<<
+            while (q + 1 < s->size && done * (size_t)s->size >= bytes * (size_t)(q + 1))
+===
+            while (q + 1 < s->size && done * (size_t)s->size >= bytes * (size_t)(q + 1) && 0)
+>>>
+
+@ ckpt.share.batch_unpacked_by_reader_only
+file: parallel/train_ckpt_share.c
+test: ^test_parallel_ckpt_share$
+<<<
+    for (int64_t k = c->j; k < e && (!mine || *read_st == MSR_OK); at += 3 * it[k++].r.n) {
+===
+    for (int64_t k = c->j; k < e && (mine && *read_st == MSR_OK); at += 3 * it[k++].r.n) {
+>>>
+
+@ ckpt.share.batch_unchecked
+file: parallel/train_ckpt_share.c
+test: ^test_parallel_ckpt_share$
+<<<
+                : msr_train_ckpt_piece_check(s->tr, s->map, it[k].p, it[k].file, &it[k].r, crc);
+===
+                : msr_train_ckpt_piece_check(s->tr, s->map, it[k].p, it[k].file, &it[k].r, it[k].r.crc);
 >>>
 
 @ ckpt.share.never
 file: parallel/train_ckpt_share.c
 test: ^test_parallel_ckpt_share$
 <<<
-    if (st == MSR_OK && can)
-        st = tables(&s, p0, &shared);
+    if (st == MSR_OK && can) {
 ===
-    if (st == MSR_OK && can && 0)
-        st = tables(&s, p0, &shared);
+    if (st == MSR_OK && can && 0) {
+>>>
+
+@ ckpt.share.never_resharded
+file: parallel/train_ckpt_share.c
+test: ^test_parallel_ckpt_share$
+<<<
+    *ok_p = v[0] == 1 && v[1] == -v[2] && v[3] == -v[4];
+===
+    *ok_p = v[0] == 1 && v[1] == -v[2] && v[3] == -v[4] && 0;
 >>>
 
 @ dp.load_needs.params_own_only

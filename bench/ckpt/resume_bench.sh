@@ -10,6 +10,9 @@
 #                      world size)
 #   tp 2 -> 1 process  the tp 2 checkpoint loaded by one process
 #   1 process -> tp 2  the one process's checkpoint loaded by tp 2
+#   1 process -> dp 2  the one process's checkpoint loaded by dp 2 (ZeRO 0:
+#                      its replicas split the reads and share them)
+#   tp 2 -> dp 2       the tp 2 checkpoint loaded by dp 2 (ZeRO 0)
 # The model is the GPT of 29.1 M parameters ckpt_bench.sh uses (12 layers,
 # 448 channels): 349 MB of state (parameters and AdamW's m and v). Each
 # checkpoint is saved once; then, RUNS times, each load and dd's reads of
@@ -97,6 +100,8 @@ for ((i = 0; i < runs; i++)); do
     measure dp2to1 1 dp2
     measure tp2to1 1 tp2
     measure onetp2 2 one --tp 2
+    measure onedp2 2 one
+    measure tp2dp2 2 tp2
 done
 med() { # FILE COLUMN: the median of a column
     awk -v k="$2" '{print $k}' "$tmp/$1" | sort -g | awk '{a[NR]=$1} END {print a[int((NR+1)/2)]}'
@@ -127,6 +132,8 @@ row "dp 2 -> tp 2 (resharded)" dp2tp2 "$tmp/dp2"
 row "dp 2 -> 1 process" dp2to1 "$tmp/dp2"
 row "tp 2 -> 1 process" tp2to1 "$tmp/tp2"
 row "1 process -> tp 2" onetp2 "$tmp/one"
+row "1 process -> dp 2" onedp2 "$tmp/one"
+row "tp 2 -> dp 2" tp2dp2 "$tmp/tp2"
 printf "\nresharded / same-layout load, wall (CPU): tp 2 from dp 2 %.2f (%.2f), from 1 process " \
     "$(echo "$(med dp2tp2.load 1) / $(med tp2.load 1)" | bc -l)" \
     "$(echo "$(med dp2tp2.load 2) / $(med tp2.load 2)" | bc -l)"

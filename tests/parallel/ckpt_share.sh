@@ -1,14 +1,17 @@
 #!/usr/bin/env bash
-# ZeRO 0 replicas share a same-layout resume's reads (docs/checkpoint.md,
-# "Replicas share their reads"): each reads its own file and broadcasts it
-# to the others as it lands. dp 2, dp 3 and tp 2 x dp 2 at ZeRO 0 resume
+# ZeRO 0 replicas share a resume's reads (docs/checkpoint.md, "Replicas
+# share their reads"): in their own layout each reads its own file, in
+# another a run of the pieces, and broadcasts it to the others as it lands. dp 2, dp 3 and tp 2 x dp 2 at ZeRO 0 resume
 # to the losses of a run never stopped (bitwise), rank 0 reading only its
 # own file (under 55 %, 40 % and 30 % of the checkpoint's bytes). A byte
 # damaged in another replica's piece at a broadcast's bound (the last byte
 # of its first 1 MiB, the first of the next), in rank 0's own piece, or in
 # a piece's chunk CRCs: the step is refused on every rank, the damaged
 # file's rank naming the piece's file and tensor, and the job resumes from
-# the step before to the same losses, no rank left waiting.
+# the step before to the same losses, no rank left waiting. Then dp 2
+# resumes one process's and tp 2's checkpoints (split reads, tp slices
+# through a piece's buffer) to the losses of the saving layout, rank 0 reading under
+# 60 %, and refuses their damaged last pieces, read by rank 1.
 set -euo pipefail
 bin="$MSRUN_BUILD/bin"
 source "$(dirname "$0")/job_env.sh"
@@ -75,28 +78,81 @@ else:
     sys.exit("no piece of more than 2^18 elements")
 PY
 }
-# damaged FILE AT WHAT: dp 2's checkpoint with byte AT of step-4/FILE
-# damaged resumes from step 2 to the same losses, the damaged file's rank
-# naming WHAT (its piece's tensor) in it
-damaged() {
-    local f=$1 at=$2
-    rm -rf "$work/ck-bad"
-    cp -r "$work/ck-dp2" "$work/ck-bad"
-    printf '\x5a' | dd of="$work/ck-bad/step-4/$f" bs=1 seek="$at" conv=notrunc status=none
-    cmp -s "$work/ck-bad/step-4/$f" "$work/ck-dp2/step-4/$f" &&
-        printf '\xa5' | dd of="$work/ck-bad/step-4/$f" bs=1 seek="$at" conv=notrunc status=none
+# damage DIR FILE AT: $work/ck-bad, a copy of DIR with byte AT of
+# step-4/FILE changed
+damage() {
+    rm -rf "$work/ck-bad" && cp -r "$1" "$work/ck-bad"
+    printf '\x5a' | dd of="$work/ck-bad/step-4/$2" bs=1 seek="$3" conv=notrunc status=none
+    cmp -s "$work/ck-bad/step-4/$2" "$1/step-4/$2" &&
+        printf '\xa5' | dd of="$work/ck-bad/step-4/$2" bs=1 seek="$3" conv=notrunc status=none
+    return 0
+}
+# resume_bad FILE BEFORE WHAT: dp 2 resumes $work/ck-bad from step 2, and
+# its stderr names FILE's damaged piece (after BEFORE, a pattern); WHAT
+# says what was damaged
+resume_bad() {
     run bad 2 --grad-accum 3 --steps 6 --ckpt-dir "$work/ck-bad" --resume
     grep -q "resumed from step 2 under" "$work/err-bad" ||
-        fail "byte $at of $f damaged: not resumed from step 2: $(cat "$work/err-bad")"
-    grep -q "step-4/$f: the piece of tensor $3 (elements \[[0-9]*, [0-9]*) of the whole model) does not match its CRC" \
-        "$work/err-bad" || fail "byte $at of $f damaged: its piece is not named: $(cat "$work/err-bad")"
+        fail "$3: not resumed from step 2: $(cat "$work/err-bad")"
+    grep -q "$2step-4/$1: the piece of tensor [a-z0-9.]* (elements \[[0-9]*, [0-9]*) of the whole model) does not match its CRC" \
+        "$work/err-bad" || fail "$3: its piece is not named: $(cat "$work/err-bad")"
+}
+# damaged FILE AT: dp 2's checkpoint with byte AT of step-4/FILE damaged
+# resumes from step 2 to the same losses, naming the file's piece
+damaged() {
+    damage "$work/ck-dp2" "$1" "$2"
+    resume_bad "$1" "" "byte $2 of $1 damaged"
     diff <(tail -n 4 "$work/dp2-whole") "$work/bad" >/dev/null ||
-        fail "byte $at of $f damaged: the losses after step 2 differ"
-    echo "ok byte $at of $f damaged: refused, resumed from step 2"
+        fail "byte $2 of $1 damaged: the losses after step 2 differ"
+    echo "ok byte $2 of $1 damaged: refused, resumed from step 2"
 }
 bound=$(seg_bound "$work/ck-dp2/step-4/rank-1.bin")
-damaged rank-1.bin $((bound - 1)) "[a-z0-9.]*"
-damaged rank-1.bin "$bound" "[a-z0-9.]*"
-damaged rank-0.bin $(($(seg_bound "$work/ck-dp2/step-4/rank-0.bin") + 4096)) "[a-z0-9.]*"
-damaged rank-1.bin $(($(pieces_end "$work/ck-dp2/step-4/rank-1.bin") + 5)) "[a-z0-9.]*"
+damaged rank-1.bin $((bound - 1))
+damaged rank-1.bin "$bound"
+damaged rank-0.bin $(($(seg_bound "$work/ck-dp2/step-4/rank-0.bin") + 4096))
+damaged rank-1.bin $(($(pieces_end "$work/ck-dp2/step-4/rank-1.bin") + 5))
+
+# Another layout: dp 2 at ZeRO 0 resumes one process's checkpoint (its
+# pieces in place, split in two runs) and tp 2's (tensor-parallel slices,
+# each read whole into a piece's buffer, broadcast and applied by both),
+# each to the losses of the saving layout never stopped (1e-5: the state
+# is the same, dp 2 computes the steps after it), rank 0 reading about
+# half of the checkpoint
+# other NAME N ARGS...: layout NAME (N ranks) trains 6 steps straight, then
+# 4 saving at 2 and 4; dp 2 resumes
+other() {
+    local name=$1 n=$2 got total
+    shift 2
+    run "$name-whole" "$n" --steps 6 "$@"
+    run "$name-first" "$n" --steps 4 --ckpt-every 2 --ckpt-dir "$work/ck-$name" "$@"
+    rm -rf "$work/ck-r" && cp -r "$work/ck-$name" "$work/ck-r"
+    run "$name-dp2" "${target[@]}" --steps 6 --ckpt-dir "$work/ck-r" --resume
+    grep -q "resumed from step 4 under" "$work/err-$name-dp2" ||
+        fail "$name -> dp 2 did not resume from step 4: $(cat "$work/err-$name-dp2")"
+    resumed "$work/$name-whole" "$work/$name-dp2" 2
+    got=$(rank0_read "$name-dp2")
+    total=$(cat "$work/ck-$name"/step-4/rank-*.bin | wc -c)
+    [[ -n $got ]] && ((got * 100 < total * 60)) ||
+        fail "$name -> dp 2: rank 0 read '$got' bytes of $total, want under 60 %"
+    echo "ok $name -> ${target[*]}: the losses of $name; rank 0 read $got bytes of $total"
+}
+target=(2 --grad-accum 3)
+other one 1 --grad-accum 6
+other tp2 2 --grad-accum 6 --tp 2
+# tp 2 x dp 2 from one process: each tp rank's two replicas share the
+# whole pieces its slices cut, read into a piece's buffer and applied by
+# both (the pieces above land in place); rank 0 reads about half of them
+target=(4 --grad-accum 3 --tp 2 --dp 2)
+other one-mesh 1 --grad-accum 6
+target=(2 --grad-accum 3)
+# the last piece of each damaged: the second replica reads it, names it, and
+# the job resumes from step 2 (to the saving layout's losses)
+for src in one:rank-0.bin tp2:rank-1.bin; do
+    name=${src%%:*} f=${src#*:}
+    at=$(($(pieces_end "$work/ck-$name/step-4/$f") - 100))
+    damage "$work/ck-$name" "$f" "$at"
+    resume_bad "$f" "rank 1\\].*" "$name, byte $at of $f damaged (read by rank 1)"
+    resumed "$work/$name-whole" "$work/bad" 4
+    echo "ok $name, byte $at of $f damaged: rank 1 refused it, resumed from step 2"
+done
 echo "replicas' shared reads: ok"
