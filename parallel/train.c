@@ -451,6 +451,7 @@ msr_status_t msr_trainer_init_params(msr_trainer_t *tr)
 {
     if (!msr_dp_init_left(&tr->cfg.par))
         return MSR_OK;
+    msr_train_gate(tr);
     msr_dp_init_params(tr->dp, tr->cfg.seed);
     return tr->mp != NULL ? msr_mp_sync_tied(tr->mp) : MSR_OK;
 }
@@ -532,6 +533,7 @@ static msr_status_t step(msr_trainer_t *tr, double *loss_p)
     if (!tr->ez && model->moe != NULL && (st = experts_reduce(tr)) != MSR_OK)
         return st;
     float lr = msr_trainer_lr(tr, tr->step);
+    msr_train_gate(tr); /* the state is written from here on */
     st = msr_dp_update(dp, lr, c->grad_clip, loss_sum, &total, &norm);
     if (st == MSR_OK && model->moe != NULL) {
         msr_adamw_update(

@@ -133,6 +133,12 @@ typedef struct msr_trainer {
     /* set by the caller: msr_trainer_snapshot leaves the pieces' CRCs to
      * msr_tckpt_seal (a thread that writes the payload seals it) */
     int unsealed_snapshots;
+    /* set by the caller (NULL: none): called with state_gate_arg before a
+     * step's update, a restore or msr_trainer_init_params writes the
+     * parameters or moments, so that a payload another thread is copying
+     * from them (msr_trainer_snap_copy) is whole first */
+    void (*state_gate)(void *arg);
+    void *state_gate_arg;
 } msr_trainer_t;
 
 /* Checks a configuration: the model's shape, positive batch sizes that fit,
@@ -222,6 +228,24 @@ msr_status_t msr_trainer_params(msr_trainer_t *tr, float *out);
  * layout). *buf_p is the caller's (msr_free). Errors: MSR_ERR_NO_MEMORY,
  * MSR_ERR_INVALID_ARG (meta too long). */
 msr_status_t msr_trainer_snapshot(msr_trainer_t *tr, const char *meta, void **buf_p, size_t *len_p);
+
+/* msr_trainer_snapshot in two parts, for a thread that copies the state
+ * while the next step computes (train_gpt --ckpt-async): snap_take takes
+ * now what the payload says of the trainer (its header: the step, AdamW's
+ * count, the sampler, meta; its pieces' places in the trainer's memory),
+ * and snap_copy (any thread; no communication) encodes the payload from
+ * those places later, unsealed (msr_tckpt_seal adds the CRCs), into
+ * *buf_p (the caller's, msr_free) and *len_p. In between the parameters
+ * and moments must not change: the trainer calls its state_gate before it
+ * writes them, and the gate waits for the copy. *snap_p is NULL (take
+ * msr_trainer_snapshot) when some of the state is offloaded to a file,
+ * which the update streams. Errors: MSR_ERR_NO_MEMORY; snap_copy's:
+ * msr_trainer_snapshot's. snap_free(NULL) does nothing. */
+typedef struct msr_trainer_snap msr_trainer_snap_t;
+msr_status_t msr_trainer_snap_take(msr_trainer_t *tr, const char *meta,
+                                   msr_trainer_snap_t **snap_p);
+msr_status_t msr_trainer_snap_copy(const msr_trainer_snap_t *snap, void **buf_p, size_t *len_p);
+void msr_trainer_snap_free(msr_trainer_snap_t *snap);
 
 /* msr_trainer_snapshot's payload saved as this rank's state of step
  * through libmsrun (ctx, dir, step, keep: as msr_ckpt_save; collective

@@ -533,6 +533,7 @@ msr_status_t msr_trainer_restore_parts(msr_trainer_t *tr, const char *meta, int 
                                        msr_trainer_fetch_t fetch, msr_trainer_read_t read,
                                        void *arg)
 {
+    msr_train_gate(tr);
     msr_status_t st = msr_dp_offload_hold(tr->dp, 0, tr->cfg.par.zero == 0);
     if (st != MSR_OK)
         return st;

@@ -180,3 +180,52 @@ msr_status_t msr_trainer_save(msr_trainer_t *tr, const char *meta, msr_ctx_t *ct
     msr_free(s.table);
     return st != MSR_OK ? st : est;
 }
+
+/* ---- a snapshot copied by another thread (msr_trainer_snap_take) ---- */
+
+struct msr_trainer_snap {
+    msr_tckpt_header_t h; /* h.meta: meta below */
+    msr_tckpt_range_t *r; /* the pieces' places in the trainer's memory */
+    uint32_t n;
+    char meta[];
+};
+
+msr_status_t msr_trainer_snap_take(msr_trainer_t *tr, const char *meta, msr_trainer_snap_t **snap_p)
+{
+    *snap_p = NULL;
+    if (tr->dp->params_off != NULL) /* blocks read as they are encoded */
+        return MSR_OK;
+    range_list_t l;
+    msr_tckpt_range_t *r;
+    msr_status_t st = msr_train_ckpt_shard_ranges(tr, &l, &r);
+    if (st != MSR_OK)
+        return st;
+    int offloaded = l.offloaded; /* moments streamed from their file */
+    size_t n = l.n, ml = strlen(meta) + 1;
+    msr_free(l.s);
+    msr_trainer_snap_t *s = offloaded ? NULL : msr_malloc(sizeof *s + ml);
+    if (s == NULL) {
+        msr_free(r);
+        return offloaded ? MSR_OK
+                         : msr_err(MSR_ERR_NO_MEMORY, "train: out of memory for a snapshot");
+    }
+    memcpy(s->meta, meta, ml);
+    s->h = msr_train_ckpt_shard_header(tr, s->meta);
+    s->r = r;
+    s->n = (uint32_t)n;
+    *snap_p = s;
+    return MSR_OK;
+}
+
+msr_status_t msr_trainer_snap_copy(const msr_trainer_snap_t *snap, void **buf_p, size_t *len_p)
+{
+    return msr_tckpt_encode_unsealed(&snap->h, snap->r, snap->n, buf_p, len_p);
+}
+
+void msr_trainer_snap_free(msr_trainer_snap_t *snap)
+{
+    if (snap == NULL)
+        return;
+    msr_free(snap->r);
+    msr_free(snap);
+}

@@ -4,6 +4,14 @@
 
 #include "parallel/train.h"
 
+/* Before the trainer writes its parameters or moments: the caller's
+ * state_gate, if any (train.h). */
+static inline void msr_train_gate(msr_trainer_t *tr)
+{
+    if (tr->state_gate != NULL)
+        tr->state_gate(tr->state_gate_arg);
+}
+
 /* ZeRO-1 for the experts, after an update or a restore: every replica
  * gets the others' blocks of the parameters (nothing to do without
  * replicas). Collective over tr->rep_comm. Errors: the communicator's. */

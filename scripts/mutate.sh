@@ -4204,4 +4204,34 @@ test: ^test_store_core$
     if (n != UINT32_MAX && n != c->ranks) {
 >>>
 
+@ ckpt.snap.gate_after_update
+file: parallel/train.c
+test: ^test_parallel_ckpt_snap$
+<<<
+    msr_train_gate(tr); /* the state is written from here on */
+    st = msr_dp_update(dp, lr, c->grad_clip, loss_sum, &total, &norm);
+===
+    st = msr_dp_update(dp, lr, c->grad_clip, loss_sum, &total, &norm);
+    msr_train_gate(tr); /* the state is written from here on */
+>>>
+
+@ ckpt.snap.restore_ungated
+file: parallel/train_ckpt.c
+test: ^test_parallel_ckpt_snap$
+<<<
+    msr_train_gate(tr);
+    msr_status_t st = msr_dp_offload_hold(tr->dp, 0, tr->cfg.par.zero == 0);
+===
+    msr_status_t st = msr_dp_offload_hold(tr->dp, 0, tr->cfg.par.zero == 0);
+>>>
+
+@ ckpt.snap.offloaded_taken
+file: parallel/train_ckpt_save.c
+test: ^test_parallel_ckpt_snap$
+<<<
+    int offloaded = l.offloaded; /* moments streamed from their file */
+===
+    int offloaded = 0; /* moments streamed from their file */
+>>>
+
 __END__

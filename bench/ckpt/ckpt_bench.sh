@@ -11,11 +11,18 @@
 #   resharded    NP2 ranks load the NP ranks' checkpoint, each reading only
 #                the pieces of its share (another layout and world size)
 #   train_gpt    a real checkpoint: train_gpt (a GPT of 29.1 M parameters,
-#                ZeRO-3 over NP ranks) trains one step and saves, without
-#                and with --ckpt-async, timing the save itself (its "ms in
-#                the steps" and "written in the background")
-#                / dd of the same bytes with conv=fdatasync; and resumes from
-#                that checkpoint (its "resumed from step 1 under DIR in X s")
+#                ZeRO-3 over NP ranks) trains 3 steps saving after each,
+#                without and with --ckpt-async, timing a save (its "ms in
+#                the steps" and "written in the background" over 3); the
+#                stall is its "at most for one": with --ckpt-async the
+#                writer copies the state while the next step computes and
+#                that step's update waits for the copy. The steps' own time
+#                (its "after the first", steps 2-3) without checkpoints,
+#                with synchronous ones (not counted in it) and with
+#                --ckpt-async (the writer beside them)
+#                / dd of the same bytes with conv=fdatasync (three writes,
+#                as three saves); and resumes from
+#                that checkpoint (its "resumed from step 3 under DIR in X s")
 #                / dd reading the file dd wrote
 # Before every read the page cache is dropped when this user can
 # (root: echo 3 > /proc/sys/vm/drop_caches); otherwise both sides read from
@@ -54,18 +61,19 @@ ddsecs() { # DD ARGS...: dd's seconds
     "${pin[@]}" dd "$@" 2>&1 | sed -n 's/.* copied, \([0-9.]*\) s.*/\1/p'
 }
 
-tg_() { # ARGS...: train_gpt's line about its checkpoints
+tg_() { # ARGS...: train_gpt's lines about its steps and its checkpoints
     "${pin[@]}" "$b/msrun" --worker_num="$np" --local_worker_num="$np" --log_level=warn \
         "$b/train_gpt" --layers 12 --channels 448 --heads 4 --seq 16 --micro-batch 1 \
-        --steps 1 --zero 3 --threads 1 --ckpt-dir "$tmp/tg" "$@" 2>&1 |
-        grep 'checkpoints:' || { echo "train_gpt failed" >&2; exit 1; }
+        --steps 3 --zero 3 --threads 1 "$@" 2>&1 |
+        grep 'checkpoints:\|ms/step' || { echo "train_gpt failed" >&2; exit 1; }
 }
+step_ms() { sed -n 's/.*after the first: \([0-9.]*\) ms\/step.*/\1/p'; }
 tg_resume() { # train_gpt's seconds to resume from the checkpoint under $tmp/tg (its own
     # "resumed from step S under DIR in X s"), then one step
     "${pin[@]}" "$b/msrun" --worker_num="$np" --local_worker_num="$np" --log_level=warn \
         "$b/train_gpt" --layers 12 --channels 448 --heads 4 --seq 16 --micro-batch 1 \
-        --steps 2 --zero 3 --threads 1 --ckpt-dir "$tmp/tg" --resume 2>&1 |
-        sed -n 's/.*train_gpt: resumed from step 1 under .* in \([0-9.]*\) s .*/\1/p' | grep . ||
+        --steps 4 --zero 3 --threads 1 --ckpt-dir "$tmp/tg" --resume 2>&1 |
+        sed -n 's/.*train_gpt: resumed from step 3 under .* in \([0-9.]*\) s .*/\1/p' | grep . ||
         { echo "train_gpt --resume failed" >&2; exit 1; }
 }
 ms() { sed -n "s/.*[:,] \([0-9.]*\) ms $1.*/\1/p"; } # WHAT: train_gpt's ms of WHAT
@@ -88,20 +96,25 @@ for ((i = 0; i < runs; i++)); do
     drop
     msrun_ "$np2" reshard "$ck" "$params" | field s >>"$tmp/reshard"
     rm -rf "$tmp/tg" "$tmp/dd"
-    line=$(tg_)
-    echo "$line" | ms "in the steps" | awk '{print $1 / 1000}' >>"$tmp/tg_save"
-    tgbytes=$(cat "$tmp"/tg/step-1/rank-*.bin | wc -c)
-    ddsecs if=/dev/zero of="$tmp/dd" bs=4M iflag=count_bytes count="$tgbytes" conv=fdatasync \
-        >>"$tmp/tg_dd"
+    tg_ | step_ms >>"$tmp/tg_step_none"
+    line=$(tg_ --ckpt-dir "$tmp/tg" --ckpt-every 1)
+    echo "$line" | ms "in the steps" | awk '{print $1 / 3000}' >>"$tmp/tg_save"
+    echo "$line" | step_ms >>"$tmp/tg_step_sync"
+    tgbytes=$(cat "$tmp"/tg/step-3/rank-*.bin | wc -c)
+    for k in 1 2 3; do # as many writes as the saves, a save's time each
+        rm -f "$tmp/dd"
+        ddsecs if=/dev/zero of="$tmp/dd" bs=4M iflag=count_bytes count="$tgbytes" conv=fdatasync
+    done | awk '{s += $1} END {print s / 3}' >>"$tmp/tg_dd"
     drop
     tg_resume >>"$tmp/tg_resume"
     drop
     ddsecs if="$tmp/dd" of=/dev/null bs=4M >>"$tmp/tg_dd_read"
     rm -rf "$tmp/tg"
-    line=$(tg_ --ckpt-async)
+    line=$(tg_ --ckpt-dir "$tmp/tg" --ckpt-every 1 --ckpt-async)
+    echo "$line" | ms "at most for one" | awk '{print $1 / 1000}' >>"$tmp/tg_stall"
+    echo "$line" | step_ms >>"$tmp/tg_step_async"
     stall=$(echo "$line" | ms "in the steps")
-    echo "$stall" | awk '{print $1 / 1000}' >>"$tmp/tg_stall"
-    echo "$line" | ms "written in the background" | awk -v s="$stall" '{print (s + $1) / 1000}' \
+    echo "$line" | ms "written in the background" | awk -v s="$stall" '{print (s + $1) / 3000}' \
         >>"$tmp/tg_async"
 done
 med() { sort -g "$tmp/$1" | awk '{a[NR]=$1} END {print a[int((NR+1)/2)]}'; }
@@ -139,5 +152,9 @@ row "train_gpt save" tg_save tg_dd
 row "train_gpt --ckpt-async (durable)" tg_async tg_dd
 row "train_gpt --resume (load)" tg_resume tg_dd_read
 stall=$(med tg_stall)
-printf "\ntrain_gpt --ckpt-async stall (the step's copy): %.3f s, %.0f%% of the synchronous save\n" \
+printf "\ntrain_gpt --ckpt-async stall (the most a save held a step up: its start, and the\n"
+printf "next update's wait for the copy): %.3f s, %.1f%% of the synchronous save\n" \
     "$stall" "$(echo "100 * $stall / $(med tg_save)" | bc -l)"
+printf "train_gpt steps 2-3: %.1f ms/step without checkpoints, %.1f between synchronous saves\n" \
+    "$(med tg_step_none)" "$(med tg_step_sync)"
+printf "(not counted), %.1f with --ckpt-async's writer beside them\n" "$(med tg_step_async)"

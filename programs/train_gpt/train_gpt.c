@@ -164,8 +164,8 @@ static const msr_opt_t specs[] = {
              "continue from the latest complete checkpoint, saved by any layout and world size "
              "of the same model and global batch (without --global-batch: the checkpoint's)"),
     OPT_FLAG("ckpt-async", ckpt_async,
-             "a step only copies the state to save; a thread writes it (the next save waits "
-             "for it)"),
+             "a thread copies the state to save while the next step computes (its update waits "
+             "for the copy) and writes it (the next save waits for it)"),
     /* safetensors (train_gpt_st.c, docs/checkpoint.md "safetensors names") */
     OPT_TEXT("export-safetensors", export_st,
              "at the end of the run (--steps 0: of the initial or resumed weights) write the "

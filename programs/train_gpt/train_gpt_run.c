@@ -80,7 +80,9 @@ void train_gpt_meta(char *meta, size_t len, const msr_train_config_t *cfg, uint6
  * (at most one: the next save waits for it), and what saving cost the
  * steps. Only the thread that runs the steps calls the saver_ functions;
  * the writer thread touches the fields from step to write_ns while
- * running is set. */
+ * running is set, and copied under mu. On the CPU trainer (not offloaded)
+ * the writer also makes the copy (msr_trainer_snap_copy) while the next
+ * step computes, and the step's update waits for it (saver_gate). */
 typedef struct saver {
     msr_ctx_t *ctx;
     const char *dir;
@@ -88,21 +90,41 @@ typedef struct saver {
     int running; /* a thread is writing step */
     pthread_t thread;
     int64_t step;
-    void *buf; /* the staged state, freed by the writer */
+    msr_trainer_snap_t *snap; /* the state to copy first, or NULL */
+    void *buf;                /* the staged state, freed by the writer */
     size_t len;
     msr_status_t st;   /* the writer's outcome ... */
     char err[512];     /* ... and its msr_last_error() */
-    uint64_t write_ns; /* writing in the background */
-    uint64_t stall_ns; /* in the steps: the copy (async) or the whole save ... */
+    uint64_t write_ns; /* writing in the background (the copy included) */
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
+    int copied;        /* the state is in buf (or its copy failed) */
+    uint64_t stall_ns; /* in the steps: the copy, or the whole save ... */
     uint64_t wait_ns;  /* ... of which waiting for the write before */
+    uint64_t one_ns;   /* the latest save's part of stall_ns ... */
+    uint64_t most_ns;  /* ... and the most of one before it */
     int saves;
 } saver_t;
+
+static void saver_copied(saver_t *s)
+{
+    pthread_mutex_lock(&s->mu);
+    s->copied = 1;
+    pthread_cond_broadcast(&s->cv);
+    pthread_mutex_unlock(&s->mu);
+}
 
 static void *saver_thread(void *arg)
 {
     saver_t *s = arg;
     uint64_t t0 = msr_now_ns();
-    s->st = msr_tckpt_seal(s->buf, s->len); /* the CRCs the step left out */
+    s->st = MSR_OK;
+    if (s->snap != NULL) { /* the training thread's update waits for this */
+        s->st = msr_trainer_snap_copy(s->snap, &s->buf, &s->len);
+        saver_copied(s);
+    }
+    if (s->st == MSR_OK)
+        s->st = msr_tckpt_seal(s->buf, s->len); /* the CRCs the copy left out */
     if (s->st == MSR_OK)
         s->st = msr_ckpt_save(s->ctx, s->dir, s->step, s->buf, s->len, s->keep);
     else /* still in the save's agreement, so that no rank waits for this one */
@@ -115,6 +137,24 @@ static void *saver_thread(void *arg)
     return NULL;
 }
 
+/* msr_trainer_t's state_gate: before a step's update writes the state, the
+ * copy the writer makes of it is finished (its wait counted in the save's
+ * stall). */
+static void saver_gate(void *arg)
+{
+    saver_t *s = arg;
+    if (!s->running || s->snap == NULL)
+        return;
+    uint64_t t0 = msr_now_ns();
+    pthread_mutex_lock(&s->mu);
+    while (!s->copied)
+        pthread_cond_wait(&s->cv, &s->mu);
+    pthread_mutex_unlock(&s->mu);
+    uint64_t dt = msr_now_ns() - t0;
+    s->stall_ns += dt;
+    s->one_ns += dt;
+}
+
 /* Waits for the checkpoint being written in the background, if any, and
  * reports its failure (the checkpoint before it stays the latest). */
 static msr_status_t saver_wait(saver_t *s)
@@ -123,6 +163,8 @@ static msr_status_t saver_wait(saver_t *s)
         return MSR_OK;
     pthread_join(s->thread, NULL);
     s->running = 0;
+    msr_trainer_snap_free(s->snap);
+    s->snap = NULL;
     if (s->st != MSR_OK)
         fprintf(stderr,
                 "train_gpt: checkpoint of step %lld under %s (written in the background): %s: "
@@ -131,21 +173,65 @@ static msr_status_t saver_wait(saver_t *s)
     return s->st;
 }
 
+/* Starts the writer of step's checkpoint: the payload buf (len bytes)
+ * copied already, or snap's copied by the writer first. Returns 0, or -1
+ * when no thread starts (snap, buf and len are then the caller's). */
+static int saver_start(saver_t *s, int64_t step, msr_trainer_snap_t *snap, void *buf, size_t len)
+{
+    s->step = step;
+    s->snap = snap;
+    s->buf = buf;
+    s->len = len;
+    s->copied = 0;
+    if (pthread_create(&s->thread, NULL, saver_thread, s) != 0) {
+        s->snap = NULL;
+        s->buf = NULL;
+        return -1;
+    }
+    s->running = 1;
+    return 0;
+}
+
+/* --ckpt-async on the CPU trainer: the writer copies the state while the
+ * next step computes (its update waits at saver_gate). Returns 1 when
+ * started so, 0 when the step is to copy it (offloaded state, or no
+ * thread), -1 when taking the snapshot failed (*st_p). */
+static int save_deferred(const trainer_t *t, const char *meta, saver_t *s, uint64_t step,
+                         msr_status_t *st_p)
+{
+    msr_trainer_snap_t *snap = NULL;
+    if (t->cpu == NULL)
+        return 0;
+    if ((*st_p = msr_trainer_snap_take(t->cpu, meta, &snap)) != MSR_OK)
+        return -1;
+    if (snap == NULL)
+        return 0;
+    t->cpu->state_gate = saver_gate;
+    t->cpu->state_gate_arg = s;
+    if (saver_start(s, (int64_t)step, snap, NULL, 0) == 0)
+        return 1;
+    msr_trainer_snap_free(snap);
+    return 0;
+}
+
 /* Writes checkpoint tr->step through libmsrun: every rank its shard; the
  * step counts once every rank's is durable (msr_ckpt_save waits for all).
  * The CPU trainer writes its shard a piece at a time (msr_trainer_save:
  * the payload is never whole in memory, as under a memory limit with
  * offload); the GPU's copies it to the host whole first. With
- * --ckpt-async the step only copies the state (the payload) and a thread
- * writes it; a save first waits for the one before. */
+ * --ckpt-async a thread writes it, the CPU trainer's state copied by that
+ * thread before the next step's update (else by the step); a save first
+ * waits for the one before. */
 static msr_status_t save_checkpoint(const trainer_t *t, const job_t *job, const options_t *o,
                                     const char *meta, saver_t *s)
 {
     void *buf;
     size_t len;
     uint64_t step = t->ops->steps(t->tr), t0 = msr_now_ns();
+    s->most_ns = MSR_MAX(s->most_ns, s->one_ns);
     msr_status_t st = saver_wait(s);
     s->wait_ns += msr_now_ns() - t0;
+    s->one_ns = 0;
     if (st != MSR_OK)
         return st;
     msr_err_clear();                        /* what is printed below is this call's */
@@ -156,10 +242,13 @@ static msr_status_t save_checkpoint(const trainer_t *t, const job_t *job, const 
         if (st != MSR_OK)
             fprintf(stderr, "train_gpt: checkpoint of step %llu under %s: %s: %s\n",
                     (unsigned long long)step, o->ckpt_dir, msr_status_str(st), msr_last_error());
-        s->stall_ns += msr_now_ns() - t0;
+        s->one_ns = msr_now_ns() - t0;
+        s->stall_ns += s->one_ns;
         return st;
     }
-    st = t->ops->snapshot(t->tr, meta, &buf, &len);
+    int deferred = o->ckpt_async ? save_deferred(t, meta, s, step, &st) : 0;
+    if (deferred == 0)
+        st = t->ops->snapshot(t->tr, meta, &buf, &len);
     if (st != MSR_OK) { /* still in the save's agreement: no rank waits for this one */
         st = msr_ckpt_save_fail(job->ctx, o->ckpt_dir, (int64_t)step, st);
         fprintf(stderr, "train_gpt: checkpoint of step %llu: %s: %s\n", (unsigned long long)step,
@@ -167,28 +256,24 @@ static msr_status_t save_checkpoint(const trainer_t *t, const job_t *job, const 
         return st;
     }
     s->saves++;
-    if (o->ckpt_async) {
-        s->step = (int64_t)step;
-        s->buf = buf;
-        s->len = len;
-        s->st = MSR_OK;
-        if (pthread_create(&s->thread, NULL, saver_thread, s) == 0) {
-            s->running = 1;
-            s->stall_ns += msr_now_ns() - t0;
-            return MSR_OK;
-        }
-        s->buf = NULL; /* no thread: written here */
-        if ((st = msr_tckpt_seal(buf, len)) != MSR_OK) {
-            msr_free(buf);
-            return msr_ckpt_save_fail(job->ctx, o->ckpt_dir, (int64_t)step, st);
-        }
+    if (deferred == 0 && o->ckpt_async && saver_start(s, (int64_t)step, NULL, buf, len) == 0)
+        deferred = 1;
+    if (deferred) {
+        s->one_ns = msr_now_ns() - t0;
+        s->stall_ns += s->one_ns;
+        return MSR_OK;
+    }
+    if (o->ckpt_async && (st = msr_tckpt_seal(buf, len)) != MSR_OK) { /* no thread: here */
+        msr_free(buf);
+        return msr_ckpt_save_fail(job->ctx, o->ckpt_dir, (int64_t)step, st);
     }
     st = msr_ckpt_save(job->ctx, o->ckpt_dir, (int64_t)step, buf, len, (int)o->ckpt_keep);
     if (st != MSR_OK)
         fprintf(stderr, "train_gpt: checkpoint of step %llu under %s: %s: %s\n",
                 (unsigned long long)step, o->ckpt_dir, msr_status_str(st), msr_last_error());
     msr_free(buf);
-    s->stall_ns += msr_now_ns() - t0;
+    s->one_ns = msr_now_ns() - t0;
+    s->stall_ns += s->one_ns;
     return st;
 }
 
@@ -475,14 +560,20 @@ int train_gpt_run(const trainer_t *t, const job_t *job, const options_t *o, cons
                   msr_comm_t *comm, uint64_t tokens, FILE *loss_log)
 {
     saver_t s = {.ctx = job->ctx, .dir = o->ckpt_dir, .keep = (int)o->ckpt_keep};
+    pthread_mutex_init(&s.mu, NULL);
+    pthread_cond_init(&s.cv, NULL);
     if (t->cpu != NULL) /* the writer thread computes the pieces' CRCs */
         t->cpu->unsealed_snapshots = o->ckpt_async;
     int rc = run_steps(t, job, o, meta, comm, tokens, loss_log, &s);
     if (saver_wait(&s) != MSR_OK && rc == 0)
         rc = 1;
+    if (t->cpu != NULL)
+        t->cpu->state_gate = NULL;
+    pthread_cond_destroy(&s.cv);
+    pthread_mutex_destroy(&s.mu);
     if (job->rank == 0 && s.saves > 0 && rc == 0) {
-        fprintf(stderr, "train_gpt: %d checkpoints: %.1f ms in the steps", s.saves,
-                (double)s.stall_ns * 1e-6);
+        fprintf(stderr, "train_gpt: %d checkpoints: %.1f ms in the steps, %.1f ms at most for one",
+                s.saves, (double)s.stall_ns * 1e-6, (double)MSR_MAX(s.most_ns, s.one_ns) * 1e-6);
         if (o->ckpt_async)
             fprintf(stderr,
                     " (%.1f of them waiting for the write before), %.1f ms written in the "
