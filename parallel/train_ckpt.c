@@ -419,6 +419,24 @@ static msr_status_t restore_same_point(msr_trainer_t *tr, const payload_t *p0)
     return MSR_OK;
 }
 
+/* The ranks of a tp group go on to the reads together (they may share
+ * them, msr_train_ckpt_share) or not at all: st, or an error when another
+ * rank of the group failed. */
+static msr_status_t restore_tp_agree(msr_trainer_t *tr, msr_status_t st)
+{
+    if (tr->mesh == NULL || tr->mesh->tp_comm == NULL)
+        return st;
+    int32_t ok = st == MSR_OK;
+    msr_status_t cst =
+        msr_comm_allreduce(tr->mesh->tp_comm, MSR_IN_PLACE, &ok, 1, MSR_DTYPE_I32, MSR_OP_MIN);
+    if (cst != MSR_OK)
+        return st != MSR_OK ? st : msr_err_call(cst, "train: agreeing on a checkpoint");
+    if (!ok && st == MSR_OK)
+        return msr_err(MSR_ERR_CORRUPT,
+                       "train: another tensor-parallel rank could not read its checkpoint");
+    return st;
+}
+
 /* Applies the shards of the saving world's other ranks (the rank's own
  * layout differs from the one that saved): each must be of p0's
  * checkpoint. One payload (or, reading in part, one header and one piece)
@@ -453,21 +471,28 @@ static msr_status_t restore_other_ranks(msr_trainer_t *tr, const msr_ckpt_map_t 
  * gather would move the whole state after the reads, docs/checkpoint.md)
  * the replicas split the reads and broadcast what they read as it lands
  * (msr_train_ckpt_share: in their own layout each its p0, in another a
- * run of the pieces); else, or when a replica cannot share, from every
- * shard that may hold a piece of this rank's. Whatever fails, every rank
- * reaches msr_dp_load_end, which agrees on the outcome. */
+ * run of the pieces), and in another layout so do the ranks of a tp group
+ * whose slices cut the same pieces; else, or when a rank cannot share,
+ * from every shard that may hold a piece of this rank's. Whatever fails,
+ * every rank reaches msr_dp_load_end, which agrees on the outcome. */
 static msr_status_t restore_read(msr_trainer_t *tr, const msr_ckpt_map_t *map, int world, int first,
                                  const source_t *src, const payload_t *p0, int own_layout)
 {
     int replicas = tr->cfg.par.zero == 0 && tr->dp->size > 1 && tr->dp->comm != NULL;
     int gather = own_layout && !replicas, shared = 0;
+    msr_comm_t *group = replicas ? tr->dp->comm : NULL;
+    /* else a tp group, whose slices cut the same pieces: in another layout
+     * only, which its ranks agree on (a tp rank holding a Llama's
+     * replicated kv heads may not be in its own layout while another is) */
+    if (!replicas && tr->mesh != NULL && tr->cfg.tp > 1)
+        group = tr->mesh->tp_comm;
     msr_status_t read_st = msr_dp_load_begin(tr->dp);
     size_t ecount = tr->model->moe != NULL ? tr->eshard_hi - tr->eshard_lo : 0;
     uint8_t *cover = ecount > 0 ? msr_calloc(ecount, 1) : NULL;
     if (read_st == MSR_OK && ecount > 0 && cover == NULL)
         read_st = msr_err(MSR_ERR_NO_MEMORY, "train: out of memory for %zu expert flags", ecount);
-    if (replicas) { /* every rank of the group: a collective */
-        msr_status_t st = msr_train_ckpt_share(tr, map, world, first, src, p0, own_layout,
+    if (group != NULL) { /* every rank of the group: a collective */
+        msr_status_t st = msr_train_ckpt_share(tr, map, group, world, first, src, p0, own_layout,
                                                read_st == MSR_OK, &shared);
         if (read_st == MSR_OK)
             read_st = st;
@@ -508,6 +533,7 @@ static msr_status_t restore_parts(msr_trainer_t *tr, const char *meta, int world
     st = restore_check(tr, &map, meta, world, first, st, &p0, &flags);
     if (st == MSR_OK)
         st = restore_same_point(tr, &p0);
+    st = restore_tp_agree(tr, st); /* restore_read may share over the tp group */
     if (st == MSR_OK)
         st = restore_read(tr, &map, world, first, &src, &p0, flags.own_layout);
     if (st == MSR_OK) {

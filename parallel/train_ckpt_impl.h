@@ -183,23 +183,38 @@ msr_status_t msr_train_ckpt_chunks_check(msr_trainer_t *tr, const msr_ckpt_map_t
  * train_ckpt_read.c. */
 int msr_train_ckpt_needed(msr_trainer_t *tr, const msr_ckpt_map_t *map, const msr_tckpt_range_t *r);
 
+/* The bytes of piece r of payload p that this rank reads when it loads
+ * alone (msr_train_ckpt_read_apply: the chunks it needs, the whole piece
+ * before version 4; 0 when it needs none). need: room for the flags of a
+ * whole piece's chunks, 2 msr_tckpt_chunks(MSR_TCKPT_PIECE_MAX) bytes.
+ * train_ckpt_read.c. */
+uint64_t msr_train_ckpt_read_bytes(msr_trainer_t *tr, const msr_ckpt_map_t *map, const payload_t *p,
+                                   const msr_tckpt_range_t *r, uint8_t *need);
+
 /* Whether payloads a and b belong to the same checkpoint of world ranks.
  * train_ckpt.c. */
 int msr_train_ckpt_same(const payload_t *a, const payload_t *b, int world);
 
-/* ZeRO 0 replicas share their reads: the ranks of the dp group split the
- * pieces they need (in their own layout, own_layout, each its own payload
- * p0, the shard of rank first; in another, runs of the pieces of the
- * world saved payloads, about 1/dp of the bytes each) and broadcast what
- * they read as it lands, instead of each reading all of it. Called by
- * every rank of the group (a collective; ok: this rank can take part).
+/* Ranks that need the same bytes of a checkpoint share their reads. The
+ * ranks of group: ZeRO 0 replicas (the dp group: every element alike) or,
+ * in another layout, a tensor-parallel group (its slices cut the same
+ * pieces), split the pieces they need (in their own layout, own_layout,
+ * replicas only: each its own payload p0, the shard of rank first; in
+ * another, runs of the pieces any of them needs of the world saved
+ * payloads, about 1/size of the bytes each) and broadcast what they read
+ * as it lands, each rank keeping its part, instead of each reading all it
+ * needs. In another layout they share only when reading alone they would
+ * read at least SHARE_OVERLAP times the bytes the group needs. Called by
+ * every rank of the group (a collective; ok: this rank can take part;
+ * a tp group shares only when no rank is in its own layout).
  * *shared_p: 1 when the group loaded so (every piece is now in place or
  * applied, or a rank failed: msr_dp_load_end agrees on which); 0 when some
  * rank cannot (MoE, a device's memory, a piece of its own not in place, a
- * header it could not read, a rank that failed before): nothing was
- * loaded, load as before. train_ckpt_share.c. */
-msr_status_t msr_train_ckpt_share(msr_trainer_t *tr, const msr_ckpt_map_t *map, int world,
-                                  int first, const source_t *src, const payload_t *p0,
+ * header it could not read, a rank that failed before) or their needs
+ * overlap too little: nothing was loaded, load as before.
+ * train_ckpt_share.c. */
+msr_status_t msr_train_ckpt_share(msr_trainer_t *tr, const msr_ckpt_map_t *map, msr_comm_t *group,
+                                  int world, int first, const source_t *src, const payload_t *p0,
                                   int own_layout, int ok, int *shared_p);
 
 #endif

@@ -367,6 +367,21 @@ static msr_status_t piece_read_part(const source_t *src, int rank, const msr_tck
     return MSR_OK;
 }
 
+uint64_t msr_train_ckpt_read_bytes(msr_trainer_t *tr, const msr_ckpt_map_t *map, const payload_t *p,
+                                   const msr_tckpt_range_t *r, uint8_t *need)
+{
+    if (!msr_train_ckpt_needed(tr, map, r))
+        return 0;
+    if (p->h.version < 4) /* no chunk crcs: read whole */
+        return 3 * r->n * sizeof(float);
+    piece_need_t pn = {.need = need};
+    piece_needs(tr, map, r, &pn);
+    uint64_t bytes = 0;
+    for (uint32_t x = 0; x < 3 * pn.k; x++)
+        bytes += chunk_needed(&pn, x) ? chunk_to(r, pn.k, x) - chunk_from(r, pn.k, x) : 0;
+    return bytes;
+}
+
 /* Whether this rank needs only some chunks of any piece of p (version 4;
  * pn->need: room for a whole piece's flags). */
 static int any_part(msr_trainer_t *tr, const msr_ckpt_map_t *map, const payload_t *p,

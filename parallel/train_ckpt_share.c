@@ -38,6 +38,11 @@
  * share; past it the replicas read alone. */
 #define SHARE_BUF_MAX ((size_t)256 << 20)
 
+/* In another layout the group shares when, reading alone, its ranks
+ * would read at least this many times the bytes it needs: broadcasting
+ * what only one rank needs costs more than that rank reading it. */
+#define SHARE_OVERLAP 1.25
+
 /* Pieces that land in place and hold at most this many floats (their
  * parameters, m and v together) go out packed with the ones after them,
  * up to SHARE_SEG floats a broadcast: a tensor-parallel rank's file holds
@@ -178,14 +183,18 @@ static msr_status_t own_items(share_t *s, const payload_t *p0, int rank, int32_t
     return st;
 }
 
-/* Another layout: every saved rank's header (first's is p0), and the
- * pieces the group needs, in the files' order, split into runs of about
- * equal bytes, one a replica. 0 when this rank cannot (a header it cannot
- * read or that belongs to another checkpoint: the load as before says
- * which). */
-static int other_items(share_t *s, const payload_t *p0, int world, int first, uint64_t sum[2])
+/* Another layout: every saved rank's header (first's is p0) and, for
+ * each of their pieces in the files' order, two flags: this rank needs it,
+ * and it does not land here in place (*flags_p, 2 *total_p of them, the
+ * caller's); *alone_p: the bytes this rank would read alone; *sum_p: a
+ * sum of the pieces' places, alike on every rank. 0 when this
+ * rank cannot (a header it cannot read or that belongs to another
+ * checkpoint: the load as before says which). */
+static int other_heads(share_t *s, const payload_t *p0, int world, int first, int32_t **flags_p,
+                       int64_t *total_p, int64_t *alone_p, uint64_t *sum_p)
 {
-    size_t total = 0, bytes = 0;
+    int64_t total = 0, i = 0;
+    uint8_t *need = NULL;
     if ((s->head = msr_calloc((size_t)world, sizeof *s->head)) == NULL)
         return 0;
     s->files = world;
@@ -194,35 +203,64 @@ static int other_items(share_t *s, const payload_t *p0, int world, int first, ui
             (msr_train_ckpt_read_head(s->src, f, &s->head[f]) != MSR_OK ||
              !msr_train_ckpt_same(p0, &s->head[f], world) || s->head[f].h.rank != (uint32_t)f))
             return 0;
+        total += (int64_t)(f == first ? p0 : &s->head[f])->n;
+    }
+    int32_t *flags = msr_malloc(2 * (size_t)MSR_MAX(total, 1) * sizeof *flags);
+    need = msr_malloc(2 * (size_t)msr_tckpt_chunks(MSR_TCKPT_PIECE_MAX));
+    for (int f = 0; f < world && flags != NULL && need != NULL; f++) {
         const payload_t *p = f == first ? p0 : &s->head[f];
-        for (uint32_t k = 0; k < p->n; k++) {
-            if (msr_train_ckpt_needed(s->tr, s->map, &p->ranges[k]))
-                total++, bytes += 12 * (size_t)p->ranges[k].n;
+        for (uint32_t k = 0; k < p->n; k++, i++) {
+            const msr_tckpt_range_t *r = &p->ranges[k];
+            uint64_t bytes = msr_train_ckpt_read_bytes(s->tr, s->map, p, r, need);
+            flags[2 * i] = bytes > 0;
+            flags[2 * i + 1] = !(bytes > 0 && in_place(s, r->lo, r->n));
+            *alone_p += (int64_t)bytes;
+            *sum_p += r->lo * 31 + r->n + r->offset + (uint64_t)f;
         }
+    }
+    msr_free(need);
+    *flags_p = flags;
+    *total_p = total;
+    return flags != NULL && i == total;
+}
+
+/* The group's lists: the pieces any rank needs (flags, the group's
+ * maxima of other_heads'), in the files' order, in place where they land
+ * in place on every rank, split into runs of about equal bytes, one a
+ * rank; *bytes_p: theirs. 0 when out of memory. */
+static int other_items(share_t *s, const payload_t *p0, int world, int first, const int32_t *flags,
+                       uint64_t *bytes_p)
+{
+    size_t total = 0, bytes = 0, i = 0;
+    for (int f = 0; f < world; f++) {
+        const payload_t *p = f == first ? p0 : &s->head[f];
+        for (uint32_t k = 0; k < p->n; k++, i++)
+            if (flags[2 * i])
+                total++, bytes += 12 * (size_t)p->ranges[k].n;
     }
     if ((s->block = msr_calloc(MSR_MAX(total, (size_t)1), sizeof *s->block)) == NULL)
         return 0;
     size_t at = 0, done = 0;
     int q = 0;
     s->items[0] = s->block;
+    i = 0;
     for (int f = 0; f < world; f++) {
         const payload_t *p = f == first ? p0 : &s->head[f];
-        for (uint32_t k = 0; k < p->n; k++) {
+        for (uint32_t k = 0; k < p->n; k++, i++) {
             const msr_tckpt_range_t *r = &p->ranges[k];
-            if (!msr_train_ckpt_needed(s->tr, s->map, r))
+            if (!flags[2 * i])
                 continue;
-            /* the next replica's run starts at its share of the bytes */
+            /* the next rank's run starts at its share of the bytes */
             while (q + 1 < s->size && done * (size_t)s->size >= bytes * (size_t)(q + 1))
                 s->items[++q] = s->block + at;
-            s->block[at++] = (item_t){*r, p, f, in_place(s, r->lo, r->n)};
+            s->block[at++] = (item_t){*r, p, f, !flags[2 * i + 1]};
             s->count[q]++;
             done += 12 * (size_t)r->n;
-            sum[0] += r->lo * 31 + r->n + (uint64_t)f;
-            sum[1] += 1;
         }
     }
     while (q + 1 < s->size)
         s->items[++q] = s->block + at;
+    *bytes_p = bytes;
     return 1;
 }
 
@@ -302,16 +340,11 @@ static msr_status_t segment(share_t *s, int q, cursor_t *c, msr_status_t *read_s
             c->dst[0] = s->buf[q];
         if (mine && *read_st == MSR_OK)
             c->crc = msr_tckpt_piece_crc_start(&it->p->h, &it->r);
-        if (mine && *read_st == MSR_OK && !it->in_place) { /* the piece whole, then out */
-            msr_status_t st = msr_train_ckpt_read_crc(s->src, it->file, it->r.offset, c->dst[0],
-                                                      alen * sizeof(float), &c->crc);
-            if (st != MSR_OK)
-                *read_st = msr_train_ckpt_piece_failed(s->tr, s->map, it->p, it->file, &it->r, st);
-        }
     }
+    /* a segment of one array in place, or of the piece's three in its buffer */
     uint64_t len = MSR_MIN(SHARE_SEG, alen - c->o);
     float *at = c->dst[c->a] + c->o;
-    if (mine && *read_st == MSR_OK && it->in_place) {
+    if (mine && *read_st == MSR_OK) {
         uint64_t off = it->r.offset + ((uint64_t)c->a * n + c->o) * sizeof(float);
         msr_status_t st =
             msr_train_ckpt_read_crc(s->src, it->file, off, at, len * sizeof(float), &c->crc);
@@ -370,21 +403,51 @@ static int can_share(msr_trainer_t *tr, const msr_ckpt_map_t *map, const payload
     return 1;
 }
 
-/* Another layout: the lists, and whether every rank made the same ones
- * and has its buffers (*ok_p, agreed: the same count and sum of the
- * pieces' places everywhere). */
+/* Another layout: the lists, made alike on every rank from every rank's
+ * flags, and whether to share (*ok_p, agreed): every rank has its
+ * headers, the same pieces and its buffers, and reading alone the group
+ * would read at least SHARE_OVERLAP times the bytes it needs. */
 static msr_status_t resharded_items(share_t *s, const payload_t *p0, int world, int first,
                                     int32_t *ok_p)
 {
-    uint64_t sum[2] = {0, 0};
-    int ok = other_items(s, p0, world, first, sum) && buffers(s);
-    int64_t v[5] = {ok, (int64_t)(sum[0] >> 1), -(int64_t)(sum[0] >> 1), (int64_t)sum[1],
-                    -(int64_t)sum[1]};
+    int32_t *flags = NULL;
+    int64_t total = 0, alone = 0;
+    uint64_t bytes = 0, sum = 0;
+    int ok = other_heads(s, p0, world, first, &flags, &total, &alone, &sum);
+    int64_t v[5] = {ok, total, -total, (int64_t)(sum >> 1), -(int64_t)(sum >> 1)};
+    *ok_p = 0;
     msr_status_t st = msr_comm_allreduce(s->comm, MSR_IN_PLACE, v, 5, MSR_DTYPE_I64, MSR_OP_MIN);
-    if (st != MSR_OK)
-        return comm_failed("agreeing on the pieces", st);
-    *ok_p = v[0] == 1 && v[1] == -v[2] && v[3] == -v[4];
-    return MSR_OK;
+    int same = v[0] == 1 && v[1] == -v[2] && v[3] == -v[4] && total > 0;
+    if (st == MSR_OK && same) /* every rank's flags, then the bytes read alone */
+        st = msr_comm_allreduce(s->comm, MSR_IN_PLACE, flags, 2 * (uint64_t)total, MSR_DTYPE_I32,
+                                MSR_OP_MAX);
+    if (st == MSR_OK && same)
+        st = msr_comm_allreduce(s->comm, MSR_IN_PLACE, &alone, 1, MSR_DTYPE_I64, MSR_OP_SUM);
+    if (st == MSR_OK && same) {
+        int32_t can = other_items(s, p0, world, first, flags, &bytes) && buffers(s) &&
+                      (double)alone >= SHARE_OVERLAP * (double)bytes;
+        st = agree(s, &can);
+        *ok_p = st == MSR_OK && can;
+    }
+    msr_free(flags);
+    return st == MSR_OK ? MSR_OK : comm_failed("agreeing on the pieces", st);
+}
+
+/* The buffers the load fills, mapped at once (a page fault every 4 KiB as
+ * the copies land costs more than the copies): the parameters (ZeRO 3:
+ * the shard's) and the moments. For a tp group, whose pieces are applied
+ * from a buffer in slices, each slice's own few pages. */
+static void prefault_state(msr_trainer_t *tr)
+{
+    msr_dp_t *dp = tr->dp;
+    if (dp->cfg.zero >= 3)
+        (void)msr_prefault(dp->pshard, dp->shard_count * sizeof(float));
+    else
+        (void)msr_prefault(tr->model->params, tr->model->num_params * sizeof(float));
+    if (dp->opt->m != NULL) {
+        (void)msr_prefault(dp->opt->m, dp->opt->count * sizeof(float));
+        (void)msr_prefault(dp->opt->v, dp->opt->count * sizeof(float));
+    }
 }
 
 static void share_free(share_t *s)
@@ -403,19 +466,21 @@ static void share_free(share_t *s)
     msr_free(s->count);
 }
 
-msr_status_t msr_train_ckpt_share(msr_trainer_t *tr, const msr_ckpt_map_t *map, int world,
-                                  int first, const source_t *src, const payload_t *p0,
+msr_status_t msr_train_ckpt_share(msr_trainer_t *tr, const msr_ckpt_map_t *map, msr_comm_t *group,
+                                  int world, int first, const source_t *src, const payload_t *p0,
                                   int own_layout, int ok, int *shared_p)
 {
-    msr_dp_t *dp = tr->dp;
-    share_t s = {tr, map, src, dp->comm, dp->size, dp->rank};
-    cursor_t *cur = msr_calloc((size_t)dp->size, sizeof *cur);
-    s.count = msr_calloc((size_t)dp->size, sizeof *s.count);
-    s.items = msr_calloc((size_t)dp->size, sizeof *s.items);
-    s.buf = msr_calloc((size_t)dp->size, sizeof *s.buf);
-    s.pack = msr_calloc((size_t)dp->size, sizeof *s.pack);
+    share_t s = {tr, map, src, group, msr_comm_size(group), msr_comm_rank(group)};
+    size_t n = (size_t)MSR_MAX(s.size, 1);
+    cursor_t *cur = msr_calloc(n, sizeof *cur);
+    s.count = msr_calloc(n, sizeof *s.count);
+    s.items = msr_calloc(n, sizeof *s.items);
+    s.buf = msr_calloc(n, sizeof *s.buf);
+    s.pack = msr_calloc(n, sizeof *s.pack);
+    int replicas = group == tr->dp->comm; /* else a tp group: another layout only */
     int32_t can = ok && cur != NULL && s.count != NULL && s.items != NULL && s.buf != NULL &&
-                  s.pack != NULL && can_share(tr, map, p0, src, own_layout),
+                  s.pack != NULL && (replicas || !own_layout) &&
+                  can_share(tr, map, p0, src, own_layout),
             shared = 0;
     msr_status_t read_st = MSR_OK;
     *shared_p = 0;
@@ -426,6 +491,8 @@ msr_status_t msr_train_ckpt_share(msr_trainer_t *tr, const msr_ckpt_map_t *map, 
     }
     if (st == MSR_OK && shared) {
         *shared_p = 1;
+        if (!replicas) /* replicas map each segment as it arrives */
+            prefault_state(tr);
         st = rounds(&s, cur, &read_st);
         if (st == MSR_OK && read_st == MSR_OK && own_layout)
             read_st = msr_train_ckpt_chunks_check(tr, map, p0, src, first);

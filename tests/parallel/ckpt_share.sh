@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
-# ZeRO 0 replicas share a resume's reads (docs/checkpoint.md, "Replicas
-# share their reads"): in their own layout each reads its own file, in
-# another a run of the pieces, and broadcasts it to the others as it lands. dp 2, dp 3 and tp 2 x dp 2 at ZeRO 0 resume
+# Ranks share a resume's reads (docs/checkpoint.md, "Replicas share their
+# reads"): ZeRO 0 replicas in their own layout each read their own file,
+# in another a run of the pieces, and broadcast it to the others as it
+# lands; in another layout so do tp groups whose slices cut the same
+# pieces. dp 2, dp 3 and tp 2 x dp 2 at ZeRO 0 resume
 # to the losses of a run never stopped (bitwise), rank 0 reading only its
 # own file (under 55 %, 40 % and 30 % of the checkpoint's bytes). A byte
 # damaged in another replica's piece at a broadcast's bound (the last byte
@@ -11,7 +13,10 @@
 # the step before to the same losses, no rank left waiting. Then dp 2
 # resumes one process's and tp 2's checkpoints (split reads, tp slices
 # through a piece's buffer) to the losses of the saving layout, rank 0 reading under
-# 60 %, and refuses their damaged last pieces, read by rank 1.
+# 60 %, and so do tp 2 x dp 2 at ZeRO 0 and tp 2 (its tp group sharing)
+# from one process's and tp 2 from dp 2's, while tp 2 x dp 2 at ZeRO 1,
+# whose tp ranks' needs overlap little, reads alone (under 48 %); each
+# refuses a damaged last piece, read by rank 1.
 set -euo pipefail
 bin="$MSRUN_BUILD/bin"
 source "$(dirname "$0")/job_env.sh"
@@ -87,11 +92,12 @@ damage() {
         printf '\xa5' | dd of="$work/ck-bad/step-4/$2" bs=1 seek="$3" conv=notrunc status=none
     return 0
 }
-# resume_bad FILE BEFORE WHAT: dp 2 resumes $work/ck-bad from step 2, and
-# its stderr names FILE's damaged piece (after BEFORE, a pattern); WHAT
-# says what was damaged
+# resume_bad FILE BEFORE WHAT: target (dp 2 unless set) resumes
+# $work/ck-bad from step 2, and its stderr names FILE's damaged piece
+# (after BEFORE, a pattern); WHAT says what was damaged
+target=(2 --grad-accum 3)
 resume_bad() {
-    run bad 2 --grad-accum 3 --steps 6 --ckpt-dir "$work/ck-bad" --resume
+    run bad "${target[@]}" --steps 6 --ckpt-dir "$work/ck-bad" --resume
     grep -q "resumed from step 2 under" "$work/err-bad" ||
         fail "$3: not resumed from step 2: $(cat "$work/err-bad")"
     grep -q "$2step-4/$1: the piece of tensor [a-z0-9.]* (elements \[[0-9]*, [0-9]*) of the whole model) does not match its CRC" \
@@ -119,21 +125,26 @@ damaged rank-1.bin $(($(pieces_end "$work/ck-dp2/step-4/rank-1.bin") + 5))
 # is the same, dp 2 computes the steps after it), rank 0 reading about
 # half of the checkpoint
 # other NAME N ARGS...: layout NAME (N ranks) trains 6 steps straight, then
-# 4 saving at 2 and 4; dp 2 resumes
+# 4 saving at 2 and 4 (once a name); target resumes, rank 0 reading under
+# $pct % of the checkpoint
+pct=60
 other() {
-    local name=$1 n=$2 got total
+    local name=$1 n=$2 got total to="$1-to-${target[*]}"
     shift 2
-    run "$name-whole" "$n" --steps 6 "$@"
-    run "$name-first" "$n" --steps 4 --ckpt-every 2 --ckpt-dir "$work/ck-$name" "$@"
+    to=${to// /}
+    if [[ ! -d $work/ck-$name ]]; then
+        run "$name-whole" "$n" --steps 6 "$@"
+        run "$name-first" "$n" --steps 4 --ckpt-every 2 --ckpt-dir "$work/ck-$name" "$@"
+    fi
     rm -rf "$work/ck-r" && cp -r "$work/ck-$name" "$work/ck-r"
-    run "$name-dp2" "${target[@]}" --steps 6 --ckpt-dir "$work/ck-r" --resume
-    grep -q "resumed from step 4 under" "$work/err-$name-dp2" ||
-        fail "$name -> dp 2 did not resume from step 4: $(cat "$work/err-$name-dp2")"
-    resumed "$work/$name-whole" "$work/$name-dp2" 2
-    got=$(rank0_read "$name-dp2")
+    run "$to" "${target[@]}" --steps 6 --ckpt-dir "$work/ck-r" --resume
+    grep -q "resumed from step 4 under" "$work/err-$to" ||
+        fail "$name -> ${target[*]} did not resume from step 4: $(cat "$work/err-$to")"
+    resumed "$work/$name-whole" "$work/$to" 2
+    got=$(rank0_read "$to")
     total=$(cat "$work/ck-$name"/step-4/rank-*.bin | wc -c)
-    [[ -n $got ]] && ((got * 100 < total * 60)) ||
-        fail "$name -> dp 2: rank 0 read '$got' bytes of $total, want under 60 %"
+    [[ -n $got ]] && ((got * 100 < total * pct)) ||
+        fail "$name -> ${target[*]}: rank 0 read '$got' bytes of $total, want under $pct %"
     echo "ok $name -> ${target[*]}: the losses of $name; rank 0 read $got bytes of $total"
 }
 target=(2 --grad-accum 3)
@@ -143,16 +154,30 @@ other tp2 2 --grad-accum 6 --tp 2
 # whole pieces its slices cut, read into a piece's buffer and applied by
 # both (the pieces above land in place); rank 0 reads about half of them
 target=(4 --grad-accum 3 --tp 2 --dp 2)
-other one-mesh 1 --grad-accum 6
-target=(2 --grad-accum 3)
-# the last piece of each damaged: the second replica reads it, names it, and
-# the job resumes from step 2 (to the saving layout's losses)
-for src in one:rank-0.bin tp2:rank-1.bin; do
-    name=${src%%:*} f=${src#*:}
+other one 1 --grad-accum 6
+# tp 2 from one process and from dp 2: the two tp ranks' slices cut every
+# piece (alone each would read about 90 % of the checkpoint): the tp group
+# shares, each reading half and applying its slices of the other's
+target=(2 --grad-accum 6 --tp 2)
+other one 1 --grad-accum 6
+other dp2 2 --grad-accum 3
+# tp 2 x dp 2 at ZeRO 1 from one process: a tp group (one dp rank's)
+# needs its slices' parameters and its dp shard's moments, chunks of
+# every piece; alone its ranks read 45.6 % of the checkpoint each, less
+# than the whole pieces they would share (50 %): they read alone
+target=(4 --grad-accum 3 --tp 2 --dp 2 --zero 1)
+pct=48
+other one 1 --grad-accum 6
+# the last piece of each damaged: the second rank of the group reads it,
+# names it, and the job resumes from step 2 (to the saving layout's losses)
+for case in "one:rank-0.bin:2 --grad-accum 3" "tp2:rank-1.bin:2 --grad-accum 3" \
+    "one:rank-0.bin:2 --grad-accum 6 --tp 2"; do
+    IFS=: read -r name f t <<<"$case"
+    read -ra target <<<"$t"
     at=$(($(pieces_end "$work/ck-$name/step-4/$f") - 100))
     damage "$work/ck-$name" "$f" "$at"
-    resume_bad "$f" "rank 1\\].*" "$name, byte $at of $f damaged (read by rank 1)"
+    resume_bad "$f" "rank 1\\].*" "$name -> $t, byte $at of $f damaged (read by rank 1)"
     resumed "$work/$name-whole" "$work/bad" 4
-    echo "ok $name, byte $at of $f damaged: rank 1 refused it, resumed from step 2"
+    echo "ok $name -> $t, byte $at of $f damaged: rank 1 refused it, resumed from step 2"
 done
-echo "replicas' shared reads: ok"
+echo "shared reads: ok"
