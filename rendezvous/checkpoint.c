@@ -488,15 +488,22 @@ msr_status_t msr_ckpt_writer_write(msr_ckpt_writer_t *w, const void *data, size_
         return msr_err(MSR_ERR_INVALID_ARG, "checkpoint: bad arguments to a writer's write");
     if (w->st != MSR_OK)
         return msr_err(w->st, "checkpoint: %s failed before", w->tmp);
-    if (msr_write_all(w->fd, data, len) != MSR_OK)
-        return writer_io_error(w, "cannot write", w->tmp);
-    /* one pass over the bytes for both CRCs (base/crc32.h) */
-    uint32_t crc = msr_crc32(w->crc, data, len);
+    /* half a window at a time: each part CRC'd while the write left it in
+     * the cache, and its window's writeback started while the next is
+     * written (a state written whole waited for each window in turn) */
+    uint32_t start = w->crc;
+    for (size_t at = 0; at < len;) {
+        size_t n = MSR_MIN(len - at, (size_t)(WRITER_WINDOW / 2));
+        const unsigned char *part = (const unsigned char *)data + at;
+        if (msr_write_all(w->fd, part, n) != MSR_OK)
+            return writer_io_error(w, "cannot write", w->tmp);
+        w->crc = msr_crc32(w->crc, part, n); /* one pass for both CRCs (base/crc32.h) */
+        w->len += n;
+        at += n;
+        writer_flow(w);
+    }
     if (crc_p != NULL)
-        *crc_p = crc ^ msr_crc32_combine(w->crc, 0, len);
-    w->crc = crc;
-    w->len += len;
-    writer_flow(w);
+        *crc_p = w->crc ^ msr_crc32_combine(start, 0, len);
     return MSR_OK;
 }
 

@@ -4263,4 +4263,13 @@ test: ^test_parallel_ckpt_share$
                                 MSR_OP_MIN);
 >>>
 
+@ ckpt.writer.parts_crc_from_last
+file: rendezvous/checkpoint.c
+test: ^test_parallel_ckpt_stream$
+<<<
+        *crc_p = w->crc ^ msr_crc32_combine(start, 0, len);
+===
+        *crc_p = w->crc ^ msr_crc32_combine(start, 0, len - (len > 1));
+>>>
+
 __END__
