@@ -237,14 +237,30 @@ msr_status_t msr_trainer_snapshot(msr_trainer_t *tr, const char *meta, void **bu
  * those places later, unsealed (msr_tckpt_seal adds the CRCs), into
  * *buf_p (the caller's, msr_free) and *len_p. In between the parameters
  * and moments must not change: the trainer calls its state_gate before it
- * writes them, and the gate waits for the copy. *snap_p is NULL (take
- * msr_trainer_snapshot) when some of the state is offloaded to a file,
- * which the update streams. Errors: MSR_ERR_NO_MEMORY; snap_copy's:
- * msr_trainer_snapshot's. snap_free(NULL) does nothing. */
+ * writes them, and the gate waits for the copy.
+ *
+ * When the moments are offloaded to a file the snapshot is streamed
+ * (snap_streamed): not copied but saved by snap_save (any one thread
+ * while the trainer's steps compute; collective as msr_trainer_save, with
+ * ctx, dir, step and keep as there), which writes the payload a piece at
+ * a time as msr_trainer_save does, the moments read from their file, and
+ * calls read_done(arg) once, as soon as nothing more of the trainer's
+ * state is read (or on a failure before), so that the gate can open
+ * then; the file's end and the save's agreement follow. No more than the
+ * trainer's state at snap_take is written: the gate must wait for
+ * read_done. *snap_p is NULL (take msr_trainer_snapshot) when the
+ * parameters are offloaded, whose blocks the steps read through the same
+ * store. Errors: snap_take's MSR_ERR_NO_MEMORY; snap_copy's:
+ * msr_trainer_snapshot's, MSR_ERR_INVALID_ARG for a streamed one;
+ * snap_save's: msr_trainer_save's, MSR_ERR_INVALID_ARG for one that is
+ * not streamed. snap_free(NULL) does nothing. */
 typedef struct msr_trainer_snap msr_trainer_snap_t;
 msr_status_t msr_trainer_snap_take(msr_trainer_t *tr, const char *meta,
                                    msr_trainer_snap_t **snap_p);
+int msr_trainer_snap_streamed(const msr_trainer_snap_t *snap);
 msr_status_t msr_trainer_snap_copy(const msr_trainer_snap_t *snap, void **buf_p, size_t *len_p);
+msr_status_t msr_trainer_snap_save(const msr_trainer_snap_t *snap, msr_ctx_t *ctx, const char *dir,
+                                   int64_t step, int keep, void (*read_done)(void *), void *arg);
 void msr_trainer_snap_free(msr_trainer_snap_t *snap);
 
 /* msr_trainer_snapshot's payload saved as this rank's state of step

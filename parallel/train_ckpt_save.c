@@ -111,13 +111,13 @@ static msr_status_t stream_piece(save_stream_t *s, const saved_range_t *x, uint6
     return st;
 }
 
-/* The head of l's payload, its pieces, and the buffers for what is
- * offloaded: a piece's moments, the largest offloaded piece's; a block. */
+/* The head of l's payload (header h), its pieces, and the buffers for
+ * what is offloaded: a piece's moments, the largest offloaded piece's; a
+ * block. */
 static msr_status_t stream_begin(save_stream_t *s, const range_list_t *l,
-                                 const msr_tckpt_range_t *r, const char *meta)
+                                 const msr_tckpt_range_t *r, const msr_tckpt_header_t *h)
 {
-    msr_tckpt_header_t h = msr_train_ckpt_shard_header(s->tr, meta);
-    msr_status_t st = msr_tckpt_encode_head(&h, r, (uint32_t)l->n, &s->head, &s->hl, &s->len);
+    msr_status_t st = msr_tckpt_encode_head(h, r, (uint32_t)l->n, &s->head, &s->hl, &s->len);
     if (st == MSR_OK)
         st = msr_tckpt_decode_head(s->head, s->hl, s->len, "the shard being saved", &s->h, &s->d,
                                    &s->n);
@@ -138,24 +138,27 @@ static msr_status_t stream_begin(save_stream_t *s, const range_list_t *l,
     return st;
 }
 
-msr_status_t msr_trainer_save(msr_trainer_t *tr, const char *meta, msr_ctx_t *ctx, const char *dir,
-                              int64_t step, int keep)
+/* The save of header h and ranges l (r: their encoder's table), the
+ * trainer's state read as the bytes go out; done(arg) (if any) is called
+ * once, when nothing more of the state is read (the pieces written, or a
+ * failure before), before the chunk table is written and the save's
+ * agreement. */
+static msr_status_t save_run(msr_trainer_t *tr, const msr_tckpt_header_t *h, const range_list_t *l,
+                             const msr_tckpt_range_t *r, msr_ctx_t *ctx, const char *dir,
+                             int64_t step, int keep, void (*done)(void *), void *arg)
 {
-    range_list_t l;
-    msr_tckpt_range_t *r;
-    msr_status_t st = msr_train_ckpt_shard_ranges(tr, &l, &r);
-    if (st != MSR_OK) /* its failure still joins the save's agreement */
-        return msr_ckpt_save_fail(ctx, dir, step, st);
     save_stream_t s = {.tr = tr, .blk = {NULL, SIZE_MAX}};
-    st = stream_begin(&s, &l, r, meta);
-    msr_free(r);
+    msr_status_t st = stream_begin(&s, l, r, h);
     if (st == MSR_OK)
         st = msr_ckpt_writer_open(ctx, dir, step, s.hl, &s.w);
     uint32_t j = 0;
-    for (size_t k = 0; k < l.n && st == MSR_OK; k++)
-        for (uint64_t at = 0; at < l.s[k].r.n && st == MSR_OK; at += MSR_TCKPT_PIECE_MAX, j++)
-            st = stream_piece(&s, &l.s[k], at,
-                              (size_t)MSR_MIN(l.s[k].r.n - at, (uint64_t)MSR_TCKPT_PIECE_MAX), j);
+    for (size_t k = 0; k < l->n && st == MSR_OK; k++)
+        for (uint64_t at = 0; at < l->s[k].r.n && st == MSR_OK; at += MSR_TCKPT_PIECE_MAX, j++)
+            st = stream_piece(&s, &l->s[k], at,
+                              (size_t)MSR_MIN(l->s[k].r.n - at, (uint64_t)MSR_TCKPT_PIECE_MAX), j);
+    msr_status_t est = msr_dp_params_spans_end(tr->dp);
+    if (done != NULL)
+        done(arg);
     if (st == MSR_OK && j != s.n)
         st = msr_err(MSR_ERR_INTERNAL, "train: %u of the shard's %u pieces written", j, s.n);
     if (st == MSR_OK && s.table_at != s.table_len)
@@ -171,8 +174,6 @@ msr_status_t msr_trainer_save(msr_trainer_t *tr, const char *meta, msr_ctx_t *ct
         st = msr_ckpt_writer_fail(s.w, st);
     else
         st = msr_ckpt_save_fail(ctx, dir, step, st);
-    msr_status_t est = msr_dp_params_spans_end(tr->dp);
-    msr_free(l.s);
     msr_free(s.head);
     msr_free(s.d);
     msr_free(s.mv);
@@ -181,12 +182,30 @@ msr_status_t msr_trainer_save(msr_trainer_t *tr, const char *meta, msr_ctx_t *ct
     return st != MSR_OK ? st : est;
 }
 
-/* ---- a snapshot copied by another thread (msr_trainer_snap_take) ---- */
+msr_status_t msr_trainer_save(msr_trainer_t *tr, const char *meta, msr_ctx_t *ctx, const char *dir,
+                              int64_t step, int keep)
+{
+    range_list_t l;
+    msr_tckpt_range_t *r;
+    msr_status_t st = msr_train_ckpt_shard_ranges(tr, &l, &r);
+    if (st != MSR_OK) /* its failure still joins the save's agreement */
+        return msr_ckpt_save_fail(ctx, dir, step, st);
+    msr_tckpt_header_t h = msr_train_ckpt_shard_header(tr, meta);
+    st = save_run(tr, &h, &l, r, ctx, dir, step, keep, NULL, NULL);
+    msr_free(l.s);
+    msr_free(r);
+    return st;
+}
+
+/* ---- a snapshot copied, or streamed, by another thread
+ * (msr_trainer_snap_take) ---- */
 
 struct msr_trainer_snap {
+    msr_trainer_t *tr;    /* streamed (moments in their file): the trainer */
     msr_tckpt_header_t h; /* h.meta: meta below */
     msr_tckpt_range_t *r; /* the pieces' places in the trainer's memory */
     uint32_t n;
+    range_list_t l; /* streamed: the ranges saved, where each one's moments are */
     char meta[];
 };
 
@@ -195,37 +214,62 @@ msr_status_t msr_trainer_snap_take(msr_trainer_t *tr, const char *meta, msr_trai
     *snap_p = NULL;
     if (tr->dp->params_off != NULL) /* blocks read as they are encoded */
         return MSR_OK;
-    range_list_t l;
-    msr_tckpt_range_t *r;
-    msr_status_t st = msr_train_ckpt_shard_ranges(tr, &l, &r);
-    if (st != MSR_OK)
+    size_t ml = strlen(meta) + 1;
+    msr_trainer_snap_t *s = msr_calloc(1, sizeof *s + ml);
+    if (s == NULL)
+        return msr_err(MSR_ERR_NO_MEMORY, "train: out of memory for a snapshot");
+    msr_status_t st = msr_train_ckpt_shard_ranges(tr, &s->l, &s->r);
+    if (st != MSR_OK) {
+        msr_free(s);
         return st;
-    int offloaded = l.offloaded; /* moments streamed from their file */
-    size_t n = l.n, ml = strlen(meta) + 1;
-    msr_free(l.s);
-    msr_trainer_snap_t *s = offloaded ? NULL : msr_malloc(sizeof *s + ml);
-    if (s == NULL) {
-        msr_free(r);
-        return offloaded ? MSR_OK
-                         : msr_err(MSR_ERR_NO_MEMORY, "train: out of memory for a snapshot");
     }
     memcpy(s->meta, meta, ml);
     s->h = msr_train_ckpt_shard_header(tr, s->meta);
-    s->r = r;
-    s->n = (uint32_t)n;
+    s->n = (uint32_t)s->l.n;
+    if (s->l.offloaded) { /* moments streamed from their file as they go out */
+        s->tr = tr;
+    } else {
+        msr_free(s->l.s);
+        s->l.s = NULL;
+    }
     *snap_p = s;
     return MSR_OK;
 }
 
+int msr_trainer_snap_streamed(const msr_trainer_snap_t *snap)
+{
+    return snap != NULL && snap->tr != NULL;
+}
+
 msr_status_t msr_trainer_snap_copy(const msr_trainer_snap_t *snap, void **buf_p, size_t *len_p)
 {
+    if (msr_trainer_snap_streamed(snap))
+        return msr_err(MSR_ERR_INVALID_ARG,
+                       "train: a snapshot of moments in a file is saved (msr_trainer_snap_save), "
+                       "not copied");
     return msr_tckpt_encode_unsealed(&snap->h, snap->r, snap->n, buf_p, len_p);
+}
+
+msr_status_t msr_trainer_snap_save(const msr_trainer_snap_t *snap, msr_ctx_t *ctx, const char *dir,
+                                   int64_t step, int keep, void (*read_done)(void *), void *arg)
+{
+    if (!msr_trainer_snap_streamed(snap)) {
+        if (read_done != NULL)
+            read_done(arg);
+        return msr_ckpt_save_fail(
+            ctx, dir, step,
+            msr_err(MSR_ERR_INVALID_ARG,
+                    "train: a snapshot held in memory is copied (msr_trainer_snap_copy), not "
+                    "saved from the trainer"));
+    }
+    return save_run(snap->tr, &snap->h, &snap->l, snap->r, ctx, dir, step, keep, read_done, arg);
 }
 
 void msr_trainer_snap_free(msr_trainer_snap_t *snap)
 {
     if (snap == NULL)
         return;
+    msr_free(snap->l.s);
     msr_free(snap->r);
     msr_free(snap);
 }

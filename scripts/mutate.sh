@@ -4225,13 +4225,37 @@ test: ^test_parallel_ckpt_snap$
     msr_status_t st = msr_dp_offload_hold(tr->dp, 0, tr->cfg.par.zero == 0);
 >>>
 
-@ ckpt.snap.offloaded_taken
+@ ckpt.snap.offloaded_copied
 file: parallel/train_ckpt_save.c
 test: ^test_parallel_ckpt_snap$
 <<<
-    int offloaded = l.offloaded; /* moments streamed from their file */
+    if (s->l.offloaded) { /* moments streamed from their file as they go out */
 ===
-    int offloaded = 0; /* moments streamed from their file */
+    if (0) { /* moments streamed from their file as they go out */
+>>>
+
+@ ckpt.snap.read_done_early
+file: parallel/train_ckpt_save.c
+test: ^test_parallel_ckpt_snap$
+<<<
+    uint32_t j = 0;
+    for (size_t k = 0; k < l->n && st == MSR_OK; k++)
+===
+    uint32_t j = 0;
+    if (done != NULL)
+        done(arg), done = NULL;
+    for (size_t k = 0; k < l->n && st == MSR_OK; k++)
+>>>
+
+@ ckpt.snap.read_done_skipped_on_failure
+file: parallel/train_ckpt_save.c
+test: ^test_parallel_ckpt_snap$
+<<<
+    if (done != NULL)
+        done(arg);
+===
+    if (done != NULL && st == MSR_OK)
+        done(arg);
 >>>
 
 @ ckpt.share.tp_never

@@ -80,9 +80,13 @@ void train_gpt_meta(char *meta, size_t len, const msr_train_config_t *cfg, uint6
  * (at most one: the next save waits for it), and what saving cost the
  * steps. Only the thread that runs the steps calls the saver_ functions;
  * the writer thread touches the fields from step to write_ns while
- * running is set, and copied under mu. On the CPU trainer (not offloaded)
- * the writer also makes the copy (msr_trainer_snap_copy) while the next
- * step computes, and the step's update waits for it (saver_gate). */
+ * running is set, and copied under mu. On the CPU trainer (its
+ * parameters not offloaded) the writer also makes the copy
+ * (msr_trainer_snap_copy) while the next step computes, and the step's
+ * update waits for it (saver_gate); with the moments offloaded it writes
+ * the save a piece at a time from the trainer and their file instead
+ * (msr_trainer_snap_save), and the update waits for its last piece's
+ * read. */
 typedef struct saver {
     msr_ctx_t *ctx;
     const char *dir;
@@ -114,21 +118,33 @@ static void saver_copied(saver_t *s)
     pthread_mutex_unlock(&s->mu);
 }
 
+static void saver_read_done(void *arg)
+{
+    saver_copied(arg);
+}
+
 static void *saver_thread(void *arg)
 {
     saver_t *s = arg;
     uint64_t t0 = msr_now_ns();
     s->st = MSR_OK;
-    if (s->snap != NULL) { /* the training thread's update waits for this */
-        s->st = msr_trainer_snap_copy(s->snap, &s->buf, &s->len);
-        saver_copied(s);
+    if (msr_trainer_snap_streamed(s->snap)) {
+        /* moments in their file: written a piece at a time, the update
+         * waiting until the last piece is read (saver_read_done) */
+        s->st =
+            msr_trainer_snap_save(s->snap, s->ctx, s->dir, s->step, s->keep, saver_read_done, s);
+    } else {
+        if (s->snap != NULL) { /* the training thread's update waits for this */
+            s->st = msr_trainer_snap_copy(s->snap, &s->buf, &s->len);
+            saver_copied(s);
+        }
+        if (s->st == MSR_OK)
+            s->st = msr_tckpt_seal(s->buf, s->len); /* the CRCs the copy left out */
+        if (s->st == MSR_OK)
+            s->st = msr_ckpt_save(s->ctx, s->dir, s->step, s->buf, s->len, s->keep);
+        else /* still in the save's agreement, so that no rank waits for this one */
+            s->st = msr_ckpt_save_fail(s->ctx, s->dir, s->step, s->st);
     }
-    if (s->st == MSR_OK)
-        s->st = msr_tckpt_seal(s->buf, s->len); /* the CRCs the copy left out */
-    if (s->st == MSR_OK)
-        s->st = msr_ckpt_save(s->ctx, s->dir, s->step, s->buf, s->len, s->keep);
-    else /* still in the save's agreement, so that no rank waits for this one */
-        s->st = msr_ckpt_save_fail(s->ctx, s->dir, s->step, s->st);
     if (s->st != MSR_OK)
         snprintf(s->err, sizeof s->err, "%s", msr_last_error());
     s->write_ns += msr_now_ns() - t0;
@@ -192,10 +208,11 @@ static int saver_start(saver_t *s, int64_t step, msr_trainer_snap_t *snap, void 
     return 0;
 }
 
-/* --ckpt-async on the CPU trainer: the writer copies the state while the
- * next step computes (its update waits at saver_gate). Returns 1 when
- * started so, 0 when the step is to copy it (offloaded state, or no
- * thread), -1 when taking the snapshot failed (*st_p). */
+/* --ckpt-async on the CPU trainer: the writer copies the state, or
+ * streams it with the moments offloaded, while the next step computes
+ * (its update waits at saver_gate). Returns 1 when started so, 0 when the
+ * step is to copy it (offloaded parameters, or no thread), -1 when taking
+ * the snapshot failed (*st_p). */
 static int save_deferred(const trainer_t *t, const char *meta, saver_t *s, uint64_t step,
                          msr_status_t *st_p)
 {

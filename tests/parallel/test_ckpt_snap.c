@@ -5,8 +5,12 @@
  * msr_trainer_snapshot gave when the snapshot was taken, bitwise: its
  * header of that step, its parameters and moments before the next step's
  * update (ZeRO 0 and 3, a MoE model's experts). The gate comes once a
- * step; a restore calls it before it writes an element; the snapshot
- * declines (NULL) when the moments or the parameters live in a file. */
+ * step; a restore calls it before it writes an element. With the moments
+ * in a file the snapshot is streamed: saved by msr_trainer_snap_save from
+ * the trainer and the file, in the gate or by a thread while the next
+ * step computes, bitwise msr_trainer_save's, read_done once, also when
+ * the save fails; with the parameters in a file it declines (NULL). */
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -14,6 +18,7 @@
 
 #include "base/alloc.h"
 #include "base/crc32.h"
+#include "msrun/msrun.h"
 #include "parallel/ckpt.h"
 #include "parallel/train.h"
 #include "tests/parallel/ckpt_support.h"
@@ -161,31 +166,213 @@ static void test_restore_gate(void)
     msr_dataset_destroy(ds);
 }
 
-/* Moments or parameters in a file: no snapshot to copy later (the
- * update streams the file), and nothing held. */
-static void test_offloaded_declines(void)
+/* Parameters in a file: no snapshot to copy or stream later (the steps
+ * read the blocks through the store the save would), and nothing held. */
+static void test_params_offloaded_declines(void)
 {
     msr_test_dir_make("ckpt_snap");
-    for (int params = 0; params < 2; params++) {
-        char dir[512];
-        snprintf(dir, sizeof dir, "%s/off-%d", msr_test_dir, params);
-        MSR_CHECK(mkdir(dir, 0700) == 0);
-        msr_offload_config_t disk = {MSR_OFFLOAD_DISK, dir, 0, MSR_OFFLOAD_IO_THREADS, 0, 0};
-        msr_train_config_t c = ckpt_test_config(2, 32, 2);
-        if (params)
-            c.par.params_offload = disk;
-        else
-            c.par.offload = disk;
-        msr_dataset_t *ds;
-        msr_trainer_t *tr = ckpt_test_trainer(&c, 1, &ds);
-        msr_trainer_snap_t *snap = (msr_trainer_snap_t *)&snap;
-        MSR_CHECK_OK(msr_trainer_snap_take(tr, META, &snap));
-        MSR_CHECK_MSG(snap == NULL, "a snapshot with the %s in a file",
-                      params ? "parameters" : "moments");
-        msr_trainer_snap_free(snap);
-        msr_trainer_destroy(tr);
-        msr_dataset_destroy(ds);
+    char dir[512];
+    snprintf(dir, sizeof dir, "%s/params", msr_test_dir);
+    MSR_CHECK(mkdir(dir, 0700) == 0);
+    msr_train_config_t c = ckpt_test_config(2, 32, 2);
+    c.par.params_offload =
+        (msr_offload_config_t){MSR_OFFLOAD_DISK, dir, 0, MSR_OFFLOAD_IO_THREADS, 0, 0};
+    msr_dataset_t *ds;
+    msr_trainer_t *tr = ckpt_test_trainer(&c, 1, &ds);
+    msr_trainer_snap_t *snap = (msr_trainer_snap_t *)&snap;
+    MSR_CHECK_OK(msr_trainer_snap_take(tr, META, &snap));
+    MSR_CHECK_MSG(snap == NULL, "a snapshot with the parameters in a file");
+    MSR_CHECK(!msr_trainer_snap_streamed(NULL));
+    msr_trainer_snap_free(snap);
+    msr_trainer_destroy(tr);
+    msr_dataset_destroy(ds);
+}
+
+/* ---- moments in a file: the snapshot streamed by msr_trainer_snap_save ---- */
+
+/* A writer of a streamed snapshot: where it saves, the save's outcome and
+ * how often read_done came (mu, cv: for a writer thread the gate waits
+ * for); run_at_gate: the gate saves (the slowest a writer can be), and
+ * read_done scribbles over the trainer's parameters (kept: what they
+ * were, put back after the save), as an update let through at once
+ * would: a read after read_done puts the scribble in the file. */
+typedef struct streamer {
+    msr_trainer_snap_t *snap;
+    msr_ctx_t *ctx;
+    const char *dir;
+    msr_status_t st;
+    int saved, read_done, gate_calls, run_at_gate;
+    msr_trainer_t *tr;
+    float *kept;
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
+} streamer_t;
+
+static void stream_read_done(void *arg)
+{
+    streamer_t *w = arg;
+    if (w->run_at_gate && w->tr != NULL) {
+        size_t n = w->tr->model->num_params;
+        w->kept = malloc(n * sizeof(float));
+        MSR_CHECK(w->kept != NULL);
+        memcpy(w->kept, w->tr->model->params, n * sizeof(float));
+        for (size_t i = 0; i < n; i++)
+            w->tr->model->params[i] = 1e30f;
     }
+    pthread_mutex_lock(&w->mu);
+    w->read_done++;
+    pthread_cond_broadcast(&w->cv);
+    pthread_mutex_unlock(&w->mu);
+}
+
+static void stream_save(streamer_t *w)
+{
+    w->st = msr_trainer_snap_save(w->snap, w->ctx, w->dir, 3, 0, stream_read_done, w);
+    w->saved = 1;
+}
+
+static void *stream_thread(void *arg)
+{
+    stream_save(arg);
+    return NULL;
+}
+
+/* The trainer's gate: the save run here, or waited for until its last read. */
+static void stream_gate(void *arg)
+{
+    streamer_t *w = arg;
+    w->gate_calls++;
+    if (w->run_at_gate && !w->saved)
+        stream_save(w);
+    if (w->kept != NULL) {
+        memcpy(w->tr->model->params, w->kept, w->tr->model->num_params * sizeof(float));
+        free(w->kept);
+        w->kept = NULL;
+    }
+    pthread_mutex_lock(&w->mu);
+    while (w->read_done == 0)
+        pthread_cond_wait(&w->cv, &w->mu);
+    pthread_mutex_unlock(&w->mu);
+}
+
+/* Trainers a and b of c with their moments in files, trained 3 steps; a's
+ * snapshot of step 3 streamed (in its gate, or by a thread while it trains
+ * step 4) is bitwise msr_trainer_save's of b; read_done came once; a's
+ * next two steps are b's. */
+static void streamed(msr_train_config_t c, msr_offload_io_t io, int threaded, const char *what)
+{
+    msr_test_dir_make("ckpt_snap");
+    char dirs[4][512];
+    const char *names[] = {"off-a", "off-b", "whole", "streamed"};
+    for (int i = 0; i < 4; i++) {
+        snprintf(dirs[i], sizeof dirs[i], "%s/%s", msr_test_dir, names[i]);
+        MSR_CHECK(i >= 2 || mkdir(dirs[i], 0700) == 0);
+    }
+    msr_dataset_t *da, *db;
+    c.par.offload = (msr_offload_config_t){MSR_OFFLOAD_DISK, dirs[0], 0, io, 0, 0};
+    msr_trainer_t *a = ckpt_test_trainer(&c, 3, &da);
+    c.par.offload.dir = dirs[1];
+    msr_trainer_t *b = ckpt_test_trainer(&c, 3, &db);
+    msr_ctx_t *ctx = NULL;
+    MSR_CHECK_OK(msr_init(&ctx));
+    MSR_CHECK_OK(msr_trainer_save(b, META, ctx, dirs[2], 3, 0));
+    streamer_t w = {.ctx = ctx, .dir = dirs[3], .run_at_gate = !threaded, .tr = a};
+    pthread_mutex_init(&w.mu, NULL);
+    pthread_cond_init(&w.cv, NULL);
+    MSR_CHECK_OK(msr_trainer_snap_take(a, META, &w.snap));
+    MSR_CHECK_MSG(msr_trainer_snap_streamed(w.snap), "%s: the snapshot is not streamed", what);
+    void *buf = NULL;
+    size_t len = 0;
+    MSR_CHECK_STATUS(msr_trainer_snap_copy(w.snap, &buf, &len), MSR_ERR_INVALID_ARG);
+    a->state_gate = stream_gate;
+    a->state_gate_arg = &w;
+    pthread_t th;
+    if (threaded)
+        MSR_CHECK(pthread_create(&th, NULL, stream_thread, &w) == 0);
+    double la, lb;
+    MSR_CHECK_OK(msr_trainer_step(a, &la));
+    if (threaded)
+        MSR_CHECK(pthread_join(th, NULL) == 0);
+    MSR_CHECK_MSG(w.saved && w.read_done == 1 && w.gate_calls == 1,
+                  "%s: saved %d, read_done %d times, the gate %d times", what, w.saved, w.read_done,
+                  w.gate_calls);
+    MSR_CHECK_OK(w.st);
+    ckpt_test_same_file(dirs[2], dirs[3], 3, "rank-0.bin");
+    ckpt_test_same_file(dirs[2], dirs[3], 3, "MANIFEST");
+    MSR_CHECK_OK(msr_trainer_step(b, &lb));
+    for (int i = 0; i < 2; i++) {
+        MSR_CHECK_MSG(la == lb, "%s: step %d: loss %.9f, never streamed %.9f", what, 4 + i, la, lb);
+        MSR_CHECK_OK(msr_trainer_step(a, &la));
+        MSR_CHECK_OK(msr_trainer_step(b, &lb));
+    }
+    msr_trainer_snap_free(w.snap);
+    msr_finalize(ctx);
+    msr_trainer_destroy(a);
+    msr_trainer_destroy(b);
+    msr_dataset_destroy(da);
+    msr_dataset_destroy(db);
+}
+
+static void test_streamed_at_gate(void)
+{
+    streamed(ckpt_test_config(2, 32, 2), MSR_OFFLOAD_IO_THREADS, 0, "ZeRO 0 at the gate");
+}
+
+static void test_streamed_thread(void)
+{
+    msr_train_config_t c = ckpt_test_config(2, 32, 2);
+    streamed(c, MSR_OFFLOAD_IO_THREADS, 1, "ZeRO 0, a thread, pread");
+    c.par.zero = 1;
+    streamed(c, MSR_OFFLOAD_IO_DEFAULT, 1, "ZeRO 1, a thread, the default engine");
+}
+
+/* A streamed save that fails (its directory lies under a regular file)
+ * still calls read_done, once; the trainer's moments are intact (its
+ * next step is one never saved); a snapshot held in memory is refused
+ * by snap_save, read_done called all the same. */
+static void test_streamed_fails(void)
+{
+    msr_test_dir_make("ckpt_snap");
+    char off[512], file[512], bad[600];
+    snprintf(off, sizeof off, "%s/off", msr_test_dir);
+    snprintf(file, sizeof file, "%s/file", msr_test_dir);
+    snprintf(bad, sizeof bad, "%s/under", file);
+    MSR_CHECK(mkdir(off, 0700) == 0);
+    FILE *f = fopen(file, "w");
+    MSR_CHECK(f != NULL && fclose(f) == 0);
+    msr_train_config_t c = ckpt_test_config(2, 32, 2);
+    msr_dataset_t *dp, *dm;
+    msr_trainer_t *plain = ckpt_test_trainer(&c, 2, &dp);
+    c.par.offload = (msr_offload_config_t){MSR_OFFLOAD_DISK, off, 0, MSR_OFFLOAD_IO_THREADS, 0, 0};
+    msr_trainer_t *tr = ckpt_test_trainer(&c, 2, &dm);
+    msr_ctx_t *ctx = NULL;
+    MSR_CHECK_OK(msr_init(&ctx));
+    streamer_t w = {.ctx = ctx, .dir = bad};
+    pthread_mutex_init(&w.mu, NULL);
+    pthread_cond_init(&w.cv, NULL);
+    MSR_CHECK_OK(msr_trainer_snap_take(tr, META, &w.snap));
+    stream_save(&w);
+    MSR_CHECK_MSG(w.st != MSR_OK && w.read_done == 1, "a save under a file: %s, read_done %d",
+                  msr_status_str(w.st), w.read_done);
+    msr_trainer_snap_free(w.snap);
+    double lo, lp;
+    MSR_CHECK_OK(msr_trainer_step(tr, &lo));
+    MSR_CHECK_OK(msr_trainer_step(plain, &lp));
+    MSR_CHECK_MSG(lo == lp, "after a failed save: loss %.9f, without offload %.9f", lo, lp);
+    w = (streamer_t){.ctx = ctx, .dir = off};
+    pthread_mutex_init(&w.mu, NULL);
+    pthread_cond_init(&w.cv, NULL);
+    MSR_CHECK_OK(msr_trainer_snap_take(plain, META, &w.snap));
+    MSR_CHECK(w.snap != NULL && !msr_trainer_snap_streamed(w.snap));
+    stream_save(&w);
+    MSR_CHECK_STATUS(w.st, MSR_ERR_INVALID_ARG);
+    MSR_CHECK_EQ(w.read_done, 1);
+    msr_trainer_snap_free(w.snap);
+    msr_finalize(ctx);
+    msr_trainer_destroy(tr);
+    msr_trainer_destroy(plain);
+    msr_dataset_destroy(dm);
+    msr_dataset_destroy(dp);
 }
 
 static const msr_test_t tests[] = {
@@ -193,7 +380,10 @@ static const msr_test_t tests[] = {
     {"copy_at_gate_zero3", test_copy_at_gate_zero3, 30},
     {"copy_at_gate_moe", test_copy_at_gate_moe, 30},
     {"restore_gate", test_restore_gate, 30},
-    {"offloaded_declines", test_offloaded_declines, 30},
+    {"params_offloaded_declines", test_params_offloaded_declines, 30},
+    {"streamed_at_gate", test_streamed_at_gate, 60},
+    {"streamed_thread", test_streamed_thread, 60},
+    {"streamed_fails", test_streamed_fails, 60},
 };
 
 int main(int argc, char **argv)

@@ -25,37 +25,6 @@
 static const char *const META = "a streamed save";
 
 /* The bytes of file path in *buf_p (malloc'd), its length returned. */
-static size_t slurp(const char *path, unsigned char **buf_p)
-{
-    int fd = open(path, O_RDONLY | O_CLOEXEC);
-    MSR_CHECK_MSG(fd >= 0, "cannot open %s", path);
-    struct stat sb;
-    MSR_CHECK(fstat(fd, &sb) == 0);
-    unsigned char *buf = malloc((size_t)sb.st_size + 1);
-    MSR_CHECK(buf != NULL);
-    MSR_CHECK(read(fd, buf, (size_t)sb.st_size) == sb.st_size);
-    close(fd);
-    *buf_p = buf;
-    return (size_t)sb.st_size;
-}
-
-/* Whether dir a's and dir b's file name of step 3 hold the same bytes. */
-static void same_file(const char *a, const char *b, const char *name)
-{
-    char pa[512], pb[512];
-    unsigned char *x, *y;
-    snprintf(pa, sizeof pa, "%s/step-3/%s", a, name);
-    snprintf(pb, sizeof pb, "%s/step-3/%s", b, name);
-    size_t nx = slurp(pa, &x), ny = slurp(pb, &y);
-    size_t at = 0;
-    while (at < nx && at < ny && x[at] == y[at])
-        at++;
-    MSR_CHECK_MSG(nx == ny && at == nx, "%s: %zu and %zu bytes, first difference at byte %zu", name,
-                  nx, ny, at);
-    free(x);
-    free(y);
-}
-
 /* A trainer of c trained 3 steps with its offload files (when c has
  * any) under sub of the test's folder. */
 static msr_trainer_t *trained(msr_train_config_t c, int zero, int moments, int params,
@@ -98,8 +67,8 @@ static void stream_matches(int zero, int moments, int params)
     MSR_CHECK_OK(msr_ckpt_save(ctx, whole, 3, buf, len, 0));
     msr_free(buf);
     MSR_CHECK_OK(msr_trainer_save(a, META, ctx, streamed, 3, 0));
-    same_file(whole, streamed, "rank-0.bin");
-    same_file(whole, streamed, "MANIFEST");
+    ckpt_test_same_file(whole, streamed, 3, "rank-0.bin");
+    ckpt_test_same_file(whole, streamed, 3, "MANIFEST");
     int64_t step = -1;
     MSR_CHECK_OK(msr_ckpt_latest(ctx, streamed, &step));
     MSR_CHECK_EQ(step, 3);
@@ -178,7 +147,7 @@ static void test_writer(void)
             at += c;
         }
         MSR_CHECK_OK(msr_ckpt_writer_commit(w, st, 0));
-        same_file(a, b, "rank-0.bin");
+        ckpt_test_same_file(a, b, 3, "rank-0.bin");
         void *back;
         size_t blen;
         MSR_CHECK_OK(msr_ckpt_load(ctx, b, 3, &back, &blen));
