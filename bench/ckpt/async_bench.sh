@@ -17,7 +17,9 @@
 # than cores its work lands in the steps instead.
 #   bench/ckpt/async_bench.sh [NP] [RUNS] [DIR]
 #   (defaults 1, 3, a new folder under $TMPDIR)
-# MSRUN_BUILD: the build directory (default build).
+# MSRUN_BUILD: the build directory (default build). OFFLOAD=1: every run
+# with AdamW's moments in a file under DIR (--offload optimizer=disk),
+# which --ckpt-async streams from rather than copies.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 np=${1:-1}
@@ -27,11 +29,17 @@ b=${MSRUN_BUILD:-build}/bin
     { echo "build first: cmake -B build && cmake --build build" >&2; exit 2; }
 tmp=$(mktemp -d "${3:-${TMPDIR:-/tmp}}/async_bench.XXXXXX")
 trap 'rm -rf "$tmp"' EXIT
+off=()
+if [ "${OFFLOAD:-0}" = 1 ]; then
+    mkdir "$tmp/off"
+    off=(--offload "optimizer=disk:$tmp/off")
+fi
 tg() { # ARGS...: train_gpt's lines about its steps and its checkpoints
     rm -rf "$tmp/ck"
     "$b/msrun" --worker_num="$np" --local_worker_num="$np" --log_level=warn "$b/train_gpt" \
         --layers 12 --channels 448 --heads 4 --seq 64 --micro-batch 4 --steps 6 --threads 1 \
-        --zero 3 "$@" 2>&1 | grep 'checkpoints:\|ms/step' || { echo "train_gpt failed" >&2; exit 1; }
+        --zero 3 "${off[@]}" "$@" 2>&1 | grep 'checkpoints:\|ms/step' ||
+        { echo "train_gpt failed" >&2; exit 1; }
 }
 ms() { sed -n "s/.*[:,] \([0-9.]*\) ms $1.*/\1/p"; } # WHAT: train_gpt's ms of WHAT
 for ((i = 0; i < runs; i++)); do
@@ -48,7 +56,8 @@ for ((i = 0; i < runs; i++)); do
     done
 done
 med() { sort -g "$tmp/$1" | awk '{a[NR]=$1} END {print a[int((NR+1)/2)]}'; }
-printf "train_gpt, a GPT of 29.1 M parameters (349 MB of state), ZeRO 3 over %d ranks;\n" "$np"
+printf "train_gpt, a GPT of 29.1 M parameters (349 MB of state), ZeRO 3 over %d ranks%s;\n" "$np" \
+    "$([ ${#off[@]} -gt 0 ] && echo ", AdamW's moments in a file")"
 printf "6 steps saving at 2, 4 and 6; median of %d runs\n\n" "$runs"
 printf "| %-14s | %10s | %8s | %8s |\n" "" "3 saves ms" "most ms" "step ms"
 printf "|%s|%s|%s|%s|\n" "----------------" "-----------:" "---------:" "---------:"
