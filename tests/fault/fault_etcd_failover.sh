@@ -118,7 +118,20 @@ run() {
         status_of "$job" "$dir" "$kills"
         rm -f "$dir"/hold.*
     fi
-    local rc=0 p
+    # the job's end, within a deadline: a node still running after it
+    # fails the test with the nodes' logs, rather than ctest's timeout
+    # with none
+    local rc=0 p alive
+    for ((i = 0; i < 1800; i++)); do
+        alive=0
+        for p in "${PIDS[@]}"; do kill -0 "$p" 2>/dev/null && alive=1; done
+        [ $alive = 0 ] && break
+        sleep 0.1
+    done
+    if [ $alive = 1 ]; then
+        tail -n 30 "$dir"/n*.log >&2
+        fail "$job: the nodes did not end within 180 s"
+    fi
     for p in "${PIDS[@]}"; do
         if wait "$p"; then :; else
             local s=$?
