@@ -209,8 +209,9 @@ static void test_corrupt_uring(void)
 }
 
 /* A checkpoint's ranges (get and put): a range inside a chunk, one
- * across three, one ending at count and one past it; a put keeps the
- * chunk's other moments; both engines' files read back bitwise. */
+ * across three, one ending at count, an empty one and all six chunks
+ * (more than the store's slots); one past count; a put keeps the chunk's
+ * other moments; both engines' files read back bitwise. */
 static void ranges(msr_offload_io_t io)
 {
     make_dir();
@@ -225,8 +226,9 @@ static void ranges(msr_offload_io_t io)
     MSR_CHECK_OK(msr_offload_step(off, bump, &vis));
     for (size_t i = 0; i < COUNT; i++)
         change(i, 1, &m[i], &v[i]);
-    const size_t at[4][2] = {{100, 50}, {300, 2 * 512 + 10}, {COUNT - 600, 600}, {0, 0}};
-    for (int r = 0; r < 4; r++) {
+    const size_t at[5][2] = {
+        {100, 50}, {300, 2 * 512 + 10}, {COUNT - 600, 600}, {0, 0}, {0, COUNT}};
+    for (int r = 0; r < 5; r++) {
         size_t a = at[r][0], n = at[r][1];
         for (size_t i = a; i < a + n; i++)
             m[i] = 1000.0f + (float)i, v[i] = -(float)i * 0.5f;
