@@ -409,23 +409,32 @@ msr_status_t msr_dp_offload_drop(msr_dp_t *dp, int write);
 msr_status_t msr_dp_moments_get(msr_dp_t *dp, size_t moff, size_t n, float *m, float *v);
 /* A save that streams its pieces (msr_trainer_save) reads the
  * parameters' offloaded blocks from their file one at a time, never
- * holding them all: msr_dp_params_block_floats is a block's floats (the
- * buffer the caller gives, msr_dp_blk_t's buf), 0 when no block is in the
- * file (no offload, or held); msr_dp_params_spans hands the n parameters
- * at p (an owned piece's, msr_dp_owned) to fn a span at a time, in order:
- * in place, or a block's read into blk->buf (blk->k the block it holds,
- * SIZE_MAX at first: a block read once for the pieces that fall in it);
- * msr_dp_params_spans_end, after the save, reads ahead what the next
- * forward reads first. Errors: fn's, the store's (offload_params.h). */
+ * holding them all: msr_dp_params_block_floats is a block's floats, 0
+ * when no block is in the file (no offload, or held), and
+ * msr_dp_params_block_bytes the buffer the caller gives (msr_dp_blk_t's
+ * buf: aligned to MSR_OFFLOAD_ALIGN, as read_shared needs);
+ * msr_dp_params_spans hands the n parameters at p (an owned piece's,
+ * msr_dp_owned) to fn a span at a time, in order: in place, or a block's
+ * read into blk->buf (blk->k the block it holds, SIZE_MAX at first: a
+ * block read once for the pieces that fall in it). Through the store
+ * (shared 0), after which msr_dp_params_spans_end reads ahead what the
+ * next forward reads first; or, shared 1, straight from the file
+ * (msr_params_read_shared) by a thread other than the steps', after
+ * msr_dp_params_flush on theirs and before their next update writes a
+ * block (spans_end then does nothing). Errors: fn's, the store's
+ * (offload_params.h). */
 typedef msr_status_t (*msr_dp_span_fn)(void *arg, const float *p, size_t n);
 typedef struct msr_dp_blk {
     float *buf;
     size_t k;
+    int shared;
 } msr_dp_blk_t;
 size_t msr_dp_params_block_floats(const msr_dp_t *dp);
+size_t msr_dp_params_block_bytes(const msr_dp_t *dp);
+msr_status_t msr_dp_params_flush(msr_dp_t *dp);
 msr_status_t msr_dp_params_spans(msr_dp_t *dp, const float *p, size_t n, msr_dp_blk_t *blk,
                                  msr_dp_span_fn fn, void *arg);
-msr_status_t msr_dp_params_spans_end(msr_dp_t *dp);
+msr_status_t msr_dp_params_spans_end(msr_dp_t *dp, const msr_dp_blk_t *blk);
 /* The parameter offload's store (counters, file), NULL without it. */
 const msr_params_t *msr_dp_params_store(const msr_dp_t *dp);
 /* Under the parameters' offload, starts reading segment s's block (a

@@ -138,6 +138,16 @@ size_t msr_dp_params_block_floats(const msr_dp_t *dp)
     return dp->params_off != NULL && !dp->pflat ? dp->pblk_n : 0;
 }
 
+size_t msr_dp_params_block_bytes(const msr_dp_t *dp)
+{
+    return msr_dp_params_block_floats(dp) > 0 ? msr_params_slot_bytes(dp->params_off) : 0;
+}
+
+msr_status_t msr_dp_params_flush(msr_dp_t *dp)
+{
+    return dp->params_off != NULL ? msr_params_flush(dp->params_off) : MSR_OK;
+}
+
 /* Under the parameters' offload, where the blocks are in the buffer the
  * owned pieces' parameters point into (the flat buffer; ZeRO-3: the
  * shard): that buffer, its length and the blocks' [lo, hi). */
@@ -195,7 +205,9 @@ msr_status_t msr_dp_params_spans(msr_dp_t *dp, const float *p, size_t n, msr_dp_
         end = MSR_MIN(e, dp->pz_off != NULL ? dp->pz_off[k + 1] : first + dp->pblk_n);
         if (blk->k != k) {
             blk->k = SIZE_MAX;
-            if ((st = msr_params_get(dp->params_off, k, blk->buf)) != MSR_OK)
+            st = blk->shared ? msr_params_read_shared(dp->params_off, k, blk->buf)
+                             : msr_params_get(dp->params_off, k, blk->buf);
+            if (st != MSR_OK)
                 break;
             blk->k = k;
         }
@@ -205,11 +217,11 @@ msr_status_t msr_dp_params_spans(msr_dp_t *dp, const float *p, size_t n, msr_dp_
     return st;
 }
 
-msr_status_t msr_dp_params_spans_end(msr_dp_t *dp)
+msr_status_t msr_dp_params_spans_end(msr_dp_t *dp, const msr_dp_blk_t *blk)
 {
     /* ZeRO-3's next forward reads block 0 first: ahead again, as after a
-     * step (the save's reads took the one in flight) */
-    if (msr_dp_params_block_floats(dp) == 0 || dp->pz_off == NULL)
+     * step (the save's reads through the store took the one in flight) */
+    if (blk->shared || msr_dp_params_block_floats(dp) == 0 || dp->pz_off == NULL)
         return MSR_OK;
     return msr_params_prefetch(dp->params_off, 0);
 }

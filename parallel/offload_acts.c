@@ -236,6 +236,19 @@ msr_status_t msr_acts_prefetch(msr_acts_t *a, size_t k)
     return st;
 }
 
+/* The CRC check of a read of item k into buf. */
+static msr_status_t check_crc(const msr_acts_t *a, size_t k, const void *buf)
+{
+    uint32_t crc = msr_crc32(0, buf, a->slot);
+    if (crc == a->crc[k])
+        return MSR_OK;
+    return msr_err(MSR_ERR_CORRUPT,
+                   "offload: %s %zu of %s (bytes %zu..%zu) changed underneath: crc %08x, "
+                   "written with %08x",
+                   a->what, k, a->path, k * a->slot, (k + 1) * a->slot, (unsigned)crc,
+                   (unsigned)a->crc[k]);
+}
+
 msr_status_t msr_acts_fetch(msr_acts_t *a, size_t k, float **buf_p)
 {
     int s = a->failed ? -1 : find(a, BUF_READING, k);
@@ -248,14 +261,9 @@ msr_status_t msr_acts_fetch(msr_acts_t *a, size_t k, float **buf_p)
     }
     if ((st = finish(a, s)) != MSR_OK)
         return st;
-    uint32_t crc = msr_crc32(0, a->buf[s], a->slot);
-    if (crc != a->crc[k]) {
+    if ((st = check_crc(a, k, a->buf[s])) != MSR_OK) {
         a->failed = 1;
-        return msr_err(MSR_ERR_CORRUPT,
-                       "offload: %s %zu of %s (bytes %zu..%zu) changed underneath: crc "
-                       "%08x, written with %08x",
-                       a->what, k, a->path, k * a->slot, (k + 1) * a->slot, (unsigned)crc,
-                       (unsigned)a->crc[k]);
+        return st;
     }
     a->stats.fetches++;
     *buf_p = a->buf[s];
@@ -267,6 +275,38 @@ void msr_acts_put(msr_acts_t *a, float *buf)
     int s = held(a, buf);
     if (s >= 0)
         a->state[s] = BUF_FREE;
+}
+
+msr_status_t msr_acts_flush(msr_acts_t *a)
+{
+    if (a->failed)
+        return refuse_failed(a);
+    msr_status_t st = MSR_OK;
+    for (int s = 0; s < a->nbufs; s++) {
+        if (a->state[s] != BUF_WRITING)
+            continue;
+        msr_status_t fst = finish(a, s);
+        a->state[s] = BUF_FREE;
+        st = st != MSR_OK ? st : fst;
+    }
+    return st;
+}
+
+msr_status_t msr_acts_read_shared(const msr_acts_t *a, size_t k, void *buf)
+{
+    if (k >= a->count || !a->written[k])
+        return msr_err(MSR_ERR_STATE, "offload: %s %zu of %s read before it was written", a->what,
+                       k, a->path);
+    int err = 0;
+    size_t done = msr_offload_rw(a->fd, 0, buf, a->slot, (off_t)(k * a->slot), &err);
+    if (err != 0 || done != a->slot)
+        return msr_offload_io_error(a->path, 0, a->what, k, done, a->slot, err);
+    return check_crc(a, k, buf);
+}
+
+size_t msr_acts_slot_bytes(const msr_acts_t *a)
+{
+    return a->slot;
 }
 
 const char *msr_acts_path(const msr_acts_t *a)

@@ -74,6 +74,22 @@ msr_status_t msr_acts_fetch(msr_acts_t *a, size_t k, float **buf_p);
 /* Gives a held buffer back unwritten. */
 void msr_acts_put(msr_acts_t *a, float *buf);
 
+/* Waits for every write in flight (their buffers free again): after it
+ * the file holds what was spilled, until the next spill. Errors: a
+ * write's (the store failed). */
+msr_status_t msr_acts_flush(msr_acts_t *a);
+/* Activation k, read and checked as msr_acts_fetch does, into buf (the
+ * caller's: msr_acts_slot_bytes, aligned to MSR_OFFLOAD_ALIGN) without
+ * the store's buffers, engine or state: from any thread, while the
+ * store's own thread spills nothing (flushed before, no msr_acts_spill
+ * until this returns; its reads, fetches and puts may go on). A failure
+ * is this call's alone: the store goes on. Errors: MSR_ERR_STATE (k
+ * never written), MSR_ERR_IO, MSR_ERR_CORRUPT, as msr_acts_fetch. */
+msr_status_t msr_acts_read_shared(const msr_acts_t *a, size_t k, void *buf);
+/* The bytes an activation takes in the file (its size rounded up to
+ * MSR_OFFLOAD_ALIGN): a buffer msr_acts_read_shared fills. */
+size_t msr_acts_slot_bytes(const msr_acts_t *a);
+
 /* The file's path, the engine (as msr_offload_engine), the bytes the store
  * keeps resident (its buffers and CRC table), its counters. */
 const char *msr_acts_path(const msr_acts_t *a);

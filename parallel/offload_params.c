@@ -153,6 +153,23 @@ msr_status_t msr_params_release(msr_params_t *p, size_t k, float *buf, int dirty
     return st;
 }
 
+msr_status_t msr_params_flush(msr_params_t *p)
+{
+    return msr_acts_flush(p->a);
+}
+
+msr_status_t msr_params_read_shared(const msr_params_t *p, size_t k, float *buf)
+{
+    if (k >= p->count)
+        return out_of_range(p, k);
+    return msr_acts_read_shared(p->a, k, buf);
+}
+
+size_t msr_params_slot_bytes(const msr_params_t *p)
+{
+    return p->slot;
+}
+
 const char *msr_params_path(const msr_params_t *p)
 {
     return msr_acts_path(p->a);

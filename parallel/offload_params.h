@@ -84,6 +84,20 @@ msr_status_t msr_params_acquire(msr_params_t *p, size_t k, int dir, float **buf_
  * MSR_ERR_STATE (buf not held). */
 msr_status_t msr_params_release(msr_params_t *p, size_t k, float *buf, int dirty);
 
+/* For a reader on another thread (a checkpoint streamed while the steps
+ * compute, parallel/train_ckpt_save.c): flush waits for the blocks being
+ * written back (after it the file holds every block's parameters, until
+ * the next write); read_shared reads block k into buf (the caller's:
+ * msr_params_slot_bytes, aligned to MSR_OFFLOAD_ALIGN; its first n floats
+ * the parameters) and checks it, without the store's buffers or state:
+ * from any thread while the store's own thread writes no block (flushed,
+ * then no put and no dirty release until it returns), its reads going on.
+ * Errors: flush's, a write's (the store failed); read_shared's as
+ * msr_params_get's, a failure its own (the store goes on). */
+msr_status_t msr_params_flush(msr_params_t *p);
+msr_status_t msr_params_read_shared(const msr_params_t *p, size_t k, float *buf);
+size_t msr_params_slot_bytes(const msr_params_t *p);
+
 /* The file's path, the engine (as msr_offload_engine), the bytes the store
  * keeps resident (its buffers and per-block table), its counters. */
 const char *msr_params_path(const msr_params_t *p);

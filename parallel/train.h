@@ -239,18 +239,20 @@ msr_status_t msr_trainer_snapshot(msr_trainer_t *tr, const char *meta, void **bu
  * and moments must not change: the trainer calls its state_gate before it
  * writes them, and the gate waits for the copy.
  *
- * When the moments are offloaded to a file the snapshot is streamed
- * (snap_streamed): not copied but saved by snap_save (any one thread
- * while the trainer's steps compute; collective as msr_trainer_save, with
- * ctx, dir, step and keep as there), which writes the payload a piece at
- * a time as msr_trainer_save does, the moments read from their file, and
- * calls read_done(arg) once, as soon as nothing more of the trainer's
- * state is read (or on a failure before), so that the gate can open
- * then; the file's end and the save's agreement follow. No more than the
- * trainer's state at snap_take is written: the gate must wait for
- * read_done. *snap_p is NULL (take msr_trainer_snapshot) when the
- * parameters are offloaded, whose blocks the steps read through the same
- * store. Errors: snap_take's MSR_ERR_NO_MEMORY; snap_copy's:
+ * When the moments or the parameters are offloaded to a file the
+ * snapshot is streamed (snap_streamed): not copied but saved by snap_save
+ * (any one thread while the trainer's steps compute; collective as
+ * msr_trainer_save, with ctx, dir, step and keep as there), which writes
+ * the payload a piece at a time as msr_trainer_save does, the moments and
+ * the parameters' blocks read from their files (the blocks straight from
+ * the file, not through the store the steps read them with: snap_take
+ * waits for the last update's blocks to be written), and calls
+ * read_done(arg) once, as soon as nothing more of the trainer's state is
+ * read (or on a failure before), so that the gate can open then; the
+ * file's end and the save's agreement follow. No more than the trainer's
+ * state at snap_take is written: the gate must wait for read_done.
+ * Errors: snap_take's MSR_ERR_NO_MEMORY, the parameters' store's (a
+ * write of the last update that failed); snap_copy's:
  * msr_trainer_snapshot's, MSR_ERR_INVALID_ARG for a streamed one;
  * snap_save's: msr_trainer_save's, MSR_ERR_INVALID_ARG for one that is
  * not streamed. snap_free(NULL) does nothing. */

@@ -7,6 +7,7 @@
 #include "parallel/train_impl.h"
 #include "parallel/train_ckpt_impl.h"
 
+#include <stdlib.h>
 #include <string.h>
 
 #include "base/alloc.h"
@@ -113,7 +114,8 @@ static msr_status_t stream_piece(save_stream_t *s, const saved_range_t *x, uint6
 
 /* The head of l's payload (header h), its pieces, and the buffers for
  * what is offloaded: a piece's moments, the largest offloaded piece's; a
- * block. */
+ * block (read through the store, or aligned for a read of the file's
+ * from another thread: s->blk.shared). */
 static msr_status_t stream_begin(save_stream_t *s, const range_list_t *l,
                                  const msr_tckpt_range_t *r, const msr_tckpt_header_t *h)
 {
@@ -133,8 +135,13 @@ static msr_status_t stream_begin(save_stream_t *s, const range_list_t *l,
             most = MSR_MAX(most, MSR_MIN(l->s[k].r.n, (size_t)MSR_TCKPT_PIECE_MAX));
     if (st == MSR_OK && most > 0 && (s->mv = msr_malloc(2 * most * sizeof(float))) == NULL)
         st = msr_err(MSR_ERR_NO_MEMORY, "train: out of memory for a piece's moments");
-    if (st == MSR_OK && bn > 0 && (s->blk.buf = msr_malloc(bn * sizeof(float))) == NULL)
+    size_t bb = s->blk.shared ? msr_dp_params_block_bytes(s->tr->dp) : bn * sizeof(float);
+    void *b = NULL;
+    if (st == MSR_OK && bn > 0 &&
+        (s->blk.shared ? posix_memalign(&b, MSR_OFFLOAD_ALIGN, bb) != 0
+                       : (b = msr_malloc(bb)) == NULL))
         st = msr_err(MSR_ERR_NO_MEMORY, "train: out of memory for a block's parameters");
+    s->blk.buf = b;
     return st;
 }
 
@@ -142,12 +149,13 @@ static msr_status_t stream_begin(save_stream_t *s, const range_list_t *l,
  * trainer's state read as the bytes go out; done(arg) (if any) is called
  * once, when nothing more of the state is read (the pieces written, or a
  * failure before), before the chunk table is written and the save's
- * agreement. */
+ * agreement. shared: a thread other than the steps' (offloaded blocks
+ * read from their file, not through the store). */
 static msr_status_t save_run(msr_trainer_t *tr, const msr_tckpt_header_t *h, const range_list_t *l,
                              const msr_tckpt_range_t *r, msr_ctx_t *ctx, const char *dir,
-                             int64_t step, int keep, void (*done)(void *), void *arg)
+                             int64_t step, int keep, int shared, void (*done)(void *), void *arg)
 {
-    save_stream_t s = {.tr = tr, .blk = {NULL, SIZE_MAX}};
+    save_stream_t s = {.tr = tr, .blk = {NULL, SIZE_MAX, shared}};
     msr_status_t st = stream_begin(&s, l, r, h);
     if (st == MSR_OK)
         st = msr_ckpt_writer_open(ctx, dir, step, s.hl, &s.w);
@@ -156,7 +164,7 @@ static msr_status_t save_run(msr_trainer_t *tr, const msr_tckpt_header_t *h, con
         for (uint64_t at = 0; at < l->s[k].r.n && st == MSR_OK; at += MSR_TCKPT_PIECE_MAX, j++)
             st = stream_piece(&s, &l->s[k], at,
                               (size_t)MSR_MIN(l->s[k].r.n - at, (uint64_t)MSR_TCKPT_PIECE_MAX), j);
-    msr_status_t est = msr_dp_params_spans_end(tr->dp);
+    msr_status_t est = msr_dp_params_spans_end(tr->dp, &s.blk);
     if (done != NULL)
         done(arg);
     if (st == MSR_OK && j != s.n)
@@ -177,7 +185,10 @@ static msr_status_t save_run(msr_trainer_t *tr, const msr_tckpt_header_t *h, con
     msr_free(s.head);
     msr_free(s.d);
     msr_free(s.mv);
-    msr_free(s.blk.buf);
+    if (shared)
+        free(s.blk.buf);
+    else
+        msr_free(s.blk.buf);
     msr_free(s.table);
     return st != MSR_OK ? st : est;
 }
@@ -191,7 +202,7 @@ msr_status_t msr_trainer_save(msr_trainer_t *tr, const char *meta, msr_ctx_t *ct
     if (st != MSR_OK) /* its failure still joins the save's agreement */
         return msr_ckpt_save_fail(ctx, dir, step, st);
     msr_tckpt_header_t h = msr_train_ckpt_shard_header(tr, meta);
-    st = save_run(tr, &h, &l, r, ctx, dir, step, keep, NULL, NULL);
+    st = save_run(tr, &h, &l, r, ctx, dir, step, keep, 0, NULL, NULL);
     msr_free(l.s);
     msr_free(r);
     return st;
@@ -201,7 +212,7 @@ msr_status_t msr_trainer_save(msr_trainer_t *tr, const char *meta, msr_ctx_t *ct
  * (msr_trainer_snap_take) ---- */
 
 struct msr_trainer_snap {
-    msr_trainer_t *tr;    /* streamed (moments in their file): the trainer */
+    msr_trainer_t *tr;    /* streamed (moments or parameters in a file): the trainer */
     msr_tckpt_header_t h; /* h.meta: meta below */
     msr_tckpt_range_t *r; /* the pieces' places in the trainer's memory */
     uint32_t n;
@@ -212,13 +223,16 @@ struct msr_trainer_snap {
 msr_status_t msr_trainer_snap_take(msr_trainer_t *tr, const char *meta, msr_trainer_snap_t **snap_p)
 {
     *snap_p = NULL;
-    if (tr->dp->params_off != NULL) /* blocks read as they are encoded */
-        return MSR_OK;
+    /* the blocks written back by the last update on the file before
+     * another thread reads them there */
+    msr_status_t st = msr_dp_params_flush(tr->dp);
+    if (st != MSR_OK)
+        return st;
     size_t ml = strlen(meta) + 1;
     msr_trainer_snap_t *s = msr_calloc(1, sizeof *s + ml);
     if (s == NULL)
         return msr_err(MSR_ERR_NO_MEMORY, "train: out of memory for a snapshot");
-    msr_status_t st = msr_train_ckpt_shard_ranges(tr, &s->l, &s->r);
+    st = msr_train_ckpt_shard_ranges(tr, &s->l, &s->r);
     if (st != MSR_OK) {
         msr_free(s);
         return st;
@@ -226,8 +240,8 @@ msr_status_t msr_trainer_snap_take(msr_trainer_t *tr, const char *meta, msr_trai
     memcpy(s->meta, meta, ml);
     s->h = msr_train_ckpt_shard_header(tr, s->meta);
     s->n = (uint32_t)s->l.n;
-    if (s->l.offloaded) { /* moments streamed from their file as they go out */
-        s->tr = tr;
+    if (s->l.offloaded || msr_dp_params_block_floats(tr->dp) > 0) {
+        s->tr = tr; /* streamed from the files as the bytes go out */
     } else {
         msr_free(s->l.s);
         s->l.s = NULL;
@@ -245,8 +259,8 @@ msr_status_t msr_trainer_snap_copy(const msr_trainer_snap_t *snap, void **buf_p,
 {
     if (msr_trainer_snap_streamed(snap))
         return msr_err(MSR_ERR_INVALID_ARG,
-                       "train: a snapshot of moments in a file is saved (msr_trainer_snap_save), "
-                       "not copied");
+                       "train: a snapshot of moments or parameters in a file is saved "
+                       "(msr_trainer_snap_save), not copied");
     return msr_tckpt_encode_unsealed(&snap->h, snap->r, snap->n, buf_p, len_p);
 }
 
@@ -262,7 +276,7 @@ msr_status_t msr_trainer_snap_save(const msr_trainer_snap_t *snap, msr_ctx_t *ct
                     "train: a snapshot held in memory is copied (msr_trainer_snap_copy), not "
                     "saved from the trainer"));
     }
-    return save_run(snap->tr, &snap->h, &snap->l, snap->r, ctx, dir, step, keep, read_done, arg);
+    return save_run(snap->tr, &snap->h, &snap->l, snap->r, ctx, dir, step, keep, 1, read_done, arg);
 }
 
 void msr_trainer_snap_free(msr_trainer_snap_t *snap)

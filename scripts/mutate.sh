@@ -3749,9 +3749,9 @@ test: ^test_parallel_train_gpt_offload_acts$
 file: parallel/offload_acts.c
 test: ^test_parallel_train_gpt_offload_acts$
 <<<
-    if (crc != a->crc[k]) {
+    if ((st = check_crc(a, k, a->buf[s])) != MSR_OK) {
 ===
-    if (0 && crc != a->crc[k]) {
+    if (0 && (st = check_crc(a, k, a->buf[s])) != MSR_OK) {
 >>>
 
 @ offload_acts.recompute_output_stale
@@ -4229,9 +4229,29 @@ test: ^test_parallel_ckpt_snap$
 file: parallel/train_ckpt_save.c
 test: ^test_parallel_ckpt_snap$
 <<<
-    if (s->l.offloaded) { /* moments streamed from their file as they go out */
+    if (s->l.offloaded || msr_dp_params_block_floats(tr->dp) > 0) {
 ===
-    if (0) { /* moments streamed from their file as they go out */
+    if (msr_dp_params_block_floats(tr->dp) > 0) {
+>>>
+
+@ ckpt.snap.params_copied
+file: parallel/train_ckpt_save.c
+test: ^test_parallel_ckpt_snap$
+<<<
+    if (s->l.offloaded || msr_dp_params_block_floats(tr->dp) > 0) {
+===
+    if (s->l.offloaded) {
+>>>
+
+@ ckpt.snap.shared_read_unchecked
+file: parallel/offload_acts.c
+test: ^test_parallel_ckpt_snap$
+<<<
+        return msr_offload_io_error(a->path, 0, a->what, k, done, a->slot, err);
+    return check_crc(a, k, buf);
+===
+        return msr_offload_io_error(a->path, 0, a->what, k, done, a->slot, err);
+    return MSR_OK;
 >>>
 
 @ ckpt.snap.read_done_early

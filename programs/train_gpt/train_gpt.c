@@ -165,7 +165,8 @@ static const msr_opt_t specs[] = {
              "of the same model and global batch (without --global-batch: the checkpoint's)"),
     OPT_FLAG("ckpt-async", ckpt_async,
              "a thread copies the state to save while the next step computes (its update waits "
-             "for the copy; with the moments offloaded, for the thread's reads of them) and "
+             "for the copy; with the moments or the parameters offloaded, for the thread's "
+             "reads of them from their files) and "
              "writes it (the next save waits for it)"),
     /* safetensors (train_gpt_st.c, docs/checkpoint.md "safetensors names") */
     OPT_TEXT("export-safetensors", export_st,

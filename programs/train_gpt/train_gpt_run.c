@@ -129,8 +129,9 @@ static void *saver_thread(void *arg)
     uint64_t t0 = msr_now_ns();
     s->st = MSR_OK;
     if (msr_trainer_snap_streamed(s->snap)) {
-        /* moments in their file: written a piece at a time, the update
-         * waiting until the last piece is read (saver_read_done) */
+        /* moments or parameters in their files: written a piece at a
+         * time, the update waiting until the last piece is read
+         * (saver_read_done) */
         s->st =
             msr_trainer_snap_save(s->snap, s->ctx, s->dir, s->step, s->keep, saver_read_done, s);
     } else {
@@ -209,10 +210,10 @@ static int saver_start(saver_t *s, int64_t step, msr_trainer_snap_t *snap, void 
 }
 
 /* --ckpt-async on the CPU trainer: the writer copies the state, or
- * streams it with the moments offloaded, while the next step computes
- * (its update waits at saver_gate). Returns 1 when started so, 0 when the
- * step is to copy it (offloaded parameters, or no thread), -1 when taking
- * the snapshot failed (*st_p). */
+ * streams it with the moments or the parameters offloaded, while the next
+ * step computes (its update waits at saver_gate). Returns 1 when started
+ * so, 0 when the step is to copy it (no thread), -1 when taking the
+ * snapshot failed (*st_p). */
 static int save_deferred(const trainer_t *t, const char *meta, saver_t *s, uint64_t step,
                          msr_status_t *st_p)
 {
@@ -221,8 +222,6 @@ static int save_deferred(const trainer_t *t, const char *meta, saver_t *s, uint6
         return 0;
     if ((*st_p = msr_trainer_snap_take(t->cpu, meta, &snap)) != MSR_OK)
         return -1;
-    if (snap == NULL)
-        return 0;
     t->cpu->state_gate = saver_gate;
     t->cpu->state_gate_arg = s;
     if (saver_start(s, (int64_t)step, snap, NULL, 0) == 0)

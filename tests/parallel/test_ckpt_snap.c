@@ -9,7 +9,8 @@
  * in a file the snapshot is streamed: saved by msr_trainer_snap_save from
  * the trainer and the file, in the gate or by a thread while the next
  * step computes, bitwise msr_trainer_save's, read_done once, also when
- * the save fails; with the parameters in a file it declines (NULL). */
+ * the save fails; so with the parameters in a file, their blocks read
+ * from it while the steps read them through their store. */
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -20,6 +21,7 @@
 #include "base/crc32.h"
 #include "msrun/msrun.h"
 #include "parallel/ckpt.h"
+#include "parallel/offload_params.h"
 #include "parallel/train.h"
 #include "tests/parallel/ckpt_support.h"
 #include "tests/runner.h"
@@ -166,36 +168,16 @@ static void test_restore_gate(void)
     msr_dataset_destroy(ds);
 }
 
-/* Parameters in a file: no snapshot to copy or stream later (the steps
- * read the blocks through the store the save would), and nothing held. */
-static void test_params_offloaded_declines(void)
-{
-    msr_test_dir_make("ckpt_snap");
-    char dir[512];
-    snprintf(dir, sizeof dir, "%s/params", msr_test_dir);
-    MSR_CHECK(mkdir(dir, 0700) == 0);
-    msr_train_config_t c = ckpt_test_config(2, 32, 2);
-    c.par.params_offload =
-        (msr_offload_config_t){MSR_OFFLOAD_DISK, dir, 0, MSR_OFFLOAD_IO_THREADS, 0, 0};
-    msr_dataset_t *ds;
-    msr_trainer_t *tr = ckpt_test_trainer(&c, 1, &ds);
-    msr_trainer_snap_t *snap = (msr_trainer_snap_t *)&snap;
-    MSR_CHECK_OK(msr_trainer_snap_take(tr, META, &snap));
-    MSR_CHECK_MSG(snap == NULL, "a snapshot with the parameters in a file");
-    MSR_CHECK(!msr_trainer_snap_streamed(NULL));
-    msr_trainer_snap_free(snap);
-    msr_trainer_destroy(tr);
-    msr_dataset_destroy(ds);
-}
-
-/* ---- moments in a file: the snapshot streamed by msr_trainer_snap_save ---- */
+/* ---- moments or parameters in a file: the snapshot streamed by
+ * msr_trainer_snap_save ---- */
 
 /* A writer of a streamed snapshot: where it saves, the save's outcome and
  * how often read_done came (mu, cv: for a writer thread the gate waits
  * for); run_at_gate: the gate saves (the slowest a writer can be), and
- * read_done scribbles over the trainer's parameters (kept: what they
- * were, put back after the save), as an update let through at once
- * would: a read after read_done puts the scribble in the file. */
+ * read_done scribbles over the trainer's parameters, in memory and in
+ * their blocks' file (kept: what they were, put back after the save), as
+ * an update let through at once would: a read after read_done puts the
+ * scribble in the file. */
 typedef struct streamer {
     msr_trainer_snap_t *snap;
     msr_ctx_t *ctx;
@@ -203,10 +185,43 @@ typedef struct streamer {
     msr_status_t st;
     int saved, read_done, gate_calls, run_at_gate;
     msr_trainer_t *tr;
-    float *kept;
+    float *kept, *kept_blocks;
     pthread_mutex_t mu;
     pthread_cond_t cv;
 } streamer_t;
+
+/* The offloaded blocks (ZeRO 0-2: whole blocks of pblk_n) kept, and
+ * each written over with 1e30 through the store; blocks_restore puts
+ * them back. Each is read before it is written: no read ahead in flight
+ * is left to hand its old bytes back. */
+static void blocks_scribble(streamer_t *w)
+{
+    msr_dp_t *dp = w->tr->dp;
+    if (dp->params_off == NULL)
+        return;
+    size_t n = dp->pblk_n, nb = (size_t)dp->pnb;
+    w->kept_blocks = malloc(nb * n * sizeof(float));
+    float *junk = malloc(n * sizeof(float));
+    MSR_CHECK(w->kept_blocks != NULL && junk != NULL);
+    for (size_t i = 0; i < n; i++)
+        junk[i] = 1e30f;
+    for (size_t k = 0; k < nb; k++)
+        MSR_CHECK_OK(msr_params_get(dp->params_off, k, w->kept_blocks + k * n));
+    for (size_t k = 0; k < nb; k++)
+        MSR_CHECK_OK(msr_params_put(dp->params_off, k, junk));
+    free(junk);
+}
+
+static void blocks_restore(streamer_t *w)
+{
+    msr_dp_t *dp = w->tr->dp;
+    if (w->kept_blocks == NULL)
+        return;
+    for (size_t k = 0; k < (size_t)dp->pnb; k++)
+        MSR_CHECK_OK(msr_params_put(dp->params_off, k, w->kept_blocks + k * dp->pblk_n));
+    free(w->kept_blocks);
+    w->kept_blocks = NULL;
+}
 
 static void stream_read_done(void *arg)
 {
@@ -218,6 +233,7 @@ static void stream_read_done(void *arg)
         memcpy(w->kept, w->tr->model->params, n * sizeof(float));
         for (size_t i = 0; i < n; i++)
             w->tr->model->params[i] = 1e30f;
+        blocks_scribble(w);
     }
     pthread_mutex_lock(&w->mu);
     w->read_done++;
@@ -248,6 +264,7 @@ static void stream_gate(void *arg)
         memcpy(w->tr->model->params, w->kept, w->tr->model->num_params * sizeof(float));
         free(w->kept);
         w->kept = NULL;
+        blocks_restore(w);
     }
     pthread_mutex_lock(&w->mu);
     while (w->read_done == 0)
@@ -255,10 +272,20 @@ static void stream_gate(void *arg)
     pthread_mutex_unlock(&w->mu);
 }
 
-/* Trainers a and b of c with their moments in files, trained 3 steps; a's
- * snapshot of step 3 streamed (in its gate, or by a thread while it trains
- * step 4) is bitwise msr_trainer_save's of b; read_done came once; a's
- * next two steps are b's. */
+/* w, to save tr's snapshot (taken now) under dir through ctx. */
+static void streamer_take(streamer_t *w, msr_ctx_t *ctx, const char *dir, msr_trainer_t *tr)
+{
+    *w = (streamer_t){.ctx = ctx, .dir = dir};
+    pthread_mutex_init(&w->mu, NULL);
+    pthread_cond_init(&w->cv, NULL);
+    MSR_CHECK_OK(msr_trainer_snap_take(tr, META, &w->snap));
+}
+
+/* Trainers a and b of c with their moments or parameters in files (the
+ * modes c gives, io their engine), trained 3 steps; a's snapshot of step
+ * 3 streamed (in its gate, or by a thread while it trains step 4) is
+ * bitwise msr_trainer_save's of b; read_done came once; a's next two
+ * steps are b's. */
 static void streamed(msr_train_config_t c, msr_offload_io_t io, int threaded, const char *what)
 {
     msr_test_dir_make("ckpt_snap");
@@ -269,17 +296,22 @@ static void streamed(msr_train_config_t c, msr_offload_io_t io, int threaded, co
         MSR_CHECK(i >= 2 || mkdir(dirs[i], 0700) == 0);
     }
     msr_dataset_t *da, *db;
-    c.par.offload = (msr_offload_config_t){MSR_OFFLOAD_DISK, dirs[0], 0, io, 0, 0};
+    msr_offload_config_t *offs[] = {&c.par.offload, &c.par.params_offload};
+    for (int i = 0; i < 2; i++)
+        if (offs[i]->mode == MSR_OFFLOAD_DISK)
+            *offs[i] = (msr_offload_config_t){MSR_OFFLOAD_DISK, dirs[0], 0, io, 0, 0};
     msr_trainer_t *a = ckpt_test_trainer(&c, 3, &da);
-    c.par.offload.dir = dirs[1];
+    for (int i = 0; i < 2; i++)
+        if (offs[i]->mode == MSR_OFFLOAD_DISK)
+            offs[i]->dir = dirs[1];
     msr_trainer_t *b = ckpt_test_trainer(&c, 3, &db);
     msr_ctx_t *ctx = NULL;
     MSR_CHECK_OK(msr_init(&ctx));
     MSR_CHECK_OK(msr_trainer_save(b, META, ctx, dirs[2], 3, 0));
-    streamer_t w = {.ctx = ctx, .dir = dirs[3], .run_at_gate = !threaded, .tr = a};
-    pthread_mutex_init(&w.mu, NULL);
-    pthread_cond_init(&w.cv, NULL);
-    MSR_CHECK_OK(msr_trainer_snap_take(a, META, &w.snap));
+    streamer_t w;
+    streamer_take(&w, ctx, dirs[3], a);
+    w.run_at_gate = !threaded;
+    w.tr = a;
     MSR_CHECK_MSG(msr_trainer_snap_streamed(w.snap), "%s: the snapshot is not streamed", what);
     void *buf = NULL;
     size_t len = 0;
@@ -313,17 +345,41 @@ static void streamed(msr_train_config_t c, msr_offload_io_t io, int threaded, co
     msr_dataset_destroy(db);
 }
 
+static msr_train_config_t offloaded(int moments, int params, int zero)
+{
+    msr_train_config_t c = ckpt_test_config(2, 32, 2);
+    c.par.zero = zero;
+    if (moments)
+        c.par.offload.mode = MSR_OFFLOAD_DISK;
+    if (params)
+        c.par.params_offload.mode = MSR_OFFLOAD_DISK;
+    return c;
+}
+
 static void test_streamed_at_gate(void)
 {
-    streamed(ckpt_test_config(2, 32, 2), MSR_OFFLOAD_IO_THREADS, 0, "ZeRO 0 at the gate");
+    streamed(offloaded(1, 0, 0), MSR_OFFLOAD_IO_THREADS, 0, "moments, ZeRO 0 at the gate");
+    streamed(offloaded(0, 1, 0), MSR_OFFLOAD_IO_THREADS, 0, "params, ZeRO 0 at the gate");
+    streamed(offloaded(1, 1, 0), MSR_OFFLOAD_IO_DEFAULT, 0,
+             "moments and params, ZeRO 0 at the gate, the default engine");
 }
 
 static void test_streamed_thread(void)
 {
-    msr_train_config_t c = ckpt_test_config(2, 32, 2);
-    streamed(c, MSR_OFFLOAD_IO_THREADS, 1, "ZeRO 0, a thread, pread");
-    c.par.zero = 1;
-    streamed(c, MSR_OFFLOAD_IO_DEFAULT, 1, "ZeRO 1, a thread, the default engine");
+    streamed(offloaded(1, 0, 0), MSR_OFFLOAD_IO_THREADS, 1, "moments, ZeRO 0, a thread, pread");
+    streamed(offloaded(1, 0, 1), MSR_OFFLOAD_IO_DEFAULT, 1,
+             "moments, ZeRO 1, a thread, the default engine");
+}
+
+/* The blocks read from their file by the save's thread while the step's
+ * forward and backward read them through their store. */
+static void test_params_streamed_thread(void)
+{
+    streamed(offloaded(0, 1, 0), MSR_OFFLOAD_IO_THREADS, 1, "params, ZeRO 0, a thread, pread");
+    streamed(offloaded(0, 1, 3), MSR_OFFLOAD_IO_DEFAULT, 1,
+             "params, ZeRO 3, a thread, the default engine");
+    streamed(offloaded(1, 1, 1), MSR_OFFLOAD_IO_DEFAULT, 1,
+             "moments and params, ZeRO 1, a thread, the default engine");
 }
 
 /* A streamed save that fails (its directory lies under a regular file)
@@ -347,10 +403,8 @@ static void test_streamed_fails(void)
     msr_trainer_t *tr = ckpt_test_trainer(&c, 2, &dm);
     msr_ctx_t *ctx = NULL;
     MSR_CHECK_OK(msr_init(&ctx));
-    streamer_t w = {.ctx = ctx, .dir = bad};
-    pthread_mutex_init(&w.mu, NULL);
-    pthread_cond_init(&w.cv, NULL);
-    MSR_CHECK_OK(msr_trainer_snap_take(tr, META, &w.snap));
+    streamer_t w;
+    streamer_take(&w, ctx, bad, tr);
     stream_save(&w);
     MSR_CHECK_MSG(w.st != MSR_OK && w.read_done == 1, "a save under a file: %s, read_done %d",
                   msr_status_str(w.st), w.read_done);
@@ -359,10 +413,7 @@ static void test_streamed_fails(void)
     MSR_CHECK_OK(msr_trainer_step(tr, &lo));
     MSR_CHECK_OK(msr_trainer_step(plain, &lp));
     MSR_CHECK_MSG(lo == lp, "after a failed save: loss %.9f, without offload %.9f", lo, lp);
-    w = (streamer_t){.ctx = ctx, .dir = off};
-    pthread_mutex_init(&w.mu, NULL);
-    pthread_cond_init(&w.cv, NULL);
-    MSR_CHECK_OK(msr_trainer_snap_take(plain, META, &w.snap));
+    streamer_take(&w, ctx, off, plain);
     MSR_CHECK(w.snap != NULL && !msr_trainer_snap_streamed(w.snap));
     stream_save(&w);
     MSR_CHECK_STATUS(w.st, MSR_ERR_INVALID_ARG);
@@ -375,15 +426,75 @@ static void test_streamed_fails(void)
     msr_dataset_destroy(dp);
 }
 
+/* Flips the byte at offset `at` of path (a second flip puts it back). */
+static void flip_byte(const char *path, long at)
+{
+    FILE *f = fopen(path, "r+b");
+    MSR_CHECK(f != NULL);
+    MSR_CHECK(fseek(f, at, SEEK_SET) == 0);
+    int c = fgetc(f);
+    MSR_CHECK(c != EOF);
+    MSR_CHECK(fseek(f, at, SEEK_SET) == 0);
+    MSR_CHECK(fputc(c ^ 0x40, f) != EOF);
+    MSR_CHECK(fclose(f) == 0);
+}
+
+/* A parameters' block changed underneath in its file while a streamed
+ * save reads it: the save fails naming the file and the block, read_done
+ * once; the failure is the save's alone: with the byte put back, the
+ * trainer's next steps are those of one never saved. */
+static void test_params_streamed_corrupt(void)
+{
+    msr_test_dir_make("ckpt_snap");
+    char off[512], ck[512];
+    snprintf(off, sizeof off, "%s/off", msr_test_dir);
+    snprintf(ck, sizeof ck, "%s/ck", msr_test_dir);
+    MSR_CHECK(mkdir(off, 0700) == 0);
+    msr_train_config_t c = ckpt_test_config(2, 32, 2);
+    msr_dataset_t *dp, *dm;
+    msr_trainer_t *plain = ckpt_test_trainer(&c, 2, &dp);
+    c.par.params_offload =
+        (msr_offload_config_t){MSR_OFFLOAD_DISK, off, 0, MSR_OFFLOAD_IO_THREADS, 0, 0};
+    msr_trainer_t *tr = ckpt_test_trainer(&c, 2, &dm);
+    msr_ctx_t *ctx = NULL;
+    MSR_CHECK_OK(msr_init(&ctx));
+    streamer_t w;
+    streamer_take(&w, ctx, ck, tr);
+    MSR_CHECK(msr_trainer_snap_streamed(w.snap));
+    const char *path = msr_params_path(tr->dp->params_off);
+    long at = (long)msr_params_slot_bytes(tr->dp->params_off) + 8; /* in block 1 */
+    flip_byte(path, at);
+    stream_save(&w);
+    MSR_CHECK_STATUS(w.st, MSR_ERR_CORRUPT);
+    MSR_CHECK_EQ(w.read_done, 1);
+    MSR_CHECK_MSG(strstr(msr_last_error(), "block 1 of") != NULL &&
+                      strstr(msr_last_error(), path) != NULL,
+                  "the error does not name the block and the file: %s", msr_last_error());
+    msr_trainer_snap_free(w.snap);
+    flip_byte(path, at);
+    double lo, lp;
+    for (int i = 0; i < 2; i++) {
+        MSR_CHECK_OK(msr_trainer_step(tr, &lo));
+        MSR_CHECK_OK(msr_trainer_step(plain, &lp));
+        MSR_CHECK_MSG(lo == lp, "after a failed save: loss %.9f, without offload %.9f", lo, lp);
+    }
+    msr_finalize(ctx);
+    msr_trainer_destroy(tr);
+    msr_trainer_destroy(plain);
+    msr_dataset_destroy(dm);
+    msr_dataset_destroy(dp);
+}
+
 static const msr_test_t tests[] = {
     {"copy_at_gate_zero0", test_copy_at_gate_zero0, 30},
     {"copy_at_gate_zero3", test_copy_at_gate_zero3, 30},
     {"copy_at_gate_moe", test_copy_at_gate_moe, 30},
     {"restore_gate", test_restore_gate, 30},
-    {"params_offloaded_declines", test_params_offloaded_declines, 30},
     {"streamed_at_gate", test_streamed_at_gate, 60},
     {"streamed_thread", test_streamed_thread, 60},
+    {"params_streamed_thread", test_params_streamed_thread, 60},
     {"streamed_fails", test_streamed_fails, 60},
+    {"params_streamed_corrupt", test_params_streamed_corrupt, 60},
 };
 
 int main(int argc, char **argv)

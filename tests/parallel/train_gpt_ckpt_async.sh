@@ -4,7 +4,8 @@
 # losses of a run never stopped; its checkpoint resumes in another layout
 # (each piece's CRC, computed by the writer, checked); a write that fails
 # is reported (exit 1) and leaves the checkpoint before it loadable; with
-# the moments offloaded the files are bitwise a synchronous save's.
+# the moments or the parameters offloaded the files are bitwise a
+# synchronous save's.
 set -euo pipefail
 bin="$MSRUN_BUILD/bin"
 source "$(dirname "$0")/job_env.sh"
@@ -45,19 +46,26 @@ rm "$work/ck-bad/step-4"
 msrun_n 2 --steps 3 --ckpt-dir "$work/ck-bad" --resume >/dev/null 2>"$work/err" ||
     fail "resume after the failed write: $(cat "$work/err")"
 grep -q "resumed from step 2" "$work/err" || fail "step 2 not loaded: $(cat "$work/err")"
-# moments offloaded to a file (ZeRO 1): the writer streams the save from
-# the trainer and the file while the next step computes; the files are
-# bitwise those of a save made in the steps
+# moments or parameters offloaded to files: the writer streams the save
+# from the trainer and the files while the next step computes; the files
+# are bitwise those of a save made in the steps (ZeRO 3's blocks are
+# shards of the parameters, the others' whole blocks)
 mkdir "$work/off"
-for mode in sync async; do
-    flag=()
-    [[ $mode == async ]] && flag=(--ckpt-async)
-    msrun_n 2 --steps 4 --ckpt-every 2 --zero 1 --offload "optimizer=disk:$work/off" \
-        --ckpt-dir "$work/ck-off-$mode" "${flag[@]}" >/dev/null 2>"$work/err" ||
-        fail "offloaded, $mode: $(cat "$work/err")"
-done
-for f in step-2/rank-0.bin step-2/rank-1.bin step-4/rank-0.bin step-4/rank-1.bin; do
-    cmp "$work/ck-off-sync/$f" "$work/ck-off-async/$f" ||
-        fail "offloaded: $f saved in the background differs from the one saved in the step"
+cases=("1 optimizer=disk:$work/off" "0 params=disk:$work/off" "3 params=disk:$work/off"
+    "2 params=disk:$work/off,optimizer=disk:$work/off")
+for c in "${cases[@]}"; do
+    read -r zero spec <<<"$c"
+    for mode in sync async; do
+        flag=()
+        [[ $mode == async ]] && flag=(--ckpt-async)
+        rm -rf "$work/ck-off-$mode"
+        msrun_n 2 --steps 4 --ckpt-every 2 --zero "$zero" --offload "$spec" \
+            --ckpt-dir "$work/ck-off-$mode" "${flag[@]}" >/dev/null 2>"$work/err" ||
+            fail "offloaded ($spec, ZeRO $zero), $mode: $(cat "$work/err")"
+    done
+    for f in step-2/rank-0.bin step-2/rank-1.bin step-4/rank-0.bin step-4/rank-1.bin; do
+        cmp "$work/ck-off-sync/$f" "$work/ck-off-async/$f" ||
+            fail "offloaded ($spec, ZeRO $zero): $f saved in the background differs from the one saved in the step"
+    done
 done
 echo "train_gpt --ckpt-async: ok"
