@@ -17,9 +17,11 @@
 # than cores its work lands in the steps instead.
 #   bench/ckpt/async_bench.sh [NP] [RUNS] [DIR]
 #   (defaults 1, 3, a new folder under $TMPDIR)
-# MSRUN_BUILD: the build directory (default build). OFFLOAD=1: every run
-# with AdamW's moments in a file under DIR (--offload optimizer=disk),
-# which --ckpt-async streams from rather than copies.
+# MSRUN_BUILD: the build directory (default build). OFFLOAD: every run
+# with state in files under DIR, which --ckpt-async streams from rather
+# than copies: 1 or optimizer, AdamW's moments (--offload
+# optimizer=disk); params, the parameters' blocks (params=disk); all,
+# both.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 np=${1:-1}
@@ -30,10 +32,16 @@ b=${MSRUN_BUILD:-build}/bin
 tmp=$(mktemp -d "${3:-${TMPDIR:-/tmp}}/async_bench.XXXXXX")
 trap 'rm -rf "$tmp"' EXIT
 off=()
-if [ "${OFFLOAD:-0}" = 1 ]; then
-    mkdir "$tmp/off"
-    off=(--offload "optimizer=disk:$tmp/off")
-fi
+offname=
+case ${OFFLOAD:-0} in
+0) ;;
+1 | optimizer) off=(--offload "optimizer=disk:$tmp/off") offname="AdamW's moments" ;;
+params) off=(--offload "params=disk:$tmp/off") offname="the parameters' blocks" ;;
+all) off=(--offload "params=disk:$tmp/off,optimizer=disk:$tmp/off")
+    offname="the parameters' blocks and AdamW's moments" ;;
+*) echo "OFFLOAD: 0, 1, optimizer, params or all, not $OFFLOAD" >&2; exit 2 ;;
+esac
+if [ ${#off[@]} -gt 0 ]; then mkdir "$tmp/off"; fi
 tg() { # ARGS...: train_gpt's lines about its steps and its checkpoints
     rm -rf "$tmp/ck"
     "$b/msrun" --worker_num="$np" --local_worker_num="$np" --log_level=warn "$b/train_gpt" \
@@ -57,7 +65,7 @@ for ((i = 0; i < runs; i++)); do
 done
 med() { sort -g "$tmp/$1" | awk '{a[NR]=$1} END {print a[int((NR+1)/2)]}'; }
 printf "train_gpt, a GPT of 29.1 M parameters (349 MB of state), ZeRO 3 over %d ranks%s;\n" "$np" \
-    "$([ ${#off[@]} -gt 0 ] && echo ", AdamW's moments in a file")"
+    "$([ ${#off[@]} -gt 0 ] && echo ", $offname in files")"
 printf "6 steps saving at 2, 4 and 6; median of %d runs\n\n" "$runs"
 printf "| %-14s | %10s | %8s | %8s |\n" "" "3 saves ms" "most ms" "step ms"
 printf "|%s|%s|%s|%s|\n" "----------------" "-----------:" "---------:" "---------:"
