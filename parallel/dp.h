@@ -225,6 +225,11 @@ typedef struct msr_dp {
      * NULL) and a moments' chunk's gradients read back for the update */
     msr_grads_t *grads_off;
     float *gchunk;
+    /* per unit, its owned gradient's sum of squares as the step's last
+     * micro-batch put it (gsq) and the step it was for (gsq_step: gsq_now
+     * then), so that the norm reads nothing back */
+    double *gsq;
+    uint64_t *gsq_step, gsq_now;
     float **pheld;          /* [num_segs] a block segment's buffer while acquired */
     int pfirst;             /* forward's first block read ahead already */
     int pflat;              /* a checkpoint holds them in the flat buffer */
@@ -247,6 +252,7 @@ typedef struct msr_dp {
     /* the current micro-batch */
     int reduce_now;  /* this backward reduces its buckets */
     int first_micro; /* the first of the step: shards are set, not added to */
+    int last_micro;  /* the last of the step: the shards are final after it */
     int next_start;  /* the next bucket to start */
     int *visits;     /* ZeRO-3: the segments in the order acquire sees them */
     int num_visits, vi;

@@ -333,6 +333,10 @@ msr_status_t msr_dp_grads_attach(msr_dp_t *dp)
         return st;
     if ((dp->gchunk = msr_malloc(moment_chunk_elems(dp) * sizeof(float))) == NULL)
         return msr_err(MSR_ERR_NO_MEMORY, "offload: out of memory for a gradient chunk");
+    dp->gsq = msr_calloc((size_t)dp->num_units + 1, sizeof *dp->gsq);
+    dp->gsq_step = msr_calloc((size_t)dp->num_units + 1, sizeof *dp->gsq_step);
+    if (dp->gsq == NULL || dp->gsq_step == NULL)
+        return msr_err(MSR_ERR_NO_MEMORY, "offload: out of memory for the units' norms");
     dp->cfg.grads_offload.dir = NULL; /* the store keeps its path */
     MSR_INFO("offload: the gradient shard of %zu elements in %s (chunks of %zu bytes)",
              dp->shard_count, msr_grads_path(dp->grads_off), msr_grads_chunk_bytes(dp->grads_off));
@@ -343,14 +347,36 @@ void msr_dp_grads_detach(msr_dp_t *dp)
 {
     msr_grads_destroy(dp->grads_off);
     msr_free(dp->gchunk);
+    msr_free(dp->gsq);
+    msr_free(dp->gsq_step);
     dp->grads_off = NULL;
     dp->gchunk = NULL;
+    dp->gsq = NULL;
+    dp->gsq_step = NULL;
+}
+
+/* Whether the gradient norm counts unit u on this rank (the replicated
+ * ones on rank 0 alone). */
+static int norm_counts(const msr_dp_t *dp, const msr_dp_unit_t *u)
+{
+    return u->own_n > 0 && !(u->replicated && dp->rank != 0);
 }
 
 void msr_dp_grads_put(msr_dp_t *dp, const msr_dp_unit_t *u, const float *src)
 {
     /* a failure stays with the store: msr_dp_grads_sumsq reports it */
-    (void)msr_grads_put(dp->grads_off, u->shard_off, u->own_n, src, !dp->first_micro);
+    if (!dp->last_micro || !norm_counts(dp, u)) {
+        (void)msr_grads_put(dp->grads_off, u->shard_off, u->own_n, src, !dp->first_micro);
+        return;
+    }
+    /* the step's last: the unit's norm from the sums as they are put */
+    double lanes[MSR_SUMSQ_LANES] = {0};
+    size_t k = (size_t)(u - dp->units);
+    if (msr_grads_put_sumsq(dp->grads_off, u->shard_off, u->own_n, src, !dp->first_micro, lanes) ==
+        MSR_OK) {
+        dp->gsq[k] = msr_sumsq_fold(lanes);
+        dp->gsq_step[k] = dp->gsq_now;
+    }
 }
 
 msr_status_t msr_dp_grads_sumsq(msr_dp_t *dp, double *sumsq_p)
@@ -363,8 +389,12 @@ msr_status_t msr_dp_grads_sumsq(msr_dp_t *dp, double *sumsq_p)
     double sum = *sumsq_p;
     for (int k = 0; k < dp->num_units && st == MSR_OK; k++) {
         const msr_dp_unit_t *u = &dp->units[k];
-        if (u->own_n == 0 || (u->replicated && dp->rank != 0))
+        if (!norm_counts(dp, u))
             continue;
+        if (dp->gsq_step[k] == dp->gsq_now && dp->gsq_now != 0) { /* as it was put */
+            sum += dp->gsq[k];
+            continue;
+        }
         /* msr_sumsq's order over the whole unit, a chunk at a time */
         double lanes[MSR_SUMSQ_LANES] = {0};
         for (size_t at = 0; at < u->own_n && st == MSR_OK; at += per) {

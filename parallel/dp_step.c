@@ -17,6 +17,8 @@
 msr_status_t msr_dp_micro_begin(msr_dp_t *dp, int first, int last)
 {
     dp->first_micro = first;
+    dp->last_micro = last;
+    dp->gsq_now += first != 0;
     dp->reduce_now = dp->cfg.zero >= 2 || last;
     dp->next_start = 0;
     dp->vi = 0;
@@ -135,7 +137,8 @@ msr_status_t msr_dp_allgather_flat(msr_dp_t *dp, float *arr)
 msr_status_t msr_dp_reduce_all(msr_dp_t *dp)
 {
     dp->reduce_now = 1;
-    dp->first_micro = 1;
+    dp->first_micro = dp->last_micro = 1;
+    dp->gsq_now++;
     dp->next_start = 0;
     for (int b = 0; b < dp->num_buckets; b++)
         dp->buckets[b].started = dp->buckets[b].finished = 0;

@@ -160,6 +160,12 @@ static msr_status_t range_check(const msr_grads_t *g, size_t off, size_t n)
 
 msr_status_t msr_grads_put(msr_grads_t *g, size_t off, size_t n, const float *src, int add)
 {
+    return msr_grads_put_sumsq(g, off, n, src, add, NULL);
+}
+
+msr_status_t msr_grads_put_sumsq(msr_grads_t *g, size_t off, size_t n, const float *src, int add,
+                                 double lanes[MSR_SUMSQ_LANES])
+{
     msr_status_t st = range_check(g, off, n);
     for (size_t at = off; at < off + n && st == MSR_OK;) {
         size_t k = at / g->per, in = at - k * g->per;
@@ -175,6 +181,8 @@ msr_status_t msr_grads_put(msr_grads_t *g, size_t off, size_t n, const float *sr
         } else {
             memcpy(dst, s, c * sizeof(float));
         }
+        if (lanes != NULL)
+            msr_sumsq_add(lanes, dst, c, at - off);
         g->dirty = 1;
         at += c;
     }

@@ -27,6 +27,7 @@
 
 #include <stddef.h>
 
+#include "model/adamw.h"
 #include "msrun/base.h"
 #include "parallel/offload.h"
 
@@ -50,6 +51,13 @@ void msr_grads_destroy(msr_grads_t *g);
  * Errors: MSR_ERR_INVALID_ARG (past count), MSR_ERR_CORRUPT, MSR_ERR_IO
  * (each naming the file and the chunk), the first error again after one. */
 msr_status_t msr_grads_put(msr_grads_t *g, size_t off, size_t n, const float *src, int add);
+/* msr_grads_put that also adds the elements' values as they are left
+ * (set, or the sums) into lanes, as msr_sumsq_add(lanes, x, n, 0) over
+ * them would (model/adamw.h): a step's last micro-batch gives the
+ * gradient norm's sum of squares as it puts, with no pass that reads
+ * the shard back for it. */
+msr_status_t msr_grads_put_sumsq(msr_grads_t *g, size_t off, size_t n, const float *src, int add,
+                                 double lanes[MSR_SUMSQ_LANES]);
 /* Elements [off, off + n) into dst. Errors: as msr_grads_put. */
 msr_status_t msr_grads_get(msr_grads_t *g, size_t off, size_t n, float *dst);
 /* Writes the chunk in memory if it changed. Errors: as msr_grads_put. */

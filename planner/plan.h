@@ -306,8 +306,10 @@ uint64_t msr_plan_offload_grads_bytes(uint64_t count, size_t chunk);
  * one chunk, the chunk written once (it stays in its buffer). With more,
  * each chunk written once per micro-batch, and read back before each
  * micro-batch's puts (a chunk the buckets fill in pieces is, the first
- * micro-batch's too), by the norm and by the update: the most it reads (a
- * chunk still in the buffer is not read again: up to one less a pass). */
+ * micro-batch's too) and by the update (the norm's sum of squares comes
+ * from the last micro-batch's puts: parallel/dp_offload.c): the most it
+ * reads (a chunk still in the buffer is not read again: up to one less
+ * a pass). */
 void msr_plan_offload_grads_io(uint64_t count, size_t chunk, int micros, uint64_t *write_p,
                                uint64_t *read_p);
 

@@ -406,7 +406,7 @@ static void stage_dp(const msr_plan_model_t *m, const msr_plan_layout_t *lp,
  * block's read, then the longer of a block's compute and a block's I/O,
  * beside the other offloads' I/O in the same pass. The gradient shard's
  * chunks are written and read back on the trainer's thread, in the
- * buckets' hooks, the norm and the update alike: nothing hides them. */
+ * buckets' hooks and the update alike: nothing hides them. */
 static void stage_offload(const msr_plan_model_t *m, const msr_plan_layout_t *l,
                           msr_plan_precision_t prec, const msr_plan_cluster_t *c,
                           const msr_plan_pieces_t *p, int s, double optim, double *io_p,

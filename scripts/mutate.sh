@@ -1746,13 +1746,31 @@ test: ^test_parallel_plan_report_offload$|^test_parallel_plan_offload_io$
     return g + (chunks + 1) * sizeof(uint32_t) +
 >>>
 
-@ plan.offload.grads_norm_reads_free
+@ offload_grads.norm_of_the_increment
+file: parallel/offload_grads.c
+test: ^test_parallel_offload_grads$|^test_parallel_train_gpt_offload_grads$
+<<<
+            msr_sumsq_add(lanes, dst, c, at - off);
+===
+            msr_sumsq_add(lanes, s, c, at - off);
+>>>
+
+@ offload_grads.norm_at_the_first_micro
+file: parallel/dp_offload.c
+test: ^test_parallel_train_gpt_offload_grads$
+<<<
+    if (!dp->last_micro || !norm_counts(dp, u)) {
+===
+    if (!dp->first_micro || !norm_counts(dp, u)) {
+>>>
+
+@ plan.offload.grads_update_reads_free
 file: planner/plan_mem.c
 test: ^test_parallel_plan_offload_io$
 <<<
-    *read_p = chunks <= 1 ? 0 : (m + 2) * chunks * g;
-===
     *read_p = chunks <= 1 ? 0 : (m + 1) * chunks * g;
+===
+    *read_p = chunks <= 1 ? 0 : m * chunks * g;
 >>>
 
 @ plan.offload.grads_io_hidden

@@ -47,7 +47,9 @@ static void check_all(msr_grads_t *g, const float *want)
 
 /* Ranges set from the end down, as buckets finish (bounds inside chunks),
  * then added, as a later micro-batch's: bitwise the sums in memory, read
- * whole and in pieces that cross the chunks. */
+ * whole and in pieces that cross the chunks; each range's sum of squares
+ * as it is set and as it is added (msr_grads_put_sumsq) is msr_sumsq's
+ * over the values it leaves. */
 static void test_set_add(void)
 {
     msr_test_dir_make("offload_grads");
@@ -65,7 +67,18 @@ static void test_set_add(void)
         }
         for (size_t c = 0; c + 1 < sizeof cuts / sizeof cuts[0]; c++) {
             size_t lo = cuts[c + 1], n = cuts[c] - lo;
-            MSR_CHECK_OK(msr_grads_put(g, lo, n, src + lo, version > 0));
+            if (version == 1) {
+                MSR_CHECK_OK(msr_grads_put(g, lo, n, src + lo, 1));
+                continue;
+            }
+            /* set or added, the range's sum of squares as it is put:
+             * msr_sumsq's bits over the values it leaves */
+            double lanes[MSR_SUMSQ_LANES] = {0};
+            MSR_CHECK_OK(msr_grads_put_sumsq(g, lo, n, src + lo, version > 0, lanes));
+            double got = msr_sumsq_fold(lanes), ref = msr_sumsq(want + lo, n);
+            MSR_CHECK_MSG(memcmp(&got, &ref, sizeof got) == 0,
+                          "version %d, [%zu, %zu): sum of squares %.17g, want %.17g", version, lo,
+                          lo + n, got, ref);
         }
         MSR_CHECK_OK(msr_grads_flush(g));
         check_all(g, want);

@@ -109,20 +109,22 @@ static void proc_io(long long *r_p, long long *w_p)
 
 /* A step of a real gradient store as the runtime drives it: each
  * micro-batch's puts in pieces of `piece` floats in shard order (set by
- * the first, added by the next), the flush, then the norm's and the
- * update's reads in pieces of a moments' chunk of e floats. */
+ * the first, added by the next; the last one's sum of squares taken as
+ * it puts, for the norm), the flush, then the update's reads in pieces
+ * of a moments' chunk of e floats. */
 static msr_status_t grads_step(msr_grads_t *g, size_t n, size_t piece, size_t e, int micros,
                                float *buf)
 {
     msr_status_t st = MSR_OK;
-    for (int mb = 0; mb < micros; mb++)
+    double lanes[MSR_SUMSQ_LANES] = {0};
+    for (int mb = 0; mb < micros; mb++) /* the last one's puts give the norm */
         for (size_t at = 0; at < n && st == MSR_OK; at += piece)
-            st = msr_grads_put(g, at, n - at < piece ? n - at : piece, buf, mb > 0);
+            st = msr_grads_put_sumsq(g, at, n - at < piece ? n - at : piece, buf, mb > 0,
+                                     mb == micros - 1 ? lanes : NULL);
     if (st == MSR_OK)
         st = msr_grads_flush(g);
-    for (int pass = 0; pass < 2; pass++)
-        for (size_t at = 0; at < n && st == MSR_OK; at += e)
-            st = msr_grads_get(g, at, n - at < e ? n - at : e, buf);
+    for (size_t at = 0; at < n && st == MSR_OK; at += e) /* the update */
+        st = msr_grads_get(g, at, n - at < e ? n - at : e, buf);
     return st;
 }
 
@@ -130,8 +132,8 @@ static msr_status_t grads_step(msr_grads_t *g, size_t n, size_t piece, size_t e,
  * from the moments' as the runtime asks, a CRC and a flag per chunk, and
  * a moments' chunk of floats) are the planner's to the byte, on both
  * sides of the one-chunk bound; a steady step writes what the planner
- * says and reads at most that, by at most the two chunks the norm and
- * the update find in the buffer. */
+ * says and reads at most that, by at most two chunks (found in the
+ * buffer, not read). */
 static void test_grads_real(void)
 {
     static const size_t counts[] = {1, 1023, 1024, 1025, 2049, 30720, 30721, 70001};
