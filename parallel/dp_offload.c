@@ -338,8 +338,9 @@ msr_status_t msr_dp_grads_attach(msr_dp_t *dp)
     if (dp->gsq == NULL || dp->gsq_step == NULL)
         return msr_err(MSR_ERR_NO_MEMORY, "offload: out of memory for the units' norms");
     dp->cfg.grads_offload.dir = NULL; /* the store keeps its path */
-    MSR_INFO("offload: the gradient shard of %zu elements in %s (chunks of %zu bytes)",
-             dp->shard_count, msr_grads_path(dp->grads_off), msr_grads_chunk_bytes(dp->grads_off));
+    MSR_INFO("offload: the gradient shard of %zu elements in %s (chunks of %zu bytes, %s)",
+             dp->shard_count, msr_grads_path(dp->grads_off), msr_grads_chunk_bytes(dp->grads_off),
+             msr_grads_engine(dp->grads_off));
     return MSR_OK;
 }
 

@@ -123,7 +123,7 @@ enum {
     /* the blocks' parameters through 3 buffers of one block and a CRC and
      * a flag per block (parallel/offload_params.h): ZeRO 0, the whole model */
     MSR_PLAN_OFFLOAD_PARAMS = 4,
-    /* the gradient shard of ZeRO 2-3 through one chunk buffer, a moments'
+    /* the gradient shard of ZeRO 2-3 through three chunk buffers, a moments'
      * chunk of floats and a CRC and a flag per chunk
      * (parallel/offload_grads.h): beside the optimizer's, data parallel
      * alone */
@@ -295,14 +295,15 @@ uint64_t msr_plan_offload_acts_bytes(uint64_t x, uint64_t inputs);
 uint64_t msr_plan_offload_params_bytes(uint64_t b, uint64_t blocks);
 /* What the gradients' offload keeps resident for a shard of count
  * elements whose moments' chunk is asked as chunk bytes (0: 4 MiB):
- * its chunk (the moments' chunk as sized for count, at most the shard's
- * bytes rounded up to 4096), a CRC and a flag per chunk and one more, and
+ * three buffers of its chunk (the moments' chunk as sized for count, at
+ * most the shard's bytes rounded up to 4096: the one in use, one written
+ * behind, one read ahead), a CRC and a flag per chunk and one more, and
  * a moments' chunk of floats (parallel/dp_offload.c
  * msr_dp_grads_resident). */
 uint64_t msr_plan_offload_grads_bytes(uint64_t count, size_t chunk);
 /* The bytes the gradients' offload writes (*write_p) and reads (*read_p)
- * a step for such a shard over `micros` micro-batches (the I/O is
- * synchronous, on the trainer's thread: parallel/offload_grads.h). With
+ * a step for such a shard over `micros` micro-batches (the I/O is the
+ * trainer's, behind and ahead of it: parallel/offload_grads.h). With
  * one chunk, the chunk written once (it stays in its buffer). With more,
  * each chunk written once per micro-batch, and read back before each
  * micro-batch's puts (a chunk the buckets fill in pieces is, the first

@@ -138,7 +138,7 @@ uint64_t msr_plan_offload_grads_bytes(uint64_t count, size_t chunk)
 {
     uint64_t g = grads_chunk(count, chunk);
     uint64_t chunks = msr_plan_ceil_div(count, g / MSR_PLAN_F32);
-    return g + (chunks + 1) * (sizeof(uint32_t) + 1) +
+    return 3 * g + (chunks + 1) * (sizeof(uint32_t) + 1) +
            optim_chunk(count, chunk) / (2 * MSR_PLAN_F32) * MSR_PLAN_F32;
 }
 

@@ -126,7 +126,8 @@ int64_t msr_plan_search_offload(const msr_plan_model_t *m, msr_plan_precision_t 
      * last the gradient shard beside those two and then all three: it is
      * at most the parameters' bytes (4S against 4P at ZeRO 2, a share
      * each at ZeRO 3), only ZeRO 2-3 under data parallel alone have it,
-     * and its I/O is synchronous (nothing hides it) */
+     * and its I/O is priced whole in the step (behind and ahead of the
+     * trainer, not credited) */
     enum { O = MSR_PLAN_OFFLOAD_OPTIM, A = MSR_PLAN_OFFLOAD_ACTS, P = MSR_PLAN_OFFLOAD_PARAMS };
     static const int modes[7] = {O,
                                  A,

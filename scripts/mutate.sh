@@ -1741,9 +1741,50 @@ test: ^test_parallel_plan_report_offload$|^test_parallel_plan_offload_io$
 file: planner/plan_mem.c
 test: ^test_parallel_plan_report_offload$|^test_parallel_plan_offload_io$
 <<<
-    return g + (chunks + 1) * (sizeof(uint32_t) + 1) +
+    return 3 * g + (chunks + 1) * (sizeof(uint32_t) + 1) +
 ===
-    return g + (chunks + 1) * sizeof(uint32_t) +
+    return 3 * g + (chunks + 1) * sizeof(uint32_t) +
+>>>
+
+@ offload_grads.ahead_unchecked
+file: parallel/offload_grads.c
+test: ^test_parallel_offload_grads$
+<<<
+        if ((st = slot_wait(g, SLOT_AHEAD, k)) == MSR_OK && !fill)
+            st = crc_check(g, k, g->buf[b]);
+===
+        if ((st = slot_wait(g, SLOT_AHEAD, k)) == MSR_OK && fill)
+            st = crc_check(g, k, g->buf[b]);
+>>>
+
+@ offload_grads.read_before_its_write
+file: parallel/offload_grads.c
+test: ^test_parallel_offload_grads$
+<<<
+            if (g->behind_b >= 0 && g->behind_k == k)
+                st = behind_end(g);
+===
+            if (0 && g->behind_b >= 0 && g->behind_k == k)
+                st = behind_end(g);
+>>>
+
+@ offload_grads.ahead_of_its_write
+file: parallel/offload_grads.c
+test: ^test_parallel_offload_grads$
+<<<
+    if (j >= g->nchunks || !g->written[j] || g->ahead_b >= 0 ||
+        (g->behind_b >= 0 && g->behind_k == j))
+===
+    if (j >= g->nchunks || !g->written[j] || g->ahead_b >= 0)
+>>>
+
+@ offload_grads.ahead_always_up
+file: parallel/offload_grads.c
+test: ^test_parallel_offload_grads$
+<<<
+        ahead_start(g, g->prev == k + 1 ? k - 1 : k + 1);
+===
+        ahead_start(g, k + 1);
 >>>
 
 @ offload_grads.norm_of_the_increment

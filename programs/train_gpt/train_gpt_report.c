@@ -96,6 +96,16 @@ void train_gpt_report(const msr_trainer_t *tr, const job_t *job)
                     job->rank, (unsigned long long)ps->restore_peak,
                     msr_dp_params_block_floats(tr->dp) * sizeof(float));
     }
+    if (tr->dp->grads_off != NULL) {
+        const msr_grads_stats_t *gs = msr_grads_stats(tr->dp->grads_off);
+        fprintf(stderr,
+                "train_gpt: rank %d gradient offload: %llu chunks written, %llu read back (%llu "
+                "read ahead, %llu when wanted); %zu bytes resident (%s, %s)\n",
+                job->rank, (unsigned long long)gs->writes, (unsigned long long)gs->reads,
+                (unsigned long long)gs->ahead, (unsigned long long)gs->misses,
+                msr_grads_resident(tr->dp->grads_off), msr_grads_path(tr->dp->grads_off),
+                msr_grads_engine(tr->dp->grads_off));
+    }
     if (tr->model->moe != NULL) {
         msr_train_expert_bytes_t eb = msr_trainer_expert_bytes(tr);
         fprintf(stderr,

@@ -1,5 +1,7 @@
 /* The gradient offload's store (parallel/offload_grads.h): ranges set and
- * added across chunk bounds and read back bitwise, a chunk never written
+ * added across chunk bounds and read back bitwise, the next chunk read
+ * ahead and the last written behind, at random places bitwise what
+ * memory gives, a chunk never written
  * read as zeros, a chunk changed underneath and a short read named with
  * the file and the chunk, the file size limit reached, the first error
  * given again after it, the bounds of ranges and chunk sizes, the file's
@@ -15,6 +17,7 @@
 #include <unistd.h>
 
 #include "base/err.h"
+#include "base/status.h"
 #include "parallel/offload_grads.h"
 #include "tests/runner.h"
 #include "tests/tmp_dir.h"
@@ -89,8 +92,81 @@ static void test_set_add(void)
         MSR_CHECK_OK(msr_grads_get(g, at, n, piece));
         MSR_CHECK(memcmp(piece, want + at, n * sizeof(float)) == 0);
     }
-    /* what it keeps: one chunk and a CRC per chunk, not the shard */
-    MSR_CHECK(msr_grads_resident(g) < (size_t)N * sizeof(float) / 2);
+    /* what it keeps: three chunks (in use, behind, ahead) and a CRC and a
+     * flag per chunk and one more, not the shard */
+    MSR_CHECK_EQ(msr_grads_resident(g), 3 * (size_t)MSR_OFFLOAD_CHUNK_MIN + 6 * 5);
+    msr_grads_destroy(g);
+}
+
+/* Reads ahead the way a pass goes: a get over every chunk in order reads
+ * the first when wanted and the others ahead, a put that adds from the
+ * end down likewise; a put that sets whole chunks reads nothing. Then a
+ * thousand calls at random places (sets, adds, gets, flushes; the
+ * direction turning, a chunk read right after its write behind started,
+ * read ahead and then set whole) give bitwise what the same calls give
+ * in memory. */
+static void test_ahead_and_behind(void)
+{
+    msr_test_dir_make("offload_grads");
+    msr_offload_config_t cfg = config();
+    msr_grads_t *g;
+    MSR_CHECK_OK(msr_grads_create(&cfg, N, &g));
+    static float want[N], src[N], got[N];
+    for (size_t i = 0; i < N; i++)
+        want[i] = src[i] = value(i, 0);
+    MSR_CHECK_OK(msr_grads_put(g, 0, N, src, 0));
+    MSR_CHECK_OK(msr_grads_flush(g));
+    const msr_grads_stats_t *s = msr_grads_stats(g);
+    MSR_CHECK_MSG(s->reads == 0 && s->writes == 5, "setting whole chunks: %llu read, %llu written",
+                  (unsigned long long)s->reads, (unsigned long long)s->writes);
+    for (size_t at = 0; at < N; at += PER / 2) /* two gets a chunk, as the update's */
+        MSR_CHECK_OK(msr_grads_get(g, at, MSR_MIN((size_t)PER / 2, N - at), got + at));
+    MSR_CHECK(memcmp(got, want, sizeof got) == 0);
+    /* the first chunk wanted at once: a pass that starts where the last
+     * left off (chunk 4) goes up, from chunk 1 on read ahead */
+    MSR_CHECK_MSG(s->reads == 5 && s->ahead == 4 && s->misses == 1,
+                  "a get in order: %llu read, %llu ahead, %llu when wanted",
+                  (unsigned long long)s->reads, (unsigned long long)s->ahead,
+                  (unsigned long long)s->misses);
+    for (size_t c = 5; c-- > 0;) { /* added from the end down, a chunk at a time */
+        size_t lo = c * PER, n = MSR_MIN((size_t)PER, N - lo);
+        MSR_CHECK_OK(msr_grads_put(g, lo, n, src + lo, 1));
+        for (size_t i = lo; i < lo + n; i++)
+            want[i] += src[i];
+    }
+    /* chunk 4 still in use; chunk 3 wanted at once, the pass going down
+     * from it: 2, 1 and 0 ahead */
+    MSR_CHECK_MSG(s->reads == 9 && s->ahead == 7 && s->misses == 2,
+                  "an add from the end down: %llu read, %llu ahead, %llu when wanted",
+                  (unsigned long long)s->reads, (unsigned long long)s->ahead,
+                  (unsigned long long)s->misses);
+    uint64_t x = 88172645463325252ull;
+    for (int op = 0; op < 1000; op++) {
+        x ^= x << 13, x ^= x >> 7, x ^= x << 17;
+        size_t lo = (size_t)(x % N), n = 1 + (size_t)((x >> 20) % (2 * PER));
+        n = MSR_MIN(n, N - lo);
+        int kind = (int)((x >> 40) % 5);
+        if (kind == 4 && (x >> 50) % 2 == 0) { /* a whole chunk set */
+            lo = lo / PER * PER;
+            n = MSR_MIN((size_t)PER, N - lo);
+            kind = 0;
+        }
+        if (kind == 0 || kind == 1) {
+            for (size_t i = lo; i < lo + n; i++) {
+                src[i] = value(i, op + 1);
+                want[i] = kind == 0 ? src[i] : want[i] + src[i];
+            }
+            MSR_CHECK_OK(msr_grads_put(g, lo, n, src + lo, kind));
+        } else if (kind == 4) {
+            MSR_CHECK_OK(msr_grads_flush(g));
+        } else {
+            MSR_CHECK_OK(msr_grads_get(g, lo, n, got));
+            MSR_CHECK_MSG(memcmp(got, want + lo, n * sizeof(float)) == 0,
+                          "call %d: [%zu, %zu) read back differs", op, lo, lo + n);
+        }
+    }
+    MSR_CHECK_OK(msr_grads_flush(g));
+    check_all(g, want);
     msr_grads_destroy(g);
 }
 
@@ -147,8 +223,9 @@ static void test_short_read(void)
 }
 
 /* The file size limit (RLIMIT_FSIZE, no root needed) reached by the write
- * of chunk 3 (when chunk 4 is reached): a clear error naming it; at
- * exactly the limit every chunk fits. */
+ * of chunk 3 (behind, from when chunk 4 is reached): a clear error naming
+ * it, also for a read of chunk 3 that waits for that write; at exactly
+ * the limit every chunk fits. */
 static void test_file_size_limit(void)
 {
     msr_test_dir_make("offload_grads");
@@ -163,10 +240,35 @@ static void test_file_size_limit(void)
     MSR_CHECK_OK(msr_grads_flush(g));
     msr_grads_destroy(g);
     MSR_CHECK_OK(msr_grads_create(&cfg, N, &g));
-    MSR_CHECK_STATUS(msr_grads_put(g, 0, N, src, 0), MSR_ERR_IO);
+    /* chunk 3 is written behind when chunk 4 is reached: the flush that
+     * waits for it meets the failure */
+    msr_status_t st = msr_grads_put(g, 0, N, src, 0);
+    MSR_CHECK_STATUS(st == MSR_OK ? msr_grads_flush(g) : st, MSR_ERR_IO);
     MSR_CHECK_MSG(strstr(msr_err_msg(), "writing gradient chunk 3 of") != NULL &&
                       strstr(msr_err_msg(), strerror(EFBIG)) != NULL,
                   "%s", msr_err_msg());
+    msr_grads_destroy(g);
+    /* chunk 3 read back while its write behind is the one in flight: the
+     * read waits for the write, whose failure it reports (a read started
+     * first would find the file short of it) */
+    MSR_CHECK_OK(msr_grads_create(&cfg, N, &g));
+    float one;
+    MSR_CHECK_OK(msr_grads_put(g, 3 * PER, PER, src, 0));
+    MSR_CHECK_OK(msr_grads_get(g, 4 * PER, 1, &one)); /* chunk 3 left: written behind */
+    MSR_CHECK_STATUS(msr_grads_get(g, 3 * PER, 1, &one), MSR_ERR_IO);
+    MSR_CHECK_MSG(strstr(msr_err_msg(), "writing gradient chunk 3 of") != NULL &&
+                      strstr(msr_err_msg(), strerror(EFBIG)) != NULL,
+                  "%s", msr_err_msg());
+    msr_grads_destroy(g);
+    /* nor read ahead: chunk 3 written behind, then chunks 5 and 4 got
+     * (never written: no reads), the pass going down from 4 toward 3 */
+    MSR_CHECK_OK(msr_grads_create(&cfg, 7 * PER, &g));
+    MSR_CHECK_OK(msr_grads_put(g, 3 * PER, PER, src, 0));
+    MSR_CHECK_OK(msr_grads_get(g, 5 * PER, 1, &one));
+    MSR_CHECK_OK(msr_grads_get(g, 4 * PER, 1, &one));
+    MSR_CHECK_STATUS(msr_grads_get(g, 3 * PER, 1, &one), MSR_ERR_IO);
+    MSR_CHECK_MSG(strstr(msr_err_msg(), "writing gradient chunk 3 of") != NULL, "%s",
+                  msr_err_msg());
     msr_grads_destroy(g);
     char cmd[300];
     snprintf(cmd, sizeof cmd, "test -z \"$(ls -A '%s')\"", msr_test_dir);
@@ -235,9 +337,13 @@ static void test_mode_and_removal(void)
 }
 
 static const msr_test_t tests[] = {
-    {"set_add", test_set_add, 30},       {"corrupt", test_corrupt, 30},
-    {"short_read", test_short_read, 30}, {"file_size_limit", test_file_size_limit, 30},
-    {"bounds", test_bounds, 30},         {"mode_and_removal", test_mode_and_removal, 30},
+    {"set_add", test_set_add, 30},
+    {"corrupt", test_corrupt, 30},
+    {"short_read", test_short_read, 30},
+    {"file_size_limit", test_file_size_limit, 30},
+    {"bounds", test_bounds, 30},
+    {"mode_and_removal", test_mode_and_removal, 30},
+    {"ahead_and_behind", test_ahead_and_behind, 30},
 };
 
 int main(int argc, char **argv)
