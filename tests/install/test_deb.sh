@@ -10,7 +10,9 @@
 # directory (usr/lib/<arch>); neither depends on CUDA or NCCL (libmsrun
 # loads them with dlopen when a device communicator is asked for). Nothing
 # is installed (no root): the packages are listed and unpacked.
-# Skipped (77) where cpack or dpkg-deb is missing.
+# Skipped (77) where cpack or dpkg-deb is missing, and where the build
+# tree is older than its sources (cpack would build it under the tests
+# running beside this one).
 here=$(cd "$(dirname "$0")" && pwd)
 . "$here/../integration/lib.sh"
 SRC=${MSRUN_SOURCE:?MSRUN_SOURCE must point at the source directory}
@@ -31,6 +33,21 @@ if [ -n "$arch" ] && [ "$LIB" != "lib/$arch" ]; then
         "multiarch default: cmake -UCMAKE_INSTALL_LIBDIR BUILD)"
 fi
 
+# cpack first builds the tree's preinstall target, which builds every
+# target out of date: beside the other tests (ctest -j) that would relink
+# the programs they are running. A tree older than its sources is left
+# alone, and the test skipped, saying so.
+gen=$(sed -n 's/^CMAKE_GENERATOR:INTERNAL=//p' "$BUILD/CMakeCache.txt")
+stale=0
+case $gen in
+"Unix Makefiles") make -C "$BUILD" -n all 2>/dev/null | grep -qE "Building |Linking " && stale=1 ;;
+Ninja) ninja -C "$BUILD" -n 2>/dev/null | grep -q "no work to do" || stale=1 ;;
+esac
+if [ "$stale" = 1 ]; then
+    echo "skipped: $BUILD is older than its sources, and cpack would build it while other" \
+        "tests run: build it first"
+    exit 77
+fi
 (cd "$TMP" && cpack -G DEB --config "$BUILD/CPackConfig.cmake" -B "$TMP/pkg") >"$TMP/cpack.log" 2>&1 ||
     fail "cpack -G DEB: $(tail -n 15 "$TMP/cpack.log")"
 deb=$(echo "$TMP"/pkg/msrun_"$version"_*.deb)
