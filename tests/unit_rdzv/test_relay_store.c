@@ -9,6 +9,8 @@
  * up the tree; a node's store proxy sends its workers'
  * calls through its relay and, once the relay is killed mid-get, to the
  * coordinator, the get still answered. */
+#include <dirent.h>
+#include <fcntl.h>
 #include <pthread.h>
 #include <signal.h>
 #include <stdio.h>
@@ -109,13 +111,57 @@ static void barrier_start(msr_rpc_channel_t *ch, msr_rpc_loop_t *loop, op_t *o, 
     op_start(ch, loop, o, MSR_RPC_BARRIER, &r.base);
 }
 
-/* Established TCP connections whose local end is 127.0.0.1:port: the
- * connections a server on loopback holds (its listening socket is not
- * one). */
+/* Whether inode is one of this process's sockets (its fds' links read
+ * once per call of connections_to: "socket:[N]"). */
+static int own_socket(const unsigned long *own, int n, unsigned long inode)
+{
+    for (int i = 0; i < n; i++)
+        if (own[i] == inode)
+            return 1;
+    return 0;
+}
+
+static int own_sockets(unsigned long *own, int max)
+{
+    DIR *d = opendir("/proc/self/fd");
+    int n = 0;
+    if (d == NULL)
+        return 0;
+    struct dirent *e;
+    while ((e = readdir(d)) != NULL && n < max) {
+        char link[64];
+        ssize_t len = readlinkat(dirfd(d), e->d_name, link, sizeof link - 1);
+        if (len <= 0)
+            continue;
+        link[len] = '\0';
+        unsigned long inode;
+        if (sscanf(link, "socket:[%lu]", &inode) == 1)
+            own[n++] = inode;
+    }
+    closedir(d);
+    return n;
+}
+
+/* Whether a /proc/net/tcp address ("0100007F:1F90", or its IPv4-mapped
+ * IPv6 form) is 127.0.0.1:port. */
+static int loopback_port(const char *addr, int port)
+{
+    const char *colon = strrchr(addr, ':');
+    return colon && colon - addr >= 8 && strncmp(colon - 8, "0100007F", 8) == 0 &&
+           strtol(colon + 1, NULL, 16) == port;
+}
+
+/* Established TCP connections to 127.0.0.1:port that this process opened:
+ * the connections a server on loopback holds for this test's clients (its
+ * listening socket is not one). Counted from the client's end, whose
+ * socket is this process's: a process of another test that happens to
+ * connect to the same port (an ephemeral port it knew as another server's,
+ * say) is not counted. */
 static int connections_to(int port)
 {
     const char *files[] = {"/proc/net/tcp", "/proc/net/tcp6"};
-    int n = 0;
+    unsigned long own[4096];
+    int nown = own_sockets(own, 4096), n = 0;
     for (size_t f = 0; f < 2; f++) {
         FILE *fp = fopen(files[f], "r");
         if (fp == NULL)
@@ -124,11 +170,11 @@ static int connections_to(int port)
         while (fgets(line, sizeof line, fp)) {
             char local[128], remote[128];
             unsigned st;
-            if (sscanf(line, " %*d: %127s %127s %x", local, remote, &st) != 3)
+            unsigned long inode;
+            if (sscanf(line, " %*d: %127s %127s %x %*s %*s %*s %*u %*u %lu", local, remote, &st,
+                       &inode) != 4)
                 continue; /* the header */
-            const char *colon = strrchr(local, ':');
-            if (colon && colon - local >= 8 && strncmp(colon - 8, "0100007F", 8) == 0 &&
-                strtol(colon + 1, NULL, 16) == port && st == 1)
+            if (st == 1 && loopback_port(remote, port) && own_socket(own, nown, inode))
                 n++;
         }
         fclose(fp);
