@@ -41,8 +41,10 @@ static msr_status_t update_chunk(void *arg, size_t off, size_t n, float *m, floa
                                  m, v);
         return MSR_OK;
     }
-    /* an offloaded gradient shard's chunk read back: the chunk's elements */
+    /* an offloaded gradient shard's chunk read back: the chunk's elements
+     * (the next get, the moments' next chunk's, read ahead as it ends) */
     if (dp->grads_off != NULL) {
+        msr_grads_next(dp->grads_off, off + n, n, 1);
         msr_status_t st = msr_grads_get(dp->grads_off, off, n, dp->gchunk);
         if (st != MSR_OK)
             return st;
@@ -363,8 +365,41 @@ static int norm_counts(const msr_dp_t *dp, const msr_dp_unit_t *u)
     return u->own_n > 0 && !(u->replicated && dp->rank != 0);
 }
 
+/* The next unit from unit k on, in bucket b on, in the order the buckets
+ * finish (0 first, each bucket's units in turn) that holds elements of
+ * this rank's shard; NULL: none. */
+static const msr_dp_unit_t *next_unit(const msr_dp_t *dp, int b, int k)
+{
+    for (; b < dp->num_buckets; b++) {
+        const msr_dp_bucket_t *B = &dp->buckets[b];
+        for (k = MSR_MAX(k, B->u0); k < B->u1; k++)
+            if (dp->units[k].own_n > 0)
+                return &dp->units[k];
+        k = 0;
+    }
+    return NULL;
+}
+
+/* Tells the gradient store what its call after unit u's put is: the next
+ * unit's put in this micro-batch (a bucket's units go up, the buckets
+ * down the layers, so each bucket's first chunk is a jump no read ahead
+ * of the pass foresees), else the next micro-batch's first put (an add),
+ * else the update's first get (the moments' first chunk; the norm came
+ * from the puts). */
+static void grads_then(msr_dp_t *dp, const msr_dp_unit_t *u)
+{
+    const msr_dp_unit_t *v = next_unit(dp, u->bucket, (int)(u - dp->units) + 1);
+    if (v != NULL)
+        msr_grads_next(dp->grads_off, v->shard_off, v->own_n, !dp->first_micro);
+    else if (!dp->last_micro && (v = next_unit(dp, 0, 0)) != NULL)
+        msr_grads_next(dp->grads_off, v->shard_off, v->own_n, 1);
+    else
+        msr_grads_next(dp->grads_off, 0, moment_chunk_elems(dp), 1);
+}
+
 void msr_dp_grads_put(msr_dp_t *dp, const msr_dp_unit_t *u, const float *src)
 {
+    grads_then(dp, u);
     /* a failure stays with the store: msr_dp_grads_sumsq reports it */
     if (!dp->last_micro || !norm_counts(dp, u)) {
         (void)msr_grads_put(dp->grads_off, u->shard_off, u->own_n, src, !dp->first_micro);

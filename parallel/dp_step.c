@@ -26,6 +26,8 @@ msr_status_t msr_dp_micro_begin(msr_dp_t *dp, int first, int last)
         dp->buckets[b].started = dp->buckets[b].finished = 0;
     if (first && dp->cfg.zero <= 1)
         msr_gpt_zero_grad(dp->model);
+    if (first && dp->grads_off != NULL) /* the micro-batch's puts set the whole shard */
+        msr_grads_fresh(dp->grads_off);
     return MSR_OK;
 }
 

@@ -15,6 +15,12 @@
 /* The store's buffers: the chunk in use, the one being written behind and
  * the one being read ahead; the engine's slots for the last two. */
 enum { GB_BUFS = 3, SLOT_BEHIND = 0, SLOT_AHEAD = 1, GB_SLOTS = 2 };
+/* A chunk's flags: it is in the file (or its write in flight); it was not
+ * in use since msr_grads_fresh, so a set into it reads nothing. */
+enum { F_WRITTEN = 1, F_FRESH = 2 };
+/* chunk_load's ahead: the next chunk the way the chunks go; none */
+#define AHEAD_WAY  (SIZE_MAX - 1)
+#define AHEAD_NONE SIZE_MAX
 
 struct msr_grads {
     size_t count, chunk, per, nchunks; /* floats, a chunk's bytes and floats, chunks */
@@ -32,8 +38,15 @@ struct msr_grads {
      * none) and chunks */
     int behind_b, ahead_b;
     size_t behind_k, ahead_k;
-    uint32_t *crc;    /* [nchunks] */
-    uint8_t *written; /* [nchunks] the chunk is in the file (or its write in flight) */
+    /* the chunk a buffer neither in use nor in flight still holds as it
+     * was written (SIZE_MAX: none): a load of it takes it back */
+    size_t held[GB_BUFS];
+    uint32_t *crc;  /* [nchunks] */
+    uint8_t *flags; /* [nchunks] F_WRITTEN, F_FRESH */
+    /* the next call told of (msr_grads_next): its range and whether it
+     * reads; then SIZE_MAX: not told */
+    size_t then, then_n;
+    int then_reads;
     msr_grads_stats_t stats;
     msr_status_t failed;
     char *why; /* the first error's text */
@@ -65,12 +78,14 @@ msr_status_t msr_grads_create(const msr_offload_config_t *cfg, size_t count, msr
     g->nchunks = (count + g->per - 1) / g->per;
     g->fd = -1;
     g->keep = cfg->keep;
-    g->cur = g->prev = SIZE_MAX;
+    g->cur = g->prev = g->then = SIZE_MAX;
     g->cur_b = g->behind_b = g->ahead_b = -1;
+    for (int b = 0; b < GB_BUFS; b++)
+        g->held[b] = SIZE_MAX;
     g->path = msr_offload_file_path(cfg->dir, "grads", cfg->rank);
     g->crc = msr_calloc(g->nchunks + 1, sizeof *g->crc);
-    g->written = msr_calloc(g->nchunks + 1, 1);
-    int bufs = g->path != NULL && g->crc != NULL && g->written != NULL;
+    g->flags = msr_calloc(g->nchunks + 1, 1);
+    int bufs = g->path != NULL && g->crc != NULL && g->flags != NULL;
     for (int b = 0; b < GB_BUFS && bufs; b++) {
         void *p = NULL;
         bufs = posix_memalign(&p, MSR_OFFLOAD_ALIGN, g->chunk) == 0;
@@ -104,7 +119,7 @@ void msr_grads_destroy(msr_grads_t *g)
     for (int b = 0; b < GB_BUFS; b++)
         free(g->buf[b]);
     msr_free(g->crc);
-    msr_free(g->written);
+    msr_free(g->flags);
     msr_free(g->why);
     msr_free(g->path);
     msr_free(g);
@@ -142,13 +157,18 @@ static msr_status_t slot_wait(msr_grads_t *g, int slot, size_t k)
     return MSR_OK;
 }
 
-/* The write behind, if any, ended: its buffer free again. */
+/* The write behind, if any, ended: its buffer free again, still holding
+ * the chunk. */
 static msr_status_t behind_end(msr_grads_t *g)
 {
-    if (g->behind_b < 0)
+    int b = g->behind_b;
+    if (b < 0)
         return MSR_OK;
     g->behind_b = -1;
-    return slot_wait(g, SLOT_BEHIND, g->behind_k);
+    msr_status_t st = slot_wait(g, SLOT_BEHIND, g->behind_k);
+    if (st == MSR_OK)
+        g->held[b] = g->behind_k;
+    return st;
 }
 
 /* A read ahead of a chunk not wanted now ended and dropped. */
@@ -160,13 +180,28 @@ static msr_status_t ahead_drop(msr_grads_t *g)
     return slot_wait(g, SLOT_AHEAD, g->ahead_k);
 }
 
-/* A buffer neither in use nor in flight. */
-static int free_buf(const msr_grads_t *g)
+/* A buffer neither in use nor in flight, to be filled: one that holds
+ * no chunk where there is one, else one whose copy is then lost. */
+static int free_buf(msr_grads_t *g)
 {
-    int b = 0;
-    while (b == g->cur_b || b == g->behind_b || b == g->ahead_b)
-        b++;
-    return b;
+    int pick = -1;
+    for (int b = 0; b < GB_BUFS; b++) {
+        if (b == g->cur_b || b == g->behind_b || b == g->ahead_b)
+            continue;
+        if (pick < 0 || g->held[b] == SIZE_MAX)
+            pick = b;
+    }
+    g->held[pick] = SIZE_MAX;
+    return pick;
+}
+
+/* The free buffer that holds chunk k, or -1. */
+static int held_buf(const msr_grads_t *g, size_t k)
+{
+    for (int b = 0; b < GB_BUFS; b++)
+        if (g->held[b] == k && b != g->cur_b && b != g->behind_b && b != g->ahead_b)
+            return b;
+    return -1;
 }
 
 /* Chunk k's CRC against the one written, after a read into buf. */
@@ -193,7 +228,7 @@ static msr_status_t chunk_leave(msr_grads_t *g)
         float *b = g->buf[g->cur_b];
         memset((char *)b + used, 0, g->chunk - used);
         g->crc[k] = msr_crc32(0, b, used);
-        g->written[k] = 1;
+        g->flags[k] |= F_WRITTEN;
         g->ops->submit(g->eng, SLOT_BEHIND, 1, b, g->chunk, (off_t)(k * g->chunk));
         g->behind_b = g->cur_b;
         g->behind_k = k;
@@ -206,12 +241,13 @@ static msr_status_t chunk_leave(msr_grads_t *g)
     return st;
 }
 
-/* Starts reading chunk j ahead, when it is one, in the file, and not
- * being written (its write would race the read). */
+/* Starts reading chunk j ahead, when it is one, in the file, and neither
+ * being written (its write would race the read) nor still in the buffer
+ * it was written from. */
 static void ahead_start(msr_grads_t *g, size_t j)
 {
-    if (j >= g->nchunks || !g->written[j] || g->ahead_b >= 0 ||
-        (g->behind_b >= 0 && g->behind_k == j))
+    if (j >= g->nchunks || !(g->flags[j] & F_WRITTEN) || g->ahead_b >= 0 ||
+        (g->behind_b >= 0 && g->behind_k == j) || held_buf(g, j) >= 0)
         return;
     g->ahead_b = free_buf(g);
     g->ahead_k = j;
@@ -219,52 +255,117 @@ static void ahead_start(msr_grads_t *g, size_t j)
 }
 
 /* Chunk k into use (the one there written behind when it changed); fill
- * 1: its elements will all be set, so its old ones are not read; ahead 1:
- * the next chunk the way the chunks go is read ahead (a pass that reads). */
-static msr_status_t chunk_load(msr_grads_t *g, size_t k, int fill, int ahead)
+ * 1: its elements will all be set, so its old ones are not read; ahead:
+ * the chunk then read ahead (AHEAD_WAY: the next one the way the chunks
+ * go; AHEAD_NONE). A chunk whose write behind is the one in flight is
+ * taken back from its buffer once the write ended (before the chunk in
+ * use leaves, whose write would wait for it), and one whose write ended
+ * from a buffer that still holds it, not read. */
+static msr_status_t chunk_load(msr_grads_t *g, size_t k, int fill, size_t ahead)
 {
-    if (g->cur == k)
+    /* down when the pass came from the chunk above, else up */
+    size_t from = g->cur != SIZE_MAX && g->cur != k ? g->cur : g->prev;
+    if (ahead == AHEAD_WAY)
+        ahead = from == k + 1 ? k - 1 : k + 1;
+    if (g->cur == k) {
+        g->flags[k] &= (uint8_t)~F_FRESH; /* set in part now: no longer fresh */
+        if (ahead != AHEAD_NONE)
+            ahead_start(g, ahead);
         return MSR_OK;
-    msr_status_t st = chunk_leave(g);
-    if (st == MSR_OK && g->ahead_b >= 0 && g->ahead_k == k) { /* read ahead */
-        int b = g->ahead_b;
+    }
+    msr_status_t st = MSR_OK;
+    int b = -1, read = 0;
+    if (g->behind_b >= 0 && g->behind_k == k) { /* its failure met here */
+        b = g->behind_b;
+        st = behind_end(g);
+    } else {
+        b = held_buf(g, k);
+    }
+    if (b >= 0) {
+        g->held[b] = SIZE_MAX;
+        g->stats.kept += !fill;
+    }
+    if (st == MSR_OK)
+        st = chunk_leave(g);
+    if (st != MSR_OK || b >= 0) {
+        if (st == MSR_OK && fill)
+            memset(g->buf[b], 0, g->chunk);
+    } else if (g->ahead_b >= 0 && g->ahead_k == k) { /* read ahead */
+        b = g->ahead_b;
         g->ahead_b = -1;
         if ((st = slot_wait(g, SLOT_AHEAD, k)) == MSR_OK && !fill)
             st = crc_check(g, k, g->buf[b]);
         if (st == MSR_OK && fill)
             memset(g->buf[b], 0, g->chunk);
         g->stats.ahead += !fill;
-        g->cur_b = b;
-    } else if (st == MSR_OK && (st = ahead_drop(g)) == MSR_OK) {
-        int b = free_buf(g);
-        if (fill || !g->written[k]) {
+        read = !fill;
+    } else if ((st = ahead_drop(g)) == MSR_OK) {
+        b = free_buf(g);
+        if (fill || !(g->flags[k] & F_WRITTEN)) {
             memset(g->buf[b], 0, g->chunk);
         } else {
-            /* its write behind, if it is the one in flight, lands first */
-            if (g->behind_b >= 0 && g->behind_k == k)
-                st = behind_end(g);
             int err = 0;
-            size_t done = st == MSR_OK ? msr_offload_rw(g->fd, 0, g->buf[b], g->chunk,
-                                                        (off_t)(k * g->chunk), &err)
-                                       : 0;
-            if (st == MSR_OK && (err != 0 || done != g->chunk))
+            size_t done =
+                msr_offload_rw(g->fd, 0, g->buf[b], g->chunk, (off_t)(k * g->chunk), &err);
+            if (err != 0 || done != g->chunk)
                 st = fail(
                     g, msr_offload_io_error(g->path, 0, "gradient chunk", k, done, g->chunk, err));
             if (st == MSR_OK)
                 st = crc_check(g, k, g->buf[b]);
             g->stats.misses++;
+            read = 1;
         }
-        g->cur_b = b;
     }
-    if (st != MSR_OK) {
-        g->cur_b = -1;
+    if (st != MSR_OK)
         return st;
-    }
-    g->stats.reads += !fill && g->written[k];
+    g->stats.reads += read;
+    g->flags[k] &= (uint8_t)~F_FRESH;
     g->cur = k;
-    if (ahead) /* down when the pass came from the chunk above, else up */
-        ahead_start(g, g->prev == k + 1 ? k - 1 : k + 1);
+    g->cur_b = b;
+    if (ahead != AHEAD_NONE)
+        ahead_start(g, ahead);
     return MSR_OK;
+}
+
+/* Whether a put of [off, off + n) (add: adding) reads chunk k: unless it
+ * sets the chunk whole, or a chunk still fresh. */
+static int put_reads(const msr_grads_t *g, size_t k, size_t off, size_t n, int add)
+{
+    if (add)
+        return 1;
+    size_t lo = k * g->per, hi = lo + used_of(g, k) / sizeof(float);
+    return !(g->flags[k] & F_FRESH) && !(off <= lo && off + n >= hi);
+}
+
+/* What a call over [off, off + n) (reads: a get or an add) reads ahead as
+ * it loads chunk k, whose part ends at element end: the call's next chunk
+ * when the call reads it; at its last chunk, nothing when the next call
+ * was told of (then_ahead reads for it), else, for a call that reads, the
+ * next chunk the way the chunks go. */
+static size_t ahead_of(const msr_grads_t *g, size_t k, size_t end, size_t off, size_t n, int reads)
+{
+    if (end < off + n)
+        return put_reads(g, k + 1, off, n, reads) ? k + 1 : AHEAD_NONE;
+    return g->then == SIZE_MAX && reads ? AHEAD_WAY : AHEAD_NONE;
+}
+
+/* The call told of by msr_grads_next, if any: the first chunk it reads
+ * that is not in use read ahead (its first, or the next when it starts in
+ * the chunk in use and goes on past it), the slot allowing. */
+static void then_ahead(msr_grads_t *g)
+{
+    size_t off = g->then, n = g->then_n;
+    g->then = SIZE_MAX;
+    if (off == SIZE_MAX || n == 0)
+        return;
+    size_t j = off / g->per;
+    if (j == g->cur) {
+        if (off + n <= (j + 1) * g->per) /* within the chunk in use */
+            return;
+        j++;
+    }
+    if (put_reads(g, j, off, n, g->then_reads))
+        ahead_start(g, j);
 }
 
 static msr_status_t range_check(const msr_grads_t *g, size_t off, size_t n)
@@ -289,8 +390,8 @@ msr_status_t msr_grads_put_sumsq(msr_grads_t *g, size_t off, size_t n, const flo
     for (size_t at = off; at < off + n && st == MSR_OK;) {
         size_t k = at / g->per, in = at - k * g->per;
         size_t c = MSR_MIN(off + n - at, g->per - in);
-        int whole = !add && in == 0 && c * sizeof(float) == used_of(g, k);
-        if ((st = chunk_load(g, k, whole, add)) != MSR_OK)
+        int fill = !put_reads(g, k, off, n, add);
+        if ((st = chunk_load(g, k, fill, ahead_of(g, k, at + c, off, n, add))) != MSR_OK)
             break;
         float *dst = g->buf[g->cur_b] + in;
         const float *s = src + (at - off);
@@ -305,6 +406,8 @@ msr_status_t msr_grads_put_sumsq(msr_grads_t *g, size_t off, size_t n, const flo
         g->dirty = 1;
         at += c;
     }
+    if (st == MSR_OK)
+        then_ahead(g);
     return st;
 }
 
@@ -314,12 +417,27 @@ msr_status_t msr_grads_get(msr_grads_t *g, size_t off, size_t n, float *dst)
     for (size_t at = off; at < off + n && st == MSR_OK;) {
         size_t k = at / g->per, in = at - k * g->per;
         size_t c = MSR_MIN(off + n - at, g->per - in);
-        if ((st = chunk_load(g, k, 0, 1)) != MSR_OK)
+        if ((st = chunk_load(g, k, 0, ahead_of(g, k, at + c, off, n, 1))) != MSR_OK)
             break;
         memcpy(dst + (at - off), g->buf[g->cur_b] + in, c * sizeof(float));
         at += c;
     }
+    if (st == MSR_OK)
+        then_ahead(g);
     return st;
+}
+
+void msr_grads_next(msr_grads_t *g, size_t off, size_t n, int reads)
+{
+    g->then = off < g->count ? off : SIZE_MAX;
+    g->then_n = off < g->count ? MSR_MIN(n, g->count - off) : 0;
+    g->then_reads = reads;
+}
+
+void msr_grads_fresh(msr_grads_t *g)
+{
+    for (size_t k = 0; k < g->nchunks; k++)
+        g->flags[k] |= F_FRESH;
 }
 
 msr_status_t msr_grads_flush(msr_grads_t *g)
@@ -338,7 +456,7 @@ msr_status_t msr_grads_flush(msr_grads_t *g)
     if (err != 0 || done != g->chunk)
         return fail(g, msr_offload_io_error(g->path, 1, "gradient chunk", k, done, g->chunk, err));
     g->crc[k] = msr_crc32(0, b, used);
-    g->written[k] = 1;
+    g->flags[k] |= F_WRITTEN;
     g->stats.writes++;
     g->dirty = 0;
     return MSR_OK;

@@ -52,6 +52,8 @@ typedef struct msr_grads_stats {
     uint64_t reads;  /* chunks read back from the file ... */
     uint64_t ahead;  /* ... of them, read ahead before they were wanted */
     uint64_t misses; /* ... and read when wanted (on the caller's thread) */
+    uint64_t kept;   /* chunks wanted as, or right after, they were written: taken
+                      * back from the buffer written, not read */
 } msr_grads_stats_t;
 
 /* Creates the store for count floats (cfg: MSR_OFFLOAD_DISK, checked as
@@ -77,6 +79,19 @@ msr_status_t msr_grads_put_sumsq(msr_grads_t *g, size_t off, size_t n, const flo
                                  double lanes[MSR_SUMSQ_LANES]);
 /* Elements [off, off + n) into dst. Errors: as msr_grads_put. */
 msr_status_t msr_grads_get(msr_grads_t *g, size_t off, size_t n, float *dst);
+/* The next call (a put or a get) is over [off, off + n) and reads (a get,
+ * an add) or not (a set): this call's last chunk does not read ahead the
+ * way its chunks went but, as it ends, the first chunk that call will
+ * read (a pass that jumps, as data parallel's buckets do from the top of
+ * one range to the top of the one below, or to the next micro-batch's
+ * first). Told once: it holds for the next put or get alone; a call told
+ * wrong moves nothing but reads. */
+void msr_grads_next(msr_grads_t *g, size_t off, size_t n, int reads);
+/* Every element will be set (put with add 0) before it is read or added
+ * to (a step's first micro-batch sets the whole shard): a set into a chunk
+ * not used since does not read the chunk's old elements, and those it
+ * does not set read as zeros until they are. */
+void msr_grads_fresh(msr_grads_t *g);
 /* Waits for the write behind and writes the chunk in use if it changed
  * (it stays in use): the file then holds every chunk. Errors: as
  * msr_grads_put. */

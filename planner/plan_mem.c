@@ -148,7 +148,7 @@ void msr_plan_offload_grads_io(uint64_t count, size_t chunk, int micros, uint64_
     uint64_t g = grads_chunk(count, chunk), chunks = msr_plan_ceil_div(count, g / MSR_PLAN_F32);
     uint64_t m = micros > 0 ? (uint64_t)micros : 1;
     *write_p = chunks <= 1 ? g : m * chunks * g;
-    *read_p = chunks <= 1 ? 0 : (m + 1) * chunks * g;
+    *read_p = chunks <= 1 ? 0 : m * chunks * g;
 }
 
 /* The gradients' offload (ZeRO 2-3: a shard of S elements): its store's

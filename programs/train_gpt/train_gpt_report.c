@@ -100,11 +100,12 @@ void train_gpt_report(const msr_trainer_t *tr, const job_t *job)
         const msr_grads_stats_t *gs = msr_grads_stats(tr->dp->grads_off);
         fprintf(stderr,
                 "train_gpt: rank %d gradient offload: %llu chunks written, %llu read back (%llu "
-                "read ahead, %llu when wanted); %zu bytes resident (%s, %s)\n",
+                "read ahead, %llu when wanted), %llu taken back from their write; %zu bytes "
+                "resident (%s, %s)\n",
                 job->rank, (unsigned long long)gs->writes, (unsigned long long)gs->reads,
                 (unsigned long long)gs->ahead, (unsigned long long)gs->misses,
-                msr_grads_resident(tr->dp->grads_off), msr_grads_path(tr->dp->grads_off),
-                msr_grads_engine(tr->dp->grads_off));
+                (unsigned long long)gs->kept, msr_grads_resident(tr->dp->grads_off),
+                msr_grads_path(tr->dp->grads_off), msr_grads_engine(tr->dp->grads_off));
     }
     if (tr->model->moe != NULL) {
         msr_train_expert_bytes_t eb = msr_trainer_expert_bytes(tr);

@@ -7,7 +7,8 @@
 # default chunks; with every offload under full recompute) and ZeRO 3
 # with the parameters on disk too give the losses and norms of the same
 # layout without offload, bitwise; fewer
-# gradient bytes resident than the shard's; no file left; a run stopped
+# gradient bytes resident than the shard's; no chunk read when wanted (the
+# store told each next call); no file left; a run stopped
 # and resumed with it on ends as one never stopped; the combinations it
 # does not cover refused; a gradient chunk changed underneath stops the
 # run with the file and the chunk named, and no file left.
@@ -39,16 +40,31 @@ resident() {
     [[ $lines -eq $2 ]] || fail "$1: gradients resident: $(grep "zero" "$work/$1.out")"
 }
 
+# told NAME N: each of the N ranks read no gradient chunk when wanted (each
+# put told the store the next call) and read back no more chunks than it
+# wrote (a step's first micro-batch reads none back: docs/model.md
+# "Gradient offload")
+told() {
+    local n
+    n=$(grep -E "gradient offload: [0-9]+ chunks written, [0-9]+ read back \([0-9]+ read ahead, 0 when wanted\)" "$work/$1.out" |
+        sed -E 's/.*: ([0-9]+) chunks written, ([0-9]+) read back.*/\1 \2/' |
+        awk '$2 <= $1 { n++ } END { print n + 0 }')
+    [[ $n -eq $2 ]] || fail "$1: gradient chunks read: $(grep "gradient offload" "$work/$1.out")"
+}
+
 offload_run one 1 "${z2[@]}"
 same one-grads one 1 "${z2[@]}" "${grads[@]}" --offload-chunk 4096 --report
 resident one-grads 1
+told one-grads 1
 offload_run dp2 2 "${z2[@]}"
 same dp2-grads dp2 2 "${z2[@]}" "${grads[@]}" --offload-chunk 4096 --report
 resident dp2-grads 2
+told dp2-grads 2
 same dp2-grads-default dp2 2 "${z2[@]}" "${grads[@]}"
 offload_run dp3 2 "${z3[@]}"
 same dp3-all dp3 2 "${z3[@]}" "${all[@]}" --offload-chunk 4096 --report
 resident dp3-all 2
+told dp3-all 2
 # under full recompute the model-parallel runtime drives the step (the
 # cgroup bench's layout): the same buckets reach the file
 offload_run full 2 "${z2[@]}" --recompute full
