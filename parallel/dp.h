@@ -242,6 +242,10 @@ typedef struct msr_dp {
      * pieces move past it, never the whole flat buffer (dp_offload.c) */
     float *pload_buf;
     size_t pload_k;
+    /* the blocks the restore entered (each read back only when entered
+     * again) [pnb]; what it read and wrote back */
+    uint8_t *pload_seen;
+    uint64_t pload_reads, pload_writes;
     /* ZeRO-3: block k's owned elements are the shard space's
      * [pz_off[k], pz_off[k + 1]) (L + 1 entries), its store block holds
      * them padded to the largest; pz_buf: the block a gather copies from */

@@ -232,29 +232,50 @@ msr_status_t msr_dp_params_spans_end(msr_dp_t *dp, const msr_dp_blk_t *blk)
 
 msr_status_t msr_dp_params_load_begin(msr_dp_t *dp)
 {
-    if ((dp->pload_buf = msr_malloc(dp->pblk_n * sizeof(float))) == NULL)
+    dp->pload_buf = msr_malloc(dp->pblk_n * sizeof(float));
+    dp->pload_seen = msr_calloc((size_t)dp->pnb + 1, 1);
+    if (dp->pload_buf == NULL || dp->pload_seen == NULL) {
+        msr_free(dp->pload_buf);
+        msr_free(dp->pload_seen);
+        dp->pload_buf = NULL;
+        dp->pload_seen = NULL;
         return msr_err(MSR_ERR_NO_MEMORY, "offload: out of memory for a block of a restore");
+    }
     dp->pload_k = SIZE_MAX;
+    dp->pload_reads = dp->pload_writes = 0;
     msr_params_count_restore(dp->params_off, dp->pblk_n * sizeof(float));
     return MSR_OK;
 }
 
 /* The block in pload_buf back to its file (write 1; 0: dropped), then
- * block k read into it (SIZE_MAX: none). A block is always read before it
- * is written: a read ahead of it still in flight is taken, never left to
- * hand the old parameters back later. */
+ * block k into it (SIZE_MAX: none). A block the restore enters for the
+ * first time is not read: every element of it is loaded or gathered
+ * before the restore ends (load_end checks that each rank's were found),
+ * so its old parameters are never wanted; its others start as zeros. One
+ * entered again is read back (its first part written). The store drops
+ * a read ahead of a block it is given to write (msr_params_put). */
 static msr_status_t load_switch(msr_dp_t *dp, size_t k, int write)
 {
     msr_status_t st = MSR_OK;
     if (dp->pload_k == k)
         return MSR_OK;
-    if (dp->pload_k != SIZE_MAX && write)
+    if (dp->pload_k != SIZE_MAX && write) {
         st = msr_params_put(dp->params_off, dp->pload_k, dp->pload_buf);
+        dp->pload_writes++;
+    }
     dp->pload_k = SIZE_MAX;
-    if (st == MSR_OK && k != SIZE_MAX &&
-        (st = msr_params_get(dp->params_off, k, dp->pload_buf)) == MSR_OK)
-        dp->pload_k = k;
-    return st;
+    if (st != MSR_OK || k == SIZE_MAX)
+        return st;
+    if (!dp->pload_seen[k]) {
+        memset(dp->pload_buf, 0, dp->pblk_n * sizeof(float));
+        dp->pload_seen[k] = 1;
+    } else if ((st = msr_params_get(dp->params_off, k, dp->pload_buf)) != MSR_OK) {
+        return st;
+    } else {
+        dp->pload_reads++;
+    }
+    dp->pload_k = k;
+    return MSR_OK;
 }
 
 msr_status_t msr_dp_params_load(msr_dp_t *dp, size_t lo, size_t n, const float *src)
@@ -306,7 +327,9 @@ msr_status_t msr_dp_params_load_end(msr_dp_t *dp, int write)
 {
     msr_status_t st = load_switch(dp, SIZE_MAX, write);
     msr_free(dp->pload_buf);
+    msr_free(dp->pload_seen);
     dp->pload_buf = NULL;
+    dp->pload_seen = NULL;
     return st;
 }
 

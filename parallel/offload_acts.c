@@ -211,6 +211,17 @@ msr_status_t msr_acts_spill(msr_acts_t *a, float *buf, size_t k)
     if (s < 0 || k >= a->count)
         return msr_err(MSR_ERR_STATE, "offload: %s %zu of %zu written from a buffer not held",
                        a->what, k, a->count);
+    /* what is in flight for item k ends first: a write of it lands before
+     * this one (two would race), a read of it is dropped (fetched later,
+     * it would hand the old contents back) */
+    for (int t = 0; t < a->nbufs; t++) {
+        if (t == s || a->key[t] != k || (a->state[t] != BUF_WRITING && a->state[t] != BUF_READING))
+            continue;
+        msr_status_t st = finish(a, t);
+        a->state[t] = BUF_FREE;
+        if (st != MSR_OK)
+            return st;
+    }
     a->crc[k] = msr_crc32(0, a->buf[s], a->slot);
     a->written[k] = 1;
     a->stats.spills++;

@@ -61,7 +61,9 @@ msr_status_t msr_params_create(const msr_offload_config_t *cfg, size_t n, size_t
 void msr_params_destroy(msr_params_t *p);
 
 /* Block k's parameters from src (n floats): the initial ones, or a
- * checkpoint's. Written behind from a buffer of the store's. Errors:
+ * checkpoint's. Written behind from a buffer of the store's, after a
+ * write of block k in flight landed and a read of it in flight was
+ * dropped (a later read gives these). Errors:
  * MSR_ERR_STATE (k out of range, every buffer held, the store failed
  * before), a write's that ended in between. */
 msr_status_t msr_params_put(msr_params_t *p, size_t k, const float *src);

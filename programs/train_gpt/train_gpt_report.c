@@ -92,9 +92,11 @@ void train_gpt_report(const msr_trainer_t *tr, const job_t *job)
         if (ps->restore_peak > 0) /* a resume's: below ZeRO-3 about two blocks */
             fprintf(stderr,
                     "train_gpt: rank %d restore: the parameters' blocks held %llu bytes at most "
-                    "(blocks of %zu bytes)\n",
+                    "(blocks of %zu bytes); %llu blocks read back, %llu written\n",
                     job->rank, (unsigned long long)ps->restore_peak,
-                    msr_dp_params_block_floats(tr->dp) * sizeof(float));
+                    msr_dp_params_block_floats(tr->dp) * sizeof(float),
+                    (unsigned long long)tr->dp->pload_reads,
+                    (unsigned long long)tr->dp->pload_writes);
     }
     if (tr->dp->grads_off != NULL) {
         const msr_grads_stats_t *gs = msr_grads_stats(tr->dp->grads_off);

@@ -1,8 +1,9 @@
 /* The parameter offload's store (parallel/offload_params.h): blocks read
  * ahead in a forward and a backward pass with no read missed, written back
  * behind and read again bitwise with both engines, a block changed
- * underneath named, the bounds of blocks and buffers, the file's mode, its
- * removal and a directory that cannot take it. */
+ * underneath named, a block put while its read or write is in flight, the
+ * bounds of blocks and buffers, the file's mode, its removal and a
+ * directory that cannot take it. */
 #include <errno.h>
 #include <fcntl.h>
 #include <stdio.h>
@@ -100,6 +101,42 @@ static void test_passes_uring(void)
     passes(MSR_OFFLOAD_IO_URING);
 #else
     printf("skip: built without liburing\n");
+#endif
+}
+
+/* A block put while its read ahead or its write is in flight (as a
+ * restore puts the blocks the last step left read ahead or written
+ * behind): the read is dropped, the earlier write lands first, and a
+ * later read gives what the last put wrote, with both engines. */
+static void put_in_flight(msr_offload_io_t io)
+{
+    msr_test_dir_make("offload_params");
+    msr_offload_config_t cfg = config(io);
+    msr_params_t *p;
+    MSR_CHECK_OK(msr_params_create(&cfg, N, BLOCKS, &p));
+    put_all(p);
+    static float src[N], got[N];
+    for (int round = 0; round < 20; round++) {
+        size_t k = (size_t)round % BLOCKS;
+        MSR_CHECK_OK(msr_params_prefetch(p, k)); /* read ahead, then put */
+        for (size_t i = 0; i < N; i++)
+            src[i] = value(k, i, 2 * round + 1);
+        MSR_CHECK_OK(msr_params_put(p, k, src));
+        for (size_t i = 0; i < N; i++) /* put again at once: two writes */
+            src[i] = value(k, i, 2 * round + 2);
+        MSR_CHECK_OK(msr_params_put(p, k, src));
+        MSR_CHECK_OK(msr_params_get(p, k, got));
+        MSR_CHECK_MSG(memcmp(got, src, sizeof got) == 0, "round %d: block %zu is not the last put",
+                      round, k);
+    }
+    msr_params_destroy(p);
+}
+
+static void test_put_in_flight(void)
+{
+    put_in_flight(MSR_OFFLOAD_IO_THREADS);
+#ifdef MSR_TEST_HAVE_LIBURING
+    put_in_flight(MSR_OFFLOAD_IO_URING);
 #endif
 }
 
@@ -215,6 +252,7 @@ static const msr_test_t tests[] = {
     {"corrupt", test_corrupt, 30},
     {"bounds", test_bounds, 30},
     {"mode_and_removal", test_mode_and_removal, 30},
+    {"put_in_flight", test_put_in_flight, 30},
 };
 
 int main(int argc, char **argv)
