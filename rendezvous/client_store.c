@@ -463,6 +463,20 @@ msr_status_t msr_allgather(msr_ctx_t *ctx, const void *in, size_t len, void *out
     msr_gather_result_t *r = NULL;
     msr_status_t st = msr_store_allgather(ctx, name, (uint32_t)ctx->world_size, (uint32_t)ctx->rank,
                                           (uint32_t)ctx->local_world_size, in, len, -1, &r);
+    if (st == MSR_ERR_NO_MEMORY) {
+        /* memory inside the call: this rank's part may not have reached
+         * the store, so a part of no bytes goes in its place (refused as
+         * given twice where the first did), and the others end at once,
+         * naming this rank (the lengths differ), not at the deadline */
+        char why[512];
+        snprintf(why, sizeof why, "%s", msr_err_msg());
+        msr_gather_result_t *none = NULL;
+        if (msr_store_allgather(ctx, name, (uint32_t)ctx->world_size, (uint32_t)ctx->rank,
+                                (uint32_t)ctx->local_world_size, why, 0, -1, &none) == MSR_OK)
+            msr_gather_result_free(none);
+        msr_err_set("%s", why);
+        return st;
+    }
     if (st != MSR_OK)
         return st;
     for (uint32_t i = 0; i < r->count; i++) {

@@ -236,7 +236,11 @@ MSR_API msr_status_t msr_report(msr_ctx_t *ctx, int64_t step, double step_time,
 MSR_API msr_status_t msr_barrier(msr_ctx_t *ctx);
 
 /* Gathers len bytes from every rank into out (world_size * len bytes, rank
- * order). Every rank must pass the same len (MSR_ERR_INVALID_ARG if not). */
+ * order). Every rank must pass the same len (MSR_ERR_INVALID_ARG if not,
+ * naming the rank). A rank out of memory inside its store call
+ * (MSR_ERR_NO_MEMORY) gives a part of no bytes in its place, so that the
+ * others end at once with MSR_ERR_INVALID_ARG naming it, not at the
+ * store's deadline. */
 MSR_API msr_status_t msr_allgather(msr_ctx_t *ctx, const void *in, size_t len, void *out);
 
 #ifdef __cplusplus

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # A rank that fails while it saves a step (ckpt_save_fail_worker.c: its
 # step folder, its file's write, header, sync and rename, each allocation
-# in turn, its own code between a writer's parts; after the states were
+# in turn, its own code between a writer's parts, its store call of the
+# states' agreement out of memory; after the states were
 # agreed, rank 0's MANIFEST and its commit; the answer of its commit's
 # agreement lost after the others committed), under msrun on 2 and 3
 # workers, with msr_ckpt_save and with a writer: every round either saves
@@ -45,6 +46,15 @@ check() {
             said "$r" "round 0 $point: failed: MSR_ERR_[A-Z_]+: checkpoint: rank $fail could not $verb step 2 under $dir \\($reason; its log says why\\)$" \
                 "$what, $point"
         done
+    done
+    # storemem: the states' agreement's store call out of memory before its
+    # part went: a part of no bytes in its place, the others end at once
+    # naming the rank (no deadline, checked above), the step before stays
+    said "$fail" "round 0 storemem: failed: MSR_ERR_NO_MEMORY: " "$what, storemem"
+    for ((r = 0; r < world; r++)); do
+        said "$r" "round 0 storemem: latest 1$" "$what, storemem"
+        [[ $r -ne $fail ]] || continue
+        said "$r" "round 0 storemem: failed: MSR_ERR_[A-Z_]+: .*rank $fail gave 0 bytes" "$what, storemem"
     done
     # nomem: each failed round names the rank on the others; the last saves
     local rounds

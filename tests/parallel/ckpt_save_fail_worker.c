@@ -20,6 +20,10 @@
  *   own     (stream) its own code, between two parts: msr_ckpt_writer_fail
  *   nomem   allocation I from the save's start (msr_alloc_fail_at), I = 0,
  *           1, ... until a round where none failed
+ *   storemem its store call of the states' agreement out of memory at
+ *           its first allocation, before its part reached the store: the
+ *           call gives a part of no bytes in its place, and the others end
+ *           at once naming the rank, not at the store's deadline
  *   agree   its store call of the commit's agreement, after it completed
  *           (its answer lost: MSR_ERR_IO): the others commit the step
  *           and prune the one before, so the failed rank must keep its
@@ -168,9 +172,19 @@ msr_status_t __real_msr_allgather(msr_ctx_t *ctx, const void *in, size_t len, vo
  * lost (the first is the states' agreement, the second the commit's);
  * -1: none. */
 static int agree_at = -1;
+/* "storemem": the gather (0: the states' agreement) whose store call fails
+ * its first allocation; -1: none */
+static int storemem_at = -1;
 
 msr_status_t __wrap_msr_allgather(msr_ctx_t *ctx, const void *in, size_t len, void *out)
 {
+    if (storemem_at >= 0 && storemem_at-- == 0) {
+        msr_alloc_fail_at(0);
+        msr_status_t st = __real_msr_allgather(ctx, in, len, out);
+        (void)msr_alloc_failed();
+        msr_alloc_fail_at(-1);
+        return st;
+    }
     if (agree_at >= 0 && agree_at-- == 0) {
         msr_status_t st = __real_msr_allgather(ctx, in, len, out);
         if (st == MSR_OK)
@@ -272,6 +286,8 @@ static int round_run(msr_ctx_t *ctx, const char **argv, const char *point, long 
         hook_arm(i);
     else if (rank == fail && agree)
         agree_at = 1;
+    else if (rank == fail && strcmp(point, "storemem") == 0)
+        storemem_at = 0;
     else if (rank == fail) {
         armed = point;
         armed_errno = strcmp(point, "mkdir") == 0 || strcmp(point, "write") == 0 ? ENOSPC : EIO;
@@ -280,7 +296,7 @@ static int round_run(msr_ctx_t *ctx, const char **argv, const char *point, long 
     msr_status_t st = save(ctx, argv[1], stream, rank == fail && strcmp(point, "own") == 0, *step);
     outcome_t me = {0, st, hook_off()}, all[MAX_RANKS];
     armed = NULL;
-    agree_at = -1;
+    agree_at = storemem_at = -1;
     if (st == MSR_OK)
         printf("rank %d: round %ld %s: ok\n", rank, i, point);
     else
@@ -315,8 +331,8 @@ static int round_run(msr_ctx_t *ctx, const char **argv, const char *point, long 
 
 int main(int argc, char **argv)
 {
-    static const char *points[] = {"mkdir",    "write",  "header", "fsync", "rename",
-                                   "manifest", "commit", "own",    "nomem", "agree"};
+    static const char *points[] = {"mkdir",  "write", "header",   "fsync", "rename", "manifest",
+                                   "commit", "own",   "storemem", "nomem", "agree"};
     msr_ctx_t *ctx = NULL;
     if (argc != 4 || (strcmp(argv[2], "save") != 0 && strcmp(argv[2], "stream") != 0)) {
         fprintf(stderr, "usage: ckpt_save_fail_worker DIR save|stream FAIL\n");
