@@ -41,6 +41,18 @@ static void put_all(msr_params_t *p)
     }
 }
 
+/* A store of BLOCKS blocks of N floats on engine io, in a fresh test
+ * directory, every block put (version 0). */
+static msr_params_t *store_filled(msr_offload_io_t io)
+{
+    msr_test_dir_make("offload_params");
+    msr_offload_config_t cfg = config(io);
+    msr_params_t *p = NULL;
+    MSR_CHECK_OK(msr_params_create(&cfg, N, BLOCKS, &p));
+    put_all(p);
+    return p;
+}
+
 /* One pass in direction way, the first block read ahead: every block's
  * parameters are the version's; update: each gets +1 and is written back. */
 static void pass(msr_params_t *p, int way, int version, int update)
@@ -65,11 +77,7 @@ static void pass(msr_params_t *p, int way, int version, int update)
  * (each block was read ahead: the pass's next one, never another). */
 static void passes(msr_offload_io_t io)
 {
-    msr_test_dir_make("offload_params");
-    msr_offload_config_t cfg = config(io);
-    msr_params_t *p;
-    MSR_CHECK_OK(msr_params_create(&cfg, N, BLOCKS, &p));
-    put_all(p);
+    msr_params_t *p = store_filled(io);
     pass(p, 1, 0, 0);
     pass(p, -1, 0, 0);
     pass(p, 1, 0, 1);
@@ -110,11 +118,7 @@ static void test_passes_uring(void)
  * later read gives what the last put wrote, with both engines. */
 static void put_in_flight(msr_offload_io_t io)
 {
-    msr_test_dir_make("offload_params");
-    msr_offload_config_t cfg = config(io);
-    msr_params_t *p;
-    MSR_CHECK_OK(msr_params_create(&cfg, N, BLOCKS, &p));
-    put_all(p);
+    msr_params_t *p = store_filled(io);
     static float src[N], got[N];
     for (int round = 0; round < 20; round++) {
         size_t k = (size_t)round % BLOCKS;
@@ -144,11 +148,7 @@ static void test_put_in_flight(void)
  * block 2 with the file and the block named; the store refuses to go on. */
 static void test_corrupt(void)
 {
-    msr_test_dir_make("offload_params");
-    msr_offload_config_t cfg = config(MSR_OFFLOAD_IO_THREADS);
-    msr_params_t *p;
-    MSR_CHECK_OK(msr_params_create(&cfg, N, BLOCKS, &p));
-    put_all(p);
+    msr_params_t *p = store_filled(MSR_OFFLOAD_IO_THREADS);
     pass(p, 1, 0, 0);
     int fd = open(msr_params_path(p), O_WRONLY);
     MSR_CHECK(fd >= 0);
