@@ -4466,4 +4466,31 @@ test: ^test_parallel_ckpt_stream$
         *crc_p = w->crc ^ msr_crc32_combine(start, 0, len - (len > 1));
 >>>
 
+@ host_adamw.grads_unwaited
+file: parallel/host_adamw.c
+test: ^test_parallel_host_adamw$
+<<<
+        if ((st = msr_device_event_sync(h->dev, h->got[c & 1])) != MSR_OK)
+===
+        if (0 && (st = msr_device_event_sync(h->dev, h->got[c & 1])) != MSR_OK)
+>>>
+
+@ host_adamw.uploads_unwaited
+file: parallel/host_adamw.c
+test: ^test_parallel_host_adamw$
+<<<
+    msr_status_t ust = msr_device_stream_sync(h->dev, h->up);
+===
+    msr_status_t ust = MSR_OK;
+>>>
+
+@ host_adamw.one_buffer
+file: parallel/host_adamw.c
+test: ^test_parallel_host_adamw$
+<<<
+        msr_adamw_update_range(h->opt, off, n, h->params + off, h->grads[c & 1]);
+===
+        msr_adamw_update_range(h->opt, off, n, h->params + off, h->grads[0]);
+>>>
+
 __END__
