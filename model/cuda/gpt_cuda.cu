@@ -210,9 +210,31 @@ extern "C" size_t msr_cuda_gpt_num_params(const msr_cuda_gpt_t *md)
 
 extern "C" size_t msr_cuda_gpt_device_bytes(const msr_cuda_gpt_t *md)
 {
-    size_t N = (size_t)md->max_batch * md->cfg.max_seq;
-    return (4 * md->num_params + md->mem_count) * sizeof(float) + 2 * N * sizeof(int) +
+    size_t N = (size_t)md->max_batch * md->cfg.max_seq, per = md->m != NULL ? 4 : 2;
+    return (per * md->num_params + md->mem_count) * sizeof(float) + 2 * N * sizeof(int) +
            SUMSQ_BLOCKS * sizeof(double);
+}
+
+extern "C" void msr_cuda_gpt_free_moments(msr_cuda_gpt_t *md)
+{
+    /* nothing queued may still use them */
+    (void)cudaStreamSynchronize(md->stream);
+    cudaFree(md->v);
+    cudaFree(md->m);
+    md->m = md->v = NULL;
+}
+
+/* The moments' calls on a model whose moments went to the host. */
+static msr_status_t moments_gone(const msr_cuda_gpt_t *md, const char *what)
+{
+    if (md->m != NULL)
+        return MSR_OK;
+    return msr_err(MSR_ERR_INVALID_ARG, "gpt_cuda: %s: the moments are on the host", what);
+}
+
+extern "C" float *msr_cuda_gpt_params_device(msr_cuda_gpt_t *md)
+{
+    return md->params;
 }
 
 extern "C" void *msr_cuda_gpt_stream(msr_cuda_gpt_t *md)
@@ -253,6 +275,7 @@ extern "C" msr_status_t msr_cuda_gpt_get_grads(msr_cuda_gpt_t *md, float *host)
 
 extern "C" msr_status_t msr_cuda_gpt_set_moments(msr_cuda_gpt_t *md, const float *m, const float *v)
 {
+    TRY(moments_gone(md, "set_moments"));
     TRY(msr_cuda_gpt_copy_sync(md, md->m, m, md->num_params * sizeof(float),
                                cudaMemcpyHostToDevice));
     return msr_cuda_gpt_copy_sync(md, md->v, v, md->num_params * sizeof(float),
@@ -261,6 +284,7 @@ extern "C" msr_status_t msr_cuda_gpt_set_moments(msr_cuda_gpt_t *md, const float
 
 extern "C" msr_status_t msr_cuda_gpt_get_moments(msr_cuda_gpt_t *md, float *m, float *v)
 {
+    TRY(moments_gone(md, "get_moments"));
     TRY(msr_cuda_gpt_copy_sync(md, m, md->m, md->num_params * sizeof(float),
                                cudaMemcpyDeviceToHost));
     return msr_cuda_gpt_copy_sync(md, v, md->v, md->num_params * sizeof(float),
@@ -328,6 +352,7 @@ extern "C" msr_status_t msr_cuda_gpt_grad_sumsq(msr_cuda_gpt_t *md, double *sums
 
 extern "C" msr_status_t msr_cuda_gpt_adamw(msr_cuda_gpt_t *md, const msr_cuda_adamw_step_t *s)
 {
+    TRY(moments_gone(md, "adamw"));
     for (int k = 0; k < md->num_spans; k++) {
         const span_t *sp = &md->spans[k];
         float keep = sp->decay ? s->decay_keep : 1.0f;

@@ -61,6 +61,15 @@ size_t msr_cuda_gpt_device_bytes(const msr_cuda_gpt_t *model);
  * it (msr_comm_set_stream) so their operations queue behind backward. */
 void *msr_cuda_gpt_stream(msr_cuda_gpt_t *model);
 
+/* The device parameter buffer (num_params floats), for an optimizer that
+ * updates it from elsewhere (parallel/host_adamw.h). */
+float *msr_cuda_gpt_params_device(msr_cuda_gpt_t *model);
+
+/* Frees the device's moments, for an optimizer that keeps them on the
+ * host: after it, the moments' calls and msr_cuda_gpt_adamw answer
+ * MSR_ERR_INVALID_ARG and device_bytes counts 8 bytes a parameter less. */
+void msr_cuda_gpt_free_moments(msr_cuda_gpt_t *model);
+
 /* The device gradient buffer (num_params floats), for the data-parallel
  * allreduce; ordered on the model's stream. */
 float *msr_cuda_gpt_grads_device(msr_cuda_gpt_t *model);

@@ -16,6 +16,24 @@ void msr_cuda_trainer_log_init(const char *prog, int node, int rank)
     msr_log_init(prog, node, rank);
 }
 
+/* --offload optimizer=host: the update on the host over the device's
+ * parameters (params: their values, P floats), the device's moments
+ * freed. */
+static msr_status_t host_optimizer(msr_cuda_trainer_t *tr, const float *params)
+{
+    const msr_train_config_t *c = &tr->cfg;
+    msr_status_t st = msr_device_cuda_create(tr->device, &tr->hdev);
+    if (st != MSR_OK)
+        return msr_err_call(st, "train_cuda: --offload optimizer=host: the device interface");
+    st = msr_host_adamw_create(tr->hdev, &c->adamw, tr->layout->tensors, tr->layout->num_tensors,
+                               tr->layout->num_params, c->par.offload.chunk_bytes / sizeof(float),
+                               params, &tr->hopt);
+    if (st != MSR_OK)
+        return msr_err_prefix(st, "train_cuda: --offload optimizer=host");
+    msr_cuda_gpt_free_moments(tr->model);
+    return MSR_OK;
+}
+
 msr_status_t msr_cuda_trainer_create(const msr_train_config_t *cfg, const msr_dataset_t *data,
                                      msr_comm_t *comm, msr_cuda_trainer_t **tr_p)
 {
@@ -23,6 +41,9 @@ msr_status_t msr_cuda_trainer_create(const msr_train_config_t *cfg, const msr_da
         return msr_err_prefix(MSR_ERR_CONFIG, "train_cuda");
     int size = comm != NULL ? msr_comm_size(comm) : 1,
         rank = comm != NULL ? msr_comm_rank(comm) : 0;
+    if (cfg->par.offload.mode == MSR_OFFLOAD_DISK)
+        return msr_err(MSR_ERR_CONFIG, "train_cuda: the optimizer's state on disk is for CPU "
+                                       "ranks (host memory is for GPU ranks)");
     if (cfg->dp != size || cfg->dp_rank != rank || cfg->par.zero != 0)
         return msr_err(MSR_ERR_CONFIG,
                        "train_cuda: dp %d (rank %d) zero %d: needs a communicator of %d ranks (it "
@@ -81,6 +102,8 @@ msr_status_t msr_cuda_trainer_create(const msr_train_config_t *cfg, const msr_da
     msr_gpt_init_range(tr->layout, cfg->seed, 0, P, init);
     if ((st = msr_cuda_gpt_set_params(tr->model, init)) != MSR_OK)
         goto err_destroy;
+    if (cfg->par.offload.mode == MSR_OFFLOAD_HOST && (st = host_optimizer(tr, init)) != MSR_OK)
+        goto err_destroy;
     msr_free(init);
     MSR_DEBUG("train_cuda: rank %d on GPU %d, %zu parameters, %zu bytes of device memory%s%s", rank,
               tr->device, P, msr_cuda_gpt_device_bytes(tr->model),
@@ -101,6 +124,8 @@ void msr_cuda_trainer_destroy(msr_cuda_trainer_t *tr)
         return;
     /* the communicator first: its operations read the model's gradients */
     msr_comm_destroy(tr->dcomm);
+    msr_host_adamw_destroy(tr->hopt);
+    msr_device_destroy(tr->hdev);
     msr_cuda_gpt_destroy(tr->model);
     msr_gpt_destroy(tr->layout);
     msr_free(tr->reqs);
@@ -152,6 +177,29 @@ static msr_status_t on_ready(void *arg, int seg)
     return st;
 }
 
+/* AdamW step t on the device, with its constants as msr_adamw_begin's. */
+static msr_status_t device_adamw(msr_cuda_trainer_t *tr, uint64_t t, float lr, float scale)
+{
+    const msr_adamw_config_t *a = &tr->cfg.adamw;
+    msr_status_t st;
+    double bc1 = 1.0 - pow(a->beta1, (double)t);
+    double bc2 = 1.0 - pow(a->beta2, (double)t);
+    msr_cuda_adamw_step_t s = {
+        .beta1 = (float)a->beta1,
+        .beta2 = (float)a->beta2,
+        .one_minus_beta1 = (float)(1.0 - a->beta1),
+        .one_minus_beta2 = (float)(1.0 - a->beta2),
+        .eps = (float)a->eps,
+        .step_size = (float)((double)lr / bc1),
+        .bc2_sqrt = (float)sqrt(bc2),
+        .decay_keep = (float)(1.0 - (double)lr * a->weight_decay),
+        .grad_scale = scale,
+    };
+    if ((st = msr_cuda_gpt_adamw(tr->model, &s)) != MSR_OK)
+        return st;
+    return msr_cuda_gpt_sync(tr->model);
+}
+
 msr_status_t msr_cuda_trainer_step(msr_cuda_trainer_t *tr, double *loss_p)
 {
     const msr_train_config_t *c = &tr->cfg;
@@ -199,27 +247,16 @@ msr_status_t msr_cuda_trainer_step(msr_cuda_trainer_t *tr, double *loss_p)
     double norm = sqrt(sumsq);
     float scale = msr_clip_scale(norm, c->grad_clip);
 
-    /* AdamW's constants, as msr_adamw_begin */
-    const msr_adamw_config_t *a = &c->adamw;
     float lr = msr_cuda_trainer_lr(tr, tr->step);
     uint64_t t = tr->adam_t + 1;
-    double bc1 = 1.0 - pow(a->beta1, (double)t);
-    double bc2 = 1.0 - pow(a->beta2, (double)t);
-    msr_cuda_adamw_step_t s = {
-        .beta1 = (float)a->beta1,
-        .beta2 = (float)a->beta2,
-        .one_minus_beta1 = (float)(1.0 - a->beta1),
-        .one_minus_beta2 = (float)(1.0 - a->beta2),
-        .eps = (float)a->eps,
-        .step_size = (float)((double)lr / bc1),
-        .bc2_sqrt = (float)sqrt(bc2),
-        .decay_keep = (float)(1.0 - (double)lr * a->weight_decay),
-        .grad_scale = scale,
-    };
-    if ((st = msr_cuda_gpt_adamw(tr->model, &s)) != MSR_OK)
+    if (tr->hopt != NULL) { /* the gradients are final on the device: the update on the host */
+        if ((st = msr_cuda_gpt_sync(tr->model)) != MSR_OK ||
+            (st = msr_host_adamw_step(tr->hopt, msr_cuda_gpt_params_device(tr->model),
+                                      msr_cuda_gpt_grads_device(tr->model), lr, scale)) != MSR_OK)
+            return st;
+    } else if ((st = device_adamw(tr, t, lr, scale)) != MSR_OK) {
         return st;
-    if ((st = msr_cuda_gpt_sync(tr->model)) != MSR_OK)
-        return st;
+    }
     tr->adam_t = t;
     tr->sampler.position += G;
     tr->step++;
@@ -252,8 +289,14 @@ msr_status_t msr_cuda_trainer_snapshot(msr_cuda_trainer_t *tr, const char *meta,
     msr_status_t st = host_state(P, &p, &m, &v);
     if (st != MSR_OK)
         return st;
-    if ((st = msr_cuda_gpt_get_params(tr->model, p)) == MSR_OK &&
-        (st = msr_cuda_gpt_get_moments(tr->model, m, v)) == MSR_OK) {
+    if (tr->hopt != NULL) { /* the master parameters are the device's */
+        memcpy(p, tr->hopt->params, P * sizeof(float));
+        memcpy(m, tr->hopt->opt->m, P * sizeof(float));
+        memcpy(v, tr->hopt->opt->v, P * sizeof(float));
+    } else if ((st = msr_cuda_gpt_get_params(tr->model, p)) == MSR_OK) {
+        st = msr_cuda_gpt_get_moments(tr->model, m, v);
+    }
+    if (st == MSR_OK) {
         msr_tckpt_header_t h = {
             .step = tr->step,
             .adam_t = tr->adam_t,
@@ -300,8 +343,11 @@ msr_status_t msr_cuda_trainer_restore(msr_cuda_trainer_t *tr, const char *meta, 
                          "train_cuda: another rank could not read the checkpoint");
         goto out;
     }
-    if ((st = msr_cuda_gpt_set_params(tr->model, p)) != MSR_OK ||
-        (st = msr_cuda_gpt_set_moments(tr->model, m, v)) != MSR_OK)
+    if (tr->hopt != NULL)
+        st = msr_host_adamw_set(tr->hopt, p, m, v, h.adam_t, msr_cuda_gpt_params_device(tr->model));
+    else if ((st = msr_cuda_gpt_set_params(tr->model, p)) == MSR_OK)
+        st = msr_cuda_gpt_set_moments(tr->model, m, v);
+    if (st != MSR_OK)
         goto out;
     tr->step = h.step;
     tr->adam_t = h.adam_t;

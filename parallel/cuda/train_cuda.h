@@ -30,6 +30,7 @@
 #include "msrun/base.h"
 #include "msrun/comm.h"
 #include "parallel/ckpt_full.h"
+#include "parallel/host_adamw.h"
 #include "model/cuda/gpt_cuda.h"
 #include "model/data.h"
 #include "parallel/train.h"
@@ -52,6 +53,10 @@ typedef struct msr_cuda_trainer {
     msr_comm_req_t **reqs; /* [L + 2], nreqs posted */
     int nreqs;
     size_t pend_lo, pend_hi; /* ready, not yet posted */
+    /* --offload optimizer=host: AdamW's moments and the master parameters
+     * on the host, the update there (NULL: on the device) */
+    msr_device_t *hdev;
+    msr_host_adamw_t *hopt;
 } msr_cuda_trainer_t;
 
 /* Creates a trainer at step 0 with the parameters every rank initialises
@@ -61,6 +66,10 @@ typedef struct msr_cuda_trainer {
  * device communicator is made from it (msr_comm_device, which picks the GPU
  * from the local rank: local rank % visible devices, and NCCL or the staged
  * path), whose operations wait for backward through events. cfg->par.zero must be 0.
+ * cfg->par.offload.mode MSR_OFFLOAD_HOST puts AdamW on the host
+ * (parallel/host_adamw.h: its moments and the master parameters in host
+ * memory, the device's moments freed; chunks of chunk_bytes / 4
+ * gradients, 0: its default); MSR_OFFLOAD_DISK is refused.
  * data and comm must outlive the trainer. Errors: MSR_ERR_CONFIG,
  * MSR_ERR_UNSUPPORTED (no usable GPU), MSR_ERR_NO_MEMORY, gpt_cuda's and
  * the communicators'. Every function here that fails leaves the reason in

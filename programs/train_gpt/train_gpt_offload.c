@@ -79,12 +79,14 @@ static int disk_options(const options_t *o, msr_offload_config_t cfg[T_COUNT])
     int any = 0;
     for (int k = 0; k < T_COUNT; k++)
         any |= cfg[k].mode == MSR_OFFLOAD_DISK;
+    /* a GPU rank's host optimizer moves its gradients in chunks too */
+    int chunked = cfg[T_OPT].mode == MSR_OFFLOAD_DISK ||
+                  (cfg[T_OPT].mode == MSR_OFFLOAD_HOST && strcmp(o->device, "cuda") == 0);
     for (size_t k = 0; k < sizeof disk_only / sizeof disk_only[0]; k++) {
         int opt_only = strcmp(disk_only[k], "offload-chunk") == 0;
-        if (train_gpt_given(o, disk_only[k]) &&
-            !(opt_only ? cfg[T_OPT].mode == MSR_OFFLOAD_DISK : any)) {
+        if (train_gpt_given(o, disk_only[k]) && !(opt_only ? chunked : any)) {
             fprintf(stderr, "train_gpt: --%s needs --offload %s\n", disk_only[k],
-                    opt_only ? "optimizer=disk:DIR"
+                    opt_only ? "optimizer=disk:DIR (or optimizer=host with --device cuda)"
                              : "optimizer=disk:DIR, activations=disk:DIR, params=disk:DIR or "
                                "grads=disk:DIR");
             return -1;
@@ -164,11 +166,6 @@ static int combination(const options_t *o, const msr_offload_config_t cfg[T_COUN
     if (params_combination(o, cfg) != 0 || grads_combination(o, cfg) != 0)
         return -1;
     int cpu = strcmp(o->device, "cpu") == 0;
-    if (cfg[T_OPT].mode == MSR_OFFLOAD_HOST && !cpu) {
-        fprintf(stderr, "train_gpt: --offload optimizer=host with --device cuda (the update on "
-                        "the host while the GPU computes) is not built yet\n");
-        return -1;
-    }
     if (cfg[T_OPT].mode == MSR_OFFLOAD_DISK && (o->experts > 0 || !cpu)) {
         fprintf(stderr,
                 "train_gpt: --offload optimizer=disk covers the CPU trainer's flat "

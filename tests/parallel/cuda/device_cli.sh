@@ -48,6 +48,14 @@ expect 2 "for --device cpu only" "${small[@]}" --device cuda --zero 1
 expect 2 "for --device cpu only" "${small[@]}" --device cuda --report
 expect 2 "for --device cpu only" "${small[@]}" --device cuda --recompute full
 expect 2 "for --device cpu only" "${small[@]}" --device cuda --sp
+# the optimizer's offload on GPU ranks: to the host (its chunk size with it),
+# not to disk
+expect 2 "optimizer=disk covers the CPU trainer's flat buffers only: not --device cuda" \
+    "${small[@]}" --device cuda --offload "optimizer=disk:$work"
+expect 2 "offload-chunk needs --offload optimizer=disk:DIR (or optimizer=host with --device cuda)" \
+    "${small[@]}" --device cuda --offload-chunk 8192
+expect 2 "not a multiple of 4096" "${small[@]}" --device cuda --offload optimizer=host \
+    --offload-chunk 6000
 # the trainer is a module loaded for --device cuda: a missing one is a
 # failure at run time (exit 1) with dlerror's reason, never a crash
 rc=0
@@ -65,6 +73,13 @@ if [[ $rc -eq 0 ]]; then
 fi
 [[ $rc -eq 1 ]] || fail "--device cuda without a GPU exited $rc, not 1"
 grep -q "no CUDA device here\|CUDA is unusable here" "$work/out" || fail "no reason given"
+# the host optimizer's options pass; what stops it is the same missing GPU
+rc=0
+timeout -k 5 60 "$tg" "${small[@]}" --steps 2 --device cuda --offload optimizer=host \
+    --offload-chunk 8192 >"$work/out" 2>&1 || rc=$?
+[[ $rc -eq 1 ]] || fail "--device cuda --offload optimizer=host without a GPU exited $rc, not 1"
+grep -q "no CUDA device here\|CUDA is unusable here" "$work/out" ||
+    fail "--offload optimizer=host: no reason given"
 # a job: every rank fails alike when the device communicator cannot be made
 rc=0
 timeout -k 5 90 "${msrun_cmd[@]}" --worker_num=2 --local_worker_num=2 --job_id="$job" \

@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # Checkpoints across devices, under msrun: a GPU run of 10 steps (2 ranks on
 # one GPU) against runs that stop at step 5 and resume: GPU -> GPU (2 ranks),
-# GPU -> CPU (1 rank), CPU -> GPU (1 rank). Steps 6..10 of every resumed
+# GPU -> CPU (1 rank), CPU -> GPU (1 rank), and (2 ranks) with the optimizer
+# on the host (--offload optimizer=host) -> on the device and the other way
+# round. Steps 6..10 of every resumed
 # run must match the uninterrupted GPU run within 1e-4 relative. Exits 77
 # (skipped) when this machine has no usable GPU.
 set -u
@@ -10,7 +12,7 @@ job=gpuckpt-$$-$RANDOM
 work=$(mktemp -d)
 source "$(dirname "$0")/../job_env.sh"
 cleanup() {
-    for j in a b c d e f; do kill_job "$job-$j"; done
+    for j in a b c d e f g h i; do kill_job "$job-$j"; done
     rm -rf "$work"
 }
 trap cleanup EXIT
@@ -65,6 +67,7 @@ same() {
 run a 2 --device cuda --steps 10 --loss-log "$work/full.log"
 run b 2 --device cuda --steps 5 --ckpt-dir "$work/g"
 cp -r "$work/g" "$work/g2"
+cp -r "$work/g" "$work/g3"
 run c 2 --device cuda --steps 10 --ckpt-dir "$work/g" --resume --loss-log "$work/gg.log"
 grep -q "resumed from step 5" "$work/c.out" || fail "GPU -> GPU did not resume"
 same "$work/gg.log" "gpu->gpu"
@@ -75,4 +78,14 @@ run e 1 --device cpu --steps 5 --ckpt-dir "$work/c"
 run f 1 --device cuda --steps 10 --ckpt-dir "$work/c" --resume --loss-log "$work/cg.log"
 grep -q "resumed from step 5" "$work/f.out" || fail "CPU -> GPU did not resume"
 same "$work/cg.log" "cpu->gpu"
+host=(--offload optimizer=host --offload-chunk 4096)
+run g 2 --device cuda --steps 5 --ckpt-dir "$work/h" "${host[@]}"
+grep -q "AdamW on the host" "$work/g.out" || fail "optimizer=host did not update on the host"
+run h 2 --device cuda --steps 10 --ckpt-dir "$work/h" --resume --loss-log "$work/hg.log"
+grep -q "resumed from step 5" "$work/h.out" || fail "host optimizer -> GPU did not resume"
+same "$work/hg.log" "host->gpu"
+run i 2 --device cuda --steps 10 --ckpt-dir "$work/g3" --resume "${host[@]}" \
+    --loss-log "$work/gh.log"
+grep -q "resumed from step 5" "$work/i.out" || fail "GPU -> host optimizer did not resume"
+same "$work/gh.log" "gpu->host"
 echo "gpu_ckpt_check: ok"

@@ -69,6 +69,10 @@ if [[ $mode != alone ]] && ! grep -q "gradients over $mode" "$work/gpu.out"; the
     echo "FAIL: the job did not choose the $mode device communicator"
     exit 1
 fi
+if [[ " ${extra[*]} " == *" optimizer=host "* ]] && ! grep -q "AdamW on the host" "$work/gpu.out"; then
+    echo "FAIL: --offload optimizer=host did not put the update on the host"
+    exit 1
+fi
 # the loss logs hold exact values (%a): bash's printf reads them
 dec() {
     local w1 n w3 loss rest
