@@ -116,6 +116,7 @@ static msr_status_t cpu_stream_wait(const msr_device_t *dev, msr_device_stream_t
 
 static const msr_device_ops_t cpu_ops = {
     .alloc = cpu_alloc,
+    .alloc_zero = cpu_alloc, /* msr_pages_alloc's memory is zero: mapped pages untouched */
     .free = cpu_free,
     .host_alloc = cpu_alloc, /* host memory is all the CPU has */
     .host_free = cpu_free,
@@ -173,6 +174,29 @@ msr_status_t msr_device_alloc(const msr_device_t *dev, size_t bytes, void **p_p)
         return MSR_OK;
     }
     return dev->ops->alloc(dev, bytes, p_p);
+}
+
+msr_status_t msr_device_alloc_zero(const msr_device_t *dev, size_t bytes, void **p_p)
+{
+    if (dev == NULL || p_p == NULL)
+        return bad(dev, "alloc_zero", "no device or no output");
+    if (bytes == 0) {
+        *p_p = NULL;
+        return MSR_OK;
+    }
+    if (dev->ops->alloc_zero != NULL)
+        return dev->ops->alloc_zero(dev, bytes, p_p);
+    void *p = NULL;
+    msr_status_t st = dev->ops->alloc(dev, bytes, &p);
+    if (st != MSR_OK)
+        return st;
+    if ((st = dev->ops->memset(dev, p, 0, bytes, NULL)) == MSR_OK &&
+        (st = dev->ops->stream_sync(dev, NULL)) == MSR_OK) {
+        *p_p = p;
+        return MSR_OK;
+    }
+    dev->ops->free(dev, p);
+    return st;
 }
 
 void msr_device_free(const msr_device_t *dev, void *p)

@@ -10,6 +10,10 @@
 typedef struct msr_device_ops {
     /* memory: *p_p written only on success; MSR_ERR_NO_MEMORY when out */
     msr_status_t (*alloc)(const msr_device_t *dev, size_t bytes, void **p_p);
+    /* memory that reads zero, for a device whose allocations are zero
+     * already (NULL: alloc, then a memset on the default stream and its
+     * sync) */
+    msr_status_t (*alloc_zero)(const msr_device_t *dev, size_t bytes, void **p_p);
     void (*free)(const msr_device_t *dev, void *p);
     msr_status_t (*host_alloc)(const msr_device_t *dev, size_t bytes, void **p_p);
     void (*host_free)(const msr_device_t *dev, void *p);

@@ -75,20 +75,13 @@ static void slot_free(const msr_moe_t *moe, moe_slot_t *s)
 }
 
 /* bytes (at least 1, so that NULL always means failure) of the state's
- * device, zeroed on its default stream: the caller syncs before the host
- * reads them. NULL when out of memory or the device failed (its text
+ * device, zero (msr_device_alloc_zero: on the CPU device, pages untouched
+ * until written). NULL when out of memory or the device failed (its text
  * set). */
 static void *dev_zalloc(const msr_moe_t *moe, size_t bytes)
 {
     void *p = NULL;
-    size_t n = bytes > 0 ? bytes : 1;
-    if (msr_device_alloc(moe->dev, n, &p) != MSR_OK)
-        return NULL;
-    if (msr_device_memset(moe->dev, p, 0, n, NULL) != MSR_OK) {
-        msr_device_free(moe->dev, p);
-        return NULL;
-    }
-    return p;
+    return msr_device_alloc_zero(moe->dev, bytes > 0 ? bytes : 1, &p) == MSR_OK ? p : NULL;
 }
 
 /* The GPT-2 initialisation's stream for the experts (the flat buffers'

@@ -277,17 +277,12 @@ static msr_status_t build_layout(msr_dp_t *dp)
 /* ---- create / destroy ---- */
 
 /* A buffer of the shard space (S floats and one, so never empty) on dp's
- * device, zero. */
+ * device, zero: on the CPU device its pages untouched until written (the
+ * blocks' part of ZeRO-3's parameter shard under the parameter offload
+ * never is). */
 static msr_status_t shard_alloc(msr_dp_t *dp, float **p_p)
 {
-    void *p = NULL;
-    size_t n = dp->shard_count + 1;
-    msr_status_t st = msr_device_alloc(dp->dev, n * sizeof(float), &p);
-    if (st == MSR_OK && (st = msr_dp_zero(dp, p, n)) == MSR_OK && (st = msr_dp_sync(dp)) == MSR_OK)
-        *p_p = p;
-    else
-        msr_device_free(dp->dev, p);
-    return st;
+    return msr_device_alloc_zero(dp->dev, (dp->shard_count + 1) * sizeof(float), (void **)p_p);
 }
 
 msr_status_t msr_dp_create(const msr_dp_config_t *cfg, msr_comm_t *comm, msr_gpt_t *model,

@@ -31,15 +31,11 @@ msr_status_t msr_mp_failed(const char *what, msr_status_t st)
 msr_status_t msr_mp_buf_alloc(msr_mp_t *mp, size_t n, int zeroed, float **p_p)
 {
     void *p = NULL;
-    msr_status_t st = msr_device_alloc(mp->dev, n * sizeof(float), &p);
-    if (st == MSR_OK && zeroed && (st = msr_mp_zero(mp, p, n)) == MSR_OK)
-        st = msr_mp_sync(mp);
-    if (st != MSR_OK) {
-        msr_device_free(mp->dev, p);
-        return st;
-    }
-    *p_p = p;
-    return MSR_OK;
+    msr_status_t st = zeroed ? msr_device_alloc_zero(mp->dev, n * sizeof(float), &p)
+                             : msr_device_alloc(mp->dev, n * sizeof(float), &p);
+    if (st == MSR_OK)
+        *p_p = p;
+    return st;
 }
 
 void msr_mp_buf_free(msr_mp_t *mp, float *p)

@@ -47,15 +47,7 @@ static float *ez_alloc(const msr_trainer_t *tr, size_t n)
 {
     const msr_device_t *dev = ez_dev(tr);
     void *p = NULL;
-    size_t bytes = (n > 0 ? n : 1) * sizeof(float);
-    if (msr_device_alloc(dev, bytes, &p) != MSR_OK)
-        return NULL;
-    if (msr_device_memset(dev, p, 0, bytes, NULL) != MSR_OK ||
-        msr_device_stream_sync(dev, NULL) != MSR_OK) {
-        msr_device_free(dev, p);
-        return NULL;
-    }
-    return p;
+    return msr_device_alloc_zero(dev, (n > 0 ? n : 1) * sizeof(float), &p) == MSR_OK ? p : NULL;
 }
 
 /* The device's status st of what, its text naming the device. */

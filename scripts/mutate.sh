@@ -4493,4 +4493,22 @@ test: ^test_parallel_host_adamw$
         msr_adamw_update_range(h->opt, off, n, h->params + off, h->grads[0]);
 >>>
 
+@ device.alloc_zero_unzeroed
+file: comm/device.c
+test: ^test_device_fake$
+<<<
+    if ((st = dev->ops->memset(dev, p, 0, bytes, NULL)) == MSR_OK &&
+===
+    if ((st = MSR_OK) == MSR_OK &&
+>>>
+
+@ device.alloc_zero_cpu_touches
+file: comm/device.c
+test: ^test_device$
+<<<
+    .alloc_zero = cpu_alloc, /* msr_pages_alloc's memory is zero: mapped pages untouched */
+===
+    .alloc_zero = NULL, /* msr_pages_alloc's memory is zero: mapped pages untouched */
+>>>
+
 __END__

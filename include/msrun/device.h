@@ -85,6 +85,12 @@ MSR_API int msr_device_is_host(const msr_device_t *dev);
 
 /* ---- memory: *p_p written only on success; contents undefined ---- */
 MSR_API msr_status_t msr_device_alloc(const msr_device_t *dev, size_t bytes, void **p_p);
+/* Memory that reads zero when the call returns (it waits for the zeroing;
+ * *p_p written only on success). On the CPU device the pages are the
+ * system's zero pages until written: a buffer written in part holds
+ * only the pages written, as calloc's. Errors as alloc, or the zeroing's
+ * (nothing is then allocated). */
+MSR_API msr_status_t msr_device_alloc_zero(const msr_device_t *dev, size_t bytes, void **p_p);
 MSR_API void msr_device_free(const msr_device_t *dev, void *p);
 /* Host memory the device copies from and to at full speed (pinned). */
 MSR_API msr_status_t msr_device_host_alloc(const msr_device_t *dev, size_t bytes, void **p_p);

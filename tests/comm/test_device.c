@@ -314,6 +314,79 @@ static void test_alloc_failure(void)
     msr_device_destroy(d);
 }
 
+#if !defined(GPU_TABLE) && MSR_PAGES_MAPPED
+/* Resident pages of this process (/proc/self/statm), in bytes. */
+static size_t resident_bytes(void)
+{
+    unsigned long size = 0, res = 0;
+    FILE *f = fopen("/proc/self/statm", "r");
+    MSR_CHECK(f != NULL);
+    MSR_CHECK(fscanf(f, "%lu %lu", &size, &res) == 2);
+    fclose(f);
+    return (size_t)res * 4096;
+}
+#endif
+
+/* alloc_zero: memory that reads zero at every size, also where the same
+ * memory was just written and freed (the allocator's reuse), with the
+ * bad arguments and allocation failure of alloc. On the CPU device, where
+ * large buffers are mapped pages, the zero costs no page: 64 MiB leave
+ * the resident memory within a few pages (alloc and memset take it all). */
+static void test_alloc_zero(void)
+{
+    const msr_device_t *d = dev_get();
+    static const size_t sizes[] = {1, 3, 63, 4097, (64u << 10) + 3, (1u << 20) + 5};
+    for (size_t i = 0; i < sizeof sizes / sizeof sizes[0]; i++) {
+        size_t n = sizes[i];
+        unsigned char *out = host(d, n), *dirty = dmem(d, n);
+        memset(out, 0x5a, n);
+        MSR_CHECK_OK(msr_device_copy(d, dirty, out, n, MSR_DEVICE_H2D, NULL));
+        MSR_CHECK_OK(msr_device_stream_sync(d, NULL));
+        msr_device_free(d, dirty);
+        void *z = NULL;
+        MSR_CHECK_OK(msr_device_alloc_zero(d, n, &z));
+        MSR_CHECK(z != NULL);
+        MSR_CHECK_OK(msr_device_copy(d, out, z, n, MSR_DEVICE_D2H, NULL));
+        MSR_CHECK_OK(msr_device_stream_sync(d, NULL));
+        for (size_t k = 0; k < n; k++)
+            MSR_CHECK_MSG(out[k] == 0, "%zu bytes: byte %zu is %d", n, k, out[k]);
+        msr_device_free(d, z);
+        msr_device_host_free(d, out);
+    }
+    void *p = &p;
+    MSR_CHECK_OK(msr_device_alloc_zero(d, 0, &p));
+    MSR_CHECK(p == NULL);
+    p = &p;
+    MSR_CHECK_STATUS(msr_device_alloc_zero(NULL, 8, &p), MSR_ERR_INVALID_ARG);
+    MSR_CHECK_STATUS(msr_device_alloc_zero(d, 8, NULL), MSR_ERR_INVALID_ARG);
+    msr_alloc_fail_at(0);
+#ifdef GPU_TABLE
+    MSR_CHECK_STATUS(msr_device_alloc_zero(d, (size_t)1 << 56, &p), MSR_ERR_NO_MEMORY);
+#else
+    MSR_CHECK_STATUS(msr_device_alloc_zero(d, 100, &p), MSR_ERR_NO_MEMORY);
+#endif
+    msr_alloc_fail_at(-1);
+    MSR_CHECK(p == &p);
+#if !defined(GPU_TABLE) && MSR_PAGES_MAPPED
+    const size_t big = (size_t)64 << 20;
+    size_t before = resident_bytes();
+    MSR_CHECK_OK(msr_device_alloc_zero(d, big, &p));
+    size_t lazy = resident_bytes() - before;
+    ((unsigned char *)p)[big / 2] = 1; /* a page written is a page taken */
+    MSR_CHECK(((unsigned char *)p)[big / 2 + 1] == 0 && ((unsigned char *)p)[big - 1] == 0);
+    msr_device_free(d, p);
+    before = resident_bytes();
+    MSR_CHECK_OK(msr_device_alloc(d, big, &p));
+    MSR_CHECK_OK(msr_device_memset(d, p, 0, big, NULL));
+    size_t eager = resident_bytes() - before;
+    msr_device_free(d, p);
+    printf("alloc_zero: 64 MiB zeroed took %zu resident bytes, alloc and memset %zu\n", lazy,
+           eager);
+    MSR_CHECK(lazy < ((size_t)1 << 20) && eager >= big / 2);
+#endif
+    msr_device_destroy(d);
+}
+
 #ifdef GPU_TABLE
 /* Device numbers outside [0, count) refused, the output untouched; the
  * name says which device. */
@@ -357,6 +430,7 @@ static const msr_test_t tests[] = {
     {"stream_order", test_stream_order, 60},
     {"events", test_events, 60},
     {"alloc_failure", test_alloc_failure, 60},
+    {"alloc_zero", test_alloc_zero, 60},
 };
 
 #ifdef MSR_TEST_CUDA
