@@ -349,8 +349,9 @@ msr_status_t msr_dp_create(const msr_dp_config_t *cfg, msr_comm_t *comm, msr_gpt
          (st = shard_alloc(dp, &dp->gshard)) != MSR_OK) ||
         (cfg->zero >= 3 && (st = shard_alloc(dp, &dp->pshard)) != MSR_OK))
         goto err_free;
-    /* below ZeRO-3 the parameters' offload seeds the blocks into its file */
-    if (!msr_dp_init_left(cfg) && (cfg->params_offload.mode == MSR_OFFLOAD_NONE || cfg->zero >= 3))
+    /* the parameters' offload seeds the blocks (ZeRO-3: their shares)
+     * into its file */
+    if (!msr_dp_init_left(cfg) && cfg->params_offload.mode == MSR_OFFLOAD_NONE)
         msr_dp_init_params(dp, seed);
     dp->hooks = (msr_gpt_hooks_t){dp, msr_dp_hook_acquire, msr_dp_hook_release,
                                   msr_dp_hook_grads_ready, msr_dp_hook_poll};
@@ -411,19 +412,6 @@ msr_status_t msr_dp_create_agreed(const msr_dp_config_t *cfg, msr_comm_t *comm, 
 int msr_dp_init_left(const msr_dp_config_t *cfg)
 {
     return cfg->init_later && cfg->params_offload.mode == MSR_OFFLOAD_NONE;
-}
-
-void msr_dp_init_params(msr_dp_t *dp, uint64_t seed)
-{
-    if (dp->cfg.zero < 3) {
-        msr_gpt_init_params(dp->model, seed);
-        return;
-    }
-    for (int k = 0; k < dp->num_units; k++) {
-        const msr_dp_unit_t *u = &dp->units[k];
-        msr_gpt_init_range(dp->model, seed, u->own_lo, u->own_lo + u->own_n,
-                           dp->pshard + u->shard_off);
-    }
 }
 
 /* Waits for whatever is in flight and frees every temporary buffer. */

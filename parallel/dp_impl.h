@@ -42,6 +42,13 @@ static inline void msr_dp_block_of(const msr_dp_unit_t *u, int j, size_t *a_p, s
     *e_p = (size_t)e;
 }
 
+/* ZeRO-3 with the parameters offloaded: the elements of block k this rank
+ * owns (they start at pz_off[k] in the shard space). */
+static inline size_t msr_dp_z3_count(const msr_dp_t *dp, size_t k)
+{
+    return dp->pz_off[k + 1] - dp->pz_off[k];
+}
+
 static inline size_t msr_dp_seg_count(const msr_dp_t *dp, int s)
 {
     return dp->model->segments[s].count;
@@ -110,13 +117,17 @@ msr_status_t msr_dp_grads_sumsq(msr_dp_t *dp, double *sumsq_p);
 size_t msr_dp_grads_resident(const msr_dp_t *dp);
 
 /* The blocks' parameters moved to their file when cfg.params_offload asks
- * for the disk (dp_params.c; MSR_OK and nothing done otherwise; below
- * ZeRO-3 they are seeded from seed a block at a time, straight into the
- * file, and the rest of the flat buffer with them); the
+ * for the disk (dp_params.c; MSR_OK and nothing done otherwise; they
+ * are seeded from seed a block at a time, straight into the file, and
+ * the rest of the flat buffer or shard with them); the
  * hooks' part (a block segment pointed at its buffer, read ahead in the
  * pass's direction; and given back); the step's AdamW, after
  * msr_adamw_begin, a block at a time; the whole parameters into out. */
 msr_status_t msr_dp_params_attach(msr_dp_t *dp, uint64_t seed);
+/* dp_seed.c: at the attach, the parameters from seed with the blocks (or,
+ * under ZeRO-3, the rank's shares of them) written straight into the
+ * store a block at a time, never all held. */
+msr_status_t msr_dp_params_seed(msr_dp_t *dp, uint64_t seed);
 void msr_dp_params_detach(msr_dp_t *dp);
 msr_status_t msr_dp_params_acquire(msr_dp_t *dp, int s, msr_gpt_pass_t pass);
 msr_status_t msr_dp_params_release(msr_dp_t *dp, int s);

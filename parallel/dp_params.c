@@ -48,13 +48,6 @@ static void flat_drop(msr_dp_t *dp)
     dp->pflat = 0;
 }
 
-/* ZeRO-3: the elements of block k this rank owns, and where they start
- * in the shard space. */
-static size_t z3_count(const msr_dp_t *dp, size_t k)
-{
-    return dp->pz_off[k + 1] - dp->pz_off[k];
-}
-
 /* A copy of n floats between dp's device memory (the shard, the
  * allgather's buffer) and the host (the offload store's buffers, the
  * model's flat buffer), kind saying which way, on the device's default
@@ -79,12 +72,12 @@ static msr_status_t z3_move(msr_dp_t *dp, int put)
     for (size_t k = 0; k < L && st == MSR_OK; k++) {
         float *sh = dp->pshard + dp->pz_off[k];
         if (put) {
-            if ((st = xfer(dp, tmp, sh, z3_count(dp, k), MSR_DEVICE_D2H)) == MSR_OK &&
+            if ((st = xfer(dp, tmp, sh, msr_dp_z3_count(dp, k), MSR_DEVICE_D2H)) == MSR_OK &&
                 (st = msr_dp_sync(dp)) == MSR_OK)
                 st = msr_params_put(dp->params_off, k, tmp);
         } else if ((st = msr_params_get(dp->params_off, k, tmp)) == MSR_OK) {
             /* tmp is filled again next: the copy must have read it */
-            if ((st = xfer(dp, sh, tmp, z3_count(dp, k), MSR_DEVICE_H2D)) == MSR_OK)
+            if ((st = xfer(dp, sh, tmp, msr_dp_z3_count(dp, k), MSR_DEVICE_H2D)) == MSR_OK)
                 st = msr_dp_sync(dp);
         }
     }
@@ -104,29 +97,6 @@ static msr_status_t put_all(msr_dp_t *dp)
     return st;
 }
 
-/* ZeRO 0-2 at the start: the parameters from seed, the blocks' straight
- * into the file through one block's scratch buffer, so that the flat
- * buffer's blocks are never touched and a rank never holds every block,
- * not even at the start (under a memory limit of the parameters' bytes
- * it would not start). The same numbers as msr_gpt_init_params. */
-static msr_status_t seed_all(msr_dp_t *dp, uint64_t seed)
-{
-    msr_gpt_t *m = dp->model;
-    size_t n = dp->pblk_n, lo = dp->pblk_lo, hi = lo + (size_t)layers(dp) * n;
-    msr_gpt_init_range(m, seed, 0, lo, m->params);
-    msr_gpt_init_range(m, seed, hi, m->num_params, m->params + hi);
-    float *tmp = msr_calloc(n, sizeof(float));
-    if (tmp == NULL)
-        return msr_err(MSR_ERR_NO_MEMORY, "offload: out of memory for a block's parameters");
-    msr_status_t st = MSR_OK;
-    for (size_t l = 0; l < (size_t)layers(dp) && st == MSR_OK; l++) {
-        msr_gpt_init_range(m, seed, lo + l * n, lo + (l + 1) * n, tmp);
-        st = msr_params_put(dp->params_off, l, tmp);
-    }
-    msr_free(tmp);
-    return st;
-}
-
 /* ZeRO-3: each block's owned elements, contiguous in the shard space
  * (the units are in flat order: all of a replicated block's), and the
  * store's block size, the largest share. */
@@ -143,7 +113,7 @@ static msr_status_t z3_layout(msr_dp_t *dp)
         const msr_dp_unit_t *last = &dp->units[G->u1 - 1];
         dp->pz_off[k] = dp->units[G->u0].shard_off;
         dp->pz_off[k + 1] = last->shard_off + last->own_n;
-        dp->pblk_n = MSR_MAX(dp->pblk_n, z3_count(dp, k));
+        dp->pblk_n = MSR_MAX(dp->pblk_n, msr_dp_z3_count(dp, k));
     }
     return MSR_OK;
 }
@@ -178,7 +148,7 @@ msr_status_t msr_dp_params_attach(msr_dp_t *dp, uint64_t seed)
         return msr_err(MSR_ERR_NO_MEMORY, "offload: out of memory");
     st = msr_params_create(cfg, dp->pblk_n, (size_t)L, &dp->params_off);
     if (st == MSR_OK)
-        st = z3 ? put_all(dp) : seed_all(dp, seed);
+        st = msr_dp_params_seed(dp, seed);
     if (st == MSR_OK && z3) /* the first forward's first gather reads it */
         st = msr_params_prefetch(dp->params_off, 0);
     if (st != MSR_OK)

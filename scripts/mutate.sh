@@ -4511,4 +4511,32 @@ test: ^test_device$
     .alloc_zero = NULL, /* msr_pages_alloc's memory is zero: mapped pages untouched */
 >>>
 
+@ dp_params.z3_seeded_whole
+file: parallel/dp.c
+test: ^test_parallel_train_gpt_offload_z3$
+<<<
+    if (!msr_dp_init_left(cfg) && cfg->params_offload.mode == MSR_OFFLOAD_NONE)
+===
+    if (!msr_dp_init_left(cfg) && (cfg->params_offload.mode == MSR_OFFLOAD_NONE || cfg->zero >= 3))
+>>>
+
+@ dp.shard_zeroed_by_writing
+file: parallel/dp.c
+test: ^test_parallel_train_gpt_offload_z3$
+<<<
+    return msr_device_alloc_zero(dp->dev, (dp->shard_count + 1) * sizeof(float), (void **)p_p);
+===
+    msr_status_t st = msr_device_alloc(dp->dev, (dp->shard_count + 1) * sizeof(float), (void **)p_p);
+    return st == MSR_OK ? msr_device_memset(dp->dev, *p_p, 0, (dp->shard_count + 1) * sizeof(float), NULL) : st;
+>>>
+
+@ dp_params.z3_seed_tail_offset
+file: parallel/dp_seed.c
+test: ^test_parallel_train_gpt_offload_z3$
+<<<
+                               tmp + (u->shard_off - dp->pz_off[b]));
+===
+                               tmp + (u->shard_off - dp->pz_off[0]));
+>>>
+
 __END__

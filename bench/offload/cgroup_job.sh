@@ -30,7 +30,9 @@ cgroup_job_start() {
 
 cgroup_job_cleanup() {
     local p r f
-    grep -lsa "MSR_JOB_ID=$job" /proc/[0-9]*/environ 2>/dev/null | cut -d/ -f3 |
+    # grep answers 2 when a process ended while it read: under set -e and
+    # pipefail that would be the script's exit status after a whole run
+    { grep -lsa "MSR_JOB_ID=$job" /proc/[0-9]*/environ 2>/dev/null || true; } | cut -d/ -f3 |
         while read -r p; do kill -KILL "$p" 2>/dev/null || true; done
     for ((r = 0; r < ranks; r++)); do
         [[ ! -d "$cg-rank$r" ]] || rmdir "$cg-rank$r" 2>/dev/null || true

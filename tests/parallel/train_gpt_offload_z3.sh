@@ -59,6 +59,28 @@ pbytes() { sed -n 's/.*rank 0 zero 3: params \([0-9]*\) .*/\1/p' "$work/$1.out";
 [[ -n "$(pbytes dp-off)" && $(pbytes dp-off) -lt $(pbytes dp) ]] ||
     fail "params $(pbytes dp-off) bytes with offload, $(pbytes dp) without"
 
+# nor at the start: the blocks' shares are seeded into the file one at a
+# time and the shard's buffer is zero without being written, so with
+# --steps 0 the peak RSS is below the same run's without offload by at
+# least half the bytes the offload moves (8 blocks of 12.6 MB); seeding
+# the whole shard first, or zeroing its buffer by writing it, peaks above
+init=(--zero 3 --layers 8 --channels 512 --heads 8 --seq 16 --micro-batch 2 --steps 0 --report)
+peak() { # ARGS...: "peak-RSS-bytes params-bytes" of train_gpt --steps 0
+    timeout 60 "$bin/train_gpt" "${init[@]}" "$@" 2>&1 >/dev/null |
+        sed -n 's/.* params \([0-9]*\) .*peak RSS \([0-9]*\) KiB.*/\2 \1/p' | awk '{ print $1 * 1024, $2 }'
+}
+if [[ -n "${MSRUN_SANITIZE:-}" ]]; then
+    # its allocator writes what base's maps untouched, and its shadow and
+    # quarantine set the peak
+    echo "skipped the start's peak: not the program's under MSRUN_SANITIZE=$MSRUN_SANITIZE"
+else
+    read -r rss_mem p_mem < <(peak) || fail "no --report without offload"
+    read -r rss_off p_off < <(peak "${params[@]}") || fail "no --report with offload"
+    [[ $((rss_mem - rss_off)) -ge $(((p_mem - p_off) / 2)) ]] ||
+        fail "at the start: peak RSS $rss_off bytes with offload, $rss_mem without, $((p_mem - p_off)) moved"
+    offload_none_left start
+fi
+
 # stopped at step 2 and resumed with the offload on then off, off then on
 offload_resume_both dp --dp 2 "${zsplit[@]}"
 
