@@ -150,12 +150,14 @@ msr_status_t msr_dp_params_drop(msr_dp_t *dp, int write);
  * floats of the buffer that takes (0: none). */
 msr_status_t msr_dp_params_gather_range(msr_dp_t *dp, size_t lo, size_t hi, float *base);
 size_t msr_dp_params_gather_floats(msr_dp_t *dp, size_t lo, size_t hi);
-/* A restore below ZeRO-3 under the parameters' offload (dp_offload.c),
- * never the whole flat buffer: load_begin (from msr_dp_params_hold with
- * read 0) takes one block's buffer; load copies n parameters of flat
- * element lo on from src, the resident ones into the flat buffer, a
+/* A restore under the parameters' offload (dp_offload.c), never the whole
+ * flat buffer or shard: load_begin (from msr_dp_params_hold with read 0)
+ * takes one block's buffer; load copies n parameters of flat element lo
+ * on from src (below ZeRO-3), the resident ones into the flat buffer, a
  * block's into that buffer (the block read from its file first, written
- * back when the pieces move to another block); load_gather (ZeRO 1-2's
+ * back when the pieces move to another block); load_shard likewise for
+ * ZeRO-3's n elements of shard offset s, a block's share into that
+ * buffer, the rest into the shard; load_gather (ZeRO 1-2's
  * msr_dp_load_end) completes the resident elements and then each block in
  * turn from the other ranks (collective); load_end (from
  * msr_dp_params_drop) writes the last block back (write 1) and frees the
@@ -163,6 +165,7 @@ size_t msr_dp_params_gather_floats(msr_dp_t *dp, size_t lo, size_t hi);
  * communicator's. */
 msr_status_t msr_dp_params_load_begin(msr_dp_t *dp);
 msr_status_t msr_dp_params_load(msr_dp_t *dp, size_t lo, size_t n, const float *src);
+msr_status_t msr_dp_params_load_shard(msr_dp_t *dp, size_t s, size_t n, const float *src);
 msr_status_t msr_dp_params_load_gather(msr_dp_t *dp);
 msr_status_t msr_dp_params_load_end(msr_dp_t *dp, int write);
 /* ZeRO-3: where a gather of segment s copies this rank's elements from:

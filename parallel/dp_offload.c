@@ -228,7 +228,7 @@ msr_status_t msr_dp_params_spans_end(msr_dp_t *dp, const msr_dp_blk_t *blk)
     return msr_params_prefetch(dp->params_off, 0);
 }
 
-/* ---- a restore below ZeRO-3, a block at a time ---- */
+/* ---- a restore, a block at a time ---- */
 
 msr_status_t msr_dp_params_load_begin(msr_dp_t *dp)
 {
@@ -295,6 +295,31 @@ msr_status_t msr_dp_params_load(msr_dp_t *dp, size_t lo, size_t n, const float *
         memcpy(dst, src, (end - lo) * sizeof(float));
         src += end - lo;
         lo = end;
+    }
+    return MSR_OK;
+}
+
+msr_status_t msr_dp_params_load_shard(msr_dp_t *dp, size_t s, size_t n, const float *src)
+{
+    size_t L = (size_t)dp->pnb, lo = dp->pz_off[0], hi = dp->pz_off[L], e = s + n;
+    while (s < e) {
+        size_t end = s < lo ? MSR_MIN(e, lo) : e;
+        float *dst = dp->pshard + s;
+        if (s >= lo && s < hi) {
+            /* the block whose share holds s: the last one starting at or
+             * before it (a block with no share starts where the next does) */
+            size_t k = L - 1;
+            while (dp->pz_off[k] > s)
+                k--;
+            msr_status_t st = load_switch(dp, k, 1);
+            if (st != MSR_OK)
+                return st;
+            end = MSR_MIN(e, dp->pz_off[k + 1]);
+            dst = dp->pload_buf + (s - dp->pz_off[k]);
+        }
+        memcpy(dst, src, (end - s) * sizeof(float));
+        src += end - s;
+        s = end;
     }
     return MSR_OK;
 }

@@ -613,13 +613,11 @@ msr_status_t msr_dp_params_hold(msr_dp_t *dp, int read)
 {
     if (dp->params_off == NULL || dp->pflat || dp->pload_buf != NULL)
         return MSR_OK;
-    if (!read && dp->pz_off == NULL)
+    if (!read) /* a restore: its pieces fill a block at a time */
         return msr_dp_params_load_begin(dp);
     msr_gpt_t *m = dp->model;
     msr_status_t st = MSR_OK;
     if (dp->pz_off != NULL) {
-        /* ZeRO-3 reads the shard back even for a restore: every read
-         * ahead in flight ends before a block is written again */
         st = z3_move(dp, 0);
         dp->pflat = 1;
         if (st != MSR_OK)
@@ -642,8 +640,12 @@ msr_status_t msr_dp_params_hold(msr_dp_t *dp, int read)
 
 msr_status_t msr_dp_params_drop(msr_dp_t *dp, int write)
 {
-    if (dp->pload_buf != NULL)
-        return msr_dp_params_load_end(dp, write);
+    if (dp->pload_buf != NULL) {
+        msr_status_t st = msr_dp_params_load_end(dp, write);
+        if (st == MSR_OK && dp->pz_off != NULL) /* the next forward's first gather reads it */
+            st = msr_params_prefetch(dp->params_off, 0);
+        return st;
+    }
     if (dp->params_off == NULL || !dp->pflat)
         return MSR_OK;
     msr_status_t st = write ? put_all(dp) : MSR_OK;

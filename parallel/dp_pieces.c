@@ -157,6 +157,23 @@ static void take_params(msr_dp_t *dp, const msr_dp_piece_t *piece, size_t lo, si
         mark(dp, a, e - a, COVER_PARAMS);
 }
 
+/* take for ZeRO-3's parameters with the blocks' shares offloaded: unit
+ * u's owned elements, a block's share at a time through its file
+ * (msr_dp_params_load_shard; the first failure kept as take_moments'). */
+static void take_shard(msr_dp_t *dp, const msr_dp_piece_t *piece, const msr_dp_unit_t *u)
+{
+    size_t a = MSR_MAX(u->own_lo, piece->lo),
+           e = MSR_MIN(u->own_lo + u->own_n, piece->lo + piece->n);
+    if (a >= e || dp->cover == NULL || dp->cover->io_st != MSR_OK)
+        return;
+    msr_status_t st = msr_dp_params_load_shard(dp, u->shard_off + (a - u->own_lo), e - a,
+                                               piece->params + (a - piece->lo));
+    if (st != MSR_OK)
+        dp->cover->io_st = st;
+    else
+        mark(dp, a, e - a, COVER_PARAMS);
+}
+
 void msr_dp_load_piece(msr_dp_t *dp, const msr_dp_piece_t *piece)
 {
     for (int k = 0; k < dp->num_units; k++) {
@@ -165,6 +182,8 @@ void msr_dp_load_piece(msr_dp_t *dp, const msr_dp_piece_t *piece)
             continue;
         if (dp->cfg.zero <= 2)
             take_params(dp, piece, u->lo, u->n);
+        else if (dp->pload_buf != NULL)
+            take_shard(dp, piece, u);
         else
             take(dp, piece, piece->params, u->own_lo, u->own_n, dp->pshard + u->shard_off,
                  COVER_PARAMS);

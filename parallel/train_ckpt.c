@@ -550,8 +550,8 @@ static msr_status_t restore_parts(msr_trainer_t *tr, const char *meta, int world
 }
 
 /* With the parameters offloaded, the restore fills their blocks in their
- * file a block at a time (ZeRO 3: the shard buffer, the blocks written
- * back to their file after it). Offloaded moments go
+ * file a block at a time (ZeRO 3: the rank's share of each, the rest of
+ * its shard in the shard buffer). Offloaded moments go
  * straight into their file as each piece is loaded (msr_dp_load_piece),
  * but under ZeRO 0, whose load may gather them over the replicas: there
  * they are filled in memory and written back after. */

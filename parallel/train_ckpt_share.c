@@ -435,14 +435,16 @@ static msr_status_t resharded_items(share_t *s, const payload_t *p0, int world, 
 
 /* The buffers the load fills, mapped at once (a page fault every 4 KiB as
  * the copies land costs more than the copies): the parameters (ZeRO 3:
- * the shard's) and the moments. For a tp group, whose pieces are applied
- * from a buffer in slices, each slice's own few pages. */
+ * the shard's; not with their blocks offloaded, which fill a block at a
+ * time and would only take the blocks' pages) and the moments. For a tp
+ * group, whose pieces are applied from a buffer in slices, each slice's
+ * own few pages. */
 static void prefault_state(msr_trainer_t *tr)
 {
     msr_dp_t *dp = tr->dp;
-    if (dp->cfg.zero >= 3)
+    if (msr_dp_params_store(dp) == NULL && dp->cfg.zero >= 3)
         (void)msr_prefault(dp->pshard, dp->shard_count * sizeof(float));
-    else
+    else if (msr_dp_params_store(dp) == NULL)
         (void)msr_prefault(tr->model->params, tr->model->num_params * sizeof(float));
     if (dp->opt->m != NULL) {
         (void)msr_prefault(dp->opt->m, dp->opt->count * sizeof(float));

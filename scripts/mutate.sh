@@ -3578,9 +3578,9 @@ test: ^test_parallel_offload$
 file: parallel/dp_params.c
 test: ^test_parallel_train_gpt_offload_zero$
 <<<
-    if (!read && dp->pz_off == NULL)
+    if (!read) /* a restore: its pieces fill a block at a time */
 ===
-    if (0 && !read && dp->pz_off == NULL)
+    if (0 && !read) /* a restore: its pieces fill a block at a time */
 >>>
 
 @ offload.restore_block_not_gathered
@@ -4537,6 +4537,24 @@ test: ^test_parallel_train_gpt_offload_z3$
                                tmp + (u->shard_off - dp->pz_off[b]));
 ===
                                tmp + (u->shard_off - dp->pz_off[0]));
+>>>
+
+@ dp_params.z3_restore_whole_shard
+file: parallel/dp_params.c
+test: ^test_parallel_train_gpt_offload_z3$
+<<<
+    if (!read) /* a restore: its pieces fill a block at a time */
+===
+    if (!read && dp->pz_off == NULL) /* a restore: its pieces fill a block at a time */
+>>>
+
+@ dp_offload.z3_load_block_search
+file: parallel/dp_offload.c
+test: ^test_parallel_train_gpt_offload_z3$
+<<<
+            while (dp->pz_off[k] > s)
+===
+            while (k > 0 && dp->pz_off[k] >= s)
 >>>
 
 __END__

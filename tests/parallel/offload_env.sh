@@ -66,3 +66,27 @@ offload_resume_both() {
             fail "resumed $how: $(diff "$work/$ref.log" "$work/ck-$how.log" | head -4)"
     done
 }
+
+# offload_restore_bounded NAME HELD: each of the 2 ranks of the resumed
+# run NAME (--report) held at most HELD blocks' bytes of the parameters in
+# its restore (the flat buffer's, or ZeRO-3's shard's, blocks are 4; below
+# ZeRO-3 the block the pieces fill and the gather's buffer: 2, ZeRO-3's a
+# share: 1), and read each block back at most once (the load enters each
+# block first without reading it) and wrote it at most twice (the load's
+# and ZeRO 1-2's gather's)
+offload_restore_bounded() {
+    local r line peak blk reads writes
+    for r in 0 1; do
+        line=$(grep "rank $r restore: the parameters' blocks held" "$work/$1.out") ||
+            fail "$1: rank $r reports no restore: $(grep "rank $r" "$work/$1.out")"
+        peak=$(sed -E 's/.* held ([0-9]+) bytes.*/\1/' <<<"$line")
+        blk=$(sed -E 's/.*blocks of ([0-9]+) bytes.*/\1/' <<<"$line")
+        reads=$(sed -E 's/.*; ([0-9]+) blocks read back, ([0-9]+) written$/\1/' <<<"$line")
+        writes=$(sed -E 's/.*; ([0-9]+) blocks read back, ([0-9]+) written$/\2/' <<<"$line")
+        [[ $blk -gt 0 && $peak -gt 0 && $peak -le $(($2 * blk)) ]] ||
+            fail "$1: rank $r's restore held $peak bytes, more than $2 blocks of $blk"
+        [[ $reads =~ ^[0-9]+$ && $reads -le 4 && $writes =~ ^[0-9]+$ && $writes -le 8 ]] ||
+            fail "$1: rank $r's restore read or wrote more than once a block each: $line"
+        echo "$1: rank $r's restore held $peak bytes (blocks of $blk), read $reads blocks, wrote $writes"
+    done
+}

@@ -8,8 +8,9 @@
 # cp 2 x dp 2 give bitwise the losses of the same layout without offload,
 # every rank reading each block back ahead of its forward's and its
 # backward's gather and of its update; fewer parameter bytes resident; no
-# file left; runs stopped and resumed with the offload on then off and
-# off then on end as one never stopped; a block's shard changed
+# file left; runs stopped and resumed with the offload on then off, off
+# then on and on throughout end as one never stopped, the last's restore
+# holding one block's share at a time; a block's shard changed
 # underneath is a clear error naming the file.
 set -euo pipefail
 source "$(dirname "$0")/offload_env.sh"
@@ -83,6 +84,18 @@ fi
 
 # stopped at step 2 and resumed with the offload on then off, off then on
 offload_resume_both dp --dp 2 "${zsplit[@]}"
+# and on throughout: the restore fills a block's share at a time, never
+# the shard's blocks
+rm -rf "$work/ck"
+offload_run ck-on-on 2 --steps 2 --ckpt-every 2 --ckpt-dir "$work/ck" --dp 2 "${zsplit[@]}" \
+    "${params[@]}"
+offload_run ck-on-on 2 --ckpt-every 2 --ckpt-dir "$work/ck" --resume --dp 2 "${zsplit[@]}" \
+    "${params[@]}" --report
+offload_none_left ck-on-on
+grep -q "resumed from step 2" "$work/ck-on-on.out" || fail "on-on: no resume"
+cmp -s "$work/dp.log" "$work/ck-on-on.log" ||
+    fail "resumed on-on: $(diff "$work/dp.log" "$work/ck-on-on.log" | head -4)"
+offload_restore_bounded ck-on-on 1
 
 # a block's shard changed underneath while the run goes on: the gather
 # that reads it stops the run naming the file and the block (blocks of 8

@@ -30,28 +30,6 @@ equal() {
 # both ranks read each of the 4 blocks back once per forward and backward
 # of each of 2 micro-batches and once per update, 4 steps, all read ahead
 read_ahead() { offload_read_ahead "$1" 2 2; }
-# restore_bounded NAME: each rank of the resumed run NAME (--report) held
-# at most two blocks' bytes of the parameters in its restore (the flat
-# buffer's blocks are 4), and read each block back at most once (the
-# gather's; the load enters each block first without reading it) and
-# wrote it at most twice (the load's and the gather's)
-restore_bounded() {
-    local r line peak blk reads writes
-    for r in 0 1; do
-        line=$(grep "rank $r restore: the parameters' blocks held" "$work/$1.out") ||
-            fail "$1: rank $r reports no restore: $(grep "rank $r" "$work/$1.out")"
-        peak=$(sed -E 's/.* held ([0-9]+) bytes.*/\1/' <<<"$line")
-        blk=$(sed -E 's/.*blocks of ([0-9]+) bytes.*/\1/' <<<"$line")
-        reads=$(sed -E 's/.*; ([0-9]+) blocks read back, ([0-9]+) written$/\1/' <<<"$line")
-        writes=$(sed -E 's/.*; ([0-9]+) blocks read back, ([0-9]+) written$/\2/' <<<"$line")
-        [[ $blk -gt 0 && $peak -gt 0 && $peak -le $((2 * blk)) ]] ||
-            fail "$1: rank $r's restore held $peak bytes, more than 2 blocks of $blk"
-        [[ $reads =~ ^[0-9]+$ && $reads -le 4 && $writes =~ ^[0-9]+$ && $writes -le 8 ]] ||
-            fail "$1: rank $r's restore read or wrote more than once a block each: $line"
-        echo "$1: rank $r's restore held $peak bytes (blocks of $blk), read $reads blocks, wrote $writes"
-    done
-}
-
 # ZeRO 1 shards every unit, the norms' too (the final norm's after the
 # blocks, gathered at the end); ZeRO 2 the units of 4 KiB and more
 z1=(--zero 1 --zero-min-bytes 0)
@@ -84,6 +62,6 @@ for how in z1:both-both z2:both-off z2:off-both; do
     grep -q "resumed from step 2" "$work/ck-$zero-$mode.out" ||
         fail "$how: no resume: $(tail -5 "$work/ck-$zero-$mode.out")"
     equal "ck-$zero-$mode" "$zero"
-    [[ $mode != *-both ]] || restore_bounded "ck-$zero-$mode"
+    [[ $mode != *-both ]] || offload_restore_bounded "ck-$zero-$mode" 2
 done
 echo "offload: both at ZeRO 1 and 2 bitwise equal without them (4 KiB and default chunks, resumed)"
