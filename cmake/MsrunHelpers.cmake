@@ -123,3 +123,73 @@ macro(msrun_find_cuda)
     message(STATUS "msrun: MSRUN_CUDA=OFF: the GPU parts are skipped")
   endif()
 endmacro()
+
+# msrun_grpc: what links gRPC. A target whose MSRUN_GRPC_STATIC property is
+# true (the msrun executable) gets Debian's static archives of gRPC and its
+# libraries (abseil, upb, re2, c-ares, OpenSSL, zlib) in one rescanned
+# group; every other target, and every target where an archive is missing
+# or MSRUN_STATIC_GRPC is OFF, the shared libraries. Loading gRPC's ~50
+# shared libraries is most of an msrun start that does nothing else
+# (docs/performance.md, "gRPC linked statically into msrun"); workers never
+# load gRPC (libmsrun), so only msrun's own processes are concerned.
+function(msrun_grpc_target)
+  add_library(msrun_grpc INTERFACE)
+  set(_archives "")
+  set(_missing "")
+  if(MSRUN_STATIC_GRPC)
+    # the C library's and the compiler's own stay shared
+    set(_shared dl pthread rt atomic m)
+    set(_names ${GRPC_STATIC_LIBRARIES})
+    list(REMOVE_DUPLICATES _names)
+    foreach(_l IN LISTS _names)
+      if(_l IN_LIST _shared)
+        continue()
+      endif()
+      find_library(_a NAMES lib${_l}.a HINTS ${GRPC_STATIC_LIBRARY_DIRS} NO_CACHE)
+      if(_a)
+        list(APPEND _archives ${_a})
+      else()
+        list(APPEND _missing ${_l})
+      endif()
+      unset(_a)
+    endforeach()
+  endif()
+  if(NOT MSRUN_STATIC_GRPC)
+    message(STATUS "msrun: MSRUN_STATIC_GRPC=OFF: the msrun executable loads gRPC's shared libraries")
+  elseif(_missing)
+    message(STATUS "msrun: no static archive of ${_missing}: the msrun executable loads "
+      "gRPC's shared libraries")
+  else()
+    list(LENGTH _archives _n)
+    message(STATUS "msrun: the msrun executable links gRPC from ${_n} static archives")
+    list(JOIN _archives "," _group)
+    set(_static "$<BOOL:$<TARGET_PROPERTY:MSRUN_GRPC_STATIC>>")
+    target_link_libraries(msrun_grpc INTERFACE
+      "$<${_static}:$<LINK_GROUP:RESCAN,${_group}>>"
+      "$<${_static}:stdc++>" "$<${_static}:m>" "$<${_static}:atomic>" "$<${_static}:rt>"
+      "$<${_static}:${CMAKE_DL_LIBS}>" "$<${_static}:Threads::Threads>"
+      "$<$<NOT:${_static}>:PkgConfig::GRPC>")
+    # rendezvous/rpc.c finds two of abseil's functions with dlsym (the
+    # mutexes' deadlock detection switched off, the CPU frequency probe
+    # made early): linked statically, they must be pulled in and exported
+    # (the same candidate names as rpc.c's)
+    foreach(_sym
+        _ZN4absl7debian329SetMutexDeadlockDetectionModeENS0_15OnDeadlockCycleE
+        _ZN4absl7debian229SetMutexDeadlockDetectionModeENS0_15OnDeadlockCycleE
+        _ZN4absl7debian429SetMutexDeadlockDetectionModeENS0_15OnDeadlockCycleE
+        _ZN4absl29SetMutexDeadlockDetectionModeENS_15OnDeadlockCycleE
+        _ZN4absl7debian313base_internal19NominalCPUFrequencyEv
+        _ZN4absl7debian213base_internal19NominalCPUFrequencyEv
+        _ZN4absl7debian413base_internal19NominalCPUFrequencyEv
+        _ZN4absl13base_internal19NominalCPUFrequencyEv)
+      target_link_options(msrun_grpc INTERFACE "$<${_static}:LINKER:--undefined=${_sym}>"
+        "$<${_static}:LINKER:--export-dynamic-symbol=${_sym}>")
+    endforeach()
+    # the headers, whichever way it links
+    target_include_directories(msrun_grpc INTERFACE ${GRPC_INCLUDE_DIRS})
+    set_property(GLOBAL PROPERTY MSRUN_GRPC_STATIC_LINKED 1)
+    return()
+  endif()
+  target_link_libraries(msrun_grpc INTERFACE PkgConfig::GRPC)
+  set_property(GLOBAL PROPERTY MSRUN_GRPC_STATIC_LINKED 0)
+endfunction()

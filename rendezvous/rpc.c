@@ -44,7 +44,9 @@ static void grpc_log_to_msr(gpr_log_func_args *args)
  * with the number of mutexes alive -- about one set per connection. With
  * 1024 connections that made connecting 2.5x slower. The switch is a C++
  * function (absl::SetMutexDeadlockDetectionMode(kIgnore = 0)); call it when
- * the library exports it. */
+ * the library exports it (the msrun executable, which links abseil's
+ * static archive, exports it on purpose: cmake/MsrunHelpers.cmake keeps
+ * the same candidate names). */
 static void absl_deadlock_detection_off(void)
 {
     static const char *const names[] = {

@@ -9,7 +9,9 @@
 # (msrun --profile_launch), each row the median over RUNS more runs.
 #   bench/launch/launch_bench.sh [NP] [RUNS] [CPUS]   (defaults 4, 7, all)
 # CPUS: a taskset list both launchers and all their processes run on
-# (e.g. 0 or 0-1); MSRUN_BUILD: the build directory (default build).
+# (e.g. 0 or 0-1); MSRUN_BUILD: the build directory (default build);
+# MSRUN_BASE: another msrun executable (say, the commit before a change),
+# run alternately with the build's under the same load, its rows added.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 np=${1:-4}
@@ -29,6 +31,9 @@ trap 'rm -rf "$tmp"' EXIT
 mpirun_=(mpirun --oversubscribe -np "$np")
 [ "$(id -u)" = 0 ] && mpirun_=(mpirun --allow-run-as-root --oversubscribe -np "$np")
 msrun_=("$b/msrun" --worker_num="$np" --local_worker_num="$np" --log_level=warn)
+base=${MSRUN_BASE:-}
+[ -z "$base" ] || [ -x "$base" ] || { echo "MSRUN_BASE: no executable $base" >&2; exit 2; }
+base_=("$base" --worker_num="$np" --local_worker_num="$np" --log_level=warn)
 
 timeit() { # FILE CMD...: appends the wall seconds of CMD to FILE
     local out=$1 t0 t1
@@ -40,23 +45,31 @@ timeit() { # FILE CMD...: appends the wall seconds of CMD to FILE
 }
 for ((i = 0; i < runs; i++)); do
     timeit "$tmp/msrun.true" "${msrun_[@]}" true
+    [ -z "$base" ] || timeit "$tmp/base.true" "${base_[@]}" true
     [ $have_mpi = 0 ] || timeit "$tmp/mpirun.true" "${mpirun_[@]}" true
     timeit "$tmp/msrun.barrier" "${msrun_[@]}" "$b/msr_barrier"
+    [ -z "$base" ] || timeit "$tmp/base.barrier" "${base_[@]}" "$b/msr_barrier"
     [ $have_mpi = 0 ] || timeit "$tmp/mpirun.barrier" "${mpirun_[@]}" "$b/mpi_barrier"
 done
 stats() { sort -n "$1" | awk '{a[NR]=$1} END {printf "%.1f %.1f", a[int((NR+1)/2)]/1000, a[1]/1000}'; echo; }
 printf "launch: np=%d, %d alternating runs, cpus %s (wall ms)\n" "$np" "$runs" "${cpus:-all}"
 printf "%-8s %10s %8s %10s %8s %8s\n" job "msrun med" best "mpirun med" best ratio
-for job in true barrier; do
-    read -r mm mb < <(stats "$tmp/msrun.$job")
+row() { # WHO JOB: WHO's line for JOB (msrun or base) against mpirun's
+    local mm mb pm pb
+    read -r mm mb < <(stats "$tmp/$1.$2")
     if [ $have_mpi = 1 ]; then
-        read -r pm pb < <(stats "$tmp/mpirun.$job")
-        printf "%-8s %10s %8s %10s %8s %8.2f\n" "$job" "$mm" "$mb" "$pm" "$pb" \
+        read -r pm pb < <(stats "$tmp/mpirun.$2")
+        printf "%-8s %10s %8s %10s %8s %8.2f\n" "$2" "$mm" "$mb" "$pm" "$pb" \
             "$(echo "$mm / $pm" | bc -l)"
     else
-        printf "%-8s %10s %8s %10s %8s %8s\n" "$job" "$mm" "$mb" - - -
+        printf "%-8s %10s %8s %10s %8s %8s\n" "$2" "$mm" "$mb" - - -
     fi
-done
+}
+for job in true barrier; do row msrun "$job"; done
+if [ -n "$base" ]; then
+    echo "MSRUN_BASE ($base), the same runs alternating:"
+    for job in true barrier; do row base "$job"; done
+fi
 # The timeline: RUNS more msrun runs of each job with --profile_launch,
 # each row's median start and duration over them.
 for job in true "$b/msr_barrier"; do
