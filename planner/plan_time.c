@@ -406,9 +406,10 @@ static void stage_dp(const msr_plan_model_t *m, const msr_plan_layout_t *lp,
  * block's read, then the longer of a block's compute and a block's I/O,
  * beside the other offloads' I/O in the same pass. The gradient shard's
  * chunks are priced whole in the step, written and read back in the
- * buckets' hooks and the update: an upper bound, the writes going behind
- * and the reads ahead of the trainer (parallel/offload_grads.h), which
- * is not credited. */
+ * buckets' hooks and the update: the writes go behind and the reads
+ * ahead of the trainer (parallel/offload_grads.h), but measured steps
+ * pay about all of it (docs/plan.md "Offload I/O"), so no overlap is
+ * credited. */
 static void stage_offload(const msr_plan_model_t *m, const msr_plan_layout_t *l,
                           msr_plan_precision_t prec, const msr_plan_cluster_t *c,
                           const msr_plan_pieces_t *p, int s, double optim, double *io_p,
