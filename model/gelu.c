@@ -90,10 +90,42 @@ void msr_gelu_backward_scalar(float *dinp, const float *inp, const float *dout, 
     }
 }
 
+/* A softmax row's exponentials: 16 running sums, whatever the path's
+ * width (16 lanes are one AVX-512 vector, two of AVX2, four of SSE2) */
+#define EXP_SUM_LANES 16
+
+/* The lanes' sums added in lane order, then the tail's n exponentials
+ * (past the last whole block of 16) in order */
+static float exp_sum_fold(const float lane[EXP_SUM_LANES], const float *tail, size_t n)
+{
+    float sum = 0.0f;
+    for (int l = 0; l < EXP_SUM_LANES; l++)
+        sum += lane[l];
+    for (size_t j = 0; j < n; j++)
+        sum += tail[j];
+    return sum;
+}
+
+float msr_softmax_exp_sum_scalar(float *x, float mx, size_t n)
+{
+    float lane[EXP_SUM_LANES] = {0};
+    size_t i = 0;
+    for (; i + EXP_SUM_LANES <= n; i += EXP_SUM_LANES) {
+        for (int l = 0; l < EXP_SUM_LANES; l++) {
+            x[i + l] = msr_gelu_exp(x[i + l] - mx);
+            lane[l] += x[i + l];
+        }
+    }
+    for (size_t j = i; j < n; j++)
+        x[j] = msr_gelu_exp(x[j] - mx);
+    return exp_sum_fold(lane, x + i, n - i);
+}
+
 /* The paths' kernels (model/gelu_impl.h, through model/simd_paths.h) */
 typedef struct gelu_kernels {
     void (*forward)(float *out, const float *inp, size_t n);
     void (*backward)(float *dinp, const float *inp, const float *dout, size_t n);
+    float (*softmax_exp_sum)(float *x, float mx, size_t n);
 } gelu_kernels_t;
 
 #define SIMD_IMPL "model/gelu_impl.h"
@@ -121,4 +153,9 @@ void msr_gelu_forward(float *out, const float *inp, size_t n)
 void msr_gelu_backward(float *dinp, const float *inp, const float *dout, size_t n)
 {
     widest()->backward(dinp, inp, dout, n);
+}
+
+float msr_softmax_exp_sum(float *x, float mx, size_t n)
+{
+    return widest()->softmax_exp_sum(x, mx, n);
 }

@@ -1,5 +1,6 @@
 /* The body of the float GELU (model/gelu.c), forward and backward with
- * its exp, written once for one path: model/simd_paths.h includes this
+ * its exp, and the softmax's exponentials and their sum, written once for
+ * one path: model/simd_paths.h includes this
  * file once per path, with vec, veci, NV, PATH and TARGET defined as it
  * says. Each lane repeats msr_gelu_exp and the scalar loops operation for
  * operation (IEEE multiplies, adds, divides; the same grouping), and the
@@ -77,7 +78,43 @@ TARGET static void PATH(gelu_backward)(float *dinp, const float *inp, const floa
     msr_gelu_backward_scalar(dinp + i, inp + i, dout + i, n - i);
 }
 
-static const gelu_kernels_t PATH(kernels) = {PATH(gelu_forward), PATH(gelu_backward)};
+/* msr_softmax_exp_sum: the 16 running sums of the scalar form are NV
+ * vectors here (lane l of vector k is sum k * GW + l), each adding its
+ * elements' exps in the same order; the tail's exps are taken on a
+ * block of 16 padded with zeros (exp_v's lanes are msr_gelu_exp's bits),
+ * and the fold is the scalar form's own (exp_sum_fold) */
+TARGET static float PATH(softmax_exp_sum)(float *x, float mx, size_t n)
+{
+    vec acc[NV], e;
+    for (int k = 0; k < NV; k++)
+        acc[k] = SPLAT(0.0f);
+    size_t i = 0;
+    for (; i + EXP_SUM_LANES <= n; i += EXP_SUM_LANES) {
+        for (int k = 0; k < NV; k++) {
+            LOAD(e, x + i + (size_t)k * GW);
+            e = PATH(exp_v)(e - mx);
+            STORE(x + i + (size_t)k * GW, e);
+            acc[k] = acc[k] + e;
+        }
+    }
+    if (i < n) {
+        float pad[EXP_SUM_LANES] = {0};
+        memcpy(pad, x + i, (n - i) * sizeof *x);
+        for (int k = 0; k < NV; k++) {
+            LOAD(e, pad + k * GW);
+            e = PATH(exp_v)(e - mx);
+            STORE(pad + k * GW, e);
+        }
+        memcpy(x + i, pad, (n - i) * sizeof *x);
+    }
+    float lane[EXP_SUM_LANES];
+    for (int k = 0; k < NV; k++)
+        STORE(lane + k * GW, acc[k]);
+    return exp_sum_fold(lane, x + i, n - i);
+}
+
+static const gelu_kernels_t PATH(kernels) = {PATH(gelu_forward), PATH(gelu_backward),
+                                             PATH(softmax_exp_sum)};
 
 #undef SPLAT
 #undef GW

@@ -297,6 +297,14 @@ void msr_gelu_forward_scalar(float *out, const float *inp, size_t n);
 void msr_gelu_backward_scalar(float *dinp, const float *inp, const float *dout, size_t n);
 /* The exp they use: within 1 ulp of exp(x); NaN stays NaN. */
 float msr_gelu_exp(float x);
+/* A softmax row's exponentials with that exp: x[j] = exp(x[j] - mx) for
+ * j < n, returning their sum, added as 16 running sums (sum l takes x[l],
+ * x[l + 16], ... of the whole blocks of 16, in order), those added in
+ * order, then the elements past the last whole block in order: the same
+ * bits on every path (the float attention's softmax, model/layers_impl.h,
+ * whose rows are vectors for it). The _scalar form is the plain loop. */
+float msr_softmax_exp_sum(float *x, float mx, size_t n);
+float msr_softmax_exp_sum_scalar(float *x, float mx, size_t n);
 
 /* out = a + b, all (n). Its backward adds dout to both gradients, which the
  * model does by passing one buffer along (see gpt.c). */

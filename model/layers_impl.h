@@ -162,55 +162,7 @@ void LAYER(matmul_backward)(PRODUCTS real *dinp, real *dweight, real *dbias, con
     LAYER(linear_backward)(PASS_PR R(1), dinp, dweight, dbias, dout, inp, weight, N, IC, OC);
 }
 
-/* Attention's softmax rows, a block of ATT_LANES elements at a time in a
- * loop of a fixed length over arrays that do not overlap, which the
- * compiler turns into vector instructions (as bias_backward's sums):
- * row_max gives what the loop m = x[j] > m ? x[j] : m from m = x[0] gives
- * (a NaN x[0] stays, a later NaN is passed over), in ATT_LANES running
- * maxima folded the same way; the one difference, the sign of a zero
- * maximum, x - m does not see (x - 0 and x - (-0) are equal, but for x
- * a zero, where exp gives 1 either way). row_scale and row_softmax_grad
- * are elementwise: the plain loops' bits. */
-#define ATT_LANES 16
-static real LAYER(row_max)(const real *restrict x, int n)
-{
-    real lane[ATT_LANES];
-    for (int l = 0; l < ATT_LANES; l++)
-        lane[l] = x[0];
-    int J = n - n % ATT_LANES;
-    for (int j0 = 0; j0 < J; j0 += ATT_LANES)
-        for (int l = 0; l < ATT_LANES; l++)
-            lane[l] = x[j0 + l] > lane[l] ? x[j0 + l] : lane[l];
-    real m = x[0];
-    for (int l = 0; l < ATT_LANES; l++)
-        m = lane[l] > m ? lane[l] : m;
-    for (int j = J; j < n; j++)
-        m = x[j] > m ? x[j] : m;
-    return m;
-}
-
-/* x (n) *= s */
-static void LAYER(row_scale)(real *restrict x, real s, int n)
-{
-    int J = n - n % ATT_LANES;
-    for (int j0 = 0; j0 < J; j0 += ATT_LANES)
-        for (int l = 0; l < ATT_LANES; l++)
-            x[j0 + l] *= s;
-    for (int j = J; j < n; j++)
-        x[j] *= s;
-}
-
-/* d (n) = a (n) * (d - dot), the softmax backward of a row */
-static void LAYER(row_softmax_grad)(real *restrict d, const real *restrict a, real dot, int n)
-{
-    int J = n - n % ATT_LANES;
-    for (int j0 = 0; j0 < J; j0 += ATT_LANES)
-        for (int l = 0; l < ATT_LANES; l++)
-            d[j0 + l] = a[j0 + l] * (d[j0 + l] - dot);
-    for (int j = J; j < n; j++)
-        d[j] = a[j] * (d[j] - dot);
-}
-#undef ATT_LANES
+#include "model/rows_impl.h" /* the softmax rows' kernels */
 
 /* Per batch row b and head h, with Q the head's (T,HS) column block of qkv
  * and K, V those of its key/value head h / (NH/KVH):
@@ -256,11 +208,7 @@ void LAYER(attention_gqa_forward)(PRODUCTS real *out, real *att, const real *qkv
             for (int i = 0; i < T; i++) {
                 real *row = a + (size_t)i * T; /* (T) */
                 real mx = LAYER(row_max)(row, i + 1);
-                real sum = 0;
-                for (int j = 0; j <= i; j++) {
-                    row[j] = exp(row[j] - mx);
-                    sum += row[j];
-                }
+                real sum = LAYER(row_exp_sum)(row, mx, i + 1);
                 LAYER(row_scale)(row, R(1) / sum, i + 1);
                 for (int j = i + 1; j < T; j++)
                     row[j] = 0;
@@ -336,9 +284,7 @@ static void LAYER(attention_backward_beta)(PRODUCTS real beta, real *dqkv, real 
             for (int i = 0; i < T; i++) {
                 const real *arow = a + (size_t)i * T; /* (T) */
                 real *drow = da + (size_t)i * T;      /* (T) */
-                real dot = 0;
-                for (int j = 0; j <= i; j++)
-                    dot += arow[j] * drow[j];
+                real dot = LAYER(row_dot)(arow, drow, i + 1);
                 LAYER(row_softmax_grad)(drow, arow, dot, i + 1);
                 for (int j = i + 1; j < ATT_KEYS(i, T); j++)
                     drow[j] = 0;

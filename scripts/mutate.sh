@@ -1062,6 +1062,37 @@ test: ^test_parallel_gelu$
         vec du = GELU_S * (1.0f + GELU_A * x * x);
 >>>
 
+@ gelu.softmax_sum_one_lane
+file: model/gelu_impl.h
+test: ^test_parallel_gelu$
+<<<
+            acc[k] = acc[k] + e;
+===
+            acc[0] = acc[0] + e;
+>>>
+
+@ gelu.softmax_fold_reversed
+file: model/gelu.c
+test: ^test_parallel_gelu$
+<<<
+    for (int l = 0; l < EXP_SUM_LANES; l++)
+        sum += lane[l];
+===
+    for (int l = EXP_SUM_LANES - 1; l >= 0; l--)
+        sum += lane[l];
+>>>
+
+@ gelu.softmax_tail_first_lost
+file: model/gelu.c
+test: ^test_parallel_gelu$
+<<<
+    for (size_t j = 0; j < n; j++)
+        sum += tail[j];
+===
+    for (size_t j = 1; j < n; j++)
+        sum += tail[j];
+>>>
+
 @ gelu.vector_exp_clamp_high
 file: model/gelu_impl.h
 test: ^test_parallel_gelu$

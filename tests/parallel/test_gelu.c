@@ -1,6 +1,7 @@
 /* The float GELU: its exp against libm's in double, its values against the
  * double GELU, and the vector path (the widest the CPU has: AVX-512F, AVX2
- * or plain 4 lanes) against the scalar one bit for bit. */
+ * or plain 4 lanes) against the scalar one bit for bit; the same for the
+ * softmax rows' exponentials and their sum (msr_softmax_exp_sum). */
 #include <float.h>
 #include <math.h>
 #include <stdint.h>
@@ -125,21 +126,88 @@ static void check_vector_matches_scalar(void)
     }
 }
 
+/* msr_softmax_exp_sum against its scalar form bit for bit (the row and
+ * the sum), and against exp and a sum in double, at lengths around the
+ * 16 running sums and offsets that move each value between the whole
+ * blocks and the tail: rows of softmax scores (x - max <= 0, down to where
+ * exp underflows to subnormals and zero), a row holding an Inf or a NaN,
+ * and the order of the sum, which a reordered fold would change (a
+ * large term in lane 0 beside small ones). */
+static void check_exp_sum_matches_scalar(void)
+{
+    enum { N = 80 };
+    float x[N], y[2][N];
+    static const size_t lens[] = {0, 1, 15, 16, 17, 31, 32, 33, 47, 48, 49, N};
+    for (size_t shift = 0; shift < 5; shift++) {
+        for (size_t i = 0; i < N; i++)
+            x[i] = (i * 7 + shift * 3) % 11 == 0 ? -0.0f : -0.37f * (float)((i * 13 + shift) % 41);
+        x[(shift * 17) % N] = 0.0f;        /* the row's maximum */
+        x[(shift * 29 + 5) % N] = -95.0f;  /* exp is subnormal */
+        x[(shift * 31 + 9) % N] = -120.0f; /* exp is 0 */
+        for (size_t li = 0; li < sizeof lens / sizeof lens[0]; li++) {
+            size_t n = lens[li];
+            memcpy(y[0], x, sizeof x);
+            memcpy(y[1], x, sizeof x);
+            float s0 = msr_softmax_exp_sum_scalar(y[0], 0.0f, n);
+            float s1 = msr_softmax_exp_sum(y[1], 0.0f, n);
+            MSR_CHECK_MSG(same_float(s0, s1), "n %zu shift %zu: sum scalar %a vector %a", n, shift,
+                          (double)s0, (double)s1);
+            double want = 0.0;
+            for (size_t i = 0; i < N; i++) {
+                MSR_CHECK_MSG(same_float(y[0][i], y[1][i]), "n %zu x[%zu] %a: scalar %a vector %a",
+                              n, i, (double)x[i], (double)y[0][i], (double)y[1][i]);
+                if (i < n) {
+                    want += exp((double)x[i]);
+                    MSR_CHECK(ulps(y[0][i], exp((double)x[i])) <= 1.0);
+                } else {
+                    MSR_CHECK(same_float(y[0][i], x[i])); /* past n: untouched */
+                }
+            }
+            /* n + 15 float adds of terms below 1 each: within (n + 15) u */
+            MSR_CHECK_MSG(fabs((double)s0 - want) <= (double)(n + 16) * FLT_EPSILON * want,
+                          "n %zu: sum %a, in double %a", n, (double)s0, want);
+        }
+    }
+    /* an Inf or NaN score reaches the row and the sum on every path */
+    for (size_t at = 0; at < 40; at += 13) {
+        for (int k = 0; k < 2; k++) {
+            for (size_t i = 0; i < N; i++)
+                y[0][i] = y[1][i] = -0.5f;
+            y[0][at] = y[1][at] = k == 0 ? INFINITY : NAN;
+            float s0 = msr_softmax_exp_sum_scalar(y[0], 0.0f, 40);
+            float s1 = msr_softmax_exp_sum(y[1], 0.0f, 40);
+            MSR_CHECK(same_float(s0, s1) && (k == 0 ? isinf(s0) : isnan(s0)));
+            MSR_CHECK(same_float(y[0][at], y[1][at]));
+        }
+    }
+    /* the fold's order: 1 in lane 0 and about 2^-25 in lanes 1-15 (below
+     * half of 1's ulp) sum to 1 when added after it one by one; a fold
+     * that added the small ones first would pass 1 */
+    for (size_t i = 0; i < N; i++)
+        y[0][i] = y[1][i] = i == 0 ? 0.0f : logf(0x1p-25f);
+    float a0 = msr_softmax_exp_sum_scalar(y[0], 0.0f, 16);
+    float a1 = msr_softmax_exp_sum(y[1], 0.0f, 16);
+    MSR_CHECK_MSG(a0 == 1.0f && a1 == 1.0f, "fold: scalar %a vector %a", (double)a0, (double)a1);
+}
+
 static void test_vector_matches_scalar(void)
 {
     check_vector_matches_scalar();
+    check_exp_sum_matches_scalar();
 }
 
 static void test_vector_matches_scalar_avx2(void)
 {
     setenv("MSRUN_CPU_DISABLE", "avx512f", 1);
     check_vector_matches_scalar();
+    check_exp_sum_matches_scalar();
 }
 
 static void test_vector_matches_scalar_plain(void)
 {
     setenv("MSRUN_CPU_DISABLE", "all", 1);
     check_vector_matches_scalar();
+    check_exp_sum_matches_scalar();
 }
 
 static const msr_test_t tests[] = {
