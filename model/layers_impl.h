@@ -490,21 +490,19 @@ void LAYER(residual_forward)(real *out, const real *a, const real *b, size_t n)
 
 /* loss = logsumexp(logits) - logits[target], computed as max + log(sum
  * exp(l - max)) - l[target] so it stays accurate when the target's
- * probability is tiny. */
+ * probability is tiny. The maximum, the exponentials and their sum are
+ * the attention softmax's (row_max, row_exp_sum): on the CPU's vectors in
+ * float, where a vocabulary of tens of thousands makes this a pass of
+ * V exponentials per position. */
 void LAYER(crossentropy_forward)(real *losses, real *probs, const real *logits, const int *targets,
                                  int N, int V)
 {
     for (int n = 0; n < N; n++) {
         const real *l = logits + (size_t)n * V; /* (V) */
         real *p = probs + (size_t)n * V;        /* (V) */
-        real mx = l[0];
-        for (int i = 1; i < V; i++)
-            mx = l[i] > mx ? l[i] : mx;
-        real sum = 0;
-        for (int i = 0; i < V; i++) {
-            p[i] = exp(l[i] - mx);
-            sum += p[i];
-        }
+        real mx = LAYER(row_max)(l, V);
+        memcpy(p, l, (size_t)V * sizeof *p);
+        real sum = LAYER(row_exp_sum)(p, mx, V);
         real inv = R(1) / sum;
         for (int i = 0; i < V; i++)
             p[i] *= inv;

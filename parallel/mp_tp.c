@@ -3,6 +3,7 @@
  * them, and the vocabulary-parallel embeddings and head. */
 #include <math.h>
 #include <stdio.h>
+#include <string.h>
 
 #include "base/err.h"
 #include "base/log.h"
@@ -314,11 +315,9 @@ msr_status_t msr_mp_head_forward(msr_mp_t *mp, frame_t *f, const float *x, const
             return st;
         for (size_t n = 0; n < N; n++) {
             const float *l = w->logits + n * Vl;
-            float *p = f->probs + n * Vl, sum = 0.0f;
-            for (size_t i = 0; i < Vl; i++) {
-                p[i] = expf(l[i] - w->rmax[n]);
-                sum += p[i];
-            }
+            float *p = f->probs + n * Vl;
+            memcpy(p, l, Vl * sizeof *p);
+            float sum = msr_softmax_exp_sum(p, w->rmax[n], Vl); /* as one process's */
             int v = targets[n] - lo;
             w->red[n] = sum;
             w->red[N + n] = v >= 0 && v < d->Vl ? l[v] : 0.0f;
