@@ -118,9 +118,19 @@ def mlp():
     return torch.nn.Sequential(*layers, torch.nn.Linear(2048, 10))
 
 
-def ddp_step(group):
-    """One training step of DDP over group (None: the default, Gloo)."""
+def no_comm(state, bucket):
+    """A DDP comm hook that sends nothing: the bucket's gradients as they are."""
+    fut = torch.futures.Future()
+    fut.set_result(bucket.buffer())
+    return fut
+
+
+def ddp_step(group, hook=None):
+    """One training step of DDP over group (None: the default, Gloo); with
+    hook, DDP's communication hook (no_comm: a step with no communication)."""
     ddp = DDP(mlp(), process_group=group if group is not None else dist.group.WORLD)
+    if hook is not None:
+        ddp.register_comm_hook(None, hook)
     opt = torch.optim.SGD(ddp.parameters(), lr=1e-3)
     x, y = torch.randn(32, 2048), torch.randint(0, 10, (32,))
 
@@ -133,10 +143,13 @@ def ddp_step(group):
 
 
 def bench_ddp(pg_msrun, n, rank):
-    """Both models built and warmed first, then each round times msrun's
-    DDP_STEPS steps and then Gloo's, so that a change of load hits both."""
+    """The models built and warmed first, then each round times msrun's
+    DDP_STEPS steps, Gloo's, and those of DDP with no communication (its
+    buckets filled and handed back unreduced: the floor a backend's step
+    cannot go under), so that a change of load hits all three."""
     params = sum(p.numel() for p in mlp().parameters())
-    steps = {"msrun": ddp_step(pg_msrun), "gloo": ddp_step(None)}
+    steps = {"msrun": ddp_step(pg_msrun), "gloo": ddp_step(None),
+             "none": ddp_step(pg_msrun, no_comm)}
     for step in steps.values():
         step()
         step()
@@ -148,13 +161,18 @@ def bench_ddp(pg_msrun, n, rank):
         m, g = statistics.median(res["msrun"]), statistics.median(res["gloo"])
         ratios = [gt / mt for mt, gt in zip(res["msrun"], res["gloo"])]
         print("\n### np=%d: DDP step, MLP of %.1fM parameters, batch 32 per rank\n" % (n, params / 1e6))
-        print("| backend | ms per step (median) | rounds' range | Gloo / msrun |")
+        print("| backend | ms per step (median) | rounds' range | Gloo / this row |")
         print("|---|---:|---:|---:|")
         print("| msrun | %.1f | %.1f-%.1f | %.2fx (rounds %.2f-%.2f) |" % (
             m * 1e3, min(res["msrun"]) * 1e3, max(res["msrun"]) * 1e3, statistics.median(ratios),
             min(ratios), max(ratios)))
         print("| Gloo | %.1f | %.1f-%.1f | 1.00x |" % (
-            g * 1e3, min(res["gloo"]) * 1e3, max(res["gloo"]) * 1e3), flush=True)
+            g * 1e3, min(res["gloo"]) * 1e3, max(res["gloo"]) * 1e3))
+        z = statistics.median(res["none"])
+        floor = [gt / zt for zt, gt in zip(res["none"], res["gloo"])]
+        print("| no communication (the floor) | %.1f | %.1f-%.1f | %.2fx (rounds %.2f-%.2f) |" % (
+            z * 1e3, min(res["none"]) * 1e3, max(res["none"]) * 1e3, statistics.median(floor),
+            min(floor), max(floor)), flush=True)
 
 
 def main():
