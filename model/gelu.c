@@ -90,6 +90,41 @@ void msr_gelu_backward_scalar(float *dinp, const float *inp, const float *dout, 
     }
 }
 
+/* SwiGLU's rows (model/layers.h): silu(a) = a / (1 + exp(-a)), the
+ * vector paths' tails */
+static void swiglu_forward_row(float *o, const float *a, const float *u, size_t n)
+{
+    for (size_t i = 0; i < n; i++)
+        o[i] = a[i] / (1.0f + msr_gelu_exp(-a[i])) * u[i];
+}
+
+static void swiglu_backward_row(float *da, float *du, const float *a, const float *u,
+                                const float *d, size_t n)
+{
+    for (size_t i = 0; i < n; i++) {
+        float s = 1.0f / (1.0f + msr_gelu_exp(-a[i]));
+        da[i] += d[i] * u[i] * s * (1.0f + a[i] * (1.0f - s));
+        du[i] += d[i] * a[i] * s;
+    }
+}
+
+void msr_swiglu_forward_scalar(float *out, const float *inp, int N, int F)
+{
+    for (int n = 0; n < N; n++) {
+        const float *a = inp + (size_t)n * 2 * F;
+        swiglu_forward_row(out + (size_t)n * F, a, a + F, (size_t)F);
+    }
+}
+
+void msr_swiglu_backward_scalar(float *dinp, const float *inp, const float *dout, int N, int F)
+{
+    for (int n = 0; n < N; n++) {
+        const float *a = inp + (size_t)n * 2 * F;
+        float *da = dinp + (size_t)n * 2 * F;
+        swiglu_backward_row(da, da + F, a, a + F, dout + (size_t)n * F, (size_t)F);
+    }
+}
+
 /* A softmax row's exponentials: 16 running sums, whatever the path's
  * width (16 lanes are one AVX-512 vector, two of AVX2, four of SSE2) */
 #define EXP_SUM_LANES 16
@@ -126,6 +161,8 @@ typedef struct gelu_kernels {
     void (*forward)(float *out, const float *inp, size_t n);
     void (*backward)(float *dinp, const float *inp, const float *dout, size_t n);
     float (*softmax_exp_sum)(float *x, float mx, size_t n);
+    void (*swiglu_forward)(float *out, const float *inp, int N, int F);
+    void (*swiglu_backward)(float *dinp, const float *inp, const float *dout, int N, int F);
 } gelu_kernels_t;
 
 #define SIMD_IMPL "model/gelu_impl.h"
@@ -158,4 +195,14 @@ void msr_gelu_backward(float *dinp, const float *inp, const float *dout, size_t 
 float msr_softmax_exp_sum(float *x, float mx, size_t n)
 {
     return widest()->softmax_exp_sum(x, mx, n);
+}
+
+void msr_swiglu_forward(float *out, const float *inp, int N, int F)
+{
+    widest()->swiglu_forward(out, inp, N, F);
+}
+
+void msr_swiglu_backward(float *dinp, const float *inp, const float *dout, int N, int F)
+{
+    widest()->swiglu_backward(dinp, inp, dout, N, F);
 }

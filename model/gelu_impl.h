@@ -113,8 +113,53 @@ TARGET static float PATH(softmax_exp_sum)(float *x, float mx, size_t n)
     return exp_sum_fold(lane, x + i, n - i);
 }
 
+/* msr_swiglu_forward and _backward: each row's whole vectors, then its
+ * tail through the scalar rows; the lanes repeat them operation for
+ * operation */
+TARGET static void PATH(swiglu_forward)(float *out, const float *inp, int N, int F)
+{
+    vec a, u;
+    for (int n = 0; n < N; n++) {
+        const float *g = inp + (size_t)n * 2 * F, *up = g + F;
+        float *o = out + (size_t)n * F;
+        size_t i = 0;
+        for (; i + GW <= (size_t)F; i += GW) {
+            LOAD(a, g + i);
+            LOAD(u, up + i);
+            vec y = a / (1.0f + PATH(exp_v)(-a)) * u;
+            STORE(o + i, y);
+        }
+        swiglu_forward_row(o + i, g + i, up + i, (size_t)F - i);
+    }
+}
+
+TARGET static void PATH(swiglu_backward)(float *dinp, const float *inp, const float *dout, int N,
+                                         int F)
+{
+    vec a, u, d, da, du;
+    for (int n = 0; n < N; n++) {
+        const float *g = inp + (size_t)n * 2 * F, *up = g + F, *dy = dout + (size_t)n * F;
+        float *dg = dinp + (size_t)n * 2 * F, *dup = dg + F;
+        size_t i = 0;
+        for (; i + GW <= (size_t)F; i += GW) {
+            LOAD(a, g + i);
+            LOAD(u, up + i);
+            LOAD(d, dy + i);
+            LOAD(da, dg + i);
+            LOAD(du, dup + i);
+            vec s = 1.0f / (1.0f + PATH(exp_v)(-a));
+            da = da + d * u * s * (1.0f + a * (1.0f - s));
+            du = du + d * a * s;
+            STORE(dg + i, da);
+            STORE(dup + i, du);
+        }
+        swiglu_backward_row(dg + i, dup + i, g + i, up + i, dy + i, (size_t)F - i);
+    }
+}
+
 static const gelu_kernels_t PATH(kernels) = {PATH(gelu_forward), PATH(gelu_backward),
-                                             PATH(softmax_exp_sum)};
+                                             PATH(softmax_exp_sum), PATH(swiglu_forward),
+                                             PATH(swiglu_backward)};
 
 #undef SPLAT
 #undef GW

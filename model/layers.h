@@ -352,10 +352,15 @@ typedef struct msr_norm_kernels {
                              const float *weight, const float *rstd, int N, int C);
 } msr_norm_kernels_t;
 const msr_norm_kernels_t *msr_norm_kernels(msr_norm_path_t path);
-/* out (N,F) = silu(gate) * up from inp (N,2F), rows [gate (F) | up (F)]. */
+/* out (N,F) = silu(gate) * up from inp (N,2F), rows [gate (F) | up (F)],
+ * silu(a) = a / (1 + exp(-a)) with the GELU's exp on the widest vector
+ * path (model/gelu.c): the same bits on every path; the _scalar forms are
+ * the plain loops, for tests that compare the paths. */
 void msr_swiglu_forward(float *out, const float *inp, int N, int F);
 /* dinp (N,2F) += from dout (N,F). */
 void msr_swiglu_backward(float *dinp, const float *inp, const float *dout, int N, int F);
+void msr_swiglu_forward_scalar(float *out, const float *inp, int N, int F);
+void msr_swiglu_backward_scalar(float *dinp, const float *inp, const float *dout, int N, int F);
 /* Rotary positions in place on H heads of width HS (even) at the start of
  * each row of x (B,T, row stride ld): Hugging Face Llama's rotate_half
  * pairing (element i with i + HS/2, angle t * theta^(-2i/HS), t = t0 + the

@@ -391,6 +391,7 @@ void LAYER(rmsnorm_backward)(real *dinp, real *dweight, const real *dout, const 
 }
 #endif
 
+#ifndef LAYERS_OWN_GELU /* float has its own (model/gelu.c) */
 /* SwiGLU: out (N,F) = silu(gate) * up, from inp (N,2F) whose rows are
  * [gate (F) | up (F)]; silu(a) = a * sigmoid(a). */
 void LAYER(swiglu_forward)(real *out, const real *inp, int N, int F)
@@ -418,6 +419,7 @@ void LAYER(swiglu_backward)(real *dinp, const real *inp, const real *dout, int N
         }
     }
 }
+#endif
 
 /* Rotary positions, Hugging Face Llama's "rotate_half" pairing: in each
  * head of width HS, element i < HS/2 turns with element i + HS/2 by the

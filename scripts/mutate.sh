@@ -1093,6 +1093,24 @@ test: ^test_parallel_gelu$
         sum += tail[j];
 >>>
 
+@ gelu.swiglu_vector_up_gradient
+file: model/gelu_impl.h
+test: ^test_parallel_gelu$
+<<<
+            du = du + d * a * s;
+===
+            du = du + d * u * s;
+>>>
+
+@ gelu.swiglu_scalar_sign
+file: model/gelu.c
+test: ^test_parallel_gelu$
+<<<
+        o[i] = a[i] / (1.0f + msr_gelu_exp(-a[i])) * u[i];
+===
+        o[i] = a[i] / (1.0f + msr_gelu_exp(a[i])) * u[i];
+>>>
+
 @ gelu.vector_exp_clamp_high
 file: model/gelu_impl.h
 test: ^test_parallel_gelu$

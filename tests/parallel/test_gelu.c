@@ -1,7 +1,8 @@
 /* The float GELU: its exp against libm's in double, its values against the
  * double GELU, and the vector path (the widest the CPU has: AVX-512F, AVX2
  * or plain 4 lanes) against the scalar one bit for bit; the same for the
- * softmax rows' exponentials and their sum (msr_softmax_exp_sum). */
+ * softmax rows' exponentials and their sum (msr_softmax_exp_sum) and for
+ * SwiGLU. */
 #include <float.h>
 #include <math.h>
 #include <stdint.h>
@@ -190,10 +191,71 @@ static void check_exp_sum_matches_scalar(void)
     MSR_CHECK_MSG(a0 == 1.0f && a1 == 1.0f, "fold: scalar %a vector %a", (double)a0, (double)a1);
 }
 
+/* SwiGLU's vector rows against its scalar ones bit for bit, at the edge
+ * values above for the gate (where exp(-a) overflows, underflows, Inf,
+ * NaN) and widths around the vector width, over two rows so that each
+ * row's tail and the next row's start meet; and against the double
+ * kernels within a few float roundings where the values are moderate. */
+static void check_swiglu_matches_scalar(void)
+{
+    enum { FMAX = 37, N = 2 };
+    static const float edge[] = {0.0f,     -0.0f,    1e-40f,    -1e-40f, -87.0f, -88.5f, -89.0f,
+                                 -90.0f,   -104.f,   -105.f,    88.0f,   1e13f,  -1e13f, FLT_MAX,
+                                 -FLT_MAX, INFINITY, -INFINITY, NAN,     0.5f,   -0.5f,  3.0f};
+    const size_t nedge = sizeof edge / sizeof edge[0];
+    static const int widths[] = {1, 3, 4, 7, 8, 9, 15, 16, 17, 31, 32, 33, FMAX};
+    float in[N * 2 * FMAX], dy[N * FMAX], y[2][N * FMAX], dx[2][N * 2 * FMAX];
+    for (size_t shift = 0; shift < 6; shift++) {
+        for (size_t wi = 0; wi < sizeof widths / sizeof widths[0]; wi++) {
+            int F = widths[wi];
+            for (size_t i = 0; i < (size_t)N * 2 * F; i++)
+                in[i] = (i + shift) % 3 == 0 ? edge[(i / 3 + shift) % nedge]
+                                             : -6.0f + 0.37f * (float)(i % 29);
+            for (size_t i = 0; i < (size_t)N * F; i++)
+                dy[i] = i % 4 == 0 ? -1.25f : 0.125f * (float)i;
+            for (int p = 0; p < 2; p++) {
+                for (size_t i = 0; i < (size_t)N * F; i++)
+                    y[p][i] = 7.0f;
+                for (size_t i = 0; i < (size_t)N * 2 * F; i++)
+                    dx[p][i] = 0.25f * (float)i;
+            }
+            msr_swiglu_forward_scalar(y[0], in, N, F);
+            msr_swiglu_forward(y[1], in, N, F);
+            msr_swiglu_backward_scalar(dx[0], in, dy, N, F);
+            msr_swiglu_backward(dx[1], in, dy, N, F);
+            for (size_t i = 0; i < (size_t)N * F; i++)
+                MSR_CHECK_MSG(same_float(y[0][i], y[1][i]), "F %d out[%zu]: scalar %a vector %a", F,
+                              i, (double)y[0][i], (double)y[1][i]);
+            for (size_t i = 0; i < (size_t)N * 2 * F; i++)
+                MSR_CHECK_MSG(same_float(dx[0][i], dx[1][i]), "F %d dinp[%zu]: scalar %a vector %a",
+                              F, i, (double)dx[0][i], (double)dx[1][i]);
+        }
+    }
+    /* against double where the values are moderate (|a|, |u| <= 6) */
+    enum { F = 40 };
+    double ind[2 * F], dyd[F], yd[F], dxd[2 * F] = {0};
+    float inf_[2 * F], dyf[F], yf[F], dxf[2 * F] = {0};
+    for (int i = 0; i < 2 * F; i++)
+        inf_[i] = -6.0f + 0.3f * (float)i, ind[i] = inf_[i];
+    for (int i = 0; i < F; i++)
+        dyf[i] = 0.5f - 0.03f * (float)i, dyd[i] = dyf[i];
+    msr_swiglu_forward(yf, inf_, 1, F);
+    msr_swiglu_backward(dxf, inf_, dyf, 1, F);
+    msr_swiglu_forward_f64(yd, ind, 1, F);
+    msr_swiglu_backward_f64(dxd, ind, dyd, 1, F);
+    for (int i = 0; i < F; i++)
+        MSR_CHECK_MSG(fabs(yf[i] - yd[i]) <= 8 * FLT_EPSILON * fabs(yd[i]) + 1e-30,
+                      "out[%d] %a, double %a", i, (double)yf[i], yd[i]);
+    for (int i = 0; i < 2 * F; i++)
+        MSR_CHECK_MSG(fabs(dxf[i] - dxd[i]) <= 16 * FLT_EPSILON * (fabs(dxd[i]) + 1e-3),
+                      "dinp[%d] %a, double %a", i, (double)dxf[i], dxd[i]);
+}
+
 static void test_vector_matches_scalar(void)
 {
     check_vector_matches_scalar();
     check_exp_sum_matches_scalar();
+    check_swiglu_matches_scalar();
 }
 
 static void test_vector_matches_scalar_avx2(void)
@@ -201,6 +263,7 @@ static void test_vector_matches_scalar_avx2(void)
     setenv("MSRUN_CPU_DISABLE", "avx512f", 1);
     check_vector_matches_scalar();
     check_exp_sum_matches_scalar();
+    check_swiglu_matches_scalar();
 }
 
 static void test_vector_matches_scalar_plain(void)
@@ -208,6 +271,7 @@ static void test_vector_matches_scalar_plain(void)
     setenv("MSRUN_CPU_DISABLE", "all", 1);
     check_vector_matches_scalar();
     check_exp_sum_matches_scalar();
+    check_swiglu_matches_scalar();
 }
 
 static const msr_test_t tests[] = {
