@@ -559,11 +559,10 @@ void LAYER(attention_ring_forward)(PRODUCTS real *acc, real *mx, real *sum, cons
             }
             real mnew = *m > bm ? *m : bm;
             real a = exp(*m - mnew); /* 0 for the first block a row sees (m = -inf) */
-            real add = 0;
-            for (int j = 0; j < Tk; j++) {
-                row[j] = kpos[j] <= qpos[i] ? exp(row[j] - mnew) : R(0);
-                add += row[j];
-            }
+            /* the masked keys' scores to -inf, whose exp is 0 */
+            for (int j = 0; j < Tk; j++)
+                row[j] = kpos[j] <= qpos[i] ? row[j] : -INFINITY;
+            real add = LAYER(row_exp_sum)(row, mnew, Tk);
             *l = a * *l + add;
             *m = mnew;
             real *o = ah + (size_t)i * C;
@@ -626,10 +625,11 @@ void LAYER(attention_ring_backward)(PRODUCTS real *dq, int ldq, real *dk, real *
         for (int i = 0; i < Tq; i++) {
             real *prow = p + (size_t)i * Tk, *drow = ds + (size_t)i * Tk;
             real l = lse[(size_t)i * NH + h], dl = delta[(size_t)i * NH + h];
-            for (int j = 0; j < Tk; j++) {
-                prow[j] = kpos[j] <= qpos[i] ? exp(prow[j] - l) : R(0);
+            for (int j = 0; j < Tk; j++) /* the masked keys' exp is 0 */
+                prow[j] = kpos[j] <= qpos[i] ? prow[j] : -INFINITY;
+            (void)LAYER(row_exp_sum)(prow, l, Tk); /* the exps alone: P = exp(s - lse) */
+            for (int j = 0; j < Tk; j++)
                 drow[j] = prow[j] * (drow[j] - dl);
-            }
         }
         GEMM(pr, CblasTrans, CblasNoTrans, Tk, HS, Tq, R(1), p, Tk, dout + ho, C, R(1), dv + ho,
              ldk);

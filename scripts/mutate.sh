@@ -969,6 +969,24 @@ test: ^test_parallel_layers_bf16_set$
     msr_linear_backward(pr, 1.0f, dinp, dweight, dbias, dout, inp, weight, N, IC, OC);
 >>>
 
+@ layers.ring_forward_mask_lost
+file: model/layers_impl.h
+test: ^test_parallel_mp_cp$
+<<<
+                row[j] = kpos[j] <= qpos[i] ? row[j] : -INFINITY;
+===
+                row[j] = kpos[j] <= qpos[i] ? row[j] : R(0);
+>>>
+
+@ layers.ring_backward_mask_lost
+file: model/layers_impl.h
+test: ^test_parallel_mp_cp$
+<<<
+                prow[j] = kpos[j] <= qpos[i] ? prow[j] : -INFINITY;
+===
+                prow[j] = kpos[j] <= qpos[i] ? prow[j] : R(0);
+>>>
+
 @ layers.attention_set_kv_adds
 file: model/layers_impl.h
 test: ^test_parallel_layers_bf16_set$
