@@ -47,7 +47,13 @@ env MSRUN_TEST_MARKER="$MARKER" timeout -k 5 60 "$MSRUN" "${common[@]}" --node_r
 n0=$!
 c0=0; wait $n0 || c0=$?
 c1=0; wait $n1 || c1=$?
-[ "$c0" = 0 ] && [ "$c1" = 0 ] || fail "2-node job over TLS: exit statuses $c0 and $c1"
+if [ "$c0" != 0 ] || [ "$c1" != 0 ]; then
+    for n in 0 1; do
+        echo "---- node $n's stderr (last 30 lines) ----" >&2
+        tail -n 30 "$TMP/n$n.err" >&2
+    done
+    fail "2-node job over TLS: exit statuses $c0 and $c1"
+fi
 grep -q "store checks passed on rank 3 of 4" "$TMP/n1.out" || fail "2-node job over TLS: store checks"
 ok "a 2-node job over mutual TLS"
 
