@@ -33,6 +33,7 @@ code_in() { grep -o 'login?code=[0-9a-f]*' "$1" | head -1 | cut -d= -f2; }
 start_coord() {
     local port=$1 err=$2
     shift 2
+    : >"$err" # emptied here, not by the child's redirection (lib.sh's start_msrun)
     env MSRUN_TEST_MARKER="$MARKER" "$MSRUN" coordinator --port 0 --dashboard_port "$port" "$@" \
         2>"$err" &
     CPID=$!
@@ -200,6 +201,9 @@ ok "--dashboard_login_ttl takes 1 s to a day"
 # the coordinator's limits: taken at their bounds (it serves), refused
 # one past (exit 2)
 coord_takes() {
+    # emptied here: a line the coordinator before left would pass the wait
+    # at once, and the kill then meets the child still before its exec
+    : >"$TMP/cb.err"
     env MSRUN_TEST_MARKER="$MARKER" "$MSRUN" coordinator --port 0 --dashboard_port "$PORT3" "$@" \
         2>"$TMP/cb.err" &
     local pid=$!
