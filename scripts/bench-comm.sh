@@ -32,7 +32,9 @@ bench=$build/bin/comm_bench
     exit 2
 }
 tmp=$(mktemp -d)
-trap 'rm -rf "$tmp"' EXIT
+# a child forked for a command and killed before its exec runs this
+# trap too: only the script's own shell cleans up
+trap '[[ $BASHPID == "$$" ]] && { rm -rf "$tmp"; }' EXIT
 nodes=${NODES:-1}
 [ $((np % nodes)) -eq 0 ] || { echo "bench-comm.sh: NP $np is not a multiple of NODES $nodes" >&2; exit 2; }
 

@@ -25,7 +25,9 @@ for b in "$old" "$new"; do
     done
 done
 tmp=$(mktemp -d)
-trap 'rm -rf "$tmp"' EXIT
+# a child forked for a command and killed before its exec runs this
+# trap too: only the script's own shell cleans up
+trap '[[ $BASHPID == "$$" ]] && { rm -rf "$tmp"; }' EXIT
 
 # one round of every figure from build $1, lines "KEY VALUE" appended to $2
 one_round() {

@@ -34,7 +34,9 @@ J=$build/tests/fault_job
 command -v etcd >/dev/null || { echo "no etcd (Debian: apt-get install etcd-server)" >&2; exit 2; }
 tmp=$(mktemp -d)
 epids=()
-trap 'kill -9 "${epids[@]}" 2>/dev/null; pkill -9 -f "$tmp" 2>/dev/null; rm -rf "$tmp"' EXIT
+# a child forked for a command and killed before its exec runs this
+# trap too: only the script's own shell cleans up
+trap '[[ $BASHPID == "$$" ]] && { kill -9 "${epids[@]}" 2>/dev/null; pkill -9 -f "$tmp" 2>/dev/null; rm -rf "$tmp"; }' EXIT
 (umask 077 && od -An -tx1 -N32 /dev/urandom | tr -d ' \n' >"$tmp/token")
 export MSRUN_TOKEN_FILE=$tmp/token
 . scripts/bench_lib.sh

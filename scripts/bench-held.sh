@@ -21,7 +21,9 @@ cleanup() {
     [ -n "$coord" ] && kill "$coord" 2>/dev/null && wait "$coord" 2>/dev/null
     rm -rf "$tmp"
 }
-trap cleanup EXIT
+# a child forked for a command and killed before its exec runs this
+# trap too: only the script's own shell cleans up
+trap '[[ $BASHPID == "$$" ]] && { cleanup; }' EXIT
 for b in "${builds[@]}"; do
     "$b/bin/msrun" coordinator --bind 127.0.0.1:0 --ready_fd 3 --job_id held --token s \
         --worker_num 2 --local_worker_num 2 --log_level error 3>"$tmp/ready" 2>"$tmp/err" &

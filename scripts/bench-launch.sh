@@ -21,7 +21,9 @@ have_mpi=0
 [ $have_mpi = 1 ] || echo "(mpirun or mpi_barrier missing: msrun only)" >&2
 
 tmp=$(mktemp -d)
-trap 'rm -rf "$tmp"' EXIT
+# a child forked for a command and killed before its exec runs this
+# trap too: only the script's own shell cleans up
+trap '[[ $BASHPID == "$$" ]] && { rm -rf "$tmp"; }' EXIT
 # the job token every msrun of a multi-node job shares (there is no default;
 # a standalone job makes its own)
 if [ "$nodes" -gt 1 ]; then

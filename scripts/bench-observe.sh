@@ -10,7 +10,9 @@ cd "$(dirname "$0")/.."
 B=${MSRUN_BUILD:-build}/bin
 runs=${1:-7}
 tmp=$(mktemp -d)
-trap 'rm -rf "$tmp"' EXIT
+# a child forked for a command and killed before its exec runs this
+# trap too: only the script's own shell cleans up
+trap '[[ $BASHPID == "$$" ]] && { rm -rf "$tmp"; }' EXIT
 
 median() { sort -g | awk '{v[NR]=$1} END {print v[int((NR+1)/2)]}'; }
 port() { python3 "$(dirname "$0")/free_port.py"; }

@@ -15,7 +15,9 @@ M=$build/bin/msrun
 J=$build/tests/fault_job
 [ -x "$J" ] || { echo "build first" >&2; exit 2; }
 tmp=$(mktemp -d)
-trap 'pkill -9 -f "$tmp" 2>/dev/null; rm -rf "$tmp"' EXIT
+# a child forked for a command and killed before its exec runs this
+# trap too: only the script's own shell cleans up
+trap '[[ $BASHPID == "$$" ]] && { pkill -9 -f "$tmp" 2>/dev/null; rm -rf "$tmp"; }' EXIT
 # the job token every msrun of a multi-node job shares (there is no default)
 (umask 077 && od -An -tx1 -N32 /dev/urandom | tr -d ' \n' >"$tmp/token")
 export MSRUN_TOKEN_FILE=$tmp/token

@@ -18,7 +18,9 @@ for b in "${builds[@]}"; do
         { echo "$b: build first (msrun and store_job)" >&2; exit 2; }
 done
 tmp=$(mktemp -d)
-trap 'rm -rf "$tmp"' EXIT
+# a child forked for a command and killed before its exec runs this
+# trap too: only the script's own shell cleans up
+trap '[[ $BASHPID == "$$" ]] && { rm -rf "$tmp"; }' EXIT
 for ((r = 0; r < runs; r++)); do
     for i in "${!builds[@]}"; do
         b=${builds[$i]}

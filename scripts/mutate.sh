@@ -64,7 +64,9 @@ done
 
 LIST=$(mktemp)
 WORK=$(mktemp -d)
-trap 'rm -rf "$LIST" "$WORK"' EXIT
+# a child forked for a command and killed before its exec runs this
+# trap too: only the script's own shell cleans up
+trap '[[ $BASHPID == "$$" ]] && { rm -rf "$LIST" "$WORK"; }' EXIT
 # The list: everything after the __MUTATIONS__ line of this script.
 sed -n '/^__MUTATIONS__$/,/^__END__$/p' "$0" | sed '1d;$d' >"$LIST"
 
@@ -167,7 +169,9 @@ on_exit() {
     restore
     rm -rf "$LIST" "$WORK"
 }
-trap on_exit EXIT
+# a child forked for a command and killed before its exec runs this
+# trap too: only the script's own shell cleans up
+trap '[[ $BASHPID == "$$" ]] && { on_exit; }' EXIT
 trap 'echo "mutate.sh: interrupted: restoring the file" >&2; exit 130' INT TERM
 
 jobs=$(nproc)

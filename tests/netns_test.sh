@@ -15,7 +15,9 @@ cleanup() {
     for f in $(stale_shm); do rm -f "/dev/shm/$f"; done
     rm -rf "$out"
 }
-trap cleanup EXIT
+# a child forked for a command and killed before its exec runs this
+# trap too: only the script's own shell cleans up
+trap '[[ $BASHPID == "$$" ]] && { cleanup; }' EXIT
 trap 'exit 130' INT TERM
 
 # netns_skip_unusable: exits 77, saying why, where namespaces cannot be

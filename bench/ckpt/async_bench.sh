@@ -30,7 +30,9 @@ b=${MSRUN_BUILD:-build}/bin
 [ -x "$b/msrun" ] && [ -x "$b/train_gpt" ] ||
     { echo "build first: cmake -B build && cmake --build build" >&2; exit 2; }
 tmp=$(mktemp -d "${3:-${TMPDIR:-/tmp}}/async_bench.XXXXXX")
-trap 'rm -rf "$tmp"' EXIT
+# a child forked for a command and killed before its exec runs this
+# trap too: only the script's own shell cleans up
+trap '[[ $BASHPID == "$$" ]] && { rm -rf "$tmp"; }' EXIT
 off=()
 offname=
 case ${OFFLOAD:-0} in

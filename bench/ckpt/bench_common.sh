@@ -20,7 +20,9 @@ bench_setup() {
     else
         tmp=$(mktemp -d)
     fi
-    trap 'rm -rf "$tmp"' EXIT
+    # a child forked for a command and killed before its exec runs this
+    # trap too: only the script's own shell cleans up
+    trap '[[ $BASHPID == "$$" ]] && { rm -rf "$tmp"; }' EXIT
     cold=1
 }
 

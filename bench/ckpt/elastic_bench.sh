@@ -29,7 +29,9 @@ cleanup() {
     for p in "${pids[@]}"; do kill -9 "$p" 2>/dev/null || true; done
     rm -rf "$tmp"
 }
-trap cleanup EXIT
+# a child forked for a command and killed before its exec runs this
+# trap too: only the script's own shell cleans up
+trap '[[ $BASHPID == "$$" ]] && { cleanup; }' EXIT
 (umask 077 && od -An -tx1 -N32 /dev/urandom | tr -d ' \n' >"$tmp/token")
 export MSRUN_TOKEN_FILE="$tmp/token"
 cat >"$tmp/cluster" <<'CLUSTER'

@@ -18,7 +18,9 @@ builds=(after)
 [[ -n $before ]] && builds=(before after)
 declare -A bin=([after]="$after/bin" [before]="${before:+$before/bin}")
 work=$(mktemp -d)
-trap 'rm -rf "$work"' EXIT
+# a child forked for a command and killed before its exec runs this
+# trap too: only the script's own shell cleans up
+trap '[[ $BASHPID == "$$" ]] && { rm -rf "$work"; }' EXIT
 model=(--layers 4 --channels 512 --heads 8 --seq 64 --global-batch 4 --lr 3e-3 --threads 1)
 declare -A layout=([dp4z3]="4 --micro-batch 1 --zero 3" [dp4z1]="4 --micro-batch 1 --zero 1"
     [tp2]="2 --micro-batch 4 --tp 2" [tp2pp2]="4 --micro-batch 2 --tp 2 --pp 2"

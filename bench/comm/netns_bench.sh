@@ -100,7 +100,9 @@ cleanup() {
     netns_down
     rm -rf "$tmp"
 }
-trap cleanup EXIT
+# a child forked for a command and killed before its exec runs this
+# trap too: only the script's own shell cleans up
+trap '[[ $BASHPID == "$$" ]] && { cleanup; }' EXIT
 trap 'echo "netns_bench.sh: interrupted" >&2; exit 130' INT TERM
 netns_remove_stale
 (umask 077 && od -An -tx1 -N32 /dev/urandom | tr -d ' \n' >"$tmp/token")

@@ -60,7 +60,9 @@ if [ "$mpi" = 1 ] && { ! command -v mpirun >/dev/null || [ ! -x "$build/bin/mpi_
 fi
 ncores=$(($(tr -cd , <<<"$cpus" | wc -c) + 1))
 tmp=$(mktemp -d)
-trap 'rm -rf "$tmp"' EXIT
+# a child forked for a command and killed before its exec runs this
+# trap too: only the script's own shell cleans up
+trap '[[ $BASHPID == "$$" ]] && { rm -rf "$tmp"; }' EXIT
 
 # pingpong RUNS PREFIX: the bound at every size, appended to $tmp/pingpong
 pingpong() {

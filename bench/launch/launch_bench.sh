@@ -27,7 +27,9 @@ pin=()
 [ -n "$cpus" ] && pin=(taskset -c "$cpus")
 
 tmp=$(mktemp -d)
-trap 'rm -rf "$tmp"' EXIT
+# a child forked for a command and killed before its exec runs this
+# trap too: only the script's own shell cleans up
+trap '[[ $BASHPID == "$$" ]] && { rm -rf "$tmp"; }' EXIT
 mpirun_=(mpirun --oversubscribe -np "$np")
 [ "$(id -u)" = 0 ] && mpirun_=(mpirun --allow-run-as-root --oversubscribe -np "$np")
 msrun_=("$b/msrun" --worker_num="$np" --local_worker_num="$np" --log_level=warn)

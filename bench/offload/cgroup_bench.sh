@@ -33,7 +33,9 @@ cleanup() {
     rm -rf "$tmp" "$dir/dd.bin"
     [[ -z "$own" ]] || rm -rf "$own"
 }
-trap cleanup EXIT
+# a child forked for a command and killed before its exec runs this
+# trap too: only the script's own shell cleans up
+trap '[[ $BASHPID == "$$" ]] && { cleanup; }' EXIT
 
 # limited LIMIT ARGS...: train_gpt in a fresh cgroup of LIMIT bytes; prints
 # "exit ms/step peak-bytes"

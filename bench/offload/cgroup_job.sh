@@ -25,7 +25,9 @@ cgroup_job_start() {
     tmp=$(mktemp -d)
     cg="$cg_parent/msrun-$name-bench-$$"
     job=cgroup-$name-bench-$$
-    trap cgroup_job_cleanup EXIT
+    # a child forked for a command and killed before its exec runs this
+    # trap too: only the script's own shell cleans up
+    trap '[[ $BASHPID == "$$" ]] && { cgroup_job_cleanup; }' EXIT
 }
 
 cgroup_job_cleanup() {

@@ -41,7 +41,9 @@ cleanup() {
     rm -rf "$tmp" "$dir/dd.bin"
     [[ -z "$own" ]] || rm -rf "$own"
 }
-trap cleanup EXIT
+# a child forked for a command and killed before its exec runs this
+# trap too: only the script's own shell cleans up
+trap '[[ $BASHPID == "$$" ]] && { cleanup; }' EXIT
 
 # one run: prints "ms/step update-ms optim-bytes peak-rss-KiB params"
 run() {

@@ -17,7 +17,9 @@ if [[ -z "$dir" ]]; then
     own=$dir
 fi
 cleanup() { rm -rf "$tmp" ${own:+"$own"}; }
-trap cleanup EXIT
+# a child forked for a command and killed before its exec runs this
+# trap too: only the script's own shell cleans up
+trap '[[ $BASHPID == "$$" ]] && { cleanup; }' EXIT
 [[ -d "$dir" && -w "$dir" ]] || { echo "DIR $dir: not a writable directory" >&2; exit 2; }
 "$train" "${model[@]}" --micro-batch $mb --calibrate "$tmp/cluster" --offload-dir "$dir" \
     2>"$tmp/calib" || { cat "$tmp/calib" >&2; exit 1; }

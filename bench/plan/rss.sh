@@ -16,7 +16,9 @@ for p in msrun train_gpt plan_gpt; do
     [[ -x "$bin/$p" ]] || { echo "no $bin/$p: build first" >&2; exit 1; }
 done
 tmp=$(mktemp -d)
-trap 'rm -rf "$tmp"' EXIT
+# a child forked for a command and killed before its exec runs this
+# trap too: only the script's own shell cleans up
+trap '[[ $BASHPID == "$$" ]] && { rm -rf "$tmp"; }' EXIT
 model=(--layers 4 --channels 256 --heads 8 --seq 128)
 gb=16
 mb=2

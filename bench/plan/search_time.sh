@@ -14,7 +14,9 @@ repeat=${2:-5}
 bin="$build/bin"
 [[ -x "$bin/plan_gpt" ]] || { echo "no $bin/plan_gpt: build first" >&2; exit 1; }
 out=$(mktemp)
-trap 'rm -f "$out"' EXIT
+# a child forked for a command and killed before its exec runs this
+# trap too: only the script's own shell cleans up
+trap '[[ $BASHPID == "$$" ]] && { rm -f "$out"; }' EXIT
 
 # Narayanan et al. (2021)'s 1T model (128 layers) and GPT-3 175B (96 layers)
 t1=(--layers 128 --channels 25600 --heads 160 --seq 2048 --vocab 51200 --precision bf16)

@@ -75,7 +75,9 @@ for p in msrun train_gpt plan_gpt; do
 done
 command -v python3 >/dev/null || { echo "python3 is needed for the statistics" >&2; exit 1; }
 tmp=$(mktemp -d)
-trap 'rm -rf "$tmp"' EXIT
+# a child forked for a command and killed before its exec runs this
+# trap too: only the script's own shell cleans up
+trap '[[ $BASHPID == "$$" ]] && { rm -rf "$tmp"; }' EXIT
 steps=9
 gb=16
 # deep and narrow (pipeline's ground), wide on short sequences (tensor

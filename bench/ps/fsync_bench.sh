@@ -17,7 +17,9 @@ runs=${3:-3}
     { echo "no $build/tests/ps_worker: build first" >&2; exit 1; }
 base=${4:-$build}
 tmp=$(mktemp -d "$base/fsync-bench.XXXXXX")
-trap 'rm -rf "$tmp"' EXIT
+# a child forked for a command and killed before its exec runs this
+# trap too: only the script's own shell cleans up
+trap '[[ $BASHPID == "$$" ]] && { rm -rf "$tmp"; }' EXIT
 df -T "$tmp" | tail -1 | awk '{print "log on " $1 " (" $2 ")"}'
 
 # one_run N: the worker's "us each" for one run (N "none": not durable)

@@ -42,7 +42,9 @@ for np in "${nps[@]}"; do
     fi
 done
 tmp=$(mktemp -d)
-trap 'rm -rf "$tmp"' EXIT
+# a child forked for a command and killed before its exec runs this
+# trap too: only the script's own shell cleans up
+trap '[[ $BASHPID == "$$" ]] && { rm -rf "$tmp"; }' EXIT
 
 load() { cut -d' ' -f1-3 /proc/loadavg; }
 echo "# $(nproc) CPUs; load average before: $(load); $rounds rounds; optimizer $optim${MSR_COMM_SPIN_US:+; MSR_COMM_SPIN_US=$MSR_COMM_SPIN_US}"

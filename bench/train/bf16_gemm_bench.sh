@@ -12,7 +12,9 @@ seconds=${3:-0.5}
 here=$(cd "$(dirname "$0")" && pwd)
 export OPENBLAS_NUM_THREADS=1 OMP_NUM_THREADS=1 MKL_NUM_THREADS=1
 torch_file=$(mktemp)
-trap 'rm -f "$torch_file"' EXIT
+# a child forked for a command and killed before its exec runs this
+# trap too: only the script's own shell cleans up
+trap '[[ $BASHPID == "$$" ]] && { rm -f "$torch_file"; }' EXIT
 if timeout 60 /usr/bin/python3 -c 'import torch' 2>/dev/null; then
     timeout 600 taskset -c "$core" /usr/bin/python3 "$here/bf16_gemm_torch.py" "$seconds" \
         >"$torch_file"

@@ -34,7 +34,9 @@ bin="$build/bin/train_gpt"
 [[ -z "$base" || -x "$base/bin/train_gpt" ]] || { echo "no $base/bin/train_gpt" >&2; exit 1; }
 export OPENBLAS_NUM_THREADS=1 OMP_NUM_THREADS=1 MKL_NUM_THREADS=1
 work=$(mktemp -d)
-trap 'rm -rf "$work"' EXIT
+# a child forked for a command and killed before its exec runs this
+# trap too: only the script's own shell cleans up
+trap '[[ $BASHPID == "$$" ]] && { rm -rf "$work"; }' EXIT
 model=(--layers 6 --channels 384 --heads 6 --seq 256 --micro-batch 4 --threads 1)
 tokens=$((steps * 4 * 256))
 

@@ -20,7 +20,9 @@ reps=${3:-3}
 bin="$build/bin"
 [[ -x "$bin/train_gpt" && -x "$bin/msrun" ]] || { echo "no $bin/train_gpt: build first" >&2; exit 1; }
 tmp=$(mktemp -d)
-trap 'rm -rf "$tmp"' EXIT
+# a child forked for a command and killed before its exec runs this
+# trap too: only the script's own shell cleans up
+trap '[[ $BASHPID == "$$" ]] && { rm -rf "$tmp"; }' EXIT
 default="--layers 4 --channels 128 --heads 4 --seq 64 --micro-batch 8"
 large="--layers 6 --channels 256 --heads 8 --seq 128 --micro-batch 8"
 deep="--layers 16 --channels 128 --heads 4 --seq 64 --micro-batch 8"

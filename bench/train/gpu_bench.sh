@@ -32,7 +32,9 @@ mb=${3:-8}
 bin="$build/bin"
 [[ -x "$bin/train_gpt" ]] || { echo "no $bin/train_gpt: build first" >&2; exit 1; }
 tmp=$(mktemp -d)
-trap 'rm -rf "$tmp"' EXIT
+# a child forked for a command and killed before its exec runs this
+# trap too: only the script's own shell cleans up
+trap '[[ $BASHPID == "$$" ]] && { rm -rf "$tmp"; }' EXIT
 
 if ! "$bin/train_gpt" --device cuda --steps 0 >"$tmp/probe" 2>&1; then
     echo "gpu_bench: train_gpt --device cuda cannot run here:" >&2

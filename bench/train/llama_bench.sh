@@ -62,7 +62,9 @@ mb=8 seq=64
 tokens=$((mb * seq))
 llama=(--arch llama --ffn "$ffn" --kv-heads "$kvh")
 work=$(mktemp -d)
-trap 'rm -rf "$work"' EXIT
+# a child forked for a command and killed before its exec runs this
+# trap too: only the script's own shell cleans up
+trap '[[ $BASHPID == "$$" ]] && { rm -rf "$work"; }' EXIT
 export OMP_NUM_THREADS=1 OPENBLAS_NUM_THREADS=1 MKL_NUM_THREADS=1
 names=(gpt_msrun gpt_torch llama_msrun llama_torch)
 

@@ -19,7 +19,9 @@ bin="$build/bin"
 [[ -x "$bin/train_gpt" && -x "$bin/msrun" ]] || { echo "no $bin/train_gpt: build first" >&2; exit 1; }
 err=$(mktemp)
 trace=$(mktemp)
-trap 'rm -f "$err" "$trace"' EXIT
+# a child forked for a command and killed before its exec runs this
+# trap too: only the script's own shell cleans up
+trap '[[ $BASHPID == "$$" ]] && { rm -f "$err" "$trace"; }' EXIT
 
 run() { # run NP ARGS... : stdout to /dev/null, stderr to $err
     local n=$1

@@ -36,7 +36,9 @@ for tp in $tps; do [[ $tp == 2 || $tp == 4 ]] || { echo "TPS: 2 or 4, not '$tp'"
 for sp in $sps; do [[ $sp == - || $sp == sp ]] || { echo "SPS: - or sp, not '$sp'" >&2; exit 2; }; done
 [[ -n $tps && -n $sps ]] || { echo "TPS and SPS: at least one each" >&2; exit 2; }
 dir=$(mktemp -d)
-trap 'rm -rf "$dir"' EXIT
+# a child forked for a command and killed before its exec runs this
+# trap too: only the script's own shell cleans up
+trap '[[ $BASHPID == "$$" ]] && { rm -rf "$dir"; }' EXIT
 model=(--layers 4 --channels 256 --heads 8 --seq 128 --micro-batch 4 --grad-accum 2)
 
 # run TP SP MODE: one traced run (SP: sp or -); appends

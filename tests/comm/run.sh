@@ -52,7 +52,9 @@ cleanup() {
     for f in $(stale_shm); do rm -f "/dev/shm/$f"; done
     rm -rf "$out"
 }
-trap cleanup EXIT
+# a child forked for a command and killed before its exec runs this
+# trap too: only the script's own shell cleans up
+trap '[[ $BASHPID == "$$" ]] && { cleanup; }' EXIT
 
 # a free port claimed for this script until it exits, with the next one
 # (msrun's master_port + 1, its workers' MASTER_PORT) claimed beside it

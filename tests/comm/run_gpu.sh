@@ -53,7 +53,9 @@ cleanup() {
     for f in $(stale_shm); do rm -f "/dev/shm/$f"; done
     rm -rf "$out"
 }
-trap cleanup EXIT
+# a child forked for a command and killed before its exec runs this
+# trap too: only the script's own shell cleans up
+trap '[[ $BASHPID == "$$" ]] && { cleanup; }' EXIT
 
 "$msrun" --worker_num="$np" --local_worker_num="$np" --job_id="$job" --grace_period=30 \
     "${prog[@]}" >"$out/log" 2>&1 &

@@ -24,7 +24,9 @@ ETCD_HOST=$ADDR_B
 ETCD_NS=$NS_B
 . "$MSRUN_SOURCE/tests/integration/etcd_lib.sh"
 use_token_file
-trap 'netns_down; cleanup' EXIT
+# a child forked for a command and killed before its exec runs this
+# trap too: only the script's own shell cleans up
+trap '[[ $BASHPID == "$$" ]] && { netns_down; cleanup; }' EXIT
 netns_up || fail "setting up the namespaces"
 start_etcd
 reference_digest >/dev/null

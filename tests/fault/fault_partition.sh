@@ -13,7 +13,9 @@ if ! why=$(netns_available); then
     echo "SKIP: $why"
     exit 0
 fi
-trap 'netns_down; cleanup' EXIT
+# a child forked for a command and killed before its exec runs this
+# trap too: only the script's own shell cleans up
+trap '[[ $BASHPID == "$$" ]] && { netns_down; cleanup; }' EXIT
 netns_up || fail "setting up the namespaces"
 reference_digest >/dev/null
 common=(--master_addr="$ADDR_A" --master_port=18119 --nnodes=1:2 --local_worker_num=1

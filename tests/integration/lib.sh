@@ -53,7 +53,10 @@ cleanup() {
     fi
     rm -rf "$TMP"
 }
-trap cleanup EXIT
+# a child forked for a command and killed before its exec runs this
+# trap too: only the script's own shell cleans up (with [[ ]]: a plain
+# [ as the trap's first command gave a false status in such a child)
+trap '[[ $BASHPID == "$$" ]] && { cleanup; }' EXIT
 
 fail() {
     echo "FAIL $*" >&2

@@ -9,7 +9,9 @@ if ! why=$(netns_available); then
     echo "SKIP: $why"
     exit 0
 fi
-trap 'netns_down; cleanup' EXIT
+# a child forked for a command and killed before its exec runs this
+# trap too: only the script's own shell cleans up
+trap '[[ $BASHPID == "$$" ]] && { netns_down; cleanup; }' EXIT
 netns_up || fail "setting up the namespaces"
 
 port=18118

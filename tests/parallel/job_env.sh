@@ -33,7 +33,9 @@ kill_job() {
 job_test_setup() {
     work=$(mktemp -d)
     jobs_started=()
-    trap job_test_cleanup EXIT
+    # a child forked for a command and killed before its exec runs this
+    # trap too: only the script's own shell cleans up
+    trap '[[ $BASHPID == "$$" ]] && { job_test_cleanup; }' EXIT
 }
 job_test_cleanup() {
     local j

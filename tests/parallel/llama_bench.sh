@@ -13,7 +13,9 @@ if ! timeout 60 /usr/bin/python3 -c 'import torch' 2>/dev/null; then
 fi
 bench="$MSRUN_SOURCE/bench/train/llama_bench.sh"
 work=$(mktemp -d)
-trap 'rm -rf "$work"' EXIT
+# a child forked for a command and killed before its exec runs this
+# trap too: only the script's own shell cleans up
+trap '[[ $BASHPID == "$$" ]] && { rm -rf "$work"; }' EXIT
 fail() {
     echo "FAIL: $*" >&2
     exit 1

@@ -16,7 +16,9 @@ cleanup() {
     kill_job "$job"
     rm -rf "$work"
 }
-trap cleanup EXIT
+# a child forked for a command and killed before its exec runs this
+# trap too: only the script's own shell cleans up
+trap '[[ $BASHPID == "$$" ]] && { cleanup; }' EXIT
 
 rc=0
 timeout -k 5 "$limit" "${msrun_cmd[@]}" --worker_num="$np" --local_worker_num="$np" \

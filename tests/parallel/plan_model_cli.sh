@@ -9,7 +9,9 @@
 set -euo pipefail
 bin="$MSRUN_BUILD/bin"
 work=$(mktemp -d)
-trap 'rm -rf "$work"' EXIT
+# a child forked for a command and killed before its exec runs this
+# trap too: only the script's own shell cleans up
+trap '[[ $BASHPID == "$$" ]] && { rm -rf "$work"; }' EXIT
 fail() {
     echo "FAIL: $*" >&2
     exit 1

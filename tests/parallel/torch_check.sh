@@ -8,7 +8,9 @@ if ! timeout 60 /usr/bin/python3 -c 'import torch' 2>/dev/null; then
     exit 77
 fi
 work=$(mktemp -d)
-trap 'rm -rf "$work"' EXIT
+# a child forked for a command and killed before its exec runs this
+# trap too: only the script's own shell cleans up
+trap '[[ $BASHPID == "$$" ]] && { rm -rf "$work"; }' EXIT
 timeout 60 "$MSRUN_BUILD/tests/gpt_torch_dump" "$work/dump.bin"
 timeout 120 /usr/bin/python3 "$MSRUN_SOURCE/tests/parallel/torch_check.py" "$work/dump.bin"
 # the same with Mixture-of-Experts blocks (routing, capacity, aux loss)

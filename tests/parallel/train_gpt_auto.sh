@@ -151,7 +151,9 @@ grep -q "^train_gpt: the calibration cached in .* is reused" "$work/err" ||
 # another disk (shared memory, where it is one): measured again
 shm=$(mktemp -d /dev/shm/msrun-calib-XXXXXX 2>/dev/null) || shm=""
 if [[ -n "$shm" ]]; then
-    trap 'rm -rf "$shm"; job_test_cleanup' EXIT
+    # a child forked for a command and killed before its exec runs this
+    # trap too: only the script's own shell cleans up
+    trap '[[ $BASHPID == "$$" ]] && { rm -rf "$shm"; job_test_cleanup; }' EXIT
     if [[ $(dev_of "$shm") != $(dev_of "$work/d1") ]]; then
         auto1 --offload-dir "$shm" || fail "--auto --offload-dir $shm: $(cat "$work/err")"
         grep -q "^train_gpt: calibrated 1 rank in .*; cached in " "$work/err" ||

@@ -17,7 +17,9 @@ cleanup() {
     kill_job "$job"
     rm -rf "$work"
 }
-trap cleanup EXIT
+# a child forked for a command and killed before its exec runs this
+# trap too: only the script's own shell cleans up
+trap '[[ $BASHPID == "$$" ]] && { cleanup; }' EXIT
 fail() {
     echo "FAIL: $*"
     cat "$work/out" 2>/dev/null

@@ -15,7 +15,9 @@ cleanup() {
     for j in a b c d e f g h i; do kill_job "$job-$j"; done
     rm -rf "$work"
 }
-trap cleanup EXIT
+# a child forked for a command and killed before its exec runs this
+# trap too: only the script's own shell cleans up
+trap '[[ $BASHPID == "$$" ]] && { cleanup; }' EXIT
 fail() {
     echo "FAIL: $*"
     exit 1

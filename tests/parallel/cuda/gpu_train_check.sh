@@ -21,7 +21,9 @@ cleanup() {
     kill_job "$job"
     rm -rf "$work"
 }
-trap cleanup EXIT
+# a child forked for a command and killed before its exec runs this
+# trap too: only the script's own shell cleans up
+trap '[[ $BASHPID == "$$" ]] && { cleanup; }' EXIT
 
 train=(--layers 2 --channels 64 --heads 4 --seq 32 --micro-batch 2 --global-batch 8
     --steps 10 --warmup 2 --corpus-bytes 65536)

@@ -12,7 +12,9 @@ set -u
 build=${MSRUN_BUILD:?MSRUN_BUILD is not set}
 here=$(dirname "$0")
 out=$(mktemp)
-trap 'rm -f "$out"' EXIT
+# a child forked for a command and killed before its exec runs this
+# trap too: only the script's own shell cleans up
+trap '[[ $BASHPID == "$$" ]] && { rm -f "$out"; }' EXIT
 fail() {
     echo "FAIL: $*"
     cat "$out"
