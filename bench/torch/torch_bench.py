@@ -72,6 +72,20 @@ def timed(fn, group, iters):
     return dt.item()
 
 
+def timed_cpu(fn, group, iters):
+    """timed's wall seconds per call, and each rank's process CPU seconds
+    per call (every thread: the backend's too), averaged over the ranks."""
+    dist.barrier(group=group)
+    t0, c0 = time.perf_counter(), time.process_time()
+    for _ in range(iters):
+        fn()
+    c = torch.tensor([(time.process_time() - c0) / iters], dtype=torch.float64)
+    dt = torch.tensor([(time.perf_counter() - t0) / iters])
+    dist.all_reduce(dt, op=dist.ReduceOp.MAX, group=group)
+    dist.all_reduce(c, group=group)
+    return dt.item(), c.item() / dist.get_world_size(group)
+
+
 def iters_for(fn, group):
     """Calls per timed batch: about TARGET_S seconds (the slowest rank's)."""
     one = timed(fn, group, 1)
@@ -154,25 +168,30 @@ def bench_ddp(pg_msrun, n, rank):
         step()
         step()
     res = {k: [] for k in steps}
+    cpu = {k: [] for k in steps}
     for _ in range(ROUNDS):
         for label, step in steps.items():
-            res[label].append(timed(step, pg_msrun, DDP_STEPS))
+            wall, c = timed_cpu(step, pg_msrun, DDP_STEPS)
+            res[label].append(wall)
+            cpu[label].append(c)
     if rank == 0:
         m, g = statistics.median(res["msrun"]), statistics.median(res["gloo"])
         ratios = [gt / mt for mt, gt in zip(res["msrun"], res["gloo"])]
         print("\n### np=%d: DDP step, MLP of %.1fM parameters, batch 32 per rank\n" % (n, params / 1e6))
-        print("| backend | ms per step (median) | rounds' range | Gloo / this row |")
-        print("|---|---:|---:|---:|")
-        print("| msrun | %.1f | %.1f-%.1f | %.2fx (rounds %.2f-%.2f) |" % (
+        cm = {k: statistics.median(v) * 1e3 for k, v in cpu.items()}
+        print("| backend | ms per step (median) | rounds' range | Gloo / this row "
+              "| CPU ms per step, a rank's (median) |")
+        print("|---|---:|---:|---:|---:|")
+        print("| msrun | %.1f | %.1f-%.1f | %.2fx (rounds %.2f-%.2f) | %.1f |" % (
             m * 1e3, min(res["msrun"]) * 1e3, max(res["msrun"]) * 1e3, statistics.median(ratios),
-            min(ratios), max(ratios)))
-        print("| Gloo | %.1f | %.1f-%.1f | 1.00x |" % (
-            g * 1e3, min(res["gloo"]) * 1e3, max(res["gloo"]) * 1e3))
+            min(ratios), max(ratios), cm["msrun"]))
+        print("| Gloo | %.1f | %.1f-%.1f | 1.00x | %.1f |" % (
+            g * 1e3, min(res["gloo"]) * 1e3, max(res["gloo"]) * 1e3, cm["gloo"]))
         z = statistics.median(res["none"])
         floor = [gt / zt for zt, gt in zip(res["none"], res["gloo"])]
-        print("| no communication (the floor) | %.1f | %.1f-%.1f | %.2fx (rounds %.2f-%.2f) |" % (
+        print("| no communication (the floor) | %.1f | %.1f-%.1f | %.2fx (rounds %.2f-%.2f) | %.1f |" % (
             z * 1e3, min(res["none"]) * 1e3, max(res["none"]) * 1e3, statistics.median(floor),
-            min(floor), max(floor)), flush=True)
+            min(floor), max(floor), cm["none"]), flush=True)
 
 
 def main():
