@@ -160,18 +160,24 @@ static int set_waiting(ucx_engine_t *e)
     int ranks = e->host_ranks > e->local_size ? e->host_ranks : e->local_size;
     int cpus = ucx_engine_cpus(e);
     int oversubscribed = ranks > cpus, crowded = ranks > 2 * cpus;
-    e->spin_ns =
-        (uint64_t)msr_env_i64("MSR_COMM_SPIN_US", oversubscribed ? 0 : 20000, 0, INT32_MAX) * 1000;
-    e->yield_ns = (uint64_t)msr_env_i64("MSR_COMM_YIELD_US", oversubscribed && !crowded ? 1000 : 0,
-                                        0, INT32_MAX) *
-                  1000;
+    /* A rank whose calls wait on a thread of their own while another of
+     * its threads computes (the torch backend's worker beside the
+     * backward) takes its own core from that computation by polling long:
+     * with a core per rank it polls 1 ms (a small call's answer comes
+     * within it) and then yields, until the 20 ms it would have polled
+     * (docs/comm.md, "Progress and waiting"). */
+    int beside = !oversubscribed && msr_env_i64("MSR_COMM_BESIDE_COMPUTE", 0, 0, 1);
+    int64_t spin_us = oversubscribed ? 0 : beside ? 1000 : 20000;
+    int64_t yield_us = beside ? 19000 : oversubscribed && !crowded ? 1000 : 0;
+    int64_t shm_yield_us = beside ? 19000 : oversubscribed ? 5000 : 0;
+    e->spin_ns = (uint64_t)msr_env_i64("MSR_COMM_SPIN_US", spin_us, 0, INT32_MAX) * 1000;
+    e->yield_ns = (uint64_t)msr_env_i64("MSR_COMM_YIELD_US", yield_us, 0, INT32_MAX) * 1000;
     e->yield_ns += e->spin_ns; /* the yield phase follows the spin phase */
     /* Shared-memory operations cannot wake a sleeper (a nap is a blind
      * millisecond), and their waits are short hand-offs between members
      * that time-share the cores: yield longer before napping. */
     e->shm_yield_ns =
-        (uint64_t)msr_env_i64("MSR_COMM_SHM_YIELD_US", oversubscribed ? 5000 : 0, 0, INT32_MAX) *
-            1000 +
+        (uint64_t)msr_env_i64("MSR_COMM_SHM_YIELD_US", shm_yield_us, 0, INT32_MAX) * 1000 +
         e->spin_ns;
     if (e->shm_yield_ns < e->yield_ns)
         e->shm_yield_ns = e->yield_ns;

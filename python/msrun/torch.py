@@ -14,7 +14,9 @@ Importing this module:
   so that the job opens no TCPStore of torch's (env:// would);
 - lets new_group(..., backend="msrun") make its communicator by splitting
   the world's, which every rank of the job takes part in (torch calls
-  new_group on every rank; its non-members join the split with no color).
+  new_group on every rank; its non-members join the split with no color);
+- sets MSR_COMM_BESIDE_COMPUTE=1 unless it is set: past 1 ms the
+  communicators' waits yield the core to the training thread, not poll.
 
 The libmsrun context is msrun.init()'s, made on first use and kept for the
 life of the process: context() returns it.
@@ -58,6 +60,14 @@ def _load_module():
 
 
 _C = _load_module()
+
+# The group's collectives run on its worker thread while the training thread
+# computes (DDP's buckets are reduced during the backward): with a core per
+# rank, libmsrun's waits poll for 20 ms by default and take that core from
+# the backward. Told so, they poll 1 ms and then yield it (docs/comm.md,
+# "Progress and waiting"); a value the user set stays. Set before any
+# communicator of this process exists: libmsrun reads it as each starts.
+os.environ.setdefault("MSR_COMM_BESIDE_COMPUTE", "1")
 
 
 def context():

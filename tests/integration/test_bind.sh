@@ -116,6 +116,38 @@ if [ "$ncores" -ge 2 ]; then
     ok "--bind-to core: each rank's core counted, waits poll"
 fi
 
+# a rank whose calls wait beside its own computation (the torch backend
+# sets MSR_COMM_BESIDE_COMPUTE=1): with a core per rank its waits poll
+# 1 ms, then yield to the 20 ms they would have polled; more ranks than cores
+# keep the shared cores' waits; a wait set by hand wins; a bad value is
+# named and ignored
+waits() { grep -h -o "a wait polls .*, then sleeps" "$TMP/out" "$TMP/err" | sort -u; }
+beside() {
+    MSR_LOG_LEVEL=debug MSR_COMM_BESIDE_COMPUTE="$1" run_msrun --worker_num="$2" \
+        "$BUILD/bin/comm_bench" --op barrier --iters 10
+    expect_code 0 "MSR_COMM_BESIDE_COMPUTE=$1 on $2 ranks"
+}
+if [ "$ncores" -ge 2 ]; then
+    beside 1 2
+    [ "$(waits)" = "a wait polls 1000 us, yields until 20000 us (20000 us in shared memory), then sleeps" ] ||
+        fail "beside its computation, a core each: $(waits)"
+    beside 0 2
+    [ "$(waits)" = "a wait polls 20000 us, yields until 20000 us (20000 us in shared memory), then sleeps" ] ||
+        fail "not beside, a core each: $(waits)"
+    MSR_COMM_SPIN_US=100 beside 1 2
+    [ "$(waits)" = "a wait polls 100 us, yields until 19100 us (19100 us in shared memory), then sleeps" ] ||
+        fail "beside, MSR_COMM_SPIN_US=100: $(waits)"
+    beside 2 2
+    [ "$(waits)" = "a wait polls 20000 us, yields until 20000 us (20000 us in shared memory), then sleeps" ] ||
+        fail "MSR_COMM_BESIDE_COMPUTE=2 taken: $(waits)"
+    grep -q "ignoring MSR_COMM_BESIDE_COMPUTE=2: not an integer in \[0, 1\]" "$TMP/out" "$TMP/err" ||
+        fail "MSR_COMM_BESIDE_COMPUTE=2 not named"
+    beside 1 $((ncores + 1))
+    [ "$(waits)" = "a wait polls 0 us, yields until 1000 us (5000 us in shared memory), then sleeps" ] ||
+        fail "beside, $((ncores + 1)) ranks on $ncores cores: $(waits)"
+    ok "MSR_COMM_BESIDE_COMPUTE=1: a core each polls 1 ms, then yields; oversubscribed, as before"
+fi
+
 # one worker: every core of its NUMA node, one OpenMP thread per core
 run_msrun --worker_num=1 --bind-to core "$TMP/w.sh"
 expect_code 0 "--bind-to core, one worker"

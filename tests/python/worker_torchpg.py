@@ -13,6 +13,7 @@ a send/recv wait(timeout) bounded by its own timeout, recv without src
 outside them, tags at their bound, and the calls refused with their error
 (roots, list lengths and sizes at their bounds and one past). Prints "rank R of N: torchpg ok"."""
 
+import os
 from datetime import timedelta
 
 from torch_worker import dist, mt, torch
@@ -470,6 +471,9 @@ def check_refusals():
 def main():
     global R, N, PG
     torch.set_num_threads(1)
+    # importing msrun.torch told libmsrun that the waits run beside the
+    # training thread (the engine's choice from it: test_bind.sh)
+    expect(os.environ.get("MSR_COMM_BESIDE_COMPUTE") == "1", "MSR_COMM_BESIDE_COMPUTE after the import")
     dist.init_process_group("gloo", init_method="msrun://", timeout=timedelta(seconds=60))
     R, N = dist.get_rank(), dist.get_world_size()
     expect(R == mt.context().rank and N == mt.context().world_size, "msrun:// gives the job's rank and size")
