@@ -4354,6 +4354,24 @@ test: ^test_parallel_moe_device$|^test_parallel_ep_device$
     const msr_device_t *dev = msr_device_cpu();
 >>>
 
+@ comm.waiting.beside_oversubscribed
+file: comm/ucx/engine.c
+test: ^it_bind$
+<<<
+    int beside = !oversubscribed && msr_env_i64("MSR_COMM_BESIDE_COMPUTE", 0, 0, 1);
+===
+    int beside = msr_env_i64("MSR_COMM_BESIDE_COMPUTE", 0, 0, 1);
+>>>
+
+@ comm.waiting.beside_no_poll
+file: comm/ucx/engine.c
+test: ^it_bind$
+<<<
+    int64_t spin_us = oversubscribed ? 0 : beside ? 1000 : 20000;
+===
+    int64_t spin_us = oversubscribed || beside ? 0 : 20000;
+>>>
+
 @ comm.drain.after_close
 file: comm/ucx/engine.c
 test: ^comm_unreceived_np3$
