@@ -122,6 +122,41 @@ static void up_absorb(msr_proxy_t *p, fetch_up_t *u)
     }
 }
 
+/* A new generation publishes anew: what the cache holds of an older one
+ * goes. Returns 0 when generation is older than the cache's. */
+static int cache_generation(msr_proxy_t *p, int generation)
+{
+    if (generation < p->fetch_generation)
+        return 0;
+    if (generation > p->fetch_generation) {
+        msr_map_cleanup(&p->fetch_cache, value_free);
+        p->fetch_cache = (msr_map_t)MSR_MAP_INIT;
+        p->fetch_generation = generation;
+    }
+    return 1;
+}
+
+void msr_proxy_fetch_published(msr_proxy_t *p, const Msr__PublishRequest *r)
+{
+    char key[MSR_KEY_MAX + 48];
+    if (!msr_rpc_key_valid(r->name) || !cache_generation(p, r->generation))
+        return;
+    for (size_t i = 0; i < r->n_entries; i++) {
+        const Msr__Contribution *e = r->entries[i];
+        msr_store_value_t *v = msr_malloc(sizeof *v + e->data.len);
+        void *old = NULL;
+        if (v == NULL)
+            return; /* not cached: fetched upstream when asked */
+        v->len = e->data.len;
+        if (e->data.len)
+            memcpy(v->data, e->data.data, e->data.len);
+        cache_key(key, sizeof key, r->generation, r->name, e->index);
+        if (msr_map_put(&p->fetch_cache, key, v, &old) != MSR_OK)
+            msr_free(v);
+        msr_free(old);
+    }
+}
+
 static msr_status_t send_missing(msr_proxy_t *p, fetch_wait_t *w, uint64_t deadline);
 
 static void up_done(msr_rpc_async_t *a)
@@ -229,12 +264,7 @@ void msr_proxy_fetch(msr_proxy_t *p, msr_rpc_call_t *call, const Msr__FetchReque
                           "fetch: a bad name, or more than %d entries", MSR_PROXY_FETCH_MAX);
         return;
     }
-    if (r->generation > p->fetch_generation) {
-        /* a new generation publishes anew: what the old one fetched goes */
-        msr_map_cleanup(&p->fetch_cache, value_free);
-        p->fetch_cache = (msr_map_t)MSR_MAP_INIT;
-        p->fetch_generation = r->generation;
-    }
+    cache_generation(p, r->generation);
     uint32_t n = (uint32_t)r->n_indices;
     if (answer_cached(p, call, r->generation, r->name, n, r->indices, &p->fetch_hits))
         return;

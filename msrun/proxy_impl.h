@@ -193,6 +193,10 @@ void msr_proxy_wchan_stop(msr_proxy_t *p);
  * the entries it misses come from upstream; the end of a waiting one; the
  * upstream fetches cancelled at the stop; the cache freed. */
 void msr_proxy_fetch(msr_proxy_t *p, msr_rpc_call_t *call, const Msr__FetchRequest *r);
+/* Entries of this node's workers that the coordinator took (an answered
+ * Publish): a fetch of them is answered here, as the node's own
+ * addresses are what every communicator's members fetch first. */
+void msr_proxy_fetch_published(msr_proxy_t *p, const Msr__PublishRequest *r);
 void msr_proxy_fetch_wait_free(fetch_wait_t *w);
 void msr_proxy_fetch_shutdown(msr_proxy_t *p);
 void msr_proxy_fetch_cleanup(msr_proxy_t *p);

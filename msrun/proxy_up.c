@@ -150,6 +150,17 @@ void msr_proxy_fwd_finish(fwd_t *f)
     msr_proxy_t *p = f->proxy;
     msr_rpc_async_t *a = &f->async;
     msr_list_remove(&f->link);
+    if (a->method == MSR_RPC_PUBLISH && a->status == MSR_OK && a->grpc_code == 0) {
+        /* the entries are the store's now: the node's fetches of them need
+         * not go up (a cancelled caller's request is gone: not cached) */
+        if (f->group) {
+            for (uint32_t i = 0; i < f->group->ncalls; i++)
+                if (f->group->calls[i])
+                    msr_proxy_fetch_published(p, (Msr__PublishRequest *)f->group->reqs[i]);
+        } else if (f->call && f->req) {
+            msr_proxy_fetch_published(p, (Msr__PublishRequest *)f->req);
+        }
+    }
     if (f->group) {
         group_t *g = f->group;
         for (uint32_t i = 0; i < g->ncalls; i++) {

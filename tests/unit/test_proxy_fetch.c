@@ -1,8 +1,10 @@
 /* The node's store proxy between workers and a real coordinator on
- * loopback: a node's publishers go up as one Publish, concurrent fetches of
- * the same entries as one upstream Fetch, a repeated fetch is answered from
- * the node's cache, and an entry that never appears ends the fetch at its
- * deadline with an error that names it. */
+ * loopback: a node's publishers go up as one Publish, and a fetch of what
+ * the node published is answered by the proxy; concurrent fetches of
+ * another node's entries go up as one Fetch, a repeated fetch is answered
+ * from the node's cache, a Publish the coordinator refused is not cached,
+ * and an entry that never appears ends the fetch at its deadline with an
+ * error that names it. */
 #include <pthread.h>
 #include <signal.h>
 #include <stdio.h>
@@ -38,6 +40,7 @@ typedef struct job {
     msr_proxy_t *proxy;
     msr_rpc_loop_t *loop;
     msr_rpc_channel_t *ch[4]; /* four workers of one node */
+    msr_rpc_channel_t *other; /* another node's, to the coordinator */
     char sock[64];
 } job_t;
 
@@ -69,12 +72,14 @@ static void job_start(job_t *j)
     snprintf(path, sizeof path, "unix:%s", j->sock);
     for (int i = 0; i < 4; i++)
         MSR_CHECK_OK(msr_rpc_channel_create_own(path, "t", &j->ch[i]));
+    MSR_CHECK_OK(msr_rpc_channel_create_own(target, "t", &j->other));
 }
 
 static void job_stop(job_t *j)
 {
     for (int i = 0; i < 4; i++)
         msr_rpc_channel_destroy(j->ch[i]);
+    msr_rpc_channel_destroy(j->other);
     msr_rpc_loop_destroy(j->loop);
     msr_proxy_stop(j->proxy);
     j->coord.stop = 1;
@@ -96,7 +101,10 @@ static void wait_all(job_t *j, op_t *ops, int n)
     }
 }
 
-static void publish(job_t *j, op_t *o, int worker, uint32_t index, uint32_t local_count)
+/* A Publish of "v<index>" at index, by worker (0-3) of this node, or by
+ * another node (-1) straight to the coordinator. */
+static void publish_gen(job_t *j, op_t *o, int worker, uint32_t index, uint32_t local_count,
+                        int generation)
 {
     char value[16];
     snprintf(value, sizeof value, "v%u", index);
@@ -110,17 +118,26 @@ static void publish(job_t *j, op_t *o, int worker, uint32_t index, uint32_t loca
     r.n_entries = 1;
     r.entries = &ep;
     r.local_count = local_count;
+    r.generation = generation;
     memset(o, 0, sizeof *o);
     o->a.method = MSR_RPC_PUBLISH;
     o->a.deadline = msr_deadline_in_ms(10000);
     o->a.wait_for_ready = 1;
     o->a.done = op_done;
-    MSR_CHECK_OK(msr_rpc_call_start(j->ch[worker], j->loop, &o->a, &r.base));
+    MSR_CHECK_OK(
+        msr_rpc_call_start(worker < 0 ? j->other : j->ch[worker], j->loop, &o->a, &r.base));
 }
 
-static void fetch(job_t *j, op_t *o, int worker, uint32_t *indices, size_t n, uint32_t wait_ms)
+static void publish(job_t *j, op_t *o, int worker, uint32_t index, uint32_t local_count)
+{
+    publish_gen(j, o, worker, index, local_count, 0);
+}
+
+static void fetch_gen(job_t *j, op_t *o, int worker, uint32_t *indices, size_t n, uint32_t wait_ms,
+                      int generation)
 {
     Msr__FetchRequest r = MSR__FETCH_REQUEST__INIT;
+    r.generation = generation;
     r.name = "addr";
     r.indices = indices;
     r.n_indices = n;
@@ -131,6 +148,11 @@ static void fetch(job_t *j, op_t *o, int worker, uint32_t *indices, size_t n, ui
     o->a.wait_for_ready = 1;
     o->a.done = op_done;
     MSR_CHECK_OK(msr_rpc_call_start(j->ch[worker], j->loop, &o->a, &r.base));
+}
+
+static void fetch(job_t *j, op_t *o, int worker, uint32_t *indices, size_t n, uint32_t wait_ms)
+{
+    fetch_gen(j, o, worker, indices, n, wait_ms, 0);
 }
 
 /* The answer of o holds "v<i>" for each of indices, in that order. */
@@ -165,19 +187,39 @@ static void test_batched_publish_and_fetch(void)
     }
     MSR_CHECK_EQ(msr_proxy_calls_up(j.proxy) - up0, 1); /* one Publish for the node */
 
+    /* the node's own entries: answered by the proxy, none goes up */
+    uint32_t own[4] = {3, 0, 2, 1};
+    for (int i = 0; i < 4; i++)
+        fetch(&j, &ops[i], i, own, 4, 5000);
+    wait_all(&j, ops, 4);
+    for (int i = 0; i < 4; i++)
+        check_fetched(&ops[i], own, 4);
+    uint64_t hits = 0, up = 0;
+    msr_proxy_fetch_stats(j.proxy, &hits, &up);
+    MSR_CHECK_EQ(up, 0);
+    MSR_CHECK_EQ(hits, 4);
+    MSR_CHECK_EQ(msr_proxy_calls_up(j.proxy) - up0, 1);
+
+    /* another node's entries 10-13 (straight to the coordinator) */
+    for (int i = 0; i < 4; i++)
+        publish(&j, &ops[i], -1, (uint32_t)(10 + i), 0);
+    wait_all(&j, ops, 4);
+    for (int i = 0; i < 4; i++) {
+        MSR_CHECK_MSG(ops[i].a.status == MSR_OK, "publish: %s", ops[i].a.err);
+        msr_rpc_async_cleanup(&ops[i].a);
+    }
     /* four workers ask for the same entries at once: one upstream Fetch */
-    uint32_t all[4] = {3, 0, 2, 1};
+    uint32_t all[4] = {13, 10, 12, 11};
     for (int i = 0; i < 4; i++)
         fetch(&j, &ops[i], i, all, 4, 5000);
     wait_all(&j, ops, 4);
     for (int i = 0; i < 4; i++)
         check_fetched(&ops[i], all, 4);
-    uint64_t hits = 0, up = 0;
     msr_proxy_fetch_stats(j.proxy, &hits, &up);
     MSR_CHECK_EQ(up, 1);
 
-    /* asked again: from the node's cache */
-    uint32_t two[2] = {2, 1};
+    /* asked again, with one of the node's own: from the node's cache */
+    uint32_t two[2] = {12, 1};
     fetch(&j, &ops[0], 0, two, 2, 5000);
     wait_all(&j, ops, 1);
     check_fetched(&ops[0], two, 2);
@@ -217,6 +259,31 @@ static void test_batched_publish_and_fetch(void)
     job_stop(&j);
 }
 
+/* A Publish the coordinator refused (a generation the job is not at) is
+ * not the store's: a fetch of it at that generation goes up and is
+ * refused too, not answered from the node's cache. */
+static void test_refused_publish_not_cached(void)
+{
+    job_t j;
+    job_start(&j);
+    op_t ops[2];
+    publish_gen(&j, &ops[0], 0, 7, 0, 3);
+    wait_all(&j, ops, 1);
+    MSR_CHECK_EQ(ops[0].a.status, MSR_ERR_STALE);
+    msr_rpc_async_cleanup(&ops[0].a);
+    uint32_t seven[1] = {7};
+    fetch_gen(&j, &ops[1], 1, seven, 1, 300, 3);
+    wait_all(&j, &ops[1], 1);
+    MSR_CHECK_MSG(ops[1].a.status == MSR_ERR_STALE, "fetch: %s (%s)",
+                  msr_status_str(ops[1].a.status), ops[1].a.err);
+    msr_rpc_async_cleanup(&ops[1].a);
+    uint64_t hits = 0, up = 0;
+    msr_proxy_fetch_stats(j.proxy, &hits, &up);
+    MSR_CHECK_EQ(hits, 0);
+    MSR_CHECK_EQ(up, 1);
+    job_stop(&j);
+}
+
 static void test_fetch_never_published(void)
 {
     job_t j;
@@ -238,6 +305,7 @@ static void test_fetch_never_published(void)
 
 static const msr_test_t tests[] = {
     {"batched_publish_and_fetch", test_batched_publish_and_fetch, 30},
+    {"refused_publish_not_cached", test_refused_publish_not_cached, 30},
     {"fetch_never_published", test_fetch_never_published, 30},
 };
 
