@@ -62,6 +62,8 @@ typedef struct node {
     uint64_t joined_seq;              /* order of arrival */
     msr_held_t *hb;                   /* the held heartbeat, if any */
     char relay[MSR_RELAY_ID_MAX + 1]; /* the relay it joined through ("": directly) */
+    uint64_t machine;                 /* JoinRequest.machine (0: not told) */
+    int machine_ranks;                /* the generation's ranks on it (0: not known) */
 } node_t;
 
 /* What the coordinator knows of a rank's progress (observe.c), for the

@@ -159,6 +159,45 @@ static void assign_elastic(msr_coord_t *c, int count)
     msr_free(order);
 }
 
+static int by_machine(const void *x, const void *y)
+{
+    uint64_t a = (*(node_t *const *)x)->machine, b = (*(node_t *const *)y)->machine;
+    return a < b ? -1 : a > b;
+}
+
+/* Each member's count of the generation's ranks on its machine: the
+ * members that told the same machine, times the workers of a node. All or
+ * none: when a member did not tell its machine (an older msrun), or out of
+ * memory, every member gets 0, and the workers of every node count for
+ * themselves through the store, as they all must to meet at its barrier
+ * (comm/ucx/engine_peers.c). O(members log members). */
+static void count_machine_ranks(msr_coord_t *c)
+{
+    node_t **m = msr_calloc(c->nnodes + 1, sizeof *m);
+    size_t k = 0;
+    int untold = 0;
+    for (size_t i = 0; i < c->nnodes; i++) {
+        c->nodes[i]->machine_ranks = 0;
+        if (c->nodes[i]->rank >= 0 && c->nodes[i]->machine == 0)
+            untold = 1;
+        if (m && c->nodes[i]->rank >= 0)
+            m[k++] = c->nodes[i];
+    }
+    if (m == NULL || untold) {
+        msr_free(m);
+        return;
+    }
+    qsort(m, k, sizeof *m, by_machine);
+    for (size_t i = 0, j; i < k; i = j) {
+        for (j = i + 1; j < k && m[j]->machine == m[i]->machine; j++)
+            ;
+        long long ranks = (long long)(j - i) * c->local_worker_num;
+        for (size_t t = i; t < j; t++)
+            m[t]->machine_ranks = ranks > INT32_MAX ? INT32_MAX : (int)ranks;
+    }
+    msr_free(m);
+}
+
 static node_t *member_of_rank(const msr_coord_t *c, int rank)
 {
     for (size_t i = 0; i < c->nnodes; i++)
@@ -223,6 +262,7 @@ void msr_coord_try_form(msr_coord_t *c)
         }
         msr_free(taken);
     }
+    count_machine_ranks(c);
     node_t *zero = member_of_rank(c, 0);
     snprintf(c->master_addr, sizeof c->master_addr, "%s", zero ? zero->host : "");
     c->master_port = zero ? zero->free_port : 0;

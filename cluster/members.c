@@ -162,6 +162,7 @@ static void fill_assignment(const msr_coord_t *c, const node_t *n, Msr__Assignme
     a->local_world_size = c->local_worker_num;
     a->master_addr = (char *)c->master_addr;
     a->master_port = c->master_port;
+    a->machine_ranks = n->machine_ranks;
 }
 
 void msr_coord_missing_describe(const msr_coord_t *c, char *buf, size_t len)
@@ -459,6 +460,7 @@ void msr_coord_join(msr_coord_t *c, void *call, const Msr__JoinRequest *req)
     n->pid = req->pid;
     n->local_worker_num = req->local_worker_num;
     n->free_port = req->free_port;
+    n->machine = req->machine;
     n->last_seen = msr_now_ns();
     n->suspect_until = 0;
     MARK_DIRTY(c, 1);

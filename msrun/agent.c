@@ -77,6 +77,7 @@ static msr_spawn_env_t spawn_env(agent_t *a)
         .agent_socket = a->proxy ? a->files.socket_path : NULL,
         .master_addr = n->master_addr,
         .master_port = n->master_port,
+        .machine_ranks = n->machine_ranks,
         .log_dir = a->files.log_dir_fd >= 0 ? a->files.log_run_dir : NULL,
         .log_dir_fd = a->files.log_dir_fd,
         .log_max_bytes = o->log_max_bytes,

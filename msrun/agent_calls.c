@@ -9,6 +9,7 @@
 #include "base/alloc.h"
 #include "base/buf.h"
 #include "base/err.h"
+#include "base/hash.h"
 #include "base/log.h"
 #include "base/status.h"
 #include "base/time.h"
@@ -79,6 +80,7 @@ void msr_agent_join_send(agent_t *a)
     req.max_nodes = a->o->max_nodes;
     req.max_restarts = a->o->max_restarts;
     req.free_port = a->free_port;
+    req.machine = msr_host_id(); /* the coordinator counts the ranks each machine runs */
     if (a->prof.joining == 0)
         a->prof.joining = msr_now_ns();
     int64_t left = msr_node_join_left_ms(&a->node, msr_now_ns());
@@ -183,6 +185,7 @@ static void hb_done(msr_rpc_async_t *as, void *arg)
         u.rank_offset = s->rank_offset;
         u.master_addr = s->master_addr;
         u.master_port = s->master_port;
+        u.machine_ranks = s->machine_ranks;
     }
     tails_wanted(a, r->output_ranks, r->n_output_ranks);
     msr_buf_t missing = MSR_BUF_INIT;

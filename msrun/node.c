@@ -309,6 +309,7 @@ static void take_update(msr_node_t *n, const msr_node_update_t *u)
         n->rank_offset = u->rank_offset;
         snprintf(n->master_addr, sizeof n->master_addr, "%s", u->master_addr ? u->master_addr : "");
         n->master_port = u->master_port;
+        n->machine_ranks = u->machine_ranks;
     }
 }
 

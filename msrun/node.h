@@ -93,8 +93,9 @@ typedef struct msr_node_update {
     int node_rank, node_count, world_size, rank_offset;
     const char *master_addr;
     int master_port;
-    int joined_nodes, expected_nodes;       /* while forming */
-    const char *missing;                    /* who is awaited, "2, 3"; or NULL */
+    int machine_ranks;                /* the generation's ranks on this machine; 0: not known */
+    int joined_nodes, expected_nodes; /* while forming */
+    const char *missing;              /* who is awaited, "2, 3"; or NULL */
     uint32_t form_left_ms, form_timeout_ms; /* while forming; 0: unknown */
 } msr_node_update_t;
 
@@ -125,6 +126,7 @@ typedef struct msr_node {
     int node_rank, node_count, world_size, rank_offset;
     char master_addr[256];
     int master_port;
+    int machine_ranks; /* the generation's ranks on this machine; 0: not known */
     char message[600];
     msr_failure_t cause;
 

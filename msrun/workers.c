@@ -61,6 +61,7 @@ static int env_skip(const char *entry)
         "MSR_PS_SERVERS",
         "MSR_PS_STALENESS",
         "MSR_INCARNATION",
+        "MSR_MACHINE_RANKS",
     };
     const char *eq = strchr(entry, '=');
     size_t n = eq ? (size_t)(eq - entry) : strlen(entry);
@@ -246,7 +247,7 @@ static char **build_env(const msr_spawn_env_t *e, int local_rank)
     size_t n = 0;
     while (environ[n])
         n++;
-    char **envp = msr_calloc(n + 40, sizeof *envp);
+    char **envp = msr_calloc(n + 48, sizeof *envp);
     if (envp == NULL)
         return NULL;
     size_t k = 0;
@@ -287,6 +288,7 @@ static char **build_env(const msr_spawn_env_t *e, int local_rank)
         {"TORCHELASTIC_RESTART_COUNT", NULL, e->restart_count},
         {"TORCHELASTIC_MAX_RESTARTS", NULL, e->max_restarts},
         {"TORCHELASTIC_RUN_ID", e->job_id, 0},
+        {"MSR_MACHINE_RANKS", NULL, e->machine_ranks},
     };
     for (size_t i = 0; i < MSR_ARRAY_SIZE(vars); i++) {
         char line[4400];
@@ -297,6 +299,8 @@ static char **build_env(const msr_spawn_env_t *e, int local_rank)
              strcmp(vars[i].name, "MSR_JOB_ID") == 0 ||
              strcmp(vars[i].name, "TORCHELASTIC_RUN_ID") == 0))
             continue;
+        if (strcmp(vars[i].name, "MSR_MACHINE_RANKS") == 0 && vars[i].value <= 0)
+            continue; /* not known (an older coordinator) */
         if (vars[i].text)
             snprintf(line, sizeof line, "%s=%s", vars[i].name, vars[i].text);
         else

@@ -142,6 +142,7 @@ typedef struct msr_spawn_env {
     const char *job_id, *coordinator, *token, *agent_socket;
     const char *master_addr;
     int master_port;
+    int machine_ranks;     /* MSR_MACHINE_RANKS when > 0 */
     const char *log_dir;   /* the run's log directory, for messages; NULL: no log files */
     int log_dir_fd;        /* that directory, where the workers' logs are opened */
     int64_t log_max_bytes; /* --log_max_bytes: a log rotates past it; 0: never */

@@ -4646,4 +4646,42 @@ test: ^test_parallel_train_gpt_offload_z3$
             while (k > 0 && dp->pz_off[k] >= s)
 >>>
 
+@ proxy.published.refused_kept
+file: msrun/proxy_up.c
+test: ^test_proxy_fetch$
+<<<
+    if (a->method == MSR_RPC_PUBLISH && a->status == MSR_OK && a->grpc_code == 0) {
+===
+    if (a->method == MSR_RPC_PUBLISH) {
+>>>
+
+@ proxy.published.group_not_kept
+file: msrun/proxy_up.c
+test: ^test_proxy_fetch$
+<<<
+                    msr_proxy_fetch_published(p, (Msr__PublishRequest *)f->group->reqs[i]);
+===
+                    (void)i;
+>>>
+
+@ coord.machine_ranks.partly_told
+file: cluster/generation.c
+test: ^test_coord$
+<<<
+        if (c->nodes[i]->rank >= 0 && c->nodes[i]->machine == 0)
+            untold = 1;
+===
+        if (c->nodes[i]->rank >= 0 && c->nodes[i]->machine == 0)
+            untold = 0;
+>>>
+
+@ comm.machine_ranks.not_taken
+file: comm/ucx/engine_peers.c
+test: ^it_bind$
+<<<
+            told = msr_env_i64("MSR_MACHINE_RANKS", 0, 0, INT32_MAX);
+===
+            told = 0;
+>>>
+
 __END__

@@ -37,6 +37,11 @@ static void op_done(msr_rpc_async_t *a)
                 snprintf(s->err, sizeof s->err, "node %d: not running after the heartbeat",
                          o->client);
             s->failed = 1;
+        } else if (r->assignment->machine_ranks != rdzv_machine_ranks(s)) {
+            if (!s->failed)
+                snprintf(s->err, sizeof s->err, "node %d: told %d ranks on its machine, not %d",
+                         o->client, r->assignment->machine_ranks, rdzv_machine_ranks(s));
+            s->failed = 1;
         }
     } else if (a->method == MSR_RPC_FETCH) {
         /* each entry is an address published as (index, payload) */
@@ -110,7 +115,14 @@ const ProtobufCMessage *rdzv_make_join(sim_t *s, int n, void *space)
     j->worker_num = s->nodes * s->ranks;
     j->node_rank = -1;
     j->free_port = 29500;
+    /* a machine each, told unless the nodes count through the store */
+    j->machine = s->store_count ? 0 : (uint64_t)n + 1;
     return &j->base;
+}
+
+int rdzv_machine_ranks(const sim_t *s)
+{
+    return s->store_count ? 0 : s->ranks;
 }
 
 const ProtobufCMessage *rdzv_make_heartbeat(sim_t *s, int n, void *space)
@@ -237,32 +249,22 @@ int rdzv_lazy_exchange(sim_t *s, Msr__Contribution **eptr)
     }
     if (rdzv_drain(s) != 0)
         return -1;
-    /* this node's addresses, and its machine's count of ranks */
-    uint32_t *own = calloc((size_t)R, sizeof *own);
-    if (own == NULL)
-        return -1;
-    for (int n = 0; n < N; n++) {
-        for (int i = 0; i < R; i++)
-            own[i] = (uint32_t)(n * R + i);
-        if (R > 1 && fetch_op(s, n, own, (size_t)R) != 0) {
-            free(own);
-            return -1;
-        }
+    /* this node's own addresses are the ones it published: its proxy
+     * answers their fetch. With --store_count its machine's count of ranks
+     * through the store (told at the join otherwise). */
+    for (int n = 0; n < N && s->store_count; n++) {
         char key[64];
         snprintf(key, sizeof key, "scale-hosts/%d", n);
         Msr__AddRequest a = MSR__ADD_REQUEST__INIT;
         a.generation = 0;
         a.key = key;
         a.delta = R;
-        if (rdzv_start_op(s, rdzv_node_client(s, n), n, MSR_RPC_ADD, &a.base) != 0) {
-            free(own);
+        if (rdzv_start_op(s, rdzv_node_client(s, n), n, MSR_RPC_ADD, &a.base) != 0)
             return -1;
-        }
     }
-    free(own);
     if (rdzv_drain(s) != 0)
         return -1;
-    if (s->relay ? merged_barrier(s, world) != 0 : barrier_each(s, world) != 0)
+    if (s->store_count && (s->relay ? merged_barrier(s, world) : barrier_each(s, world)) != 0)
         return -1;
     if (rdzv_drain(s) != 0)
         return -1;
@@ -272,7 +274,8 @@ int rdzv_lazy_exchange(sim_t *s, Msr__Contribution **eptr)
         Msr__GetRequest g = MSR__GET_REQUEST__INIT;
         g.generation = 0;
         g.key = key;
-        if (rdzv_start_op(s, rdzv_node_client(s, n), n, MSR_RPC_GET, &g.base) != 0)
+        if (s->store_count &&
+            rdzv_start_op(s, rdzv_node_client(s, n), n, MSR_RPC_GET, &g.base) != 0)
             return -1;
         /* the ring's and the leaders' neighbours off this node */
         uint32_t prev = (uint32_t)((n + N - 1) % N), next = (uint32_t)((n + 1) % N);

@@ -52,7 +52,8 @@ static void node_answered(void *arg, int code, const char *message, const uint8_
     }
     Msr__HeartbeatResponse *h =
         (Msr__HeartbeatResponse *)msr_rpc_response_unpack(MSR_RPC_HEARTBEAT, resp, len);
-    int ok = h != NULL && h->state == MSR__JOB_STATE__JOB_RUNNING && h->assignment != NULL;
+    int ok = h != NULL && h->state == MSR__JOB_STATE__JOB_RUNNING && h->assignment != NULL &&
+             h->assignment->machine_ranks == rdzv_machine_ranks(s);
     if (ok)
         s->node_rank[node] = h->assignment->node_rank;
     msr_rpc_message_free(h ? &h->base : NULL);

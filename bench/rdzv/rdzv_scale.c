@@ -5,13 +5,19 @@
  * sending what a node's msrun proxy sends upstream for its ranks:
  *
  *   --mode lazy (default): each node publishes its R addresses in one
- *     Publish, fetches its own node's in one Fetch, adds its rank count to
- *     its machine's counter, meets the others at a Barrier (one call per
- *     node, weight R), reads the counter, then fetches in one Fetch the
+ *     Publish (its ranks' fetches of them are answered by its proxy, from
+ *     what it published: msrun/proxy_fetch.c), then fetches in one Fetch the
  *     addresses its ranks' communicators need off the node: a ring's
  *     neighbours (the last rank of the node before, the first of the node
  *     after) and a hierarchical communicator's (the leaders of both
- *     neighbouring nodes): 3 entries, however large the job.
+ *     neighbouring nodes): 3 entries, however large the job. Each node
+ *     joins as a machine of its own and the coordinator tells it its
+ *     machine's count of ranks (checked), so that its ranks need no store
+ *     call to learn it.
+ *   --store_count: the nodes do not tell their machine (an older msrun,
+ *     or a communicator short of the world): each adds its rank count to
+ *     its machine's counter, meets the others at a Barrier (one call per
+ *     node, weight R) and reads the counter, before the neighbours' Fetch.
  *   --mode allgather: every rank contributes to one allgather and every
  *     node receives all N*R contributions (the exchange before fetching on
  *     first use). With --direct every rank is a client of its own instead
@@ -35,7 +41,7 @@
  *     top level's relays alone call the coordinator, one connection each.
  *
  *   rdzv_scale [--nodes 16,128,1024] [--ranks 8] [--bytes 64]
- *              [--mode lazy|allgather] [--direct] [--window 1024]
+ *              [--mode lazy|allgather] [--direct] [--store_count] [--window 1024]
  *              [--conns N] [--dashboard] [--relay F] [--relay_levels L]
  *              [--model_relay F NODES,...] [--rtt_us 100] [--progress ROUNDS]
  *
@@ -344,11 +350,13 @@ static int run_steps(sim_t *s, pid_t coord, int window, int dash)
 }
 
 static int run_one(const char *msrun, int nodes, int ranks, int bytes, int direct, int dashboard,
-                   int lazy, int max_conns, int window, int relay, int levels, int progress)
+                   int lazy, int max_conns, int window, int relay, int levels, int progress,
+                   int store_count)
 {
     sim_t s;
     sim_init(&s, nodes, ranks, bytes, direct, dashboard, lazy, max_conns, relay, levels);
     s.progress = progress;
+    s.store_count = store_count;
     int world = nodes * ranks, port = 0, step = STEP_QUIT, dash = dashboard ? rdzv_free_port() : 0;
     pid_t coord = start_coordinator(msrun, world, ranks, dash, &port);
     if (coord < 0)
@@ -387,7 +395,8 @@ typedef struct args {
     const char *list;       /* --nodes */
     const char *relay_list; /* --model_relay's NODES,...; NULL: none */
     int ranks, bytes, direct, dashboard, lazy, window, conns, relay, model_relay, levels;
-    int progress; /* --progress */
+    int progress;    /* --progress */
+    int store_count; /* --store_count */
     double rtt_us;
 } args_t;
 
@@ -410,6 +419,8 @@ static int parse_args(int argc, char **argv, args_t *a)
             a->bytes = atoi(argv[++i]);
         else if (strcmp(argv[i], "--direct") == 0)
             a->direct = 1;
+        else if (strcmp(argv[i], "--store_count") == 0)
+            a->store_count = 1;
         else if (strcmp(argv[i], "--window") == 0 && i + 1 < argc)
             a->window = atoi(argv[++i]);
         else if (strcmp(argv[i], "--conns") == 0 && i + 1 < argc)
@@ -432,7 +443,8 @@ static int parse_args(int argc, char **argv, args_t *a)
             a->dashboard = 1;
         else {
             fprintf(stderr, "usage: rdzv_scale [--nodes 16,128,1024] [--ranks 8] [--bytes 64] "
-                            "[--mode lazy|allgather] [--direct] [--window 1024] [--conns N] "
+                            "[--mode lazy|allgather] [--direct] [--store_count] [--window 1024] "
+                            "[--conns N] "
                             "[--dashboard] [--relay F] [--relay_levels L] "
                             "[--model_relay F NODES,...] [--progress ROUNDS] "
                             "[--rtt_us 100]\n");
@@ -526,8 +538,9 @@ static int run_all(const char *msrun, const args_t *a)
     int rc = 0;
     for (const char *p = a->list; *p;) {
         int nodes = atoi(p);
-        if (nodes > 0 && run_one(msrun, nodes, a->ranks, a->bytes, a->direct, a->dashboard, a->lazy,
-                                 a->conns, a->window, a->relay, a->levels, a->progress) != 0)
+        if (nodes > 0 &&
+            run_one(msrun, nodes, a->ranks, a->bytes, a->direct, a->dashboard, a->lazy, a->conns,
+                    a->window, a->relay, a->levels, a->progress, a->store_count) != 0)
             rc = 1;
         p = strchr(p, ',');
         if (p == NULL)
@@ -540,7 +553,7 @@ static int run_all(const char *msrun, const args_t *a)
         for (const char *p = a->relay_list; rc == 0 && p && *p;) {
             int nodes = atoi(p);
             if (nodes > 0 && run_one(msrun, nodes, a->ranks, a->bytes, 0, 0, 1, a->conns, a->window,
-                                     a->model_relay, pass ? a->levels : 1, 0) != 0)
+                                     a->model_relay, pass ? a->levels : 1, 0, a->store_count) != 0)
                 rc = 1;
             p = strchr(p, ',');
             p = p ? p + 1 : NULL;

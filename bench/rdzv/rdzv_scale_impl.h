@@ -16,8 +16,9 @@
 
 typedef struct sim {
     int nodes, ranks, bytes, direct, clients, dashboard, lazy;
-    int relay;  /* nodes per relay (its subtree); 0: every node calls itself */
-    int levels; /* relay mode: levels of relays (1: nodes -> relays -> coordinator) */
+    int store_count; /* --store_count: nodes do not tell their machine */
+    int relay;       /* nodes per relay (its subtree); 0: every node calls itself */
+    int levels;      /* relay mode: levels of relays (1: nodes -> relays -> coordinator) */
     void (*after_poll)(struct sim *s); /* relay mode: the upper relays' flush */
     void *upper;                       /* relay mode: rdzv_relay.c's upper levels */
     int *node_rank;                    /* relay mode: each node's rank in the formed job */
@@ -58,6 +59,9 @@ int rdzv_start_op(sim_t *s, int client, int node, msr_rpc_method_t m, const Prot
 int rdzv_node_client(const sim_t *s, int n);
 int rdzv_drain(sim_t *s);
 const ProtobufCMessage *rdzv_make_join(sim_t *s, int n, void *space);
+/* What the coordinator must tell each node of its machine's ranks: a
+ * machine each (its own ranks), or 0 with --store_count. */
+int rdzv_machine_ranks(const sim_t *s);
 const ProtobufCMessage *rdzv_make_heartbeat(sim_t *s, int n, void *space);
 int rdzv_lazy_exchange(sim_t *s, Msr__Contribution **eptr);
 int rdzv_exchange_all(sim_t *s, Msr__Contribution **eptr);

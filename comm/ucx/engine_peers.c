@@ -483,8 +483,22 @@ msr_status_t ucx_engine_exchange_addresses(ucx_engine_t *e, int n, const int *wo
         st = fetch_addresses(e, local_peers, nlp);
     if (st == MSR_OK) {
         e->host_ranks = (int)local;
-        if (other_nodes)
+        /* the world's count on this machine came with the generation:
+         * msrun's coordinator counted it (every member has it or none) */
+        int64_t told = 0;
+        if (other_nodes && n == e->world_size)
+            told = msr_env_i64("MSR_MACHINE_RANKS", 0, 0, INT32_MAX);
+        if (told >= (int64_t)local) {
+            e->host_ranks = (int)told;
+            MSR_DEBUG("comm: engine %s: %d ranks on this machine, as msrun's coordinator "
+                      "counted them",
+                      e->uid, e->host_ranks);
+        } else if (other_nodes) {
             st = count_host_ranks(e, n, index, local, first_local);
+            if (st == MSR_OK)
+                MSR_DEBUG("comm: engine %s: %d ranks on this machine, counted through the store",
+                          e->uid, e->host_ranks);
+        }
     }
     if (st != MSR_OK) {
         st = msr_err_prefix(st, "comm: address exchange '%s'", e->addr_key);

@@ -148,6 +148,46 @@ if [ "$ncores" -ge 2 ]; then
     ok "MSR_COMM_BESIDE_COMPUTE=1: a core each polls 1 ms, then yields; oversubscribed, as before"
 fi
 
+# two msrun nodes on this machine, 2 workers each: the world's communicator
+# counts the 4 ranks the machine runs as msrun's coordinator told them
+# (MSR_MACHINE_RANKS, no store calls); workers without the variable count
+# them through the store, the same 4; a sub-communicator counts through the
+# store as before
+machine() { # ARGS: the worker's command; both nodes' lines in $TMP/m.all
+    local port
+    port=$(free_port)
+    start_node 0 --master_addr=127.0.0.1 --master_port="$port" --nnodes=2 \
+        --local_worker_num=2 --node_rank=0 "$@"
+    CODE=0
+    timeout -k 5 60 env MSRUN_TEST_MARKER="$MARKER" "$MSRUN" --master_addr=127.0.0.1 \
+        --master_port="$port" --nnodes=2 --local_worker_num=2 --node_rank=1 "$@" \
+        >"$TMP/node1.out" 2>"$TMP/node1.err" || CODE=$?
+    expect_code 0 "node 1 of two on this machine ($(tail -3 "$TMP/node1.err"))"
+    wait_pid "$PID0" 30
+    expect_code 0 "node 0 of two on this machine ($(tail -3 "$TMP/node0.err"))"
+    cat "$TMP"/node[01].out "$TMP"/node[01].err >"$TMP/m.all"
+}
+counted() { grep -c "ranks on this machine, $1" "$TMP/m.all"; }
+use_token_file
+export MSR_LOG_LEVEL=debug
+machine "$BUILD/bin/comm_bench" --op barrier --iters 10
+[ "$(counted "as msrun's coordinator counted them")" = 4 ] && [ "$(counted "counted through")" = 0 ] ||
+    fail "the coordinator's count not taken: $(grep -h 'ranks on this machine' "$TMP/m.all")"
+[ "$(grep -c "4 ranks on this machine, as msrun's coordinator" "$TMP/m.all")" = 4 ] ||
+    fail "two nodes of 2: $(grep -h 'ranks on this machine' "$TMP/m.all")"
+cat >"$TMP/untold.sh" <<SH
+#!/bin/sh
+unset MSR_MACHINE_RANKS
+exec "$BUILD/bin/comm_bench" --op barrier --iters 10
+SH
+chmod +x "$TMP/untold.sh"
+machine "$TMP/untold.sh"
+[ "$(grep -c "4 ranks on this machine, counted through the store" "$TMP/m.all")" = 4 ] &&
+    [ "$(counted "as msrun's")" = 0 ] ||
+    fail "without MSR_MACHINE_RANKS: $(grep -h 'ranks on this machine' "$TMP/m.all")"
+unset MSR_LOG_LEVEL MSRUN_TOKEN_FILE
+ok "two nodes on one machine: 4 ranks counted, by the coordinator or through the store"
+
 # one worker: every core of its NUMA node, one OpenMP thread per core
 run_msrun --worker_num=1 --bind-to core "$TMP/w.sh"
 expect_code 0 "--bind-to core, one worker"

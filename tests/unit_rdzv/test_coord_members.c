@@ -102,6 +102,52 @@ static void test_formation_and_ranks(void)
     msr_coord_destroy(co);
 }
 
+/* Joins node slot of a job of worker_num ranks, 2 a node, telling the
+ * coordinator its machine; returns its id. */
+static const char *join_on(msr_coord_t *co, int slot, int worker_num, uint64_t machine)
+{
+    static char ids[8][64];
+    tcall_t c = {0};
+    Msr__JoinRequest r = tc_join_req(worker_num, 2, -1, 0);
+    r.pid = 100 + slot;
+    r.machine = machine;
+    tc_call(co, &c, MSR_RPC_JOIN, &r.base);
+    MSR_CHECK_MSG(c.answered && c.code == 0, "join failed: %d %s", c.code, c.message);
+    snprintf(ids[slot], sizeof ids[slot], "%s", ((Msr__JoinResponse *)c.resp)->node_id);
+    msr_tcall_reset(&c);
+    return ids[slot];
+}
+
+/* Four nodes of 2 workers on machines 7, 9, 7 and 7: each is told the
+ * generation's ranks on its machine (6, 2, 6, 6). A node that did not tell
+ * its machine (an older msrun) makes it 0 for all, so that every node's
+ * workers count through the store and meet at its barrier. */
+static void test_machine_ranks(void)
+{
+    uint64_t machines[2][4] = {{7, 9, 7, 7}, {7, 9, 0, 7}};
+    int want[2][4] = {{6, 2, 6, 6}, {0, 0, 0, 0}};
+    for (int k = 0; k < 2; k++) {
+        msr_coord_t *co = tc_make_coord(8, 2, 0);
+        const char *ids[4];
+        for (int i = 0; i < 4; i++)
+            ids[i] = join_on(co, i, 8, machines[k][i]);
+        tcall_t c = {0};
+        for (int i = 0; i < 4; i++)
+            tc_beat(co, &c, ids[i], 0, 0);
+        for (int i = 0; i < 4; i++) {
+            Msr__HeartbeatResponse *r = tc_beat(co, &c, ids[i], 0, 0);
+            MSR_CHECK_EQ(r->state, MSR__JOB_STATE__JOB_RUNNING);
+            MSR_CHECK(r->assignment != NULL);
+            MSR_CHECK_MSG(r->assignment->machine_ranks == want[k][i],
+                          "case %d, node %d (machine %llu): %d ranks on its machine, want %d", k, i,
+                          (unsigned long long)machines[k][i], r->assignment->machine_ranks,
+                          want[k][i]);
+        }
+        msr_tcall_reset(&c);
+        msr_coord_destroy(co);
+    }
+}
+
 static void test_heartbeat_long_poll(void)
 {
     msr_coord_t *co = tc_make_coord(2, 1, 0);
@@ -563,6 +609,7 @@ static void test_elastic_join_restart(void)
 static const msr_test_t tests[] = {
     {"join_validation", test_join_validation, 10},
     {"formation_and_ranks", test_formation_and_ranks, 10},
+    {"machine_ranks", test_machine_ranks, 10},
     {"heartbeat_long_poll", test_heartbeat_long_poll, 10},
     {"failure_restart_and_done", test_failure_restart_and_done, 10},
     {"root_cause_after_peer_lost", test_root_cause_after_peer_lost, 10},
