@@ -281,6 +281,7 @@ static void print_progress(msr_node_t *n, uint64_t now, const msr_node_update_t 
 
 static void take_update(msr_node_t *n, const msr_node_update_t *u)
 {
+    int was_generation = n->generation;
     n->generation = u->generation;
     n->state = u->state;
     n->restart_count = u->restart_count;
@@ -309,7 +310,12 @@ static void take_update(msr_node_t *n, const msr_node_update_t *u)
         n->rank_offset = u->rank_offset;
         snprintf(n->master_addr, sizeof n->master_addr, "%s", u->master_addr ? u->master_addr : "");
         n->master_port = u->master_port;
-        n->machine_ranks = u->machine_ranks;
+        /* A coordinator restarted within the generation no longer knows
+         * the count (it is not saved): keep the one the generation's
+         * workers were started with, so that a replacement worker counts
+         * as they did and does not wait alone in the store's count */
+        if (u->machine_ranks > 0 || u->generation != was_generation)
+            n->machine_ranks = u->machine_ranks;
     }
 }
 

@@ -4684,4 +4684,13 @@ test: ^it_bind$
             told = 0;
 >>>
 
+@ node.machine_ranks.lost_within_generation
+file: msrun/node.c
+test: ^test_node$
+<<<
+        if (u->machine_ranks > 0 || u->generation != was_generation)
+===
+        if (u->generation >= was_generation)
+>>>
+
 __END__

@@ -57,6 +57,8 @@ static void expect_exit(int code)
     MSR_CHECK_EQ(msr_node_next_deadline(&n), 0);
 }
 
+static int update_machine_ranks; /* what update() says of the machine's ranks */
+
 static void update(int generation, msr_job_state_t state, int assigned, msr_failure_t *f)
 {
     msr_node_update_t u = {
@@ -72,6 +74,7 @@ static void update(int generation, msr_job_state_t state, int assigned, msr_fail
         .master_addr = "127.0.0.1",
         .master_port = 5,
         .expected_nodes = 1,
+        .machine_ranks = update_machine_ranks,
     };
     msr_node_on_update(&n, T0, &u);
 }
@@ -93,6 +96,28 @@ static void run_generation0(void)
     for (int i = 0; i < n.cfg.nworkers; i++)
         msr_node_on_spawned(&n, i, 100 + i);
     MSR_CHECK_EQ(n.nrunning, n.cfg.nworkers);
+}
+
+/* The machine's count of ranks comes with the generation. An answer of
+ * the same generation without it (the coordinator restarted and lost it)
+ * keeps it, as the generation's workers were all started with it; a new
+ * generation's is taken as it comes, 0 included. */
+static void test_machine_ranks_kept_within_generation(void)
+{
+    setup(2, 0);
+    update_machine_ranks = 6;
+    run_generation0();
+    MSR_CHECK_EQ(n.machine_ranks, 6);
+    update_machine_ranks = 0;
+    update(0, MSR_JOB_RUNNING, 1, NULL);
+    MSR_CHECK_EQ(n.machine_ranks, 6);
+    update_machine_ranks = 4;
+    update(0, MSR_JOB_RUNNING, 1, NULL);
+    MSR_CHECK_EQ(n.machine_ranks, 4);
+    update_machine_ranks = 0;
+    update(1, MSR_JOB_RUNNING, 1, NULL);
+    MSR_CHECK_EQ(n.machine_ranks, 0);
+    msr_node_cleanup(&n);
 }
 
 static void test_clean_run(void)
@@ -621,6 +646,7 @@ static const msr_test_t tests[] = {
     {"not_formed_exit_code", test_not_formed_exit_code, 10},
     {"coordinator_ended_before_join", test_coordinator_ended_before_join, 10},
     {"clean_run", test_clean_run, 10},
+    {"machine_ranks_kept_within_generation", test_machine_ranks_kept_within_generation, 10},
     {"failure_exit_code", test_failure_exit_code, 10},
     {"signal_exit_code", test_signal_exit_code, 10},
     {"restart_waits_for_the_old_workers", test_restart_waits_for_the_old_workers, 10},
