@@ -281,7 +281,6 @@ static void print_progress(msr_node_t *n, uint64_t now, const msr_node_update_t 
 
 static void take_update(msr_node_t *n, const msr_node_update_t *u)
 {
-    int was_generation = n->generation;
     n->generation = u->generation;
     n->state = u->state;
     n->restart_count = u->restart_count;
@@ -313,9 +312,12 @@ static void take_update(msr_node_t *n, const msr_node_update_t *u)
         /* A coordinator restarted within the generation no longer knows
          * the count (it is not saved): keep the one the generation's
          * workers were started with, so that a replacement worker counts
-         * as they did and does not wait alone in the store's count */
-        if (u->machine_ranks > 0 || u->generation != was_generation)
+         * as they did and does not wait alone in the store's count. The
+         * generation's own, not the last one's: n->generation moves on
+         * while the job restarts, before the new assignment comes. */
+        if (u->machine_ranks > 0 || u->generation != n->machine_generation)
             n->machine_ranks = u->machine_ranks;
+        n->machine_generation = u->generation;
     }
 }
 

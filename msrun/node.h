@@ -126,7 +126,8 @@ typedef struct msr_node {
     int node_rank, node_count, world_size, rank_offset;
     char master_addr[256];
     int master_port;
-    int machine_ranks; /* the generation's ranks on this machine; 0: not known */
+    int machine_ranks;      /* the generation's ranks on this machine; 0: not known */
+    int machine_generation; /* the generation machine_ranks came with */
     char message[600];
     msr_failure_t cause;
 

@@ -4688,9 +4688,9 @@ test: ^it_bind$
 file: msrun/node.c
 test: ^test_node$
 <<<
-        if (u->machine_ranks > 0 || u->generation != was_generation)
+        if (u->machine_ranks > 0 || u->generation != n->machine_generation)
 ===
-        if (u->generation >= was_generation)
+        if (u->machine_ranks > 0 || u->generation != n->generation)
 >>>
 
 __END__

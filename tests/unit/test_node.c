@@ -101,7 +101,8 @@ static void run_generation0(void)
 /* The machine's count of ranks comes with the generation. An answer of
  * the same generation without it (the coordinator restarted and lost it)
  * keeps it, as the generation's workers were all started with it; a new
- * generation's is taken as it comes, 0 included. */
+ * generation's is taken as it comes, 0 included, also when the node heard
+ * of the new generation (restarting) before its assignment came. */
 static void test_machine_ranks_kept_within_generation(void)
 {
     setup(2, 0);
@@ -115,8 +116,14 @@ static void test_machine_ranks_kept_within_generation(void)
     update(0, MSR_JOB_RUNNING, 1, NULL);
     MSR_CHECK_EQ(n.machine_ranks, 4);
     update_machine_ranks = 0;
+    update(1, MSR_JOB_RESTARTING, 0, NULL);
+    MSR_CHECK_EQ(n.machine_ranks, 4); /* nothing new of it yet */
     update(1, MSR_JOB_RUNNING, 1, NULL);
     MSR_CHECK_EQ(n.machine_ranks, 0);
+    update_machine_ranks = 3;
+    update(2, MSR_JOB_RESTARTING, 0, NULL);
+    update(2, MSR_JOB_RUNNING, 1, NULL);
+    MSR_CHECK_EQ(n.machine_ranks, 3);
     msr_node_cleanup(&n);
 }
 
