@@ -148,6 +148,8 @@ static msr_status_t job_fill(msr_coord_t *c, Msr__PersistedState *ps, job_msg_t 
         pn->rank = n->rank;
         pn->ready_generation = n->ready_generation;
         pn->alive = n->alive;
+        pn->machine = n->machine;
+        pn->machine_ranks = n->machine_ranks;
         j->nptrs[i] = pn;
     }
     ps->n_nodes = nn;

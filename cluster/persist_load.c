@@ -62,6 +62,8 @@ static int job_valid(const Msr__PersistedState *ps)
             n->ready_generation < -1 || n->local_worker_num != ps->local_worker_num ||
             n->host == NULL)
             bad = "a node's rank, generation or worker count";
+        else if (n->machine_ranks < 0 || n->machine_ranks > ps->worker_num)
+            bad = "a node's count of its machine's ranks";
     }
     if (bad)
         msr_err_set("%s out of range", bad);
@@ -145,6 +147,10 @@ static msr_status_t job_apply(msr_coord_t *c, const Msr__PersistedState *ps)
         n->rank = pn->rank;
         n->ready_generation = pn->ready_generation;
         n->alive = pn->alive;
+        /* a coordinator elected or restarted on this state tells the
+         * generation's nodes the same count of their machine's ranks */
+        n->machine = pn->machine;
+        n->machine_ranks = pn->machine_ranks;
         n->last_seen = now; /* every node gets a full timeout to come back */
         if (n->id[0] && msr_coord_node_index(c, n) != MSR_OK)
             return MSR_ERR_NO_MEMORY;

@@ -4693,4 +4693,22 @@ test: ^test_node$
         if (u->machine_ranks > 0 || u->generation != n->generation)
 >>>
 
+@ coord.persist.machine_ranks_lost
+file: cluster/persist.c
+test: ^test_coord$
+<<<
+        pn->machine_ranks = n->machine_ranks;
+===
+        pn->machine_ranks = 0;
+>>>
+
+@ coord.persist.machine_ranks_unbounded
+file: cluster/persist_load.c
+test: ^test_coord$
+<<<
+        else if (n->machine_ranks < 0 || n->machine_ranks > ps->worker_num)
+===
+        else if (n->machine_ranks < 0 || n->machine_ranks > ps->worker_num + 1)
+>>>
+
 __END__

@@ -34,6 +34,7 @@ void tc_call(msr_coord_t *co, tcall_t *c, msr_rpc_method_t m, const ProtobufCMes
 /* ---- helpers for the job ---- */
 
 int tc_job_max_restarts;
+uint64_t tc_join_machine;
 msr_store_limits_t tc_job_limits; /* zeros: the defaults */
 int64_t tc_job_node_timeout_ms = LONG_NODE_TIMEOUT_MS;
 
@@ -77,6 +78,7 @@ const char *tc_join(msr_coord_t *co, int slot, int worker_num, int local, int no
     tcall_t c = {0};
     Msr__JoinRequest r = tc_join_req(worker_num, local, node_rank, tc_job_max_restarts);
     r.pid = 100 + slot;
+    r.machine = tc_join_machine;
     tc_call(co, &c, MSR_RPC_JOIN, &r.base);
     MSR_CHECK_MSG(c.answered && c.code == 0, "join failed: %d %s", c.code, c.message);
     snprintf(ids[slot], sizeof ids[slot], "%s", ((Msr__JoinResponse *)c.resp)->node_id);

@@ -28,6 +28,8 @@ extern const msr_test_piece_t tc_members_tests, tc_store_tests, tc_durable_tests
 
 extern int tc_hold_answers;
 extern int tc_job_max_restarts;
+/* The machine tc_join's nodes tell (0: none, as an older msrun). */
+extern uint64_t tc_join_machine;
 extern msr_store_limits_t tc_job_limits;
 extern int64_t tc_job_node_timeout_ms;
 

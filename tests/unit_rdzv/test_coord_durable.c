@@ -35,8 +35,10 @@ static void test_persist_and_resume(void)
     msr_coord_t *co = NULL;
     MSR_CHECK_OK(msr_coord_create(&cfg, &msr_tcall_responder, &co));
     char a[64], b[64];
+    tc_join_machine = 42; /* both on one machine */
     snprintf(a, sizeof a, "%s", tc_join(co, 0, 2, 1, -1));
     snprintf(b, sizeof b, "%s", tc_join(co, 1, 2, 1, -1));
+    tc_join_machine = 0;
     tcall_t c = {0};
     tc_beat(co, &c, a, 0, 0);
     tc_report(co, a, 0, 0, 1, 0); /* not running yet: ignored */
@@ -62,6 +64,8 @@ static void test_persist_and_resume(void)
     MSR_CHECK_EQ(r->generation, 1);
     MSR_CHECK_EQ(r->restart_count, 1);
     MSR_CHECK(r->assignment != NULL);
+    /* its machine's count, as the generation's workers were told */
+    MSR_CHECK_EQ(r->assignment->machine_ranks, 2);
     int rank_b = r->assignment->node_rank;
     MSR_CHECK(r->failure != NULL && r->failure->exit_code == 1);
     Msr__GetRequest g = MSR__GET_REQUEST__INIT;

@@ -85,6 +85,20 @@ static void test_persist_records(void)
         msr_coord_destroy(d);
         free(f);
     }
+    /* a node's count of its machine's ranks: up to the job's ranks (1) */
+    for (int32_t k = -1; ps != NULL && k <= 2; k++) {
+        MSR_CHECK_EQ(ps->n_nodes, 1);
+        ps->requests[0]->method = MSR_RPC_ADD;
+        ps->nodes[0]->machine_ranks = k;
+        size_t flen = 0;
+        uint8_t *f = etcd_frame(&ps->base, &flen);
+        msr_coord_t *d = plain_coord("job");
+        msr_status_t st = msr_coord_persist_apply(d, f, flen, 1);
+        MSR_CHECK_MSG(k >= 0 && k <= 1 ? st == MSR_OK : st == MSR_ERR_CORRUPT,
+                      "a saved node with %d ranks on its machine: %s", k, msr_status_str(st));
+        msr_coord_destroy(d);
+        free(f);
+    }
     msr__persisted_state__free_unpacked(ps, NULL);
     msr_free(rec);
     /* another job's change is refused whole */
