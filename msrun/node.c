@@ -309,12 +309,13 @@ static void take_update(msr_node_t *n, const msr_node_update_t *u)
         n->rank_offset = u->rank_offset;
         snprintf(n->master_addr, sizeof n->master_addr, "%s", u->master_addr ? u->master_addr : "");
         n->master_port = u->master_port;
-        /* A coordinator restarted within the generation no longer knows
-         * the count (it is not saved): keep the one the generation's
-         * workers were started with, so that a replacement worker counts
-         * as they did and does not wait alone in the store's count. The
-         * generation's own, not the last one's: n->generation moves on
-         * while the job restarts, before the new assignment comes. */
+        /* A coordinator restarted within the generation on a state that
+         * lacks the count (saved by an msrun before it) answers 0: keep
+         * the one the generation's workers were started with, so that a
+         * replacement worker counts as they did and does not wait alone
+         * in the store's count. The generation's own, not the last one's:
+         * n->generation moves on while the job restarts, before the new
+         * assignment comes. */
         if (u->machine_ranks > 0 || u->generation != n->machine_generation)
             n->machine_ranks = u->machine_ranks;
         n->machine_generation = u->generation;
