@@ -102,22 +102,6 @@ static void test_formation_and_ranks(void)
     msr_coord_destroy(co);
 }
 
-/* Joins node slot of a job of worker_num ranks, 2 a node, telling the
- * coordinator its machine; returns its id. */
-static const char *join_on(msr_coord_t *co, int slot, int worker_num, uint64_t machine)
-{
-    static char ids[8][64];
-    tcall_t c = {0};
-    Msr__JoinRequest r = tc_join_req(worker_num, 2, -1, 0);
-    r.pid = 100 + slot;
-    r.machine = machine;
-    tc_call(co, &c, MSR_RPC_JOIN, &r.base);
-    MSR_CHECK_MSG(c.answered && c.code == 0, "join failed: %d %s", c.code, c.message);
-    snprintf(ids[slot], sizeof ids[slot], "%s", ((Msr__JoinResponse *)c.resp)->node_id);
-    msr_tcall_reset(&c);
-    return ids[slot];
-}
-
 /* Four nodes of 2 workers on machines 7, 9, 7 and 7: each is told the
  * generation's ranks on its machine (6, 2, 6, 6). A node that did not tell
  * its machine (an older msrun) makes it 0 for all, so that every node's
@@ -129,8 +113,11 @@ static void test_machine_ranks(void)
     for (int k = 0; k < 2; k++) {
         msr_coord_t *co = tc_make_coord(8, 2, 0);
         const char *ids[4];
-        for (int i = 0; i < 4; i++)
-            ids[i] = join_on(co, i, 8, machines[k][i]);
+        for (int i = 0; i < 4; i++) {
+            tc_join_machine = machines[k][i];
+            ids[i] = tc_join(co, i, 8, 2, -1);
+        }
+        tc_join_machine = 0;
         tcall_t c = {0};
         for (int i = 0; i < 4; i++)
             tc_beat(co, &c, ids[i], 0, 0);
