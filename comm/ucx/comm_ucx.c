@@ -121,18 +121,25 @@ err_comm:
 static msr_status_t ucx_split(msr_comm_t *comm, int color, int key, unsigned flags,
                               msr_comm_t **newcomm_p);
 
-/* Gives a new communicator its shared-memory segment where its members
- * share a machine, or node-local sub-groups where they span machines; a
- * failure of these collective steps undoes the communicator, on every
- * member alike (agreed, or the communicator broken). */
-static msr_status_t with_shm(msr_comm_t **comm_p)
+/* The collective steps that give a new communicator its shared-memory
+ * segment where its members share a machine, or node-local sub-groups
+ * where they span machines; their failure is every member's alike
+ * (agreed, or the communicator broken). */
+static msr_status_t shm_steps(msr_comm_t *comm)
 {
     uint64_t t0 = msr_now_ns();
-    msr_status_t st = ucx_shm_setup((*comm_p)->be);
+    msr_status_t st = ucx_shm_setup(comm->be);
     if (st == MSR_OK)
-        st = ucx_hier_setup((*comm_p)->be, ucx_split);
+        st = ucx_hier_setup(comm->be, ucx_split);
     if (st == MSR_OK)
         msr_lprof_note(MSR_LPROF_SHM, t0);
+    return st;
+}
+
+/* shm_steps, the communicator undone where they fail. */
+static msr_status_t with_shm(msr_comm_t **comm_p)
+{
+    msr_status_t st = shm_steps(*comm_p);
     if (st != MSR_OK) {
         ucx_comm_undo(*comm_p);
         *comm_p = NULL;
@@ -357,7 +364,19 @@ static msr_status_t ucx_split(msr_comm_t *comm, int color, int key, unsigned fla
         made = NULL;
         goto out;
     }
-    if (made != NULL)
+    if (made != NULL && (flags & MSR_COMM_OWN_WORKER)) {
+        /* Undone, a communicator of its own engine closes the engine. A
+         * member that failed in the steps (its notices sent) closed it
+         * while another still had to connect to it for the same step,
+         * which then failed with MSR_ERR_BACKEND (a gone shared-memory
+         * FIFO) where the others failed with the first one's status:
+         * the members agree over comm first, when all are past them. */
+        st = split_agree(comm, shm_steps(made), "setting up its shared memory");
+        if (st != MSR_OK) {
+            ucx_comm_undo(made);
+            made = NULL;
+        }
+    } else if (made != NULL)
         st = with_shm(&made);
     if (st == MSR_OK)
         *newcomm_p = made;
