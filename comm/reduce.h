@@ -16,8 +16,9 @@
 void msr_reduce(msr_op_t op, msr_dtype_t dtype, void *dst, const void *a, const void *b,
                 size_t count);
 
-/* The few elements a short call folds without msr_reduce's dispatch. */
-#define MSR_REDUCE_FEW 8
+/* The few elements a short call folds without msr_reduce's dispatch: a
+ * 64-byte vector of floats (the slots' lined lines hold 14 of them). */
+#define MSR_REDUCE_FEW 16
 
 /* msr_reduce's sum (and average) of float32 or float64 vectors of at most
  * MSR_REDUCE_FEW elements, inline: the same additions in the same order,
