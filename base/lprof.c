@@ -59,6 +59,12 @@ msr_lprof_t *msr_lprof_self(void)
     return self_on ? &self_prof : NULL;
 }
 
+int msr_lprof_wants(msr_lprof_phase_t ph)
+{
+    msr_lprof_t *p = msr_lprof_self();
+    return p != NULL && (unsigned)ph < MSR_LPROF_COUNT && p->end[ph] == 0;
+}
+
 void msr_lprof_note(msr_lprof_phase_t ph, uint64_t start_ns)
 {
     msr_lprof_t *p = msr_lprof_self();

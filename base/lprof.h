@@ -64,6 +64,10 @@ void msr_lprof_mark(msr_lprof_t *p, msr_lprof_phase_t ph, uint64_t start_ns, uin
  * this is the one piece of process-wide state of the module. */
 msr_lprof_t *msr_lprof_self(void);
 
+/* Whether msr_lprof_self() records and has no ph yet: a call made often
+ * (a barrier) reads the clock for its phase only then. */
+int msr_lprof_wants(msr_lprof_phase_t ph);
+
 /* Records ph from start_ns to now in msr_lprof_self(), if recording. */
 void msr_lprof_note(msr_lprof_phase_t ph, uint64_t start_ns);
 

@@ -34,6 +34,7 @@ static void test_off_records_nothing(void)
 {
     unsetenv(MSR_LPROF_ENV);
     MSR_CHECK(msr_lprof_self() == NULL);
+    MSR_CHECK(!msr_lprof_wants(MSR_LPROF_BARRIER));
     msr_lprof_note(MSR_LPROF_STORE, 1);
     MSR_CHECK_OK(msr_lprof_save(0)); /* nothing to write */
 }
@@ -45,7 +46,10 @@ static void test_save_load(void)
     setenv(MSR_LPROF_ENV, prefix, 1);
     msr_lprof_t *self = msr_lprof_self();
     MSR_CHECK(self != NULL);
+    MSR_CHECK(msr_lprof_wants(MSR_LPROF_STORE) && msr_lprof_wants(MSR_LPROF_BARRIER));
+    MSR_CHECK(!msr_lprof_wants(MSR_LPROF_COUNT));
     msr_lprof_mark(self, MSR_LPROF_STORE, 100, 200);
+    MSR_CHECK(!msr_lprof_wants(MSR_LPROF_STORE) && msr_lprof_wants(MSR_LPROF_BARRIER));
     msr_lprof_mark(self, MSR_LPROF_FINALIZE, 300, 450);
     MSR_CHECK_OK(msr_lprof_save(7));
     msr_lprof_t back;
