@@ -772,11 +772,12 @@ test: ^comm_collectives_np(3|8)$
 file: comm/ucx/shm_slots.c
 test: ^comm_determinism_np4$
 <<<
-        fold_n(a, a->recvbuf, data_of(s, 0, k, in) + off, data_of(s, 1, k, in) + off, a->count);
+        fold_n(a, a->recvbuf, input_of(s, r, 0, k, in) + off, input_of(s, r, 1, k, in) + off,
+               a->count);
         for (int j = 2; j < r->n; j++)
 ===
-        fold_n(a, a->recvbuf, data_of(s, r->n - 1, k, in) + off, data_of(s, r->n - 2, k, in) + off,
-               a->count);
+        fold_n(a, a->recvbuf, input_of(s, r, r->n - 1, k, in) + off,
+               input_of(s, r, r->n - 2, k, in) + off, a->count);
         for (int j = r->n - 3; j >= 0; j--)
 >>>
 
@@ -3476,6 +3477,25 @@ test: ^comm_small_np2$
     size_t first = off / SHM_LINE_DATA, end = (off + len - 1) / SHM_LINE_DATA + 1;
 ===
     size_t first = off / SHM_LINE_DATA, end = (off + len - 1) / SHM_LINE_DATA;
+>>>
+
+# ---- two members: the peer's inline vector copied as its word shows it
+@ comm.shm_slots.peer_copy_other_parity
+file: comm/ucx/shm_slots.c
+test: ^comm_small_np2$
+<<<
+    memcpy(r->slots.peer, data_of(s, p, k, in), in);
+===
+    memcpy(r->slots.peer, data_of(s, p, k + 1, in), in);
+>>>
+
+@ comm.shm_slots.peer_copy_unused
+file: comm/ucx/shm_slots.c
+test: ^comm_small_np2$
+<<<
+    return copied(r, j, in) ? r->slots.peer : data_of(s, j, k, in);
+===
+    return copied(r, j, in) ? data_of(s, r->me, k, in) : data_of(s, j, k, in);
 >>>
 
 @ comm.shm_slots.lined_fold_reversed

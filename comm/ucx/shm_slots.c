@@ -50,6 +50,39 @@ static int all_reached(const struct ucx_shm *s, ucx_req_t *r, uint64_t k)
     return 1;
 }
 
+_Static_assert(sizeof(((ucx_shm_slots_t *)0)->peer) >= SHM_INLINE, "a peer's inline vector fits");
+
+/* Whether the peer of a two-member group published k, its vector of
+ * 1 to SHM_INLINE bytes in its counters' line then copied at once: the
+ * peer, past k as soon as it saw this member's k, writes its next
+ * operation into that same line, and a read of the vector later (in the
+ * fold) would find the line gone back to the peer and wait for a second
+ * transfer. The copy is the vector of k: the peer rewrites its half of the
+ * line (k & 1) only at k + 2, after this member published k + 1. */
+static int peer_seen(const struct ucx_shm *s, ucx_req_t *r, uint64_t k, size_t in)
+{
+    int p = 1 - r->me;
+    if (atomic_load_explicit(&s->ctl[p].c[C_SEQ], memory_order_acquire) < k)
+        return 0;
+    memcpy(r->slots.peer, data_of(s, p, k, in), in);
+    return 1;
+}
+
+/* Whether slots_seen copied member j's input for the operation (peer_seen);
+ * the same answer on both of its sides. */
+static int copied(const ucx_req_t *r, int j, size_t in)
+{
+    return r->n == 2 && j != r->me && in > 0 && in <= SHM_INLINE;
+}
+
+/* Member j's input for operation k: the copy peer_seen took, or the
+ * member's own place. */
+static const char *input_of(const struct ucx_shm *s, const ucx_req_t *r, int j, uint64_t k,
+                            size_t in)
+{
+    return copied(r, j, in) ? r->slots.peer : data_of(s, j, k, in);
+}
+
 /* Whether this operation's input (in bytes) travels lined: the same
  * answer on every member. Broadcasts keep their ring. */
 static int lined(const struct ucx_shm *s, const ucx_req_t *r, size_t in)
@@ -144,6 +177,8 @@ static int slots_seen(const struct ucx_shm *s, ucx_req_t *r, uint64_t k)
         return r->me == a->root ||
                atomic_load_explicit(&s->ctl[a->root].c[C_SEQ], memory_order_acquire) >= k;
     size_t in = slot_bytes(r), off, len;
+    if (copied(r, 1 - r->me, in))
+        return peer_seen(s, r, k, in);
     if (!lined(s, r, in))
         return all_reached(s, r, k);
     lined_range(r, in, &off, &len);
@@ -295,7 +330,8 @@ static void slots_finish(const struct ucx_shm *s, const ucx_req_t *r, uint64_t k
         off = (size_t)r->me * r->bytes;
         /* fall through */
     case MSR_COLL_ALLREDUCE:
-        fold_n(a, a->recvbuf, data_of(s, 0, k, in) + off, data_of(s, 1, k, in) + off, a->count);
+        fold_n(a, a->recvbuf, input_of(s, r, 0, k, in) + off, input_of(s, r, 1, k, in) + off,
+               a->count);
         for (int j = 2; j < r->n; j++)
             fold_n(a, a->recvbuf, a->recvbuf, data_of(s, j, k, in) + off, a->count);
         if (a->op == MSR_OP_AVG)
@@ -304,7 +340,7 @@ static void slots_finish(const struct ucx_shm *s, const ucx_req_t *r, uint64_t k
     case MSR_COLL_ALLGATHER:
         for (int j = 0; j < r->n; j++)
             if (j != r->me || !a->in_place)
-                memcpy((char *)a->recvbuf + (size_t)j * r->bytes, data_of(s, j, k, in), in);
+                memcpy((char *)a->recvbuf + (size_t)j * r->bytes, input_of(s, r, j, k, in), in);
         return;
     case MSR_COLL_BROADCAST:
         if (r->me != a->root)

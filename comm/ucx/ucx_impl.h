@@ -337,6 +337,9 @@ typedef struct ucx_shm_slots {
     int published;     /* our input is in our slot and our sequence word says so */
     int first_unseen;  /* the first member not seen at the awaited number yet */
     size_t first_line; /* lined: its first line not seen yet (from the range's first) */
+    /* two members, a vector of up to SHM_INLINE bytes: the peer's, copied
+     * the moment its word showed the operation (shm_slots.c) */
+    _Alignas(16) char peer[16];
 } ucx_shm_slots_t;
 
 /* shm_tiles.c: the tiled path; tiles are counted over the communicator's life */
