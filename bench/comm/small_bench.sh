@@ -26,7 +26,11 @@
 # every size, and the bound is its best over all of them: on a virtual
 # machine the two CPUs' distance (one core's threads, one cache complex,
 # two) can change while the script runs, and a bound taken once can sit
-# above a best that a later round caught at a shorter distance.
+# above a best that a later round caught at a shorter distance. The last
+# column holds each round's call against the bound of that round's own
+# ping-pong (run just before it, at the distance the round most likely
+# ran at): the least and the median of those ratios over the rounds, so
+# that a round at another distance neither flatters nor hides the rest.
 #
 # Usage: bench/comm/small_bench.sh [NP ...]    (default: 2 4 8)
 # Environment: ROUNDS (5), SIZES (8,64,1024,4096), OPS
@@ -88,11 +92,12 @@ for np in "${nps[@]}"; do
         taskset -c "$cpus" "$build/bin/msrun" --worker_num="$np" --local_worker_num="$np" \
             --bind_to core --log_level=error "$build/bin/comm_bench" --op "$ops" \
             --sizes "$sizes" --iters "$iters" | sed 's/^\[[^]]*\] //' | grep '^op=' |
-            sed 's/^/impl=msrun /' >>"$tmp/lines" || echo "small_bench.sh: msrun np=$np failed" >&2
+            sed "s/^/impl=msrun round=$r /" >>"$tmp/lines" ||
+            echo "small_bench.sh: msrun np=$np failed" >&2
         [ "$mpi" = 1 ] || continue
         taskset -c "$cpus" mpirun --allow-run-as-root --oversubscribe --bind-to "core$over" \
             -np "$np" "$build/bin/mpi_comm_bench" --op "$ops" --sizes "$sizes" \
-            --iters "$iters" 2>/dev/null | grep '^op=' | sed 's/^/impl=ompi /' >>"$tmp/lines" ||
+            --iters "$iters" 2>/dev/null | grep '^op=' | sed "s/^/impl=ompi round=$r /" >>"$tmp/lines" ||
             echo "small_bench.sh: mpirun np=$np failed" >&2
     done
 done
@@ -109,7 +114,15 @@ for m in re.finditer(r"lines=(\d+) .*oneway_ns best=([\d.]+) .*exchange_ns best=
     n = int(m.group(1))
     ow.setdefault(n, []).append(float(m.group(2)) / 1e3)
     ex.setdefault(n, []).append(float(m.group(3)) / 1e3)
+# each round's own bound (the ping-pong run just before its calls, at the
+# same distance between the two CPUs): (np, round, lines) -> (one way, exchange)
+rb = {}
+for m in re.finditer(r"round (\d+) np (\d+): pingpong .*lines=(\d+) .*oneway_ns best=([\d.]+) "
+                     r".*exchange_ns best=([\d.]+)", pp):
+    rb[(int(m.group(2)), int(m.group(1)), int(m.group(3)))] = (float(m.group(4)) / 1e3,
+                                                                float(m.group(5)) / 1e3)
 runs = {}
+rounds = {}
 order = []
 for ln in open(lines):
     f = dict(kv.split("=", 1) for kv in ln.split())
@@ -121,14 +134,16 @@ for ln in open(lines):
         if key not in runs:
             order.append(key)
         runs.setdefault(key, {}).setdefault(f["impl"], []).append(float(us))
+        if f["impl"] == "msrun" and "round" in f:
+            rounds.setdefault(key, []).append((int(f["round"]), float(us)))
 for n in sorted(ex):
     print(f"bound (2 ranks) {n} line{'s' if n > 1 else ''} ({n * 64} B): exchange "
           f"{min(ex[n]):.3f} us, one way {min(ow[n]):.3f} us (pingpong best of {len(ex[n])} "
           f"runs; their bests ranged exchange {min(ex[n]):.3f}-{max(ex[n]):.3f} us, one way "
           f"{min(ow[n]):.3f}-{max(ow[n]):.3f} us)")
 print("| op | np | bytes | msrun best | msrun median | Open MPI best | Open MPI median "
-      "| best ratio | bound | msrun best / bound |")
-print("|---|---|---|---|---|---|---|---|---|---|")
+      "| best ratio | bound | msrun best / bound | msrun / its round's bound |")
+print("|---|---|---|---|---|---|---|---|---|---|---|")
 def cell(v):
     return "—" if v is None else f"{v:.2f}"
 for key in order:
@@ -141,7 +156,16 @@ for key in order:
     n = max(1, (b + 63) // 64)
     bound = min(table[n]) if np_ == 2 and n in table and "+" not in op else None
     vs = f"{mb / bound:.2f}" if bound and mb else "—"
+    # per round: msrun's call over the bound its own round's ping-pong took
+    # just before it (the least and the median of those ratios)
+    per = []
+    if bound is not None:
+        for r, us in rounds.get(key, []):
+            pair = rb.get((np_, r, n))
+            if pair:
+                per.append(us / pair[0 if op.startswith("broadcast") else 1])
+    own = f"{min(per):.2f}-{max(per):.2f} (median {statistics.median(per):.2f})" if per else "—"
     npc = f"{np_} ({np_ // ncores} per core)" if np_ > ncores else str(np_)
     print(f"| {op} | {npc} | {b} | {cell(mb)} | {cell(mm)} | {cell(ob)} | {cell(om)} "
-          f"| {ratio} | {'—' if bound is None else f'{bound:.3f}'} | {vs} |")
+          f"| {ratio} | {'—' if bound is None else f'{bound:.3f}'} | {vs} | {own} |")
 EOF
