@@ -50,6 +50,13 @@ cleanup() {
     if [ -n "$left" ]; then
         echo "cleanup: killing leftover processes: $left" >&2
         kill -9 $left 2>/dev/null
+        # gone before the test ends: a killed process keeps its marker
+        # until it has exited, which a loaded machine may delay
+        local i
+        for ((i = 0; i < 100; i++)); do
+            [ -z "$(leftovers)" ] && break
+            sleep 0.1
+        done
     fi
     rm -rf "$TMP"
 }
