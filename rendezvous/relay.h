@@ -241,6 +241,28 @@ void msr_relay_server_adds(const msr_relay_server_t *server, uint64_t *calls_p, 
 void msr_relay_server_merges(const msr_relay_server_t *server, uint64_t *calls_p,
                              uint64_t *arrivals_p, uint64_t *withdrawals_p);
 
+/* Fetch answered from the subtree (relay_fetch.c): the entries of each
+ * Publish this relay forwarded and the coordinator took are kept (the
+ * newest generation's only); a Fetch of that generation whose every entry
+ * is kept is answered here, the entries as published, and any other goes
+ * upstream. A Set, CompareSet, Add or Delete of an entry's key
+ * ("<name>/<index>") through this relay drops the entry. An entry written
+ * by a call that does not pass through this relay (another relay's node,
+ * a node calling the coordinator itself) is not seen: a name's entries
+ * are taken to be written once a generation, as a communicator's
+ * addresses are (a node's store proxy keeps its own entries so too). The
+ * kept entries cost at most MSR_RELAY_FETCH_MAX_DEFAULT bytes (each its
+ * key, "<generation>/<name>/<index>", and its value); past the bound an
+ * entry is not kept. */
+#define MSR_RELAY_FETCH_MAX_DEFAULT (64ull << 20)
+/* Sets that bound in bytes (0: nothing is kept); any thread. Entries kept
+ * already stay. */
+void msr_relay_server_fetch_limit(msr_relay_server_t *server, uint64_t bytes);
+/* The fetches answered here so far, and what the kept entries cost now
+ * (any thread). */
+void msr_relay_server_fetches(const msr_relay_server_t *server, uint64_t *answered_p,
+                              uint64_t *bytes_p);
+
 /* Stops serving: the nodes' calls still waiting are cancelled (the nodes
  * hear it and go to the coordinator), and the server freed. Polls the loop
  * itself. NULL does nothing. */

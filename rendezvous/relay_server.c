@@ -22,6 +22,9 @@ typedef struct forward {
     node_call_t head;
     msr_rpc_async_t async;
     msr_list_t link;
+    /* a Publish's request, packed: its entries kept once answered OK */
+    uint8_t *publish;
+    size_t publish_len;
 } forward_t;
 
 /* A lower relay's batch being relayed: its calls queued on this relay,
@@ -258,6 +261,38 @@ out:
     msr_free(reqs);
 }
 
+/* The entries of a forwarded Publish (packed) the coordinator took. */
+static void fetch_keep(msr_relay_server_t *s, const uint8_t *packed, size_t len)
+{
+    Msr__PublishRequest *r = msr__publish_request__unpack(NULL, len, packed);
+    if (r == NULL)
+        return;
+    msr_relay_fetch_published(s, r);
+    msr__publish_request__free_unpacked(r, NULL);
+}
+
+/* The key a store write names, and its generation; NULL for the others. */
+static const char *written_key(msr_rpc_method_t method, const ProtobufCMessage *req,
+                               int32_t *generation)
+{
+    switch (method) {
+    case MSR_RPC_SET:
+        *generation = ((const Msr__SetRequest *)req)->generation;
+        return ((const Msr__SetRequest *)req)->key;
+    case MSR_RPC_COMPARE_SET:
+        *generation = ((const Msr__CompareSetRequest *)req)->generation;
+        return ((const Msr__CompareSetRequest *)req)->key;
+    case MSR_RPC_ADD:
+        *generation = ((const Msr__AddRequest *)req)->generation;
+        return ((const Msr__AddRequest *)req)->key;
+    case MSR_RPC_DELETE:
+        *generation = ((const Msr__DeleteRequest *)req)->generation;
+        return ((const Msr__DeleteRequest *)req)->key;
+    default:
+        return NULL;
+    }
+}
+
 /* The coordinator's answer to a forwarded store call, handed to the node
  * unchanged (bytes, or code and message). A call the relay's stop
  * cancelled is answered UNAVAILABLE, as when the relay is gone: the node
@@ -268,6 +303,9 @@ static void forward_done(msr_rpc_async_t *a)
     msr_relay_server_t *s = f->head.server;
     msr_list_remove(&f->link);
     atomic_fetch_sub(&s->nforwards, 1);
+    /* kept before the node hears it: its next fetch finds them */
+    if (f->publish != NULL && a->status == MSR_OK && !s->stopping)
+        fetch_keep(s, f->publish, f->publish_len);
     if (f->head.call != NULL) {
         msr_rpc_call_set_data(f->head.call, NULL);
         if (s->stopping && a->status == MSR_ERR_CANCELED)
@@ -276,6 +314,7 @@ static void forward_done(msr_rpc_async_t *a)
             msr_rpc_call_forward(f->head.call, a);
     }
     msr_rpc_async_cleanup(a);
+    msr_free(f->publish);
     msr_free(f);
 }
 
@@ -284,6 +323,14 @@ static void forward_done(msr_rpc_async_t *a)
 static void forward_start(msr_relay_server_t *s, msr_rpc_call_t *call, msr_rpc_method_t method,
                           const ProtobufCMessage *req)
 {
+    int32_t generation = 0;
+    const char *key = written_key(method, req, &generation);
+    if (key != NULL)
+        msr_relay_fetch_written(s, generation, key);
+    if (method == MSR_RPC_PUBLISH)
+        msr_relay_fetch_publishing(s, (const Msr__PublishRequest *)req);
+    if (method == MSR_RPC_FETCH && msr_relay_fetch_answer(s, call, (const Msr__FetchRequest *)req))
+        return;
     uint64_t max = atomic_load(&s->forward_max);
     if ((uint64_t)atomic_load(&s->nforwards) >= max) {
         /* as the coordinator's bound of held calls: the node's worker
@@ -318,9 +365,17 @@ void msr_relay_forward_alone(msr_relay_server_t *s, msr_rpc_call_t *call, msr_rp
     f->async.deadline = msr_rpc_call_deadline(call);
     f->async.raw = 1;
     f->async.done = forward_done;
+    if (method == MSR_RPC_PUBLISH) {
+        /* kept to answer the subtree's fetches once the coordinator took
+         * it; not kept when there is no memory for the copy */
+        f->publish_len = protobuf_c_message_get_packed_size(req);
+        if ((f->publish = msr_malloc(f->publish_len ? f->publish_len : 1)) != NULL)
+            protobuf_c_message_pack(req, f->publish);
+    }
     msr_rpc_call_set_data(call, f);
     if (msr_rpc_call_start(s->up, s->loop, &f->async, req) != MSR_OK) {
         msr_rpc_call_set_data(call, NULL);
+        msr_free(f->publish);
         msr_free(f);
         msr_rpc_call_fail(call, MSR_RPC_UNAVAILABLE, "%s cannot forward %s upstream", s->me,
                           msr_rpc_methods[method].name);
@@ -433,6 +488,7 @@ msr_status_t msr_relay_server_create_tls(msr_rpc_loop_t *loop, const char *addre
     msr_list_init(&s->withdraws);
     s->subtree = subtree;
     atomic_init(&s->forward_max, msr_relay_forward_max_default(subtree));
+    atomic_init(&s->fetch_max, MSR_RELAY_FETCH_MAX_DEFAULT);
     snprintf(s->me, sizeof s->me, "relay %s", relay_id ? relay_id : "");
     msr_relay_cover_init(&s->cover);
     msr_status_t st = msr_relay_create(loop, up, relay_id, subtree, &s->relay);
@@ -516,5 +572,6 @@ void msr_relay_server_destroy(msr_relay_server_t *s)
     msr_map_cleanup(&s->open, NULL);
     msr_map_cleanup(&s->open_adds, NULL);
     msr_map_cleanup(&s->lower_use, msr_free);
+    msr_relay_fetch_cleanup(s);
     msr_free(s);
 }

@@ -28,6 +28,12 @@ struct msr_relay_server {
     msr_map_t open_adds;              /* the open ones by generation and key */
     _Atomic uint64_t add_counts[2];   /* adds merged, merged calls sent (any thread) */
     _Atomic uint64_t merge_counts[3]; /* msr_relay_server_merges' counts (any thread) */
+    msr_map_t fetch_cache;            /* relay_fetch.c: "gen/name/index" -> its entry */
+    int32_t fetch_generation;         /* the generation whose entries are kept */
+    int fetch_generation_set;         /* one was seen */
+    _Atomic uint64_t fetch_bytes;     /* what the kept entries cost (keys and values) */
+    _Atomic uint64_t fetch_max;       /* the most they may cost (set by any thread) */
+    _Atomic uint64_t fetch_answered;  /* fetches answered here */
     int stopping;                     /* destroy began: calls still dispatched are refused */
     char me[MSR_RELAY_ID_MAX + 8];    /* "relay <id>", for messages */
 };
@@ -117,6 +123,22 @@ void msr_relay_adds_flush(msr_relay_server_t *s);
 /* The server stops: open merged adds answered UNAVAILABLE, those in
  * flight cancelled. */
 void msr_relay_adds_stop(msr_relay_server_t *s);
+/* ---- a node's Fetch answered from the subtree's entries (relay_fetch.c) ---- */
+
+/* The entries of r, a Publish the coordinator answered OK, kept. */
+void msr_relay_fetch_published(msr_relay_server_t *s, const Msr__PublishRequest *r);
+/* r is forwarded: its entries, if kept, are dropped until it is taken (a
+ * Publish refused midway may have written some). */
+void msr_relay_fetch_publishing(msr_relay_server_t *s, const Msr__PublishRequest *r);
+/* A write of key (Set, CompareSet, Add, Delete) passes: the entry it
+ * names ("<name>/<index>"), if kept, is dropped. */
+void msr_relay_fetch_written(msr_relay_server_t *s, int32_t generation, const char *key);
+/* Answers r from the kept entries when every one is kept: 1, else 0 (it
+ * goes upstream). */
+int msr_relay_fetch_answer(msr_relay_server_t *s, msr_rpc_call_t *call, const Msr__FetchRequest *r);
+/* Frees the kept entries. */
+void msr_relay_fetch_cleanup(msr_relay_server_t *s);
+
 /* A node's store call sent upstream alone (relay_server.c). */
 void msr_relay_forward_alone(msr_relay_server_t *s, msr_rpc_call_t *call, msr_rpc_method_t method,
                              const ProtobufCMessage *req);

@@ -281,6 +281,11 @@ int rdzv_lazy_exchange(sim_t *s, Msr__Contribution **eptr)
         uint32_t prev = (uint32_t)((n + N - 1) % N), next = (uint32_t)((n + 1) % N);
         uint32_t want[3] = {prev * R + (uint32_t)R - 1, next * R, prev * R};
         size_t k = want[2] == want[0] ? 2 : 3;
+        /* a relay answers a fetch of entries its own subtree published
+         * through it (relay.h): only the others reach the coordinator */
+        if (s->relay && rdzv_node_client(s, (int)prev) == rdzv_node_client(s, n) &&
+            rdzv_node_client(s, (int)next) == rdzv_node_client(s, n))
+            continue;
         if (fetch_op(s, n, want, k) != 0)
             return -1;
     }

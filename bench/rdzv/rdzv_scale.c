@@ -34,7 +34,10 @@
  *     its one connection upstream), but for the Barrier: each top relay
  *     sends its nodes' arrivals merged into one, a part per node, as a
  *     relay merges those that reach it within one poll (a top relay of
- *     more than MSR_BARRIER_PARTS_MAX nodes: each alone).
+ *     more than MSR_BARRIER_PARTS_MAX nodes: each alone); and for the
+ *     Fetch of a node whose neighbours are under the same top relay,
+ *     which that relay answers from its subtree's Publish calls: not
+ *     sent.
  *   --relay_levels L (with --relay or --model_relay; default 1): L levels
  *     of relays of fan-in F, the first level's sending to relay agents'
  *     servers of the second (in this process, on its loop) and so on; the

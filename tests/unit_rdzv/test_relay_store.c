@@ -8,7 +8,8 @@
  * end that call with UNAVAILABLE; a node giving up on its call cancels it
  * up the tree; a node's store proxy sends its workers'
  * calls through its relay and, once the relay is killed mid-get, to the
- * coordinator, the get still answered. */
+ * coordinator, the get still answered; a relay answers a fetch of
+ * entries its nodes published through it, and sends the others on. */
 #include <dirent.h>
 #include <fcntl.h>
 #include <pthread.h>
@@ -565,6 +566,182 @@ static void test_relay_forward_bound(void)
     tree_stop(&t);
 }
 
+/* ---- fetches answered from the subtree ---- */
+
+/* Publishes entries first.. first + n - 1 of name, each value "<tag><index>"
+ * (generation gen), through ch; the status. */
+static msr_status_t publish(msr_rpc_channel_t *ch, msr_rpc_loop_t *loop, int32_t gen,
+                            const char *name, uint32_t first, uint32_t n, const char *tag)
+{
+    Msr__Contribution c[8], *cp[8];
+    char val[8][32];
+    MSR_CHECK(n <= 8);
+    for (uint32_t i = 0; i < n; i++) {
+        msr__contribution__init(&c[i]);
+        c[i].index = first + i;
+        snprintf(val[i], sizeof val[i], "%s%u", tag, first + i);
+        c[i].data.data = (uint8_t *)val[i];
+        c[i].data.len = strlen(val[i]);
+        cp[i] = &c[i];
+    }
+    Msr__PublishRequest r = MSR__PUBLISH_REQUEST__INIT;
+    r.generation = gen;
+    r.name = (char *)name;
+    r.entries = cp;
+    r.n_entries = n;
+    op_t o;
+    op_start(ch, loop, &o, MSR_RPC_PUBLISH, &r.base);
+    ops_wait(loop, &o, 1);
+    msr_status_t st = o.a.status;
+    msr_rpc_async_cleanup(&o.a);
+    return st;
+}
+
+/* Fetches indices[0..n) of name through ch; want: the values in order,
+ * joined with ',' (NULL: the fetch must fail). */
+static void fetch_check(msr_rpc_channel_t *ch, msr_rpc_loop_t *loop, int32_t gen, const char *name,
+                        const uint32_t *indices, size_t n, const char *want)
+{
+    Msr__FetchRequest r = MSR__FETCH_REQUEST__INIT;
+    r.generation = gen;
+    r.name = (char *)name;
+    r.indices = (uint32_t *)indices;
+    r.n_indices = n;
+    op_t o;
+    op_start(ch, loop, &o, MSR_RPC_FETCH, &r.base);
+    ops_wait(loop, &o, 1);
+    if (want == NULL) {
+        MSR_CHECK_MSG(o.a.status != MSR_OK, "fetch of %s answered", name);
+        msr_rpc_async_cleanup(&o.a);
+        return;
+    }
+    MSR_CHECK_MSG(o.a.status == MSR_OK, "fetch %s: %s", name, o.a.err);
+    const Msr__FetchResponse *f = (const Msr__FetchResponse *)o.a.resp;
+    MSR_CHECK_EQ(f->n_lengths, n);
+    char got[256] = "";
+    size_t off = 0, at = 0;
+    for (size_t i = 0; i < n; i++) {
+        MSR_CHECK(off + f->lengths[i] <= f->data.len && at + f->lengths[i] + 2 < sizeof got);
+        if (i)
+            got[at++] = ',';
+        memcpy(got + at, f->data.data + off, f->lengths[i]);
+        at += f->lengths[i];
+        off += f->lengths[i];
+    }
+    got[at] = '\0';
+    MSR_CHECK_MSG(strcmp(got, want) == 0, "fetch %s: '%s', want '%s'", name, got, want);
+    msr_rpc_async_cleanup(&o.a);
+}
+
+static uint64_t answered(const msr_trelay_t *r)
+{
+    uint64_t n;
+    msr_relay_server_fetches(r->server, &n, NULL);
+    return n;
+}
+
+static uint64_t kept_bytes(const msr_trelay_t *r)
+{
+    uint64_t n;
+    msr_relay_server_fetches(r->server, NULL, &n);
+    return n;
+}
+
+/* Entries published under leaf a: a's fetch is answered by leaf a, b's
+ * by the middle relay, in the order asked, the coordinator serving no
+ * Fetch; a fetch of one entry more (published at the coordinator) goes
+ * up whole; a Set, a Delete and an Add of an entry's key through the
+ * relays drop it there, so its next fetch gets the coordinator's value;
+ * a Publish the coordinator refuses (another generation) is not kept. */
+static void test_fetch_from_subtree(void)
+{
+    tree_t t;
+    tree_start(&t);
+    MSR_CHECK_OK(publish(t.cha, t.loop, 0, "addr", 0, 3, "a"));
+    MSR_CHECK_OK(publish(t.direct, t.loop, 0, "addr", 3, 1, "d"));
+    uint64_t coord = msr_tcoord_served(t.s.target, "Fetch");
+    uint32_t idx[] = {2, 0, 1, 3};
+    fetch_check(t.cha, t.loop, 0, "addr", idx, 3, "a2,a0,a1");
+    MSR_CHECK_EQ(answered(&t.la), 1);
+    fetch_check(t.chb, t.loop, 0, "addr", idx + 1, 2, "a0,a1");
+    MSR_CHECK_EQ(answered(&t.lb), 0);
+    MSR_CHECK_EQ(answered(&t.mid), 1);
+    MSR_CHECK_EQ(msr_tcoord_served(t.s.target, "Fetch"), coord);
+
+    /* one entry not kept: the whole fetch goes up */
+    fetch_check(t.cha, t.loop, 0, "addr", idx, 4, "a2,a0,a1,d3");
+    MSR_CHECK_EQ(answered(&t.la), 1);
+    MSR_CHECK_EQ(answered(&t.mid), 1);
+    MSR_CHECK_EQ(msr_tcoord_served(t.s.target, "Fetch"), coord + 1);
+
+    /* writes of an entry's key through a relay drop it there */
+    set_ok(t.cha, t.loop, "addr/1", "s1");
+    fetch_check(t.cha, t.loop, 0, "addr", idx + 2, 1, "s1");
+    MSR_CHECK_EQ(msr_tcoord_served(t.s.target, "Fetch"), coord + 2);
+    Msr__DeleteRequest d = MSR__DELETE_REQUEST__INIT;
+    d.key = "addr/2";
+    op_t o;
+    op_start(t.chb, t.loop, &o, MSR_RPC_DELETE, &d.base);
+    ops_wait(t.loop, &o, 1);
+    MSR_CHECK_MSG(o.a.status == MSR_OK, "delete: %s", o.a.err);
+    msr_rpc_async_cleanup(&o.a);
+    fetch_check(t.chb, t.loop, 0, "addr", idx, 1, NULL); /* the mid relay dropped it */
+    MSR_CHECK_EQ(answered(&t.mid), 1);
+    /* an Add (refused: the value is no number) drops it too */
+    Msr__AddRequest a = MSR__ADD_REQUEST__INIT;
+    a.key = "addr/0";
+    a.delta = 5;
+    op_start(t.cha, t.loop, &o, MSR_RPC_ADD, &a.base);
+    ops_wait(t.loop, &o, 1);
+    msr_rpc_async_cleanup(&o.a);
+    coord = msr_tcoord_served(t.s.target, "Fetch");
+    fetch_check(t.cha, t.loop, 0, "addr", idx + 1, 1, "a0");
+    MSR_CHECK_EQ(answered(&t.la), 1);
+    MSR_CHECK_EQ(msr_tcoord_served(t.s.target, "Fetch"), coord + 1);
+    /* published again: kept again, answered at the leaf */
+    MSR_CHECK_OK(publish(t.cha, t.loop, 0, "addr", 0, 2, "b"));
+    fetch_check(t.cha, t.loop, 0, "addr", idx + 1, 2, "b0,b1");
+    MSR_CHECK_EQ(answered(&t.la), 2);
+
+    /* refused upstream: not kept (its fetch refused by the coordinator) */
+    coord = msr_tcoord_served(t.s.target, "Fetch");
+    MSR_CHECK(publish(t.cha, t.loop, 7, "late", 0, 1, "x") != MSR_OK);
+    fetch_check(t.cha, t.loop, 7, "late", idx + 1, 1, NULL);
+    MSR_CHECK_EQ(answered(&t.la), 2);
+    MSR_CHECK_EQ(msr_tcoord_served(t.s.target, "Fetch"), coord + 1);
+    tree_stop(&t);
+}
+
+/* The bound on what a relay keeps, at exactly two entries' cost and one
+ * byte short of it: two entries kept, then one; 0 keeps none. */
+static void test_fetch_bound(void)
+{
+    tree_t t;
+    tree_start(&t);
+    /* each entry of "bnd": key "0/bnd/K" (7 bytes) and value "vK" (2) */
+    const uint64_t cost = 9;
+    uint32_t idx[] = {0, 1, 2};
+    msr_relay_server_fetch_limit(t.la.server, 2 * cost);
+    MSR_CHECK_OK(publish(t.cha, t.loop, 0, "bnd", 0, 3, "v"));
+    MSR_CHECK_EQ(kept_bytes(&t.la), 2 * cost);
+    fetch_check(t.cha, t.loop, 0, "bnd", idx, 2, "v0,v1");
+    MSR_CHECK_EQ(answered(&t.la), 1);
+    fetch_check(t.cha, t.loop, 0, "bnd", idx + 2, 1, "v2"); /* the middle relay's */
+    MSR_CHECK_EQ(answered(&t.la), 1);
+    MSR_CHECK_EQ(answered(&t.mid), 1);
+
+    msr_relay_server_fetch_limit(t.la.server, 2 * cost - 1);
+    MSR_CHECK_OK(publish(t.cha, t.loop, 0, "bnd", 0, 3, "v")); /* dropped, kept anew */
+    MSR_CHECK_EQ(kept_bytes(&t.la), cost);
+    fetch_check(t.cha, t.loop, 0, "bnd", idx, 2, "v0,v1");
+    MSR_CHECK_EQ(answered(&t.la), 1);
+
+    msr_relay_server_fetch_limit(t.la.server, 0);
+    MSR_CHECK_OK(publish(t.cha, t.loop, 0, "bnd", 0, 3, "v"));
+    MSR_CHECK_EQ(kept_bytes(&t.la), 0);
+    tree_stop(&t);
+}
+
 static const msr_test_t tests[] = {
     {"tree_store", test_tree_store, 60},
     {"same_errors", test_same_errors, 60},
@@ -574,6 +751,8 @@ static const msr_test_t tests[] = {
     {"proxy_falls_back", test_proxy_falls_back, 60},
     {"coord_bound_per_relay_node", test_coord_bound_per_relay_node, 60},
     {"relay_forward_bound", test_relay_forward_bound, 60},
+    {"fetch_from_subtree", test_fetch_from_subtree, 60},
+    {"fetch_bound", test_fetch_bound, 60},
 };
 
 int main(int argc, char **argv)
