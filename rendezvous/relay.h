@@ -241,6 +241,16 @@ void msr_relay_server_adds(const msr_relay_server_t *server, uint64_t *calls_p, 
 void msr_relay_server_merges(const msr_relay_server_t *server, uint64_t *calls_p,
                              uint64_t *arrivals_p, uint64_t *withdrawals_p);
 
+/* The nodes' Publish calls of one generation and name that arrive within
+ * one poll go upstream as one Publish of all their entries, at most
+ * MSR_RELAY_PUBLISH_BYTES of the callers' requests packed (one larger
+ * goes alone); answered OK, each caller hears OK; answered otherwise,
+ * each sends its own call alone (relay_publish.c). The calls merged so
+ * far, and the merged calls they went upstream as (any thread). */
+#define MSR_RELAY_PUBLISH_BYTES (64u << 10)
+void msr_relay_server_publishes(const msr_relay_server_t *server, uint64_t *calls_p,
+                                uint64_t *merged_p);
+
 /* Fetch answered from the subtree (relay_fetch.c): the entries of each
  * Publish this relay forwarded and the coordinator took are kept (the
  * newest generation's only); a Fetch of that generation whose every entry

@@ -253,6 +253,7 @@ void msr_relay_merges_flush(msr_relay_server_t *s)
 {
     msr_relay_groups_flush(&s->merges, merge_send);
     msr_relay_adds_flush(s);
+    msr_relay_publishes_flush(s);
 }
 
 static void withdraw_done(msr_rpc_async_t *a)
@@ -270,6 +271,10 @@ void msr_relay_merged_gave_up(msr_relay_server_t *s, node_call_t *nc)
 {
     if (nc->merged == 2) {
         msr_relay_add_gave_up(s, nc);
+        return;
+    }
+    if (nc->merged == 3) {
+        msr_relay_publish_gave_up(s, nc);
         return;
     }
     merged_t *mb = (merged_t *)nc;
@@ -326,6 +331,7 @@ void msr_relay_merges_stop(msr_relay_server_t *s)
         msr_rpc_async_cancel(&MSR_CONTAINER_OF(pos, withdraw_t, link)->async);
     }
     msr_relay_adds_stop(s);
+    msr_relay_publishes_stop(s);
 }
 
 void msr_relay_server_merges(const msr_relay_server_t *s, uint64_t *calls_p, uint64_t *arrivals_p,

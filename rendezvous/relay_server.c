@@ -347,6 +347,9 @@ static void forward_start(msr_relay_server_t *s, msr_rpc_call_t *call, msr_rpc_m
         return;
     if (method == MSR_RPC_ADD && msr_relay_add_merge(s, call, (const Msr__AddRequest *)req))
         return;
+    if (method == MSR_RPC_PUBLISH &&
+        msr_relay_publish_merge(s, call, (const Msr__PublishRequest *)req))
+        return;
     msr_relay_forward_alone(s, call, method, req);
 }
 
@@ -485,6 +488,7 @@ msr_status_t msr_relay_server_create_tls(msr_rpc_loop_t *loop, const char *addre
     msr_list_init(&s->forwards);
     msr_list_init(&s->merges);
     msr_list_init(&s->adds);
+    msr_list_init(&s->publishes);
     msr_list_init(&s->withdraws);
     s->subtree = subtree;
     atomic_init(&s->forward_max, msr_relay_forward_max_default(subtree));
@@ -563,7 +567,7 @@ void msr_relay_server_destroy(msr_relay_server_t *s)
     uint64_t limit = msr_deadline_in_ms(5000);
     while ((msr_relay_in_flight(s->relay) > 0 || !msr_list_empty(&s->forwards) ||
             !msr_list_empty(&s->merges) || !msr_list_empty(&s->adds) ||
-            !msr_list_empty(&s->withdraws)) &&
+            !msr_list_empty(&s->publishes) || !msr_list_empty(&s->withdraws)) &&
            !msr_deadline_passed(limit))
         msr_rpc_loop_poll(s->loop, msr_deadline_in_ms(50));
     msr_relay_destroy(s->relay);
@@ -571,6 +575,7 @@ void msr_relay_server_destroy(msr_relay_server_t *s)
     msr_relay_cover_cleanup(&s->cover);
     msr_map_cleanup(&s->open, NULL);
     msr_map_cleanup(&s->open_adds, NULL);
+    msr_map_cleanup(&s->open_publishes, NULL);
     msr_map_cleanup(&s->lower_use, msr_free);
     msr_relay_fetch_cleanup(s);
     msr_free(s);

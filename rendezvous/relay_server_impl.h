@@ -19,23 +19,26 @@ struct msr_relay_server {
     _Atomic uint64_t forward_max; /* the most forwarded at once (set by any thread) */
     uint64_t forwarded;           /* store calls forwarded so far (the loop's thread) */
     uint32_t subtree;
-    msr_relay_cover_t cover;          /* the relays under this one and the nodes it serves */
-    msr_map_t lower_use;              /* lower relay id -> lower_use_t (relay_server.c) */
-    msr_list_t merges;                /* merged barriers: open (not sent yet) or in flight */
-    msr_map_t open;                   /* the open ones by merge_key */
-    msr_list_t withdraws;             /* withdrawals of merged callers in flight */
-    msr_list_t adds;                  /* merged adds: open (not sent yet) or in flight */
-    msr_map_t open_adds;              /* the open ones by generation and key */
-    _Atomic uint64_t add_counts[2];   /* adds merged, merged calls sent (any thread) */
-    _Atomic uint64_t merge_counts[3]; /* msr_relay_server_merges' counts (any thread) */
-    msr_map_t fetch_cache;            /* relay_fetch.c: "gen/name/index" -> its entry */
-    int32_t fetch_generation;         /* the generation whose entries are kept */
-    int fetch_generation_set;         /* one was seen */
-    _Atomic uint64_t fetch_bytes;     /* what the kept entries cost (keys and values) */
-    _Atomic uint64_t fetch_max;       /* the most they may cost (set by any thread) */
-    _Atomic uint64_t fetch_answered;  /* fetches answered here */
-    int stopping;                     /* destroy began: calls still dispatched are refused */
-    char me[MSR_RELAY_ID_MAX + 8];    /* "relay <id>", for messages */
+    msr_relay_cover_t cover;            /* the relays under this one and the nodes it serves */
+    msr_map_t lower_use;                /* lower relay id -> lower_use_t (relay_server.c) */
+    msr_list_t merges;                  /* merged barriers: open (not sent yet) or in flight */
+    msr_map_t open;                     /* the open ones by merge_key */
+    msr_list_t withdraws;               /* withdrawals of merged callers in flight */
+    msr_list_t adds;                    /* merged adds: open (not sent yet) or in flight */
+    msr_map_t open_adds;                /* the open ones by generation and key */
+    _Atomic uint64_t add_counts[2];     /* adds merged, merged calls sent (any thread) */
+    msr_list_t publishes;               /* merged publishes: open (not sent yet) or in flight */
+    msr_map_t open_publishes;           /* the open ones by generation and name */
+    _Atomic uint64_t publish_counts[2]; /* publishes merged, merged calls sent (any thread) */
+    _Atomic uint64_t merge_counts[3];   /* msr_relay_server_merges' counts (any thread) */
+    msr_map_t fetch_cache;              /* relay_fetch.c: "gen/name/index" -> its entry */
+    int32_t fetch_generation;           /* the generation whose entries are kept */
+    int fetch_generation_set;           /* one was seen */
+    _Atomic uint64_t fetch_bytes;       /* what the kept entries cost (keys and values) */
+    _Atomic uint64_t fetch_max;         /* the most they may cost (set by any thread) */
+    _Atomic uint64_t fetch_answered;    /* fetches answered here */
+    int stopping;                       /* destroy began: calls still dispatched are refused */
+    char me[MSR_RELAY_ID_MAX + 8];      /* "relay <id>", for messages */
 };
 
 /* A node's call being relayed; call is NULL once the node gave up. The
@@ -44,7 +47,7 @@ typedef struct node_call {
     msr_rpc_call_t *call;
     msr_relay_server_t *server; /* NULL in a lower relay's batch (head) */
     msr_rpc_method_t method;
-    int merged;    /* 1: a Barrier in a merge (merged_t); 2: an Add in one */
+    int merged;    /* 1: a Barrier in a merge (merged_t); 2: an Add in one; 3: a Publish */
     char key[256]; /* the node's msr_relay_call_key */
 } node_call_t;
 
@@ -123,6 +126,22 @@ void msr_relay_adds_flush(msr_relay_server_t *s);
 /* The server stops: open merged adds answered UNAVAILABLE, those in
  * flight cancelled. */
 void msr_relay_adds_stop(msr_relay_server_t *s);
+/* ---- a node's Publish calls merged (relay_publish.c) ---- */
+
+/* Adds a node's Publish to the open merge of its generation and name: 1,
+ * or 0 when it must be forwarded alone (a proxy's call with local_count,
+ * no entries, larger than MSR_RELAY_PUBLISH_BYTES, a name too long to
+ * key, out of memory). */
+int msr_relay_publish_merge(msr_relay_server_t *s, msr_rpc_call_t *call,
+                            const Msr__PublishRequest *req);
+/* The node of a merged Publish (nc->merged == 3) gave up. */
+void msr_relay_publish_gave_up(msr_relay_server_t *s, node_call_t *nc);
+/* Sends the open merged publishes upstream, one call each. */
+void msr_relay_publishes_flush(msr_relay_server_t *s);
+/* The server stops: open merged publishes answered UNAVAILABLE, those in
+ * flight cancelled. */
+void msr_relay_publishes_stop(msr_relay_server_t *s);
+
 /* ---- a node's Fetch answered from the subtree's entries (relay_fetch.c) ---- */
 
 /* The entries of r, a Publish the coordinator answered OK, kept. */

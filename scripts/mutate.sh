@@ -4731,4 +4731,51 @@ test: ^test_coord$
         else if (n->machine_ranks < 0 || n->machine_ranks > ps->worker_num + 1)
 >>>
 
+@ relay.fetch.write_kept
+file: rendezvous/relay_fetch.c
+test: ^test_relay_store$
+<<<
+    drop_key(s, ckey);
+}
+===
+    (void)ckey;
+}
+>>>
+
+@ relay.fetch.bound_one_short
+file: rendezvous/relay_fetch.c
+test: ^test_relay_store$
+<<<
+        if (atomic_load(&s->fetch_bytes) + cost > max)
+===
+        if (atomic_load(&s->fetch_bytes) + cost >= max)
+>>>
+
+@ relay.publish.bound_one_short
+file: rendezvous/relay_publish.c
+test: ^test_relay_publish$
+<<<
+    if (m != NULL && m->bytes + len > MSR_RELAY_PUBLISH_BYTES)
+===
+    if (m != NULL && m->bytes + len >= MSR_RELAY_PUBLISH_BYTES)
+>>>
+
+@ relay.publish.refused_not_alone
+file: rendezvous/relay_publish.c
+test: ^test_relay_publish$
+<<<
+            } else if (r != NULL || (r = member_request(mb)) != NULL) {
+===
+            } else if (0) {
+>>>
+
+@ relay.publish.gave_up_published
+file: rendezvous/relay_publish.c
+test: ^test_relay_publish$
+<<<
+            continue; /* gave up before it was sent: not applied */
+===
+            (void)0;
+>>>
+
 __END__

@@ -11,6 +11,7 @@
 #include "base/time.h"
 #include "rendezvous/store_core.h"
 #include "rdzv_scale_impl.h"
+#include "rendezvous/relay.h"
 
 typedef struct op {
     msr_rpc_async_t a;
@@ -232,21 +233,61 @@ static int merged_barrier(sim_t *s, uint32_t world)
     return rc;
 }
 
+/* Every node's Publish of its ranks' entries alone (direct). */
+static int publish_each(sim_t *s, Msr__Contribution **eptr)
+{
+    for (int n = 0; n < s->nodes; n++) {
+        Msr__PublishRequest p = MSR__PUBLISH_REQUEST__INIT;
+        p.generation = 0;
+        p.name = "scale";
+        p.n_entries = (size_t)s->ranks;
+        p.entries = eptr + (size_t)n * s->ranks;
+        if (rdzv_start_op(s, rdzv_node_client(s, n), n, MSR_RPC_PUBLISH, &p.base) != 0)
+            return -1;
+    }
+    return 0;
+}
+
+/* The nodes' Publish calls as their top relays send them upstream: a
+ * relay's nodes' calls merged (rendezvous/relay_publish.c), each merged
+ * call at most MSR_RELAY_PUBLISH_BYTES of the nodes' requests packed. */
+static int merged_publish(sim_t *s, Msr__Contribution **eptr)
+{
+    int R = s->ranks, N = s->nodes;
+    for (int first = 0; first < N;) {
+        int client = rdzv_node_client(s, first), end = first;
+        size_t bytes = 0;
+        while (end < N && rdzv_node_client(s, end) == client) {
+            Msr__PublishRequest one = MSR__PUBLISH_REQUEST__INIT;
+            one.name = "scale";
+            one.n_entries = (size_t)R;
+            one.entries = eptr + (size_t)end * R;
+            size_t len = protobuf_c_message_get_packed_size(&one.base);
+            if (end > first && bytes + len > MSR_RELAY_PUBLISH_BYTES)
+                break;
+            bytes += len;
+            end++;
+        }
+        Msr__PublishRequest p = MSR__PUBLISH_REQUEST__INIT;
+        p.generation = 0;
+        p.name = "scale";
+        p.n_entries = (size_t)(end - first) * R;
+        p.entries = eptr + (size_t)first * R;
+        if (rdzv_start_op(s, client, first, MSR_RPC_PUBLISH, &p.base) != 0)
+            return -1;
+        first = end;
+    }
+    return 0;
+}
+
 /* The exchange of addresses fetched on first use (rdzv_scale.c's header): what
  * each node's proxy sends upstream, each step for every node at once. */
 int rdzv_lazy_exchange(sim_t *s, Msr__Contribution **eptr)
 {
     int R = s->ranks, N = s->nodes;
     uint32_t world = (uint32_t)N * (uint32_t)R;
-    for (int n = 0; n < N; n++) {
-        Msr__PublishRequest p = MSR__PUBLISH_REQUEST__INIT;
-        p.generation = 0;
-        p.name = "scale";
-        p.n_entries = (size_t)R;
-        p.entries = eptr + (size_t)n * R;
-        if (rdzv_start_op(s, rdzv_node_client(s, n), n, MSR_RPC_PUBLISH, &p.base) != 0)
-            return -1;
-    }
+    if ((s->relay ? merged_publish(s, eptr) : publish_each(s, eptr)) != 0)
+        return -1;
     if (rdzv_drain(s) != 0)
         return -1;
     /* this node's own addresses are the ones it published: its proxy

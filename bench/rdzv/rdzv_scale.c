@@ -34,7 +34,9 @@
  *     its one connection upstream), but for the Barrier: each top relay
  *     sends its nodes' arrivals merged into one, a part per node, as a
  *     relay merges those that reach it within one poll (a top relay of
- *     more than MSR_BARRIER_PARTS_MAX nodes: each alone); and for the
+ *     more than MSR_BARRIER_PARTS_MAX nodes: each alone); for the
+ *     Publish calls, which a top relay merges as they reach it within
+ *     one poll, up to MSR_RELAY_PUBLISH_BYTES a merged call; and for the
  *     Fetch of a node whose neighbours are under the same top relay,
  *     which that relay answers from its subtree's Publish calls: not
  *     sent.
