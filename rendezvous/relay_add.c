@@ -186,10 +186,7 @@ void msr_relay_adds_flush(msr_relay_server_t *s)
 void msr_relay_add_gave_up(msr_relay_server_t *s, node_call_t *nc)
 {
     add_member_t *mb = (add_member_t *)nc;
-    mb->head.call = NULL;
-    atomic_fetch_sub(&s->nforwards, 1);
-    if (mb->merge != NULL)
-        mb->merge->g.live--;
+    msr_relay_group_gave_up(s, nc, mb->merge != NULL ? &mb->merge->g : NULL);
 }
 
 void msr_relay_adds_stop(msr_relay_server_t *s)

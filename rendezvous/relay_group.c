@@ -90,6 +90,14 @@ void msr_relay_group_fail(msr_relay_group_t *g, int code, const char *why)
     msr_relay_group_free(g);
 }
 
+void msr_relay_group_gave_up(msr_relay_server_t *s, node_call_t *nc, msr_relay_group_t *unsent)
+{
+    nc->call = NULL;
+    atomic_fetch_sub(&s->nforwards, 1);
+    if (unsent != NULL)
+        unsent->live--;
+}
+
 msr_status_t msr_relay_group_start(msr_relay_group_t *g, msr_rpc_method_t method,
                                    void (*done)(msr_rpc_async_t *), _Atomic uint64_t *nsent,
                                    const ProtobufCMessage *req)

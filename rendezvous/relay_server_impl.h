@@ -85,6 +85,9 @@ void msr_relay_group_push(msr_relay_group_t *g, node_call_t *nc);
  * up or it was answered here (the server stopping). */
 msr_rpc_call_t *msr_relay_group_answer(msr_relay_group_t *g, node_call_t *nc,
                                        const msr_rpc_async_t *a);
+/* A member's node gave up: its answer will be dropped, and when the group
+ * was not sent yet (unsent: the group) it is left out of it. */
+void msr_relay_group_gave_up(msr_relay_server_t *s, node_call_t *nc, msr_relay_group_t *unsent);
 /* Its callers still waiting failed with code, then freed. */
 void msr_relay_group_fail(msr_relay_group_t *g, int code, const char *why);
 /* Sends the merged call req upstream (sent counted in *nsent). */
