@@ -3,6 +3,8 @@
 #include "model/gemm_bf16.h"
 
 #include <cblas.h>
+#include <pthread.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -150,14 +152,34 @@ static const char *blas_impl(const void *state)
     return "blas";
 }
 
-static const msr_gemm_bf16_ops_t blas_ops = {blas_create, blas_destroy, blas_run, blas_impl};
+static const msr_gemm_bf16_ops_t blas_ops = {blas_create, blas_destroy, blas_run, blas_impl, NULL};
 
 /* ---- the context ---- */
+
+/* Why the default is not onednn in a build that has it: the library cannot
+ * be loaded here (tried once, on the first call; the answer stands for the
+ * life of the process), or NULL. */
+static pthread_once_t missing_once = PTHREAD_ONCE_INIT;
+static char missing_text[640];
+
+static void onednn_missing_once(void)
+{
+    const char *missing = msr_gemm_bf16_onednn_ops->missing();
+    if (missing != NULL)
+        snprintf(missing_text, sizeof missing_text,
+                 "oneDNN cannot be loaded (%s), so widened to fp32", missing);
+}
+
+static const char *onednn_missing_why(void)
+{
+    pthread_once(&missing_once, onednn_missing_once);
+    return missing_text[0] != '\0' ? missing_text : NULL;
+}
 
 msr_status_t msr_gemm_bf16_auto(unsigned cpu_features, msr_gemm_bf16_path_t *path_p,
                                 const char **why_p)
 {
-    const char *env = getenv("MSRUN_BF16_GEMM"), *why = NULL;
+    const char *env = getenv("MSRUN_BF16_GEMM"), *why = NULL, *missing = NULL;
     msr_gemm_bf16_path_t path = MSR_GEMM_BF16_BLAS;
     if (env != NULL && strcmp(env, "blas") == 0)
         why = "MSRUN_BF16_GEMM=blas";
@@ -171,6 +193,8 @@ msr_status_t msr_gemm_bf16_auto(unsigned cpu_features, msr_gemm_bf16_path_t *pat
         why = "the CPU lacks avx512_bf16, so widened to fp32";
     else if (msr_gemm_bf16_onednn_ops == NULL)
         why = "this build has no oneDNN (libdnnl-dev), so widened to fp32";
+    else if ((missing = onednn_missing_why()) != NULL)
+        why = missing;
     else {
         path = MSR_GEMM_BF16_ONEDNN;
         why = "the CPU has avx512_bf16 and the build oneDNN";

@@ -16,6 +16,9 @@ typedef struct msr_gemm_bf16_ops {
                         const float *bias, float *C, int ldc);
     /* the implementation last used ("" before any run) */
     const char *(*impl)(const void *state);
+    /* NULL where the path can run in this process, else why not (a library
+     * it loads on first use that cannot be loaded); a NULL function: always */
+    const char *(*missing)(void);
 } msr_gemm_bf16_ops_t;
 
 /* oneDNN's, in a build that has it (gemm_bf16_onednn.c); NULL otherwise */

@@ -27,9 +27,13 @@
  * MSRUN_CPU_DISABLE and MSRUN_BF16_GEMM, set before the first call in the
  * test's own process. Where oneDNN has no bf16 matmul (a build without
  * it, or a CPU without avx512_core: oneDNN 2.x), its tests check that the
- * path is refused cleanly. */
+ * path is refused cleanly. oneDNN is loaded on first use: not mapped
+ * before the onednn path is asked for, and a library that cannot be
+ * loaded (MSR_ONEDNN_LIBRARY) sends AUTO's choice to blas with the reason
+ * and refuses the onednn path. */
 #include <float.h>
 #include <math.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -489,6 +493,100 @@ static void test_gemm_env(void)
     msr_gemm_bf16_destroy(NULL);
 }
 
+/* whether this process has oneDNN's library mapped */
+static int onednn_mapped(void)
+{
+    FILE *f = fopen("/proc/self/maps", "r");
+    MSR_CHECK(f != NULL);
+    char line[4096];
+    int found = 0;
+    while (!found && fgets(line, sizeof line, f) != NULL)
+        found = strstr(line, "/libdnnl.so") != NULL;
+    fclose(f);
+    return found;
+}
+
+/* oneDNN is loaded when the onednn path is first asked for, not at start:
+ * not by the blas path, nor by AUTO's choice on a CPU without bf16 units;
+ * by AUTO's choice with them, and a context of the path stays usable */
+static void test_gemm_onednn_lazy(void)
+{
+    unsetenv("MSRUN_BF16_GEMM");
+    unsetenv("MSR_ONEDNN_LIBRARY");
+    MSR_CHECK(!onednn_mapped());
+    msr_gemm_bf16_t *g = NULL;
+    MSR_CHECK_OK(msr_gemm_bf16_create(MSR_GEMM_BF16_BLAS, &g));
+    msr_gemm_bf16_destroy(g);
+    g = NULL;
+    unsigned f = 0;
+    MSR_CHECK_OK(msr_cpu_features_get(&f));
+    msr_gemm_bf16_path_t path = MSR_GEMM_BF16_AUTO;
+    MSR_CHECK_OK(msr_gemm_bf16_auto(f & ~MSR_CPU_AVX512_BF16, &path, NULL));
+    MSR_CHECK(!onednn_mapped());
+    MSR_CHECK_OK(msr_gemm_bf16_auto(f | MSR_CPU_AVX512_BF16, &path, NULL));
+#ifdef MSR_TEST_HAVE_ONEDNN
+    MSR_CHECK_EQ(path, MSR_GEMM_BF16_ONEDNN);
+    MSR_CHECK(onednn_mapped());
+    msr_status_t st = msr_gemm_bf16_create(MSR_GEMM_BF16_ONEDNN, &g);
+    if (onednn_expected()) {
+        MSR_CHECK_OK(st);
+        check_exact(g);
+        msr_gemm_bf16_destroy(g);
+    } else {
+        MSR_CHECK_STATUS(st, MSR_ERR_UNSUPPORTED);
+    }
+#else
+    MSR_CHECK_EQ(path, MSR_GEMM_BF16_BLAS);
+    MSR_CHECK(!onednn_mapped());
+#endif
+}
+
+/* MSR_ONEDNN_LIBRARY naming what cannot be loaded (a missing file, or a
+ * library without oneDNN's calls): AUTO's choice falls back to blas and
+ * says why, naming the file; the onednn path asked for is refused with
+ * MSR_ERR_UNSUPPORTED and nothing made; blas still runs */
+static void check_onednn_missing(const char *lib, const char *want_why)
+{
+    setenv("MSR_ONEDNN_LIBRARY", lib, 1);
+    unsetenv("MSRUN_BF16_GEMM");
+    unsigned f = 0;
+    MSR_CHECK_OK(msr_cpu_features_get(&f));
+    msr_gemm_bf16_path_t path = MSR_GEMM_BF16_AUTO;
+    const char *why = NULL;
+    MSR_CHECK_OK(msr_gemm_bf16_auto(f | MSR_CPU_AVX512_BF16, &path, &why));
+    MSR_CHECK_EQ(path, MSR_GEMM_BF16_BLAS);
+    MSR_CHECK(why != NULL);
+#ifdef MSR_TEST_HAVE_ONEDNN
+    MSR_CHECK_MSG(strstr(why, "oneDNN cannot be loaded") != NULL && strstr(why, want_why) != NULL,
+                  "why: %s", why);
+    msr_gemm_bf16_t *g = NULL;
+    MSR_CHECK_STATUS(msr_gemm_bf16_create(MSR_GEMM_BF16_ONEDNN, &g), MSR_ERR_UNSUPPORTED);
+    MSR_CHECK(g == NULL);
+    /* asked again: the same answer (loaded once a process) */
+    setenv("MSRUN_BF16_GEMM", "onednn", 1);
+    MSR_CHECK_STATUS(msr_gemm_bf16_create(MSR_GEMM_BF16_AUTO, &g), MSR_ERR_UNSUPPORTED);
+    unsetenv("MSRUN_BF16_GEMM");
+    MSR_CHECK_OK(msr_gemm_bf16_create(MSR_GEMM_BF16_AUTO, &g));
+    MSR_CHECK_EQ(msr_gemm_bf16_path(g), MSR_GEMM_BF16_BLAS);
+    check_exact(g);
+    msr_gemm_bf16_destroy(g);
+    MSR_CHECK(!onednn_mapped());
+#else
+    (void)want_why;
+    MSR_CHECK(strstr(why, "no oneDNN") != NULL);
+#endif
+}
+
+static void test_gemm_onednn_no_file(void)
+{
+    check_onednn_missing("/nonexistent/libdnnl.so.2", "/nonexistent/libdnnl.so.2");
+}
+
+static void test_gemm_onednn_no_calls(void)
+{
+    check_onednn_missing("libm.so.6", "dnnl_engine_create");
+}
+
 /* sizes at their bounds and one past; empty products; beta over NaN */
 static void test_gemm_args(void)
 {
@@ -560,6 +658,9 @@ static const msr_test_t tests[] = {
     {"gemm_onednn", test_gemm_onednn, 40},
     {"gemm_onednn_avx", test_gemm_onednn_avx, 40},
     {"gemm_env", test_gemm_env, 10},
+    {"gemm_onednn_lazy", test_gemm_onednn_lazy, 20},
+    {"gemm_onednn_no_file", test_gemm_onednn_no_file, 10},
+    {"gemm_onednn_no_calls", test_gemm_onednn_no_calls, 10},
     {"gemm_args", test_gemm_args, 10},
 };
 
