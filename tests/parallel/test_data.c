@@ -6,6 +6,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "base/crc32.h"
 #include "model/data.h"
 #include "tests/runner.h"
 
@@ -33,6 +34,35 @@ static void test_generated_corpus(void)
     msr_dataset_destroy(c);
     msr_dataset_destroy(NULL);
     MSR_CHECK_STATUS(msr_dataset_generate(1, 1, &a), MSR_ERR_INVALID_ARG);
+}
+
+/* The generated corpus is what every test, benchmark and figure of the
+ * docs trains on by default: its bytes are pinned (CRC-32 of the whole
+ * corpus) for the default seed and size, a corpus cut mid-word, and the
+ * smallest one. */
+static void test_generated_pinned(void)
+{
+    static const struct {
+        uint64_t seed;
+        size_t size;
+        uint32_t crc;
+    } pins[] = {
+        {1337, 1048576, 0x46322b1a},
+        {1, 100000, 0x2cf9b0c4},
+        {7, 12345, 0xa9524b78},
+        {3, 2, 0xdb4715bd},
+    };
+    for (size_t i = 0; i < sizeof pins / sizeof pins[0]; i++) {
+        msr_dataset_t *ds = NULL;
+        MSR_CHECK_OK(msr_dataset_generate(pins[i].seed, pins[i].size, &ds));
+        MSR_CHECK_EQ(ds->size, pins[i].size);
+        uint32_t crc = msr_crc32(0, ds->bytes, ds->size);
+        printf("seed %llu size %zu crc 0x%08x\n", (unsigned long long)pins[i].seed, pins[i].size,
+               crc);
+        MSR_CHECK_MSG(crc == pins[i].crc, "seed %llu size %zu: CRC 0x%08x, want 0x%08x",
+                      (unsigned long long)pins[i].seed, pins[i].size, crc, pins[i].crc);
+        msr_dataset_destroy(ds);
+    }
 }
 
 static void test_file(void)
@@ -124,6 +154,7 @@ static void test_sampler_coverage(void)
 
 static const msr_test_t tests[] = {
     {"generated_corpus", test_generated_corpus, 10},
+    {"generated_pinned", test_generated_pinned, 10},
     {"file", test_file, 10},
     {"sampler_split", test_sampler_split, 10},
     {"sampler_coverage", test_sampler_coverage, 10},
