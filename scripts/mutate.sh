@@ -4778,4 +4778,32 @@ test: ^test_relay_publish$
             (void)0;
 >>>
 
+@ model.onednn.missing_ignored
+file: model/gemm_bf16.c
+test: ^test_parallel_bf16$
+<<<
+    else if ((missing = onednn_missing_why()) != NULL)
+===
+    else if (0 && (missing = onednn_missing_why()) != NULL)
+>>>
+
+@ model.onednn.eager
+file: model/gemm_bf16.c
+test: ^test_parallel_bf16$
+<<<
+    const char *env = getenv("MSRUN_BF16_GEMM"), *why = NULL, *missing = NULL;
+===
+    const char *env = getenv("MSRUN_BF16_GEMM"), *why = NULL,
+               *missing = msr_gemm_bf16_onednn_ops != NULL ? onednn_missing_why() : NULL;
+>>>
+
+@ model.corpus.digit
+file: model/data.c
+test: ^test_parallel_data$
+<<<
+        digits[--k] = (char)('0' + n % 10);
+===
+        digits[--k] = (char)('0' + n % 9);
+>>>
+
 __END__
