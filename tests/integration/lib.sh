@@ -45,6 +45,10 @@ coordinator_of() {
 cleanup() {
     # a test's own daemons (munged, slurmd, ...) go first
     if declare -F test_cleanup >/dev/null; then test_cleanup; fi
+    # then the shell's own children: one forked for a background command
+    # and not yet at its exec carries no marker, and would start the
+    # command after the scan below (pkill never matches itself)
+    pkill -9 -P $$ 2>/dev/null
     local left
     left=$(leftovers)
     if [ -n "$left" ]; then

@@ -34,4 +34,30 @@ for how in "exit 0" "fail deliberately"; do
     [ -z "$left" ] || fail "$how: the inner test's process stayed: $left"
 done
 ok "the test's own shell removes its directory and kills its processes at exit"
+
+# 3. A child not yet at its exec at the exit carries no marker: the shell's
+# exit kills it all the same (it waits here for a file this test makes only
+# after the inner shell is gone, so it is always caught before its exec).
+go=$TMP/go
+bash -c '. "$1/lib.sh"
+    ( until [ -e "$2" ]; do sleep 0.02; done
+      exec env MSRUN_TEST_MARKER="$MARKER" sleep 60 ) &
+    echo "$! $MARKER"
+    exit 0' _ "$(dirname "$0")" "$go" >"$TMP/inner" 2>/dev/null
+read -r child marker <"$TMP/inner"
+[ -n "$child" ] || fail "the inner test printed no child"
+for ((i = 0; i < 200; i++)); do
+    kill -0 "$child" 2>/dev/null || break
+    sleep 0.05
+done
+alive=0
+kill -0 "$child" 2>/dev/null && alive=1
+: >"$go"
+if [ $alive = 1 ]; then
+    kill -9 "$child" 2>/dev/null
+    for p in $(grep -l -z -x -F -- "MSRUN_TEST_MARKER=$marker" /proc/[0-9]*/environ 2>/dev/null |
+        sed -n 's|^/proc/\([0-9]*\)/environ$|\1|p'); do kill -9 "$p"; done
+    fail "a child of the inner test not yet at its exec outlived the inner test's exit"
+fi
+ok "a child not yet at its exec is killed at the test's exit"
 exit $FAILED
