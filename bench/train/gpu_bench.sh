@@ -16,11 +16,13 @@
 #   6 * (12 L C^2 + V C)  every weight of the blocks and the tied head
 #   + 12 L T C            attention's two T x T products, full square
 # = 0.624 GFLOP per token here (0.854 with V = 50257). MFU = tok/s x that /
-# the peak. Our path is fp32 on the CUDA cores (TF32 off, so the losses
-# match the CPU's), so its MFU is against the fp32 peak; llm.c trains in
-# bf16 on the tensor cores and quotes MFU against the bf16 peak, so the
-# table gives ours against both. Peaks (dense, per GPU) are read from the
-# GPU's name or from MSRUN_PEAK_FP32_TFLOPS / MSRUN_PEAK_BF16_TFLOPS.
+# the peak. Our fp32 path is on the CUDA cores (TF32 off, so the losses
+# match the CPU's), so its MFU is against the fp32 peak; the second row
+# trains with --precision bf16 (the products on the tensor cores, bf16
+# operands and fp32 sums, the rest fp32), as llm.c trains in bf16 and
+# quotes MFU against the bf16 peak; the table gives each against both.
+# Peaks (dense, per GPU) are read from the GPU's name or from
+# MSRUN_PEAK_FP32_TFLOPS / MSRUN_PEAK_BF16_TFLOPS.
 #
 # MSRUN_GPU_BENCH_NP="2 4" also runs that many ranks under msrun on the
 # GPUs there are (ranks sharing a GPU stage the gradients through host
@@ -75,6 +77,11 @@ row() { # NAME RANKS GPUS: reads train_gpt's summary line from $tmp/err
 }
 "$bin/train_gpt" "${shape[@]}" >"$tmp/out" 2>"$tmp/err" || { cat "$tmp/err" >&2; exit 1; }
 row "train_gpt --device cuda alone (fp32)" 1 1
+"$bin/train_gpt" "${shape[@]}" --precision bf16 >"$tmp/out" 2>"$tmp/err" || {
+    cat "$tmp/err" >&2
+    exit 1
+}
+row "train_gpt --device cuda alone (bf16 products)" 1 1
 gpus=$(nvidia-smi -L 2>/dev/null | wc -l)
 [[ $gpus -ge 1 ]] || gpus=1
 for np in ${MSRUN_GPU_BENCH_NP:-}; do

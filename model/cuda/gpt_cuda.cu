@@ -181,6 +181,9 @@ extern "C" void msr_cuda_gpt_destroy(msr_cuda_gpt_t *md)
         /* best effort: nothing may be in flight when the buffers go */
         (void)cudaStreamSynchronize(md->stream);
     }
+    cudaFree(md->bf_hold);
+    cudaFree(md->bf_slot[1]);
+    cudaFree(md->bf_slot[0]);
     cudaFree(md->d_partials);
     cudaFree(md->d_targets);
     cudaFree(md->d_inputs);
@@ -212,7 +215,68 @@ extern "C" size_t msr_cuda_gpt_device_bytes(const msr_cuda_gpt_t *md)
 {
     size_t N = (size_t)md->max_batch * md->cfg.max_seq, per = md->m != NULL ? 4 : 2;
     return (per * md->num_params + md->mem_count) * sizeof(float) + 2 * N * sizeof(int) +
-           SUMSQ_BLOCKS * sizeof(double);
+           SUMSQ_BLOCKS * sizeof(double) +
+           (2 * md->bf_cap + md->bf_hold_cap) * sizeof(__nv_bfloat16);
+}
+
+static void free_bf16(msr_cuda_gpt_t *md)
+{
+    cudaFree(md->bf_hold);
+    cudaFree(md->bf_slot[1]);
+    cudaFree(md->bf_slot[0]);
+    md->bf_hold = md->bf_slot[0] = md->bf_slot[1] = NULL;
+    md->bf_cap = md->bf_hold_cap = 0;
+    md->hold_src = NULL;
+    md->hold_n = 0;
+}
+
+extern "C" msr_status_t msr_cuda_gpt_set_precision(msr_cuda_gpt_t *md, msr_precision_t precision)
+{
+    if (precision != MSR_PRECISION_FP32 && precision != MSR_PRECISION_BF16)
+        return msr_err(MSR_ERR_INVALID_ARG, "gpt_cuda: precision %d is not fp32 or bf16",
+                       (int)precision);
+    /* nothing queued may still read the scratch */
+    CU(cudaStreamSynchronize(md->stream));
+    free_bf16(md);
+    md->precision = MSR_PRECISION_FP32;
+    if (precision == MSR_PRECISION_FP32)
+        return MSR_OK;
+    /* The largest operand of any product, in elements, a strided view's
+     * whole extent: an activation of N rows of at most max(4C, V) columns
+     * (the MLP's, the logits' gradient), a batch row's T x T attention of
+     * every head, the tied embedding (V, C) or an MLP weight (4C, C). The
+     * held operand is an activation: qkv (N, 3C) or an output gradient. */
+    size_t C = (size_t)md->cfg.channels, V = (size_t)md->cfg.vocab, T = (size_t)md->cfg.max_seq;
+    size_t N = (size_t)md->max_batch * T, wide = 4 * C > V ? 4 * C : V;
+    size_t cap = N * wide;
+    if ((size_t)md->cfg.heads * T * T > cap)
+        cap = (size_t)md->cfg.heads * T * T;
+    if (V * C > cap)
+        cap = V * C;
+    if (4 * C * C > cap)
+        cap = 4 * C * C;
+    msr_status_t st = MSR_OK;
+    cudaError_t e;
+    for (int k = 0; k < 2 && st == MSR_OK; k++) {
+        if ((e = cudaMalloc((void **)&md->bf_slot[k], cap * sizeof(__nv_bfloat16))) != cudaSuccess)
+            st = msr_cuda_gpt_cuda_fail(e, "cudaMalloc(bf16 operand)", __LINE__);
+    }
+    if (st == MSR_OK &&
+        (e = cudaMalloc((void **)&md->bf_hold, N * wide * sizeof(__nv_bfloat16))) != cudaSuccess)
+        st = msr_cuda_gpt_cuda_fail(e, "cudaMalloc(bf16 held operand)", __LINE__);
+    if (st != MSR_OK) {
+        free_bf16(md);
+        return st;
+    }
+    md->bf_cap = cap;
+    md->bf_hold_cap = N * wide;
+    md->precision = MSR_PRECISION_BF16;
+    return MSR_OK;
+}
+
+extern "C" msr_precision_t msr_cuda_gpt_precision(const msr_cuda_gpt_t *md)
+{
+    return md->precision;
 }
 
 extern "C" void msr_cuda_gpt_free_moments(msr_cuda_gpt_t *md)

@@ -54,6 +54,17 @@ void msr_cuda_gpt_destroy(msr_cuda_gpt_t *model);
 
 size_t msr_cuda_gpt_num_params(const msr_cuda_gpt_t *model);
 
+/* The matrix products' precision, as the CPU model's (msr_gpt_set_precision,
+ * docs/model.md "bf16 training"): MSR_PRECISION_FP32 (the default: cuBLAS
+ * in fp32, TF32 off) or MSR_PRECISION_BF16 (both operands rounded to bf16,
+ * nearest with ties to even, into scratch of the model's own; cuBLAS's
+ * bf16 products with fp32 sums and fp32 outputs; the parameters, the
+ * gradients, AdamW and every other kernel stay fp32). bf16 allocates the
+ * scratch (counted by device_bytes), fp32 frees it. Errors:
+ * MSR_ERR_INVALID_ARG, MSR_ERR_NO_MEMORY. */
+msr_status_t msr_cuda_gpt_set_precision(msr_cuda_gpt_t *model, msr_precision_t precision);
+msr_precision_t msr_cuda_gpt_precision(const msr_cuda_gpt_t *model);
+
 /* Device memory the model holds, in bytes. */
 size_t msr_cuda_gpt_device_bytes(const msr_cuda_gpt_t *model);
 

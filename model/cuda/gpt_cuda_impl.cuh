@@ -6,6 +6,7 @@
 #define MSR_MODEL_CUDA_GPT_CUDA_IMPL_CUH
 
 #include <cublas_v2.h>
+#include <cuda_bf16.h>
 #include <cuda_runtime.h>
 
 #include <stddef.h>
@@ -54,6 +55,16 @@ struct msr_cuda_gpt {
     float *h_losses;           /* (B, T) host copy of the losses */
     double *d_partials;        /* (SUMSQ_BLOCKS) */
     double *h_partials;        /* (SUMSQ_BLOCKS) */
+
+    /* --precision bf16 (msr_cuda_gpt_set_precision): every product's
+     * operands rounded into bf16 scratch, sums and outputs in fp32 */
+    msr_precision_t precision;
+    __nv_bfloat16 *bf_slot[2]; /* A's and B's operand, bf_cap elements each */
+    size_t bf_cap;
+    __nv_bfloat16 *bf_hold; /* an operand rounded once for several products */
+    size_t bf_hold_cap;
+    const float *hold_src; /* what bf_hold holds, hold_n elements; NULL: none */
+    size_t hold_n;
 
     int B, T;         /* of the last forward with targets; 0 before */
     int fwd_B, fwd_T; /* of the last forward */

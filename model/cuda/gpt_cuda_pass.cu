@@ -37,14 +37,72 @@ extern "C" {
 
 /* ---- host helpers ---- */
 
+/* The elements a row-major view spans: rows of cols elements, ld apart. */
+static size_t extent(int rows, int cols, int ld)
+{
+    return (size_t)(rows - 1) * (size_t)ld + (size_t)cols;
+}
+
+/* A product's operand x of n elements in bf16 (--precision bf16): the held
+ * operand's rounding where x lies inside it, else x rounded into scratch
+ * slot k (0 A's, 1 B's). */
+static msr_status_t bf16_operand(msr_cuda_gpt_t *md, int k, const float *x, size_t n,
+                                 const __nv_bfloat16 **out)
+{
+    if (md->hold_src != NULL && x >= md->hold_src && x + n <= md->hold_src + md->hold_n) {
+        *out = md->bf_hold + (x - md->hold_src);
+        return MSR_OK;
+    }
+    if (n > md->bf_cap)
+        return msr_err(MSR_ERR_STATE,
+                       "gpt_cuda: a bf16 operand of %zu elements is over its scratch of %zu", n,
+                       md->bf_cap);
+    round_bf16_k<<<msr_cuda_gpt_grid_for(n), THREADS, 0, md->stream>>>(md->bf_slot[k], x, n);
+    LAUNCHED("round_bf16");
+    *out = md->bf_slot[k];
+    return MSR_OK;
+}
+
+/* Rounds x (n elements) to bf16 once for the products that follow, until
+ * release_bf16: each operand inside it takes its rounding from there. A
+ * no-op in fp32. */
+static msr_status_t hold_bf16(msr_cuda_gpt_t *md, const float *x, size_t n)
+{
+    if (md->precision != MSR_PRECISION_BF16)
+        return MSR_OK;
+    if (n > md->bf_hold_cap)
+        return msr_err(MSR_ERR_STATE,
+                       "gpt_cuda: a held bf16 operand of %zu elements is over its scratch of %zu",
+                       n, md->bf_hold_cap);
+    round_bf16_k<<<msr_cuda_gpt_grid_for(n), THREADS, 0, md->stream>>>(md->bf_hold, x, n);
+    LAUNCHED("round_bf16");
+    md->hold_src = x;
+    md->hold_n = n;
+    return MSR_OK;
+}
+
+static void release_bf16(msr_cuda_gpt_t *md)
+{
+    md->hold_src = NULL;
+    md->hold_n = 0;
+}
+
 /* Row-major C (M,N) = alpha op(A) op(B) + beta C, arguments as cblas_sgemm's
- * (ta, tb: transpose A, B). */
+ * (ta, tb: transpose A, B); in bf16 both operands rounded first. */
 static msr_status_t gemm_rm(msr_cuda_gpt_t *md, int ta, int tb, int M, int N, int K, float alpha,
                             const float *A, int lda, const float *B, int ldb, float beta, float *C,
                             int ldc)
 {
-    BLAS(cublasSgemm(md->blas, tb ? CUBLAS_OP_T : CUBLAS_OP_N, ta ? CUBLAS_OP_T : CUBLAS_OP_N, N, M,
-                     K, &alpha, B, ldb, A, lda, &beta, C, ldc));
+    cublasOperation_t opa = ta ? CUBLAS_OP_T : CUBLAS_OP_N, opb = tb ? CUBLAS_OP_T : CUBLAS_OP_N;
+    if (md->precision != MSR_PRECISION_BF16) {
+        BLAS(cublasSgemm(md->blas, opb, opa, N, M, K, &alpha, B, ldb, A, lda, &beta, C, ldc));
+        return MSR_OK;
+    }
+    const __nv_bfloat16 *a, *b;
+    TRY(bf16_operand(md, 0, A, ta ? extent(K, M, lda) : extent(M, K, lda), &a));
+    TRY(bf16_operand(md, 1, B, tb ? extent(N, K, ldb) : extent(K, N, ldb), &b));
+    BLAS(cublasGemmEx(md->blas, opb, opa, N, M, K, &alpha, b, CUDA_R_16BF, ldb, a, CUDA_R_16BF, lda,
+                      &beta, C, CUDA_R_32F, ldc, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
     return MSR_OK;
 }
 
@@ -54,9 +112,20 @@ static msr_status_t gemm_rm_batched(msr_cuda_gpt_t *md, int ta, int tb, int M, i
                                     const float *B, int ldb, long long sB, float beta, float *C,
                                     int ldc, long long sC, int batch)
 {
-    BLAS(cublasSgemmStridedBatched(md->blas, tb ? CUBLAS_OP_T : CUBLAS_OP_N,
-                                   ta ? CUBLAS_OP_T : CUBLAS_OP_N, N, M, K, &alpha, B, ldb, sB, A,
-                                   lda, sA, &beta, C, ldc, sC, batch));
+    cublasOperation_t opa = ta ? CUBLAS_OP_T : CUBLAS_OP_N, opb = tb ? CUBLAS_OP_T : CUBLAS_OP_N;
+    if (md->precision != MSR_PRECISION_BF16) {
+        BLAS(cublasSgemmStridedBatched(md->blas, opb, opa, N, M, K, &alpha, B, ldb, sB, A, lda, sA,
+                                       &beta, C, ldc, sC, batch));
+        return MSR_OK;
+    }
+    const __nv_bfloat16 *a, *b;
+    size_t na = (size_t)(batch - 1) * (size_t)sA + (ta ? extent(K, M, lda) : extent(M, K, lda));
+    size_t nb = (size_t)(batch - 1) * (size_t)sB + (tb ? extent(N, K, ldb) : extent(K, N, ldb));
+    TRY(bf16_operand(md, 0, A, na, &a));
+    TRY(bf16_operand(md, 1, B, nb, &b));
+    BLAS(cublasGemmStridedBatchedEx(md->blas, opb, opa, N, M, K, &alpha, b, CUDA_R_16BF, ldb, sB, a,
+                                    CUDA_R_16BF, lda, sA, &beta, C, CUDA_R_32F, ldc, sC, batch,
+                                    CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
     return MSR_OK;
 }
 
@@ -94,8 +163,13 @@ static msr_status_t matmul_backward(msr_cuda_gpt_t *md, float *dinp, float *dwei
                                     const float *dout, const float *inp, const float *weight, int N,
                                     int IC, int OC)
 {
-    TRY(gemm_rm(md, 0, 0, N, IC, OC, 1.0f, dout, OC, weight, IC, 1.0f, dinp, IC));
-    TRY(gemm_rm(md, 1, 0, OC, IC, N, 1.0f, dout, OC, inp, IC, 1.0f, dweight, IC));
+    /* dout is A of both products: rounded once */
+    TRY(hold_bf16(md, dout, (size_t)N * OC));
+    msr_status_t st = gemm_rm(md, 0, 0, N, IC, OC, 1.0f, dout, OC, weight, IC, 1.0f, dinp, IC);
+    if (st == MSR_OK)
+        st = gemm_rm(md, 1, 0, OC, IC, N, 1.0f, dout, OC, inp, IC, 1.0f, dweight, IC);
+    release_bf16(md);
+    TRY(st);
     if (dbias != NULL)
         TRY(colsum_add(md, dbias, dout, N, OC));
     return MSR_OK;
@@ -122,9 +196,10 @@ static msr_status_t layernorm_backward(msr_cuda_gpt_t *md, float *dinp, float *d
     return colsum_add(md, db, dout, N, C);
 }
 
-/* attention_forward, per batch row with the heads as a strided batch */
-static msr_status_t attention_forward(msr_cuda_gpt_t *md, float *out, float *att, const float *qkv,
-                                      int B, int T, int C, int NH)
+/* attention_forward's products and softmax, per batch row with the heads
+ * as a strided batch */
+static msr_status_t attention_forward_rows(msr_cuda_gpt_t *md, float *out, float *att,
+                                           const float *qkv, int B, int T, int C, int NH)
 {
     int HS = C / NH, C3 = 3 * C;
     float scale = 1.0f / sqrtf((float)HS);
@@ -147,10 +222,11 @@ static msr_status_t attention_forward(msr_cuda_gpt_t *md, float *out, float *att
     return MSR_OK;
 }
 
-/* attention_backward: dqkv += ..., datt scratch of (NH, T, T) */
-static msr_status_t attention_backward(msr_cuda_gpt_t *md, float *dqkv, float *datt,
-                                       const float *dout, const float *qkv, const float *att, int B,
-                                       int T, int C, int NH)
+/* attention_backward's products and softmax: dqkv += ..., datt scratch of
+ * (NH, T, T) */
+static msr_status_t attention_backward_rows(msr_cuda_gpt_t *md, float *dqkv, float *datt,
+                                            const float *dout, const float *qkv, const float *att,
+                                            int B, int T, int C, int NH)
 {
     int HS = C / NH, C3 = 3 * C;
     float scale = 1.0f / sqrtf((float)HS);
@@ -175,6 +251,27 @@ static msr_status_t attention_backward(msr_cuda_gpt_t *md, float *dqkv, float *d
         TRY(gemm_rm_batched(md, 1, 0, T, HS, T, 1.0f, a, T, TT, d, C, HS, 1.0f, dv, C3, HS, NH));
     }
     return MSR_OK;
+}
+
+/* Attention's forward and backward: q, k and v are operands of every batch
+ * row's products, so in bf16 qkv is rounded once for the call. */
+static msr_status_t attention_forward(msr_cuda_gpt_t *md, float *out, float *att, const float *qkv,
+                                      int B, int T, int C, int NH)
+{
+    TRY(hold_bf16(md, qkv, (size_t)B * T * 3 * C));
+    msr_status_t st = attention_forward_rows(md, out, att, qkv, B, T, C, NH);
+    release_bf16(md);
+    return st;
+}
+
+static msr_status_t attention_backward(msr_cuda_gpt_t *md, float *dqkv, float *datt,
+                                       const float *dout, const float *qkv, const float *att, int B,
+                                       int T, int C, int NH)
+{
+    TRY(hold_bf16(md, qkv, (size_t)B * T * 3 * C));
+    msr_status_t st = attention_backward_rows(md, dqkv, datt, dout, qkv, att, B, T, C, NH);
+    release_bf16(md);
+    return st;
 }
 
 /* ---- forward ---- */

@@ -26,6 +26,14 @@ __device__ static float warp_max(float x)
 
 /* ---- kernels (each the CPU kernel of the same name in layers_impl.h) ---- */
 
+/* dst[i] = src[i] rounded to bf16 (nearest, ties to even), as the CPU's
+ * msr_bf16_from_f32_n: a product's operand under --precision bf16 */
+__global__ static void round_bf16_k(__nv_bfloat16 *dst, const float *src, size_t n)
+{
+    GRID_STRIDE(i, n)
+    dst[i] = __float2bfloat16_rn(src[i]);
+}
+
 /* out (N,C) = wte[inp[n]] + wpe[n % T] */
 __global__ static void encoder_forward_k(float *out, const int *inp, const float *wte,
                                          const float *wpe, size_t N, int T, int C)

@@ -44,6 +44,9 @@ msr_status_t msr_cuda_trainer_create(const msr_train_config_t *cfg, const msr_da
     if (cfg->par.offload.mode == MSR_OFFLOAD_DISK)
         return msr_err(MSR_ERR_CONFIG, "train_cuda: the optimizer's state on disk is for CPU "
                                        "ranks (host memory is for GPU ranks)");
+    if (cfg->par.grad_bf16)
+        return msr_err(MSR_ERR_CONFIG, "train_cuda: gradients are summed in fp32 on GPU ranks "
+                                       "(bf16 sums are for CPU ranks)");
     if (cfg->dp != size || cfg->dp_rank != rank || cfg->par.zero != 0)
         return msr_err(MSR_ERR_CONFIG,
                        "train_cuda: dp %d (rank %d) zero %d: needs a communicator of %d ranks (it "
@@ -87,6 +90,8 @@ msr_status_t msr_cuda_trainer_create(const msr_train_config_t *cfg, const msr_da
     st = msr_cuda_gpt_create(&cfg->model, cfg->micro_batch, tr->device, tr->layout->tensors,
                              tr->layout->num_tensors, &tr->model);
     if (st != MSR_OK)
+        goto err_destroy;
+    if ((st = msr_cuda_gpt_set_precision(tr->model, cfg->precision)) != MSR_OK)
         goto err_destroy;
     tr->reqs = msr_calloc((size_t)cfg->model.layers + 2, sizeof *tr->reqs);
     if (tr->reqs == NULL) {

@@ -41,7 +41,8 @@ int train_gpt_split_check(options_t *o)
 }
 
 /* --precision and --grad-reduce-dtype: known names, and what the CUDA
- * trainer runs (fp32 only). Returns 0, or -1 with the reason printed. */
+ * trainer runs (either precision, gradients summed in fp32). Returns 0,
+ * or -1 with the reason printed. */
 static int precision_check(const options_t *o)
 {
     msr_precision_t p;
@@ -54,10 +55,9 @@ static int precision_check(const options_t *o)
                 o->grad_reduce_dtype);
         return -1;
     }
-    if (strcmp(o->device, "cuda") == 0 &&
-        (p != MSR_PRECISION_FP32 || strcmp(o->grad_reduce_dtype, "fp32") != 0)) {
-        fprintf(stderr, "train_gpt: --device cuda trains in fp32: --precision bf16 and "
-                        "--grad-reduce-dtype bf16 are for --device cpu only\n");
+    if (strcmp(o->device, "cuda") == 0 && strcmp(o->grad_reduce_dtype, "fp32") != 0) {
+        fprintf(stderr, "train_gpt: --device cuda sums gradients in fp32: --grad-reduce-dtype "
+                        "bf16 is for --device cpu only\n");
         return -1;
     }
     return 0;

@@ -165,8 +165,8 @@ int train_gpt_run_cuda(const options_t *o, const msr_train_config_t *cfg, const 
     if (job->rank == 0)
         fprintf(stderr,
                 "train_gpt: model of %zu parameters (layers %d channels %d heads %d seq %d); "
-                "batch %llu = micro %d x accum %d x dp %d; on GPU %d%s%s%s; data: %s; loss in "
-                "nats per byte\n",
+                "batch %llu = micro %d x accum %d x dp %d; on GPU %d%s%s%s%s; data: %s; loss "
+                "in nats per byte\n",
                 train_gpt_model_params(cfg), cfg->model.layers, cfg->model.channels,
                 cfg->model.heads, cfg->model.max_seq, (unsigned long long)G, cfg->micro_batch,
                 cfg->grad_accum, cfg->dp, tr->device, tr->dcomm != NULL ? ", gradients over " : "",
@@ -174,6 +174,9 @@ int train_gpt_run_cuda(const options_t *o, const msr_train_config_t *cfg, const 
                 tr->hopt != NULL ? "; AdamW on the host (its moments and master parameters in "
                                    "host memory)"
                                  : "",
+                cfg->precision == MSR_PRECISION_BF16
+                    ? "; bf16 products on cuBLAS (operands rounded to bf16, fp32 sums)"
+                    : "",
                 data->origin);
     char meta[MSR_TCKPT_META_MAX];
     train_gpt_meta(meta, sizeof meta, cfg, G, data);

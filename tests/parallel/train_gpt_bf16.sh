@@ -33,7 +33,7 @@ job_prefix=bf16
 refuse 1 "--precision fp16: not fp32 or bf16" --precision fp16
 refuse 1 "--grad-reduce-dtype f32: not fp32 or bf16" --grad-reduce-dtype f32
 refuse 1 "gradients reduced in bf16 need ZeRO stage 0, not 1" --grad-reduce-dtype bf16 --zero 1
-refuse 1 "--device cuda trains in fp32" --precision bf16 --device cuda
+refuse 1 "--device cuda sums gradients in fp32" --grad-reduce-dtype bf16 --device cuda
 timeout 30 "$bin/train_gpt" --help >"$work/help" || fail "--help exited $?"
 grep -q -- "--precision" "$work/help" || fail "--help has no --precision"
 

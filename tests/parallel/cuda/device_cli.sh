@@ -50,6 +50,9 @@ expect 2 "for --device cpu only" "${small[@]}" --device cuda --zero 1
 expect 2 "for --device cpu only" "${small[@]}" --device cuda --report
 expect 2 "for --device cpu only" "${small[@]}" --device cuda --recompute full
 expect 2 "for --device cpu only" "${small[@]}" --device cuda --sp
+# bf16 products run on GPU ranks; the gradients' sums stay fp32 there
+expect 2 "--grad-reduce-dtype bf16 is for --device cpu only" "${small[@]}" --device cuda \
+    --precision bf16 --grad-reduce-dtype bf16
 # the optimizer's offload on GPU ranks: to the host (its chunk size with it),
 # not to disk
 expect 2 "optimizer=disk covers the CPU trainer's flat buffers only: not --device cuda" \

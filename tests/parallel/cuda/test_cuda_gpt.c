@@ -47,10 +47,12 @@ static void random_tokens(int *x, size_t n, int V, unsigned seed)
     }
 }
 
-/* One forward and backward of the same model on the CPU and the GPU: the
- * loss within loss_tol relative, the logits and every tensor's gradient
- * within tol of their largest element. */
-static void one_step(const msr_gpt_config_t *cfg, int B_, double loss_tol, double tol)
+/* One forward and backward of the same model on the CPU and the GPU, both
+ * in precision: the loss within loss_tol relative, the logits within
+ * logits_tol and every tensor's gradient within tol of their largest
+ * element. */
+static void one_step_in(const msr_gpt_config_t *cfg, int B_, msr_precision_t precision,
+                        double loss_tol, double logits_tol, double tol)
 {
     int T = cfg->max_seq, N = B_ * T, V = cfg->vocab;
     msr_gpt_t *cpu;
@@ -59,6 +61,13 @@ static void one_step(const msr_gpt_config_t *cfg, int B_, double loss_tol, doubl
     msr_cuda_gpt_t *gpu;
     MSR_CHECK_MSG(msr_cuda_gpt_create(cfg, B_, 0, cpu->tensors, cpu->num_tensors, &gpu) == MSR_OK,
                   "%s", msr_err_msg());
+    MSR_CHECK(msr_cuda_gpt_precision(gpu) == MSR_PRECISION_FP32);
+    size_t bytes32 = msr_cuda_gpt_device_bytes(gpu);
+    MSR_CHECK(msr_gpt_set_precision(cpu, precision) == MSR_OK);
+    MSR_CHECK_MSG(msr_cuda_gpt_set_precision(gpu, precision) == MSR_OK, "%s", msr_err_msg());
+    MSR_CHECK(msr_cuda_gpt_precision(gpu) == precision);
+    /* bf16's operand scratch is counted */
+    MSR_CHECK((msr_cuda_gpt_device_bytes(gpu) > bytes32) == (precision == MSR_PRECISION_BF16));
     MSR_CHECK(msr_cuda_gpt_set_params(gpu, cpu->params) == MSR_OK);
     int *in = msr_calloc((size_t)N, sizeof(int)), *tg = msr_calloc((size_t)N, sizeof(int));
     float *logits = msr_calloc((size_t)N * V, sizeof(float));
@@ -81,12 +90,29 @@ static void one_step(const msr_gpt_config_t *cfg, int B_, double loss_tol, doubl
     printf("B %d T %d C %d V %d: loss cpu %.9f gpu %.9f; logits rel diff %.3g\n", B_, T,
            cfg->channels, V, lc, lg, dl);
     MSR_CHECK_MSG(fabs(lg - lc) <= loss_tol * fabs(lc), "loss gpu %.9f cpu %.9f", lg, lc);
-    MSR_CHECK_MSG(dl <= 1e-4, "logits differ by %.3g relative", dl);
+    MSR_CHECK_MSG(dl <= logits_tol, "logits differ by %.3g relative", dl);
+    double worst = 0.0;
     for (int k = 0; k < cpu->num_tensors; k++) {
         const msr_gpt_tensor_t *t = &cpu->tensors[k];
         double d = rel_diff(grads + t->offset, cpu->grads + t->offset, t->count);
+        worst = fmax(worst, d);
         MSR_CHECK_MSG(d <= tol, "gradient of %s differs by %.3g relative", t->name, d);
     }
+    printf("largest gradient rel diff %.3g\n", worst);
+    if (precision == MSR_PRECISION_BF16) {
+        /* the GPU's bf16 logits are away from the CPU's fp32 ones by more
+         * than the fp32 comparison's tolerance: its products were rounded */
+        double l32;
+        MSR_CHECK(msr_gpt_set_precision(cpu, MSR_PRECISION_FP32) == MSR_OK);
+        MSR_CHECK(msr_gpt_forward(cpu, in, tg, B_, T, NULL, &l32) == MSR_OK);
+        double d32 = rel_diff(logits, cpu->acts.logits, (size_t)N * V);
+        printf("bf16 logits against the CPU's fp32 ones: rel diff %.3g\n", d32);
+        MSR_CHECK_MSG(d32 > 1e-4, "the bf16 logits are within fp32's 1e-4 (%.3g)", d32);
+        /* back to fp32: the scratch goes */
+        MSR_CHECK(msr_cuda_gpt_set_precision(gpu, MSR_PRECISION_FP32) == MSR_OK);
+        MSR_CHECK(msr_cuda_gpt_device_bytes(gpu) == bytes32);
+    }
+    MSR_CHECK(msr_cuda_gpt_set_precision(gpu, (msr_precision_t)7) == MSR_ERR_INVALID_ARG);
     /* a token out of range is refused, not read */
     in[3] = V;
     MSR_CHECK(msr_cuda_gpt_forward(gpu, in, tg, B_, T, &lg) == MSR_ERR_INVALID_ARG);
@@ -98,9 +124,24 @@ static void one_step(const msr_gpt_config_t *cfg, int B_, double loss_tol, doubl
     msr_gpt_destroy(cpu);
 }
 
+static void one_step(const msr_gpt_config_t *cfg, int B_, double loss_tol, double tol)
+{
+    one_step_in(cfg, B_, MSR_PRECISION_FP32, loss_tol, 1e-4, tol);
+}
+
 static void test_forward_backward(void)
 {
     one_step(&shape, B, 1e-5, 1e-3);
+}
+
+/* bf16 on both: the same fp32 values up to the order of their sums, so an
+ * operand differs only where the two straddle a bf16 rounding midpoint,
+ * and then by at most 2u (u = 2^-8: tests/parallel/train_gpt_bf16.sh's
+ * derivation). The loss within 2u of itself, as that test's; the logits
+ * and gradients within 2u of their largest element. */
+static void test_forward_backward_bf16(void)
+{
+    one_step_in(&shape, B, MSR_PRECISION_BF16, 1.0 / 128, 1.0 / 128, 1.0 / 128);
 }
 
 /* The real sizes the first GPU run meets: 8192 token rows, a 50257-row
@@ -164,6 +205,7 @@ static void test_train_10_steps(void)
 
 static const msr_test_t tests[] = {
     {"forward_backward", test_forward_backward, 60},
+    {"forward_backward_bf16", test_forward_backward_bf16, 60},
     {"gpt2_shape", test_gpt2_shape, 540},
     {"train_10_steps", test_train_10_steps, 120},
 };
