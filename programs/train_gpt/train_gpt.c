@@ -148,7 +148,8 @@ static const msr_opt_t specs[] = {
              "AdamW moments; layernorm, softmax, GELU and the loss in fp32) (fp32)"),
     OPT_TEXT("grad-reduce-dtype", grad_reduce_dtype,
              "the dtype data-parallel gradients are summed in: fp32, or bf16 (rounded to bf16, "
-             "each combining step in fp32 rounded to bf16; needs --zero 0) (fp32)"),
+             "each combining step in fp32 rounded to bf16; needs --zero 0; --device cpu "
+             "only) (fp32)"),
     OPT_INT("steps", steps, 0, (int64_t)1e15, "optimizer steps to reach (20)"),
     OPT_REAL("lr", lr, 1e-12, 1e3, "peak learning rate (1e-3)"),
     OPT_INT("warmup", warmup, 0, (int64_t)1e9, "steps of linear learning-rate warm-up (0)"),
