@@ -66,14 +66,17 @@ echo "GPU: $name (peaks: fp32 $fp32, bf16 $bf16 TFLOPS); $params parameters;" \
 echo
 echo "| run | ranks | ms/step | tokens/s per GPU | MFU vs fp32 peak | MFU vs bf16 peak |"
 echo "|---|---|---|---|---|---|"
-row() { # NAME RANKS GPUS: reads train_gpt's summary line from $tmp/err
+row() { # NAME RANKS GPUS [bf16]: reads train_gpt's summary line from $tmp/err
     local line ms tps
     line=$(grep "after the first:" "$tmp/err" | tail -n 1)
     ms=$(sed -E 's/.*first: ([0-9.]+) ms\/step.*/\1/' <<<"$line")
     tps=$(sed -E 's/.* ([0-9]+) tok\/s.*/\1/' <<<"$line")
+    # a bf16 run against the fp32 peak would say nothing: "-"
     awk -v n="$1" -v r="$2" -v g="$3" -v ms="$ms" -v t="$tps" -v f="$flops" -v p32="$fp32" \
-        -v p16="$bf16" 'BEGIN { t /= g; printf "| %s | %d | %.1f | %.0f | %.1f%% | %.1f%% |\n",
-            n, r, ms, t, 100 * t * f / (p32 * 1e12), 100 * t * f / (p16 * 1e12) }'
+        -v p16="$bf16" -v b="${4:-}" 'BEGIN { t /= g
+            m32 = b == "bf16" ? "-" : sprintf("%.1f%%", 100 * t * f / (p32 * 1e12))
+            printf "| %s | %d | %.1f | %.0f | %s | %.1f%% |\n",
+            n, r, ms, t, m32, 100 * t * f / (p16 * 1e12) }'
 }
 "$bin/train_gpt" "${shape[@]}" >"$tmp/out" 2>"$tmp/err" || { cat "$tmp/err" >&2; exit 1; }
 row "train_gpt --device cuda alone (fp32)" 1 1
@@ -81,7 +84,7 @@ row "train_gpt --device cuda alone (fp32)" 1 1
     cat "$tmp/err" >&2
     exit 1
 }
-row "train_gpt --device cuda alone (bf16 products)" 1 1
+row "train_gpt --device cuda alone (bf16 products)" 1 1 bf16
 gpus=$(nvidia-smi -L 2>/dev/null | wc -l)
 [[ $gpus -ge 1 ]] || gpus=1
 for np in ${MSRUN_GPU_BENCH_NP:-}; do
