@@ -47,8 +47,16 @@ cleanup() {
     if declare -F test_cleanup >/dev/null; then test_cleanup; fi
     # then the shell's own children: one forked for a background command
     # and not yet at its exec carries no marker, and would start the
-    # command after the scan below (pkill never matches itself)
-    pkill -9 -P $$ 2>/dev/null
+    # command after the scan below. The kernel's list and the builtins, no
+    # program: pkill hung where a test exports a sanitizer's LD_PRELOAD.
+    local t c kids
+    for t in /proc/$$/task/*/children; do
+        kids=()
+        read -r -a kids <"$t" 2>/dev/null
+        for c in "${kids[@]}"; do
+            kill -9 "$c" 2>/dev/null
+        done
+    done
     local left
     left=$(leftovers)
     if [ -n "$left" ]; then
