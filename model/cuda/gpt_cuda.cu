@@ -109,6 +109,7 @@ static msr_status_t create_device_parts(msr_cuda_gpt_t *md)
     layout_acts(md, &c);
     CU(cudaMalloc((void **)&md->d_inputs, N * sizeof(int)));
     CU(cudaMalloc((void **)&md->d_targets, N * sizeof(int)));
+    CU(cudaMalloc((void **)&md->d_tok, (3 * N + 1) * sizeof(int)));
     CU(cudaMalloc((void **)&md->d_partials, SUMSQ_BLOCKS * sizeof(double)));
     TRY(msr_cuda_gpt_zero(md, md->params, P));
     TRY(msr_cuda_gpt_zero(md, md->grads, P));
@@ -148,9 +149,10 @@ extern "C" msr_status_t msr_cuda_gpt_create(const msr_gpt_config_t *cfg, int max
     md->h_targets = (int *)msr_calloc(N, sizeof(int));
     md->h_losses = (float *)msr_calloc(N, sizeof(float));
     md->h_partials = (double *)msr_calloc(SUMSQ_BLOCKS, sizeof(double));
+    md->h_tok = (int *)msr_calloc(3 * N + 1 + (size_t)cfg->vocab + 1, sizeof(int));
     msr_status_t st = MSR_ERR_NO_MEMORY;
     if (md->acts.blocks == NULL || md->spans == NULL || md->h_targets == NULL ||
-        md->h_losses == NULL || md->h_partials == NULL) {
+        md->h_losses == NULL || md->h_partials == NULL || md->h_tok == NULL) {
         msr_err_set("gpt_cuda: out of host memory for a batch of %zu tokens", N);
         goto err_destroy;
     }
@@ -181,10 +183,12 @@ extern "C" void msr_cuda_gpt_destroy(msr_cuda_gpt_t *md)
         /* best effort: nothing may be in flight when the buffers go */
         (void)cudaStreamSynchronize(md->stream);
     }
+    cudaFree(md->fa_stats);
     cudaFree(md->bf_hold);
     cudaFree(md->bf_slot[1]);
     cudaFree(md->bf_slot[0]);
     cudaFree(md->d_partials);
+    cudaFree(md->d_tok);
     cudaFree(md->d_targets);
     cudaFree(md->d_inputs);
     cudaFree(md->mem);
@@ -198,6 +202,7 @@ extern "C" void msr_cuda_gpt_destroy(msr_cuda_gpt_t *md)
         cublasDestroy(md->blas);
     if (md->stream != NULL)
         cudaStreamDestroy(md->stream);
+    msr_free(md->h_tok);
     msr_free(md->h_partials);
     msr_free(md->h_losses);
     msr_free(md->h_targets);
@@ -214,13 +219,16 @@ extern "C" size_t msr_cuda_gpt_num_params(const msr_cuda_gpt_t *md)
 extern "C" size_t msr_cuda_gpt_device_bytes(const msr_cuda_gpt_t *md)
 {
     size_t N = (size_t)md->max_batch * md->cfg.max_seq, per = md->m != NULL ? 4 : 2;
-    return (per * md->num_params + md->mem_count) * sizeof(float) + 2 * N * sizeof(int) +
-           SUMSQ_BLOCKS * sizeof(double) +
+    return (per * md->num_params + md->mem_count + md->fa_count) * sizeof(float) +
+           (5 * N + 1) * sizeof(int) + SUMSQ_BLOCKS * sizeof(double) +
            (2 * md->bf_cap + md->bf_hold_cap) * sizeof(__nv_bfloat16);
 }
 
 static void free_bf16(msr_cuda_gpt_t *md)
 {
+    cudaFree(md->fa_stats);
+    md->fa_stats = md->fa_dot = NULL;
+    md->fa_count = 0;
     cudaFree(md->bf_hold);
     cudaFree(md->bf_slot[1]);
     cudaFree(md->bf_slot[0]);
@@ -239,17 +247,23 @@ extern "C" msr_status_t msr_cuda_gpt_set_precision(msr_cuda_gpt_t *md, msr_preci
     CU(cudaStreamSynchronize(md->stream));
     free_bf16(md);
     md->precision = MSR_PRECISION_FP32;
+    /* a backward takes its forward's precision: the tensor-core attention
+     * keeps row statistics where the other keeps att */
+    md->B = md->T = 0;
     if (precision == MSR_PRECISION_FP32)
         return MSR_OK;
     /* The largest operand of any product, in elements, a strided view's
      * whole extent: an activation of N rows of at most max(4C, V) columns
      * (the MLP's, the logits' gradient), a batch row's T x T attention of
-     * every head, the tied embedding (V, C) or an MLP weight (4C, C). The
-     * held operand is an activation: qkv (N, 3C) or an output gradient. */
+     * every head (unless attention takes the tensor-core path, which
+     * rounds in shared memory), the tied embedding (V, C) or an MLP weight
+     * (4C, C). The held operand is an activation: qkv (N, 3C) or an output
+     * gradient. */
     size_t C = (size_t)md->cfg.channels, V = (size_t)md->cfg.vocab, T = (size_t)md->cfg.max_seq;
     size_t N = (size_t)md->max_batch * T, wide = 4 * C > V ? 4 * C : V;
-    size_t cap = N * wide;
-    if ((size_t)md->cfg.heads * T * T > cap)
+    size_t cap = N * wide, rows = (size_t)md->max_batch * md->cfg.heads * T;
+    int flash = msr_cuda_gpt_flash_ok(md);
+    if (!flash && (size_t)md->cfg.heads * T * T > cap)
         cap = (size_t)md->cfg.heads * T * T;
     if (V * C > cap)
         cap = V * C;
@@ -264,6 +278,17 @@ extern "C" msr_status_t msr_cuda_gpt_set_precision(msr_cuda_gpt_t *md, msr_preci
     if (st == MSR_OK &&
         (e = cudaMalloc((void **)&md->bf_hold, N * wide * sizeof(__nv_bfloat16))) != cudaSuccess)
         st = msr_cuda_gpt_cuda_fail(e, "cudaMalloc(bf16 held operand)", __LINE__);
+    /* the tensor-core attention's row statistics: 2 floats a row of every
+     * layer, and backward's one */
+    size_t fa = flash ? rows * (2 * (size_t)md->cfg.layers + 1) : 0;
+    if (st == MSR_OK && fa > 0) {
+        if ((e = cudaMalloc((void **)&md->fa_stats, fa * sizeof(float))) != cudaSuccess)
+            st = msr_cuda_gpt_cuda_fail(e, "cudaMalloc(attention statistics)", __LINE__);
+        else {
+            md->fa_dot = md->fa_stats + 2 * (size_t)md->cfg.layers * rows;
+            md->fa_count = fa;
+        }
+    }
     if (st != MSR_OK) {
         free_bf16(md);
         return st;
@@ -272,6 +297,11 @@ extern "C" msr_status_t msr_cuda_gpt_set_precision(msr_cuda_gpt_t *md, msr_preci
     md->bf_hold_cap = N * wide;
     md->precision = MSR_PRECISION_BF16;
     return MSR_OK;
+}
+
+extern "C" int msr_cuda_gpt_fused_attention(const msr_cuda_gpt_t *md)
+{
+    return md->precision == MSR_PRECISION_BF16 && md->fa_stats != NULL;
 }
 
 extern "C" msr_precision_t msr_cuda_gpt_precision(const msr_cuda_gpt_t *md)

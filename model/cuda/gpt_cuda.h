@@ -59,11 +59,18 @@ size_t msr_cuda_gpt_num_params(const msr_cuda_gpt_t *model);
  * in fp32, TF32 off) or MSR_PRECISION_BF16 (both operands rounded to bf16,
  * nearest with ties to even, into scratch of the model's own; cuBLAS's
  * bf16 products with fp32 sums and fp32 outputs; the parameters, the
- * gradients, AdamW and every other kernel stay fp32). bf16 allocates the
- * scratch (counted by device_bytes), fp32 frees it. Errors:
+ * gradients, AdamW and every other kernel stay fp32). Attention, where
+ * the head size is 16, 32 or 64 and the GPU is sm_80 or later, is one
+ * fused kernel a tile at a time on the tensor cores (model/cuda/flash.cuh)
+ * that rounds where the CPU's rounds and never stores the (T, T) scores;
+ * elsewhere it is cuBLAS's products as above. bf16 allocates the scratch
+ * (counted by device_bytes), fp32 frees it. Errors:
  * MSR_ERR_INVALID_ARG, MSR_ERR_NO_MEMORY. */
 msr_status_t msr_cuda_gpt_set_precision(msr_cuda_gpt_t *model, msr_precision_t precision);
 msr_precision_t msr_cuda_gpt_precision(const msr_cuda_gpt_t *model);
+/* 1 when attention is the fused bf16 kernel (the precision is bf16, and
+ * the shape and the GPU allow it), else 0. */
+int msr_cuda_gpt_fused_attention(const msr_cuda_gpt_t *model);
 
 /* Device memory the model holds, in bytes. */
 size_t msr_cuda_gpt_device_bytes(const msr_cuda_gpt_t *model);

@@ -65,6 +65,19 @@ struct msr_cuda_gpt {
     size_t bf_hold_cap;
     const float *hold_src; /* what bf_hold holds, hold_n elements; NULL: none */
     size_t hold_n;
+    /* bf16 attention on the tensor cores (flash.cuh), where the shape and
+     * the GPU allow it; NULL: the materialised products */
+    float *fa_stats; /* [L] (max_batch * NH, max_seq, 2): each row's max and 1/sum */
+    float *fa_dot;   /* (max_batch * NH, max_seq): backward's rowsum(att * datt) */
+    size_t fa_count; /* floats of both */
+
+    /* the token-embedding gradient's scatter, grouped by token (built on
+     * the host in forward): (3N + 1) ints, pos (N) the batch's positions
+     * sorted by token, stably; start (N + 1) where each distinct token's
+     * positions begin in pos, and one past the last; id (N) the tokens */
+    int *d_tok;
+    int *h_tok;       /* host: the same, then the counting sort's (V + 1) counts */
+    int tok_distinct; /* distinct tokens of the last forward */
 
     int B, T;         /* of the last forward with targets; 0 before */
     int fwd_B, fwd_T; /* of the last forward */
@@ -116,6 +129,10 @@ static inline unsigned msr_cuda_gpt_grid_rows(size_t rows)
 #define GRID_STRIDE(i, n)                                                   \
     for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < (n); \
          i += (size_t)gridDim.x * blockDim.x)
+
+/* Whether bf16 attention can take the tensor-core path (flash.cuh) for
+ * this model's shape on its GPU (gpt_cuda_pass.cu). */
+int msr_cuda_gpt_flash_ok(const msr_cuda_gpt_t *md);
 
 /* Zeroes n floats at p on the model's stream (gpt_cuda_pass.cu). */
 msr_status_t msr_cuda_gpt_zero(msr_cuda_gpt_t *md, float *p, size_t n);

@@ -34,6 +34,8 @@ extern "C" {
 
 /* the kernels, after WARP, THREADS and GRID_STRIDE */
 #include "model/cuda/kernels.cuh"
+/* bf16 attention on the tensor cores, after warp_sum and warp_max */
+#include "model/cuda/flash.cuh"
 
 /* ---- host helpers ---- */
 
@@ -253,11 +255,78 @@ static msr_status_t attention_backward_rows(msr_cuda_gpt_t *md, float *dqkv, flo
     return MSR_OK;
 }
 
-/* Attention's forward and backward: q, k and v are operands of every batch
- * row's products, so in bf16 qkv is rounded once for the call. */
-static msr_status_t attention_forward(msr_cuda_gpt_t *md, float *out, float *att, const float *qkv,
-                                      int B, int T, int C, int NH)
+/* ---- bf16 attention on the tensor cores (flash.cuh) ---- */
+
+int msr_cuda_gpt_flash_ok(const msr_cuda_gpt_t *md)
 {
+    int HS = md->cfg.channels / md->cfg.heads, major = 0;
+    cudaFuncAttributes fa;
+    if ((HS != 16 && HS != 32 && HS != 64) || (long)md->max_batch * md->cfg.heads > 65535)
+        return 0;
+    /* the GPU, and the code built for it: the kernels are empty below sm_80 */
+    if (cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, md->device) !=
+            cudaSuccess ||
+        cudaFuncGetAttributes(&fa, fa_forward_k<64>) != cudaSuccess) {
+        (void)cudaGetLastError();
+        return 0;
+    }
+    return major >= 8 && fa.binaryVersion >= 80;
+}
+
+/* Launches kernel k<HS> on grid (tiles, B NH) with smem bytes of shared memory. */
+#define FA_LAUNCH(k, HS, smem, T, BNH, ...)                                                        \
+    do {                                                                                           \
+        CU(cudaFuncSetAttribute(k<HS>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)(smem))); \
+        k<HS><<<dim3((unsigned)(((T) + FA_TILE - 1) / FA_TILE), (unsigned)(BNH)), FA_THREADS,      \
+                (smem), md->stream>>>(__VA_ARGS__);                                                \
+        LAUNCHED(#k);                                                                              \
+    } while (0)
+
+template <int HS>
+static msr_status_t fa_forward(msr_cuda_gpt_t *md, float *out, float *stats, const float *qkv,
+                               int B, int T, int C, int NH)
+{
+    fa_shape_t sh = {T, C, NH, 1.0f / sqrtf((float)HS)};
+    FA_LAUNCH(fa_forward_k, HS, fa_smem(HS, 3, 1, 1), T, B * NH, out, stats, qkv, sh);
+    return MSR_OK;
+}
+
+template <int HS>
+static msr_status_t fa_backward(msr_cuda_gpt_t *md, float *dqkv, const float *dout,
+                                const float *qkv, const float *stats, int B, int T, int C, int NH)
+{
+    fa_shape_t sh = {T, C, NH, 1.0f / sqrtf((float)HS)};
+    FA_LAUNCH(fa_dot_k, HS, fa_smem(HS, 4, 0, 2), T, B * NH, md->fa_dot, stats, qkv, dout, sh);
+    FA_LAUNCH(fa_dkv_k, HS, fa_smem(HS, 4, 2, 2), T, B * NH, dqkv, stats, md->fa_dot, qkv, dout,
+              sh);
+    FA_LAUNCH(fa_dq_k, HS, fa_smem(HS, 4, 1, 2), T, B * NH, dqkv, stats, md->fa_dot, qkv, dout, sh);
+    return MSR_OK;
+}
+
+/* Layer l's row statistics on the tensor-core path; NULL: not on it. */
+static float *fa_layer_stats(const msr_cuda_gpt_t *md, int l)
+{
+    if (md->precision != MSR_PRECISION_BF16 || md->fa_stats == NULL)
+        return NULL;
+    return md->fa_stats + (size_t)l * 2 * md->max_batch * md->cfg.heads * md->cfg.max_seq;
+}
+
+/* Attention's forward and backward: on the tensor-core path where stats
+ * (fa_layer_stats) is given; else q, k and v are operands of every batch
+ * row's products, so in bf16 qkv is rounded once for the call. */
+static msr_status_t attention_forward(msr_cuda_gpt_t *md, float *out, float *att, float *stats,
+                                      const float *qkv, int B, int T, int C, int NH)
+{
+    if (stats != NULL) {
+        switch (C / NH) {
+        case 16:
+            return fa_forward<16>(md, out, stats, qkv, B, T, C, NH);
+        case 32:
+            return fa_forward<32>(md, out, stats, qkv, B, T, C, NH);
+        default:
+            return fa_forward<64>(md, out, stats, qkv, B, T, C, NH);
+        }
+    }
     TRY(hold_bf16(md, qkv, (size_t)B * T * 3 * C));
     msr_status_t st = attention_forward_rows(md, out, att, qkv, B, T, C, NH);
     release_bf16(md);
@@ -265,9 +334,19 @@ static msr_status_t attention_forward(msr_cuda_gpt_t *md, float *out, float *att
 }
 
 static msr_status_t attention_backward(msr_cuda_gpt_t *md, float *dqkv, float *datt,
-                                       const float *dout, const float *qkv, const float *att, int B,
-                                       int T, int C, int NH)
+                                       const float *dout, const float *qkv, const float *att,
+                                       const float *stats, int B, int T, int C, int NH)
 {
+    if (stats != NULL) {
+        switch (C / NH) {
+        case 16:
+            return fa_backward<16>(md, dqkv, dout, qkv, stats, B, T, C, NH);
+        case 32:
+            return fa_backward<32>(md, dqkv, dout, qkv, stats, B, T, C, NH);
+        default:
+            return fa_backward<64>(md, dqkv, dout, qkv, stats, B, T, C, NH);
+        }
+    }
     TRY(hold_bf16(md, qkv, (size_t)B * T * 3 * C));
     msr_status_t st = attention_backward_rows(md, dqkv, datt, dout, qkv, att, B, T, C, NH);
     release_bf16(md);
@@ -283,6 +362,42 @@ static msr_status_t check_tokens(const int *tokens, size_t n, int V, const char 
             return msr_err(MSR_ERR_INVALID_ARG, "gpt_cuda: %s[%zu] = %d is not a token in [0, %d)",
                            what, i, tokens[i], V);
     }
+    return MSR_OK;
+}
+
+/* Groups the batch's N positions by token for the token-embedding
+ * gradient (encoder_backward_wte_k), a stable counting sort on the host,
+ * and queues the groups' copy: pos (N) the positions token by token, start
+ * (U + 1) where each of the U distinct tokens' positions begin, id (U) the
+ * tokens, one after the other in d_tok. */
+static msr_status_t group_tokens(msr_cuda_gpt_t *md, const int *inputs, int N)
+{
+    int V = md->cfg.vocab;
+    int *pos = md->h_tok, *cnt = md->h_tok + 3 * (size_t)md->max_batch * md->cfg.max_seq + 1;
+    memset(cnt, 0, ((size_t)V + 1) * sizeof(int));
+    for (int n = 0; n < N; n++)
+        cnt[inputs[n] + 1]++;
+    for (int v = 0; v < V; v++)
+        cnt[v + 1] += cnt[v]; /* cnt[v]: where token v's positions begin */
+    int U = 0;
+    for (int v = 0; v < V; v++)
+        U += cnt[v + 1] > cnt[v];
+    int *start = pos + N, *id = start + U + 1;
+    U = 0;
+    for (int v = 0; v < V; v++) {
+        if (cnt[v + 1] > cnt[v]) {
+            start[U] = cnt[v];
+            id[U++] = v;
+        }
+    }
+    start[U] = N;
+    for (int n = 0; n < N; n++)
+        pos[cnt[inputs[n]]++] = n;
+    md->tok_distinct = U;
+    /* from pageable memory: staged before the call returns, so the next
+     * forward may rewrite h_tok */
+    CU(cudaMemcpyAsync(md->d_tok, md->h_tok, ((size_t)N + 2 * (size_t)U + 1) * sizeof(int),
+                       cudaMemcpyHostToDevice, md->stream));
     return MSR_OK;
 }
 
@@ -309,7 +424,7 @@ static msr_status_t block_forward(msr_cuda_gpt_t *md, int l, const float *in, in
     /* x + attn(ln1(x)) */
     TRY(layernorm_forward(md, a->ln1, a->ln1_mean, a->ln1_rstd, in, p.ln1w, p.ln1b, N, C));
     TRY(matmul_forward(md, a->qkv, a->ln1, p.qkvw, p.qkvb, N, C, 3 * C));
-    TRY(attention_forward(md, a->atty, a->att, a->qkv, B, T, C, NH));
+    TRY(attention_forward(md, a->atty, a->att, fa_layer_stats(md, l), a->qkv, B, T, C, NH));
     TRY(matmul_forward(md, proj, a->atty, p.attprojw, p.attprojb, N, C, C));
     residual_forward_k<<<msr_cuda_gpt_grid_for(NC), THREADS, 0, md->stream>>>(a->res2, in, proj,
                                                                               NC);
@@ -345,6 +460,7 @@ extern "C" msr_status_t msr_cuda_gpt_forward(msr_cuda_gpt_t *md, const int *inpu
     msr_gpt_acts_t *acts = &md->acts;
     CU(cudaMemcpyAsync(md->d_inputs, inputs, (size_t)N * sizeof(int), cudaMemcpyHostToDevice,
                        md->stream));
+    TRY(group_tokens(md, inputs, N));
     /* the targets too, before any kernel: a copy from pageable memory may
      * wait for the stream, which would stall the host behind the forward */
     if (targets != NULL)
@@ -425,7 +541,8 @@ static msr_status_t block_backward(msr_cuda_gpt_t *md, int l, const float *in, f
                            a->ln2_rstd, N, C));
     /* now dres = d res2; the attention branch */
     TRY(matmul_backward(md, w->datty, g.attprojw, g.attprojb, dres, a->atty, p.attprojw, N, C, C));
-    TRY(attention_backward(md, w->dqkv, w->datt, w->datty, a->qkv, a->att, B, T, C, NH));
+    TRY(attention_backward(md, w->dqkv, w->datt, w->datty, a->qkv, a->att, fa_layer_stats(md, l), B,
+                           T, C, NH));
     TRY(msr_cuda_gpt_zero(md, w->dln, NC));
     TRY(matmul_backward(md, w->dln, g.qkvw, g.qkvb, w->dqkv, a->ln1, p.qkvw, N, C, 3 * C));
     TRY(layernorm_backward(md, dres, g.ln1w, g.ln1b, w->dln, in, p.ln1w, a->ln1_mean, a->ln1_rstd,
@@ -479,8 +596,10 @@ extern "C" msr_status_t msr_cuda_gpt_backward_ex(msr_cuda_gpt_t *md, float dloss
     /* embeddings: dwte gets the rows of dres by token, dwpe (maxT,C) the
      * sum over the batch rows of dres viewed as (B, T*C) */
     float *dwte = md->grads, *dwpe = md->grads + (size_t)V * C;
-    encoder_backward_wte_k<<<msr_cuda_gpt_grid_for((size_t)C), THREADS, 0, md->stream>>>(
-        dwte, w->dres, md->d_inputs, (size_t)N, C);
+    size_t U = (size_t)md->tok_distinct;
+    const int *pos = md->d_tok, *start = pos + N;
+    encoder_backward_wte_k<<<msr_cuda_gpt_grid_for(U * C), THREADS, 0, md->stream>>>(
+        dwte, w->dres, pos, start, start + U + 1, U, C);
     LAUNCHED("encoder_backward");
     TRY(colsum_add(md, dwpe, w->dres, B, T * C));
     READY(0);

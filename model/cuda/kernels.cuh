@@ -45,15 +45,21 @@ __global__ static void encoder_forward_k(float *out, const int *inp, const float
     }
 }
 
-/* dwte (V,C) += the rows of dout (N,C) by token: one thread per channel,
- * tokens in order (the CPU's order of additions). */
-__global__ static void encoder_backward_wte_k(float *dwte, const float *dout, const int *inp,
-                                              size_t N, int C)
+/* dwte (V,C) += the rows of dout (N,C) by token, the positions grouped by
+ * token (pos, start, id: gpt_cuda_pass.cu's group_tokens): one thread per
+ * distinct token and channel, adding that token's rows in order of
+ * position, so each element sees the CPU's additions in the CPU's order. */
+__global__ static void encoder_backward_wte_k(float *dwte, const float *dout, const int *pos,
+                                              const int *start, const int *id, size_t U, int C)
 {
-    GRID_STRIDE(c, (size_t)C)
+    GRID_STRIDE(i, U * (size_t)C)
     {
-        for (size_t n = 0; n < N; n++)
-            dwte[(size_t)inp[n] * C + c] += dout[n * C + c];
+        size_t u = i / (size_t)C, c = i % (size_t)C;
+        float *g = dwte + (size_t)id[u] * C + c;
+        float acc = *g;
+        for (int p = start[u]; p < start[u + 1]; p++)
+            acc += dout[(size_t)pos[p] * C + c];
+        *g = acc;
     }
 }
 

@@ -93,6 +93,7 @@ msr_status_t msr_cuda_trainer_create(const msr_train_config_t *cfg, const msr_da
         goto err_destroy;
     if ((st = msr_cuda_gpt_set_precision(tr->model, cfg->precision)) != MSR_OK)
         goto err_destroy;
+    tr->fused_attention = msr_cuda_gpt_fused_attention(tr->model);
     tr->reqs = msr_calloc((size_t)cfg->model.layers + 2, sizeof *tr->reqs);
     if (tr->reqs == NULL) {
         st = msr_err(MSR_ERR_NO_MEMORY, "train_cuda: out of memory for %d gradient buckets",

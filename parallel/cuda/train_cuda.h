@@ -42,6 +42,7 @@ typedef struct msr_cuda_trainer {
     msr_comm_t *comm;      /* borrowed host communicator (the loss), NULL alone */
     msr_comm_t *dcomm;     /* the device communicator made from comm, NULL alone */
     int device;            /* the CUDA device */
+    int fused_attention;   /* bf16 attention on the tensor cores (gpt_cuda.h) */
     const msr_dataset_t *data;
     msr_sampler_t sampler;
     uint64_t step;   /* optimizer steps done */

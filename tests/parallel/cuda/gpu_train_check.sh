@@ -107,6 +107,16 @@ if [[ $bf16 -eq 1 ]]; then
         echo "FAIL: the GPU run did not say it runs its products in bf16"
         exit 1
     }
+    # head size 16 on an sm_80+ GPU: attention must take the fused kernel
+    cc=$(nvidia-smi --query-gpu=compute_cap --format=csv,noheader 2>/dev/null | head -n 1 || true)
+    if [[ $cc =~ ^([0-9]+)\. ]] && ((BASH_REMATCH[1] >= 8)); then
+        grep -q "attention fused on the tensor cores" "$work/gpu.out" || {
+            echo "FAIL: the GPU run's attention (sm $cc) did not take the fused bf16 kernel"
+            exit 1
+        }
+    else
+        echo "the GPU's compute capability is '$cc': the fused attention is not required"
+    fi
     paste -d' ' <(dec "$work/cpu.log") <(dec "$work/gpu.log") <(dec "$work/cpu32.log") | awk '
         { c = $2 + 0; g = $4 + 0; f = $6 + 0; d = c - g; if (d < 0) d = -d
           e = g - f; if (e < 0) e = -e; o = c - f; if (o < 0) o = -o

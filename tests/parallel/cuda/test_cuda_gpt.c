@@ -2,9 +2,11 @@
  * parameter tensor's gradient of one forward/backward, at a small shape and
  * at GPT-2's (T 1024, C 768, 12 heads, 2 layers, B 8, GPT-2's vocabulary of
  * 50257), and the losses and parameters of 10 training steps (fp32, within
- * 1e-4 relative). Needs a GPU: where this machine has none (no device, or
- * no driver at all) it prints why and exits 77 (ctest counts it skipped);
- * any other CUDA error (an old driver, say) fails it. */
+ * 1e-4 relative); in bf16 at both shapes, with head size 8 (cuBLAS's
+ * attention) and over several tiles of the fused attention. Needs a GPU: where this machine has
+ * none (no device, or no driver at all) it prints why and exits 77 (ctest counts it skipped); any
+ * other CUDA error (an old driver, say) fails it. */
+#include <cuda_runtime.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -24,6 +26,10 @@ enum { B = 4 };
 /* GPT-2 small's widths and vocabulary, two of its layers */
 static const msr_gpt_config_t gpt2 = {50257, 1024, 2, 12, 768};
 enum { B_GPT2 = 8 };
+/* bf16 attention's paths: head size 8 keeps cuBLAS's products; 32 with T
+ * 200 takes the fused kernel over 4 tiles of 64, the last of 8 rows */
+static const msr_gpt_config_t hs8 = {MSR_GPT_VOCAB, 32, 2, 8, 64};
+static const msr_gpt_config_t tiles = {MSR_GPT_VOCAB, 200, 2, 4, 128};
 
 /* max |a - b| over n, relative to max |b| (at least 1e-30). */
 static double rel_diff(const float *a, const float *b, size_t n)
@@ -47,10 +53,20 @@ static void random_tokens(int *x, size_t n, int V, unsigned seed)
     }
 }
 
+/* Whether bf16 attention must take the fused kernel on this GPU and
+ * shape: head size 16, 32 or 64 on sm_80 or later (gpt_cuda.h). */
+static int fused_expected(const msr_gpt_config_t *cfg)
+{
+    int HS = cfg->channels / cfg->heads, major = 0;
+    MSR_CHECK(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, 0) == cudaSuccess);
+    return major >= 8 && (HS == 16 || HS == 32 || HS == 64);
+}
+
 /* One forward and backward of the same model on the CPU and the GPU, both
  * in precision: the loss within loss_tol relative, the logits within
  * logits_tol and every tensor's gradient within tol of their largest
- * element. */
+ * element. In bf16, attention's path is the one gpt_cuda.h names for the
+ * shape, and a second forward and backward gives the same bits. */
 static void one_step_in(const msr_gpt_config_t *cfg, int B_, msr_precision_t precision,
                         double loss_tol, double logits_tol, double tol)
 {
@@ -66,6 +82,8 @@ static void one_step_in(const msr_gpt_config_t *cfg, int B_, msr_precision_t pre
     MSR_CHECK(msr_gpt_set_precision(cpu, precision) == MSR_OK);
     MSR_CHECK_MSG(msr_cuda_gpt_set_precision(gpu, precision) == MSR_OK, "%s", msr_err_msg());
     MSR_CHECK(msr_cuda_gpt_precision(gpu) == precision);
+    MSR_CHECK(msr_cuda_gpt_fused_attention(gpu) ==
+              (precision == MSR_PRECISION_BF16 && fused_expected(cfg)));
     /* bf16's operand scratch is counted */
     MSR_CHECK((msr_cuda_gpt_device_bytes(gpu) > bytes32) == (precision == MSR_PRECISION_BF16));
     MSR_CHECK(msr_cuda_gpt_set_params(gpu, cpu->params) == MSR_OK);
@@ -100,6 +118,16 @@ static void one_step_in(const msr_gpt_config_t *cfg, int B_, msr_precision_t pre
     }
     printf("largest gradient rel diff %.3g\n", worst);
     if (precision == MSR_PRECISION_BF16) {
+        /* the same bits again: no atomics, no order that varies */
+        float *again = msr_calloc(cpu->num_params, sizeof(float));
+        MSR_CHECK(again != NULL);
+        MSR_CHECK(msr_cuda_gpt_zero_grad(gpu) == MSR_OK);
+        MSR_CHECK(msr_cuda_gpt_forward(gpu, in, tg, B_, T, &lg) == MSR_OK);
+        MSR_CHECK(msr_cuda_gpt_backward(gpu, 1.0f / (float)N) == MSR_OK);
+        MSR_CHECK(msr_cuda_gpt_get_grads(gpu, again) == MSR_OK);
+        MSR_CHECK_MSG(memcmp(again, grads, cpu->num_params * sizeof(float)) == 0,
+                      "a second backward's gradients differ from the first's");
+        msr_free(again);
         /* the GPU's bf16 logits are away from the CPU's fp32 ones by more
          * than the fp32 comparison's tolerance: its products were rounded */
         double l32;
@@ -142,6 +170,26 @@ static void test_forward_backward(void)
 static void test_forward_backward_bf16(void)
 {
     one_step_in(&shape, B, MSR_PRECISION_BF16, 1.0 / 128, 1.0 / 128, 1.0 / 128);
+}
+
+/* bf16 with head size 8: attention on cuBLAS's products */
+static void test_forward_backward_bf16_hs8(void)
+{
+    one_step_in(&hs8, B, MSR_PRECISION_BF16, 1.0 / 128, 1.0 / 128, 1.0 / 128);
+}
+
+/* bf16 over several tiles of the fused attention, the last one partial */
+static void test_forward_backward_bf16_tiles(void)
+{
+    one_step_in(&tiles, 3, MSR_PRECISION_BF16, 1.0 / 128, 1.0 / 128, 1.0 / 128);
+}
+
+/* GPT-2's shape in bf16: the fused attention at head size 64 over 16
+ * tiles, the path gpu_bench.sh times; two batch rows keep the CPU's part
+ * short */
+static void test_gpt2_shape_bf16(void)
+{
+    one_step_in(&gpt2, 2, MSR_PRECISION_BF16, 1.0 / 128, 1.0 / 128, 1.0 / 128);
 }
 
 /* The real sizes the first GPU run meets: 8192 token rows, a 50257-row
@@ -206,7 +254,10 @@ static void test_train_10_steps(void)
 static const msr_test_t tests[] = {
     {"forward_backward", test_forward_backward, 60},
     {"forward_backward_bf16", test_forward_backward_bf16, 60},
+    {"forward_backward_bf16_hs8", test_forward_backward_bf16_hs8, 60},
+    {"forward_backward_bf16_tiles", test_forward_backward_bf16_tiles, 120},
     {"gpt2_shape", test_gpt2_shape, 540},
+    {"gpt2_shape_bf16", test_gpt2_shape_bf16, 540},
     {"train_10_steps", test_train_10_steps, 120},
 };
 
