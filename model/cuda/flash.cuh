@@ -104,6 +104,24 @@ __device__ static void fa_load(__nv_bfloat16 *s, const float *g, size_t ld, int 
     fa_put<HS>(s, f);
 }
 
+/* A loop's step to its next tile pair: the pair in flight in a and b
+ * put into sa and sb (after every warp is done with the last pair), then
+ * tile `next` of ga and gb fetched behind them (next < 0: none). */
+template <int HS>
+__device__ static void fa_advance(__nv_bfloat16 *sa, __nv_bfloat16 *sb, fa_regs<HS> &a,
+                                  fa_regs<HS> &b, const float *ga, size_t lda, const float *gb,
+                                  size_t ldb, int next, int T)
+{
+    __syncthreads();
+    fa_put<HS>(sa, a);
+    fa_put<HS>(sb, b);
+    __syncthreads();
+    if (next >= 0) {
+        fa_fetch<HS>(a, ga, lda, next * FA_TILE, T);
+        fa_fetch<HS>(b, gb, ldb, next * FA_TILE, T);
+    }
+}
+
 #ifdef FA_ARCH
 /* Warp w's rows of S (FA_TILE, FA_LF) = A B^T, A and B (FA_TILE, HS + 8)
  * tiles: rows [16w, 16w + 16) of A against every row of B. */
@@ -255,14 +273,7 @@ __global__ static void __launch_bounds__(FA_THREADS, 3)
         nvcuda::wmma::fill_fragment(o[n], 0.0f);
     fa_fetch<HS>(fv, v, C3, 0, T); /* fk holds key tile 0 again: pass 1's last fetch */
     for (int kt = 0; kt <= qt; kt++) {
-        __syncthreads();
-        fa_put<HS>(sK, fk);
-        fa_put<HS>(sV, fv);
-        __syncthreads();
-        if (kt < qt) {
-            fa_fetch<HS>(fk, k, C3, (kt + 1) * FA_TILE, T);
-            fa_fetch<HS>(fv, v, C3, (kt + 1) * FA_TILE, T);
-        }
+        fa_advance<HS>(sK, sV, fk, fv, k, C3, v, C3, kt < qt ? kt + 1 : -1, T);
         fa_abt<HS>(sS, sQ, sK, w);
         __syncwarp();
         const float *srow = sS + row * FA_LF;
@@ -365,14 +376,7 @@ __global__ static void __launch_bounds__(FA_THREADS, 3)
     for (int i = r0 + (int)threadIdx.x; i < r0 + FA_TILE && i < T; i += FA_THREADS)
         dt[i] = 0.0f;
     for (int kt = 0; kt <= qt; kt++) {
-        __syncthreads();
-        fa_put<HS>(sK, fk);
-        fa_put<HS>(sV, fv);
-        __syncthreads();
-        if (kt < qt) {
-            fa_fetch<HS>(fk, k, C3, (kt + 1) * FA_TILE, T);
-            fa_fetch<HS>(fv, v, C3, (kt + 1) * FA_TILE, T);
-        }
+        fa_advance<HS>(sK, sV, fk, fv, k, C3, v, C3, kt < qt ? kt + 1 : -1, T);
         fa_abt<HS>(sS, sQ, sK, w);
         fa_abt<HS>(sA, sO, sV, w); /* datt = dout V^T */
         __syncwarp();
@@ -413,14 +417,7 @@ __global__ static void __launch_bounds__(FA_THREADS)
         nvcuda::wmma::fill_fragment(dv[n], 0.0f);
     }
     for (int qt = kt; qt < nt; qt++) {
-        __syncthreads();
-        fa_put<HS>(sQ, fq);
-        fa_put<HS>(sO, fo);
-        __syncthreads();
-        if (qt + 1 < nt) {
-            fa_fetch<HS>(fq, q, C3, (qt + 1) * FA_TILE, T);
-            fa_fetch<HS>(fo, d, (size_t)sh.C, (qt + 1) * FA_TILE, T);
-        }
+        fa_advance<HS>(sQ, sO, fq, fo, q, C3, d, (size_t)sh.C, qt + 1 < nt ? qt + 1 : -1, T);
         fa_abt<HS>(sS, sQ, sK, w);
         fa_abt<HS>(sA, sO, sV, w);
         __syncwarp();
@@ -463,14 +460,7 @@ __global__ static void __launch_bounds__(FA_THREADS)
     for (int n = 0; n < HS / 16; n++)
         nvcuda::wmma::fill_fragment(dq[n], 0.0f);
     for (int kt = 0; kt <= qt; kt++) {
-        __syncthreads();
-        fa_put<HS>(sK, fk);
-        fa_put<HS>(sV, fv);
-        __syncthreads();
-        if (kt < qt) {
-            fa_fetch<HS>(fk, k, C3, (kt + 1) * FA_TILE, T);
-            fa_fetch<HS>(fv, v, C3, (kt + 1) * FA_TILE, T);
-        }
+        fa_advance<HS>(sK, sV, fk, fv, k, C3, v, C3, kt < qt ? kt + 1 : -1, T);
         fa_abt<HS>(sS, sQ, sK, w);
         fa_abt<HS>(sA, sO, sV, w);
         __syncwarp();
