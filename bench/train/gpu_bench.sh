@@ -19,7 +19,8 @@
 # the peak. Our fp32 path is on the CUDA cores (TF32 off, so the losses
 # match the CPU's), so its MFU is against the fp32 peak; the second row
 # trains with --precision bf16 (the products on the tensor cores, bf16
-# operands and fp32 sums, the rest fp32), as llm.c trains in bf16 and
+# operands and fp32 sums, attention fused into kernels that work a tile at
+# a time, the rest fp32), as llm.c trains in bf16 and
 # quotes MFU against the bf16 peak; the table gives each against both.
 # Peaks (dense, per GPU) are read from the GPU's name or from
 # MSRUN_PEAK_FP32_TFLOPS / MSRUN_PEAK_BF16_TFLOPS.
