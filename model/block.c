@@ -1,8 +1,7 @@
 /* One transformer block, forward and backward (see block.h). */
 #include "model/block.h"
 
-#include <string.h>
-
+#include "model/kernels.h"
 #include "model/layers.h"
 
 static msr_status_t enter(const msr_block_t *b, const float *x, float *gbuf, const float **out_p)
@@ -30,18 +29,10 @@ static msr_status_t poll(const msr_block_t *b)
     return b->comm->poll(b->comm->arg);
 }
 
-static void add_bias(float *x, const float *bias, size_t N, int C)
+/* The block's kernels (kernels.h): its own table, or the CPU's. */
+static const msr_kernels_t *K(const msr_block_t *b)
 {
-    for (size_t n = 0; n < N; n++)
-        for (int c = 0; c < C; c++)
-            x[n * (size_t)C + c] += bias[c];
-}
-
-static void add_colsum(float *db, const float *d, size_t N, int C)
-{
-    for (size_t n = 0; n < N; n++)
-        for (int c = 0; c < C; c++)
-            db[c] += d[n * (size_t)C + c];
+    return b->k != NULL ? b->k : msr_kernels_cpu();
 }
 
 /* out (Nl,C) = x + r, the row-parallel layer's reduced output, plus its
@@ -50,8 +41,8 @@ static msr_status_t add_residual(const msr_block_t *b, float *out, const float *
                                  const float *bias)
 {
     if (b->tp > 1 && bias != NULL)
-        add_bias(r, bias, b->Nl, b->C);
-    msr_residual_forward(out, x, r, b->Nl * (size_t)b->C);
+        K(b)->add_bias(r, bias, b->Nl, b->C);
+    K(b)->residual(out, x, r, b->Nl * (size_t)b->C);
     return poll(b);
 }
 
@@ -78,15 +69,15 @@ static void rope(const msr_block_t *b, float *x, int H, int dir)
 {
     int HS = b->Cl / b->NHl, W = qkv_width(b);
     if (b->pos == NULL) {
-        msr_rope_forward(x, W, b->B, b->T, b->pos0, H, HS, b->rope_theta, dir);
+        K(b)->rope(x, W, b->B, b->T, b->pos0, H, HS, b->rope_theta, dir);
         return;
     }
     for (int s = 0; s < b->B; s++) {
         for (int t = 0, n; t < b->T; t += n) {
             for (n = 1; t + n < b->T && b->pos[t + n] == b->pos[t] + n; n++)
                 ;
-            msr_rope_forward(x + ((size_t)s * b->T + (size_t)t) * W, W, 1, n, b->pos[t], H, HS,
-                             b->rope_theta, dir);
+            K(b)->rope(x + ((size_t)s * b->T + (size_t)t) * W, W, 1, n, b->pos[t], H, HS,
+                       b->rope_theta, dir);
         }
     }
 }
@@ -100,7 +91,8 @@ static msr_status_t llama_attend(const msr_block_t *b, msr_gpt_block_acts_t *a)
     rope(b, a->qkv + b->Cl, b->NKVl, 1);
     if (b->comm != NULL && b->comm->attend != NULL)
         return b->comm->attend(b->comm->arg, a->atty, a->att, a->qkv);
-    msr_attention_gqa_forward(b->prod, a->atty, a->att, a->qkv, b->B, b->T, b->Cl, b->NHl, b->NKVl);
+    K(b)->attention_gqa_forward(b->prod, a->atty, a->att, a->qkv, b->B, b->T, b->Cl, b->NHl,
+                                b->NKVl);
     return MSR_OK;
 }
 
@@ -112,8 +104,8 @@ static msr_status_t llama_attend_backward(const msr_block_t *b, const msr_gpt_bl
     if (b->comm != NULL && b->comm->attend_backward != NULL)
         st = b->comm->attend_backward(b->comm->arg, b->dqkv, b->datty, a->qkv, a->atty, a->att);
     else
-        msr_attention_gqa_backward(b->prod, b->dqkv, b->datt, b->datty, a->qkv, a->att, b->B, b->T,
-                                   b->Cl, b->NHl, b->NKVl);
+        K(b)->attention_gqa_backward(b->prod, b->dqkv, b->datt, b->datty, a->qkv, a->att, b->B,
+                                     b->T, b->Cl, b->NHl, b->NKVl);
     if (st != MSR_OK)
         return st;
     rope(b, b->dqkv, b->NHl, -1);
@@ -129,7 +121,7 @@ static uint16_t *operand(const msr_block_t *b, const float *ln, size_t rows, int
 {
     if (rows != b->N)
         return NULL;
-    return msr_products_operand(b->prod, ln, rows * (size_t)cols);
+    return K(b)->operand(b->prod, ln, rows * (size_t)cols);
 }
 
 /* ln = norm(x): LayerNorm (mean and rstd kept), or a Llama's RMSNorm
@@ -139,10 +131,10 @@ static void norm_forward(const msr_block_t *b, float *ln, float *mean, float *rs
                          const float *w, const float *bias, int fused)
 {
     if (b->llama)
-        msr_rmsnorm_forward(ln, rstd, x, w, (int)b->Nl, b->C);
+        K(b)->rmsnorm_forward(ln, rstd, x, w, (int)b->Nl, b->C);
     else
-        msr_layernorm_forward_bf16(ln, fused ? operand(b, ln, b->Nl, b->C) : NULL, mean, rstd, x, w,
-                                   bias, (int)b->Nl, b->C);
+        K(b)->layernorm_forward(ln, fused ? operand(b, ln, b->Nl, b->C) : NULL, mean, rstd, x, w,
+                                bias, (int)b->Nl, b->C);
 }
 
 /* ---- forward in pieces ---- */
@@ -233,7 +225,7 @@ static msr_status_t attend(const msr_block_t *b, msr_gpt_block_acts_t *a)
         return llama_attend(b, a);
     if (b->comm != NULL && b->comm->attend != NULL)
         return b->comm->attend(b->comm->arg, a->atty, a->att, a->qkv);
-    msr_attention_forward(b->prod, a->atty, a->att, a->qkv, b->B, b->T, b->Cl, b->NHl);
+    K(b)->attention_forward(b->prod, a->atty, a->att, a->qkv, b->B, b->T, b->Cl, b->NHl);
     return MSR_OK;
 }
 
@@ -252,13 +244,13 @@ static msr_status_t fwd_piece(fwd_t *f, int k)
     case FWD_QKV:
         if ((st = fwd_enter_wait(f)) != MSR_OK)
             return st;
-        msr_matmul_forward(b->prod, a->qkv, f->in, p->qkvw, p->qkvb, N, C, qkv_width(b));
+        K(b)->matmul_forward(b->prod, a->qkv, f->in, p->qkvw, p->qkvb, N, C, qkv_width(b));
         return poll(b);
     case FWD_ATTPROJ:
         if ((st = attend(b, a)) != MSR_OK || (st = poll(b)) != MSR_OK)
             return st;
-        msr_matmul_forward(b->prod, b->proj, a->atty, p->attprojw, tp1 ? p->attprojb : NULL, N,
-                           b->Cl, C);
+        K(b)->matmul_forward(b->prod, b->proj, a->atty, p->attprojw, tp1 ? p->attprojb : NULL, N,
+                             b->Cl, C);
         return fwd_reduce_start(f);
     case FWD_RES2:
         return fwd_residual(f, a->res2, f->x, p->attprojb);
@@ -269,21 +261,21 @@ static msr_status_t fwd_piece(fwd_t *f, int k)
         if ((st = fwd_enter_wait(f)) != MSR_OK)
             return st;
         /* GELU's fc (N,Hl), or a Llama's gate and up (N,2Hl) */
-        msr_matmul_forward(b->prod, a->fch, f->in, p->fcw, p->fcb, N, C,
-                           b->llama ? 2 * b->Hl : b->Hl);
+        K(b)->matmul_forward(b->prod, a->fch, f->in, p->fcw, p->fcb, N, C,
+                             b->llama ? 2 * b->Hl : b->Hl);
         return poll(b);
     case FWD_FCPROJ:
         if (b->llama)
-            msr_swiglu_forward(a->fch_gelu, a->fch, N, b->Hl);
+            K(b)->swiglu_forward(a->fch_gelu, a->fch, N, b->Hl);
         else
-            msr_gelu_forward_bf16(a->fch_gelu, operand(b, a->fch_gelu, b->N, b->Hl), a->fch,
-                                  b->N * (size_t)b->Hl);
+            K(b)->gelu_forward(a->fch_gelu, operand(b, a->fch_gelu, b->N, b->Hl), a->fch,
+                               b->N * (size_t)b->Hl);
         /* (two copies: the other copy's gather, started just before this
          * piece, progresses only when tested) */
         if ((st = poll(b)) != MSR_OK)
             return st;
-        msr_matmul_forward(b->prod, b->proj, a->fch_gelu, p->fcprojw, tp1 ? p->fcprojb : NULL, N,
-                           b->Hl, C);
+        K(b)->matmul_forward(b->prod, b->proj, a->fch_gelu, p->fcprojw, tp1 ? p->fcprojb : NULL, N,
+                             b->Hl, C);
         return fwd_reduce_start(f);
     default: /* FWD_RES3 */
         return fwd_residual(f, a->res3, a->res2, p->fcprojb);
@@ -301,7 +293,7 @@ static msr_status_t hook_forward(const msr_block_t *b, const msr_gpt_block_param
     if (st != MSR_OK || (st = mlp->forward(mlp->arg, in, b->proj)) != MSR_OK ||
         (st = reduce(b, b->proj, b->projl, &r)) != MSR_OK)
         return st;
-    msr_residual_forward(a->res3, a->res2, r, b->Nl * (size_t)b->C);
+    K(b)->residual(a->res3, a->res2, r, b->Nl * (size_t)b->C);
     return poll(b);
 }
 
@@ -375,10 +367,10 @@ static msr_status_t proj_backward(const msr_block_t *b, float *din, float *dw, f
     if (st != MSR_OK)
         return st;
     /* din written, not added to: no pass to zero it first */
-    msr_matmul_backward_set(b->prod, din, dw, b->tp == 1 ? db : NULL, dfull, in, w, (int)b->N, IC,
-                            b->C);
+    K(b)->matmul_backward_set(b->prod, din, dw, b->tp == 1 ? db : NULL, dfull, in, w, (int)b->N, IC,
+                              b->C);
     if (b->tp > 1 && db != NULL) /* a Llama has no biases */
-        add_colsum(db, dres, b->Nl, b->C);
+        K(b)->add_colsum(db, dres, b->Nl, b->C);
     return poll(b);
 }
 
@@ -389,9 +381,9 @@ static void norm_input_backward(const msr_block_t *b, float *dres, const float *
                                 const float *rstd)
 {
     if (b->llama)
-        msr_rmsnorm_backward(dres, dlnw, dl, x, lnw, rstd, (int)b->Nl, b->C);
+        K(b)->rmsnorm_backward(dres, dlnw, dl, x, lnw, rstd, (int)b->Nl, b->C);
     else
-        msr_layernorm_backward(dres, dlnw, dlnb, dl, x, lnw, mean, rstd, (int)b->Nl, b->C);
+        K(b)->layernorm_backward(dres, dlnw, dlnb, dl, x, lnw, mean, rstd, (int)b->Nl, b->C);
 }
 
 /* The column-parallel layer's backward (weight w (OC,C), input ln (Nl,C)
@@ -407,7 +399,7 @@ static msr_status_t norm_backward(const msr_block_t *b, float *dres, const float
     msr_status_t st = enter(b, ln, b->gat, &in);
     if (st != MSR_OK)
         return st;
-    msr_matmul_backward_set(b->prod, b->dln, dw, db, dout, in, w, (int)b->N, b->C, OC);
+    K(b)->matmul_backward_set(b->prod, b->dln, dw, db, dout, in, w, (int)b->N, b->C, OC);
     if ((st = poll(b)) != MSR_OK)
         return st;
     if (defer != NULL) /* two copies: the reduction started, the norm's backward later */
@@ -433,11 +425,10 @@ static msr_status_t mlp_backward(const msr_block_t *b, const msr_gpt_block_param
     if (st != MSR_OK)
         return st;
     if (b->llama) {
-        memset(b->dfch, 0, b->N * (size_t)OC * sizeof(float));
-        msr_swiglu_backward(b->dfch, a->fch, b->dfch_gelu, (int)b->N, b->Hl);
+        K(b)->zero(b->dfch, b->N * (size_t)OC);
+        K(b)->swiglu_backward(b->dfch, a->fch, b->dfch_gelu, (int)b->N, b->Hl);
     } else { /* dfch zeroed a block at a time; fc's backward takes its rounding */
-        msr_gelu_backward_set_bf16(b->dfch, operand(b, b->dfch, b->N, OC), a->fch, b->dfch_gelu,
-                                   NH);
+        K(b)->gelu_backward_set(b->dfch, operand(b, b->dfch, b->N, OC), a->fch, b->dfch_gelu, NH);
     }
     return norm_backward(b, dres, b->dfch, OC, a->ln2, p->fcw, g->fcw, g->fcb, a->res2, p->ln2w,
                          g->ln2w, g->ln2b, a->ln2_mean, a->ln2_rstd, defer);
@@ -456,14 +447,14 @@ static msr_status_t attn_backward(const msr_block_t *b, const msr_gpt_block_para
         return st;
     bool own = !b->llama && (b->comm == NULL || b->comm->attend_backward == NULL);
     if (!own) /* they add into dqkv; the causal kernel writes it */
-        memset(b->dqkv, 0, b->N * (size_t)qkv_width(b) * sizeof(float));
+        K(b)->zero(b->dqkv, b->N * (size_t)qkv_width(b));
     if (b->llama)
         st = llama_attend_backward(b, a);
     else if (!own)
         st = b->comm->attend_backward(b->comm->arg, b->dqkv, b->datty, a->qkv, a->atty, a->att);
     else
-        msr_attention_backward_set(b->prod, b->dqkv, b->datt, b->datty, a->qkv, a->att, b->B, b->T,
-                                   b->Cl, b->NHl);
+        K(b)->attention_backward_set(b->prod, b->dqkv, b->datt, b->datty, a->qkv, a->att, b->B,
+                                     b->T, b->Cl, b->NHl);
     if (st != MSR_OK || (st = poll(b)) != MSR_OK)
         return st;
     /* dres = d x */
@@ -483,7 +474,7 @@ static msr_status_t hook_backward(const msr_block_t *b, const msr_gpt_block_para
     msr_status_t st = enter(b, dres, b->dgat, &dfull);
     if (st != MSR_OK || (st = enter(b, a->ln2, b->gat, &in)) != MSR_OK)
         return st;
-    memset(b->dln, 0, b->N * (size_t)b->C * sizeof(float));
+    K(b)->zero(b->dln, b->N * (size_t)b->C);
     if ((st = mlp->backward(mlp->arg, in, dfull, b->dln)) != MSR_OK || (st = poll(b)) != MSR_OK ||
         (st = reduce(b, b->dln, b->dlnl, &dl)) != MSR_OK)
         return st;

@@ -96,6 +96,9 @@ typedef struct msr_block {
     float *dqkv, *datty;          /* (N,3Cl), (N,Cl) */
     float *dfch, *dfch_gelu;      /* (N,Hl) */
     float *datt;                  /* (T,T) attention backward scratch */
+    /* the kernels every pass calls (model/kernels.h): the model's table;
+     * NULL: the CPU's */
+    const struct msr_kernels *k;
 } msr_block_t;
 
 /* A block whose MLP is the caller's (a Mixture-of-Experts block, model/

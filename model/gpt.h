@@ -347,6 +347,10 @@ typedef struct msr_gpt {
 
     /* the matrix products' precision (layers.h; owned): NULL is fp32 */
     msr_products_t *prod;
+    /* the kernels the blocks' passes call, whichever runtime drives them
+     * (model/kernels.h; not owned): NULL is the CPU's. A table of another
+     * device needs the blocks' buffers on that device. */
+    const struct msr_kernels *kernels;
 } msr_gpt_t;
 
 /* Runs the model's matrix products in precision (layers.h, "precision of

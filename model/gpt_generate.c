@@ -206,6 +206,7 @@ msr_status_t msr_gpt_gen_step(msr_gpt_gen_t *gen, int token, const float **logit
                      .pos0 = gen->pos,
                      .comm = &comm,
                      .prod = m->prod,
+                     .k = m->kernels,
                      .proj = gen->proj};
     for (int l = 0; l < L; l++) {
         msr_gpt_block_params_t p;

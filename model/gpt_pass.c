@@ -11,6 +11,7 @@
 #include "base/util.h"
 #include "layout/layout.h"
 #include "model/block.h"
+#include "model/kernels.h"
 #include "model/layers.h"
 #include "model/moe.h"
 #include "model/rng.h"
@@ -73,6 +74,7 @@ static void whole_block(msr_gpt_t *m, int B, int T, const msr_block_comm_t *comm
         .rope_theta = m->cfg.rope_theta,
         .comm = comm,
         .prod = m->prod,
+        .k = m->kernels,
         .proj = m->acts.proj,
         .dln = w->dln,
         .dqkv = w->dqkv,
@@ -146,24 +148,25 @@ static msr_status_t head_forward(msr_gpt_t *model, const float *x, int N,
     int C = model->cfg.channels, V = model->cfg.vocab, L = model->cfg.layers;
     int llama = model->cfg.arch == MSR_GPT_ARCH_LLAMA;
     msr_gpt_acts_t *acts = &model->acts;
+    const msr_kernels_t *k = msr_kernels_or_cpu(model->kernels);
     msr_status_t st;
     if ((st = hook_acquire(hooks, model, L + 1, MSR_GPT_FORWARD)) != MSR_OK)
         return st;
     const float *lnfw = model->segments[L + 1].params; /* (C) */
     if (llama) {
-        msr_rmsnorm_forward(acts->lnf, acts->lnf_rstd, x, lnfw, N, C);
+        k->rmsnorm_forward(acts->lnf, acts->lnf_rstd, x, lnfw, N, C);
     } else {
         /* the head's product takes lnf's bf16 rounding as it is written */
-        uint16_t *lnf16 = msr_products_operand(model->prod, acts->lnf, (size_t)N * (size_t)C);
-        msr_layernorm_forward_bf16(acts->lnf, lnf16, acts->lnf_mean, acts->lnf_rstd, x, lnfw,
-                                   lnfw + C, N, C);
+        uint16_t *lnf16 = k->operand(model->prod, acts->lnf, (size_t)N * (size_t)C);
+        k->layernorm_forward(acts->lnf, lnf16, acts->lnf_mean, acts->lnf_rstd, x, lnfw, lnfw + C, N,
+                             C);
         if ((st = hook_release(hooks, model, L + 1, MSR_GPT_FORWARD)) != MSR_OK ||
             (st = hook_acquire(hooks, model, 0, MSR_GPT_FORWARD)) != MSR_OK)
             return st;
     }
     /* (V, C): a Llama's lm_head after lnfw, the GPT's wte */
     const float *head = llama ? lnfw + C : model->segments[0].params;
-    msr_matmul_forward(model->prod, acts->logits, acts->lnf, head, NULL, N, C, V);
+    k->matmul_forward(model->prod, acts->logits, acts->lnf, head, NULL, N, C, V);
     if ((st = msr_products_status(model->prod)) != MSR_OK)
         return st;
     return hook_release(hooks, model, llama ? L + 1 : 0, MSR_GPT_FORWARD);
@@ -180,12 +183,13 @@ static msr_status_t head_backward(msr_gpt_t *model, const msr_gpt_hooks_t *hooks
     int llama = cfg->arch == MSR_GPT_ARCH_LLAMA;
     msr_gpt_acts_t *acts = &model->acts;
     msr_gpt_work_t *w = &model->work;
+    const msr_kernels_t *k = msr_kernels_or_cpu(model->kernels);
     msr_status_t st;
     if (!llama) { /* dlnf (N,C) += dlogits @ wte, dwte += dlogits^T @ lnf */
         if ((st = hook_acquire(hooks, model, 0, MSR_GPT_BACKWARD)) != MSR_OK)
             return st;
-        msr_matmul_backward(model->prod, w->dln, model->segments[0].grads, NULL, w->dlogits,
-                            acts->lnf, model->segments[0].params, N, C, V);
+        k->matmul_backward(model->prod, w->dln, model->segments[0].grads, NULL, w->dlogits,
+                           acts->lnf, model->segments[0].params, N, C, V);
         if ((st = msr_products_status(model->prod)) != MSR_OK)
             return st;
         if ((st = hook_release(hooks, model, 0, MSR_GPT_BACKWARD)) != MSR_OK)
@@ -197,15 +201,15 @@ static msr_status_t head_backward(msr_gpt_t *model, const msr_gpt_hooks_t *hooks
     const float *lnfw = model->segments[L + 1].params; /* (C) */
     float *dlnfw = model->segments[L + 1].grads;       /* (C) */
     if (llama) {                                       /* lm_head (V,C) after lnfw */
-        msr_matmul_backward(model->prod, w->dln, dlnfw + C, NULL, w->dlogits, acts->lnf, lnfw + C,
-                            N, C, V);
+        k->matmul_backward(model->prod, w->dln, dlnfw + C, NULL, w->dlogits, acts->lnf, lnfw + C, N,
+                           C, V);
         if ((st = msr_products_status(model->prod)) != MSR_OK)
             return st;
-        msr_rmsnorm_backward(w->dres, dlnfw, w->dln, acts->blocks[L - 1].res3, lnfw, acts->lnf_rstd,
-                             N, C);
+        k->rmsnorm_backward(w->dres, dlnfw, w->dln, acts->blocks[L - 1].res3, lnfw, acts->lnf_rstd,
+                            N, C);
     } else {
-        msr_layernorm_backward(w->dres, dlnfw, dlnfw + C, w->dln, acts->blocks[L - 1].res3, lnfw,
-                               acts->lnf_mean, acts->lnf_rstd, N, C);
+        k->layernorm_backward(w->dres, dlnfw, dlnfw + C, w->dln, acts->blocks[L - 1].res3, lnfw,
+                              acts->lnf_mean, acts->lnf_rstd, N, C);
     }
     if ((st = hook_release(hooks, model, L + 1, MSR_GPT_BACKWARD)) != MSR_OK)
         return st;
@@ -244,6 +248,7 @@ msr_status_t msr_gpt_forward(msr_gpt_t *model, const int *inputs, const int *tar
         return st;
     model->B = model->T = 0; /* no backward until this forward completes */
     msr_gpt_acts_t *acts = &model->acts;
+    const msr_kernels_t *k = msr_kernels_or_cpu(model->kernels);
 
     /* embeddings: (B,T) tokens -> (B,T,C) */
     if ((st = hook_acquire(hooks, model, 0, MSR_GPT_FORWARD)) != MSR_OK)
@@ -251,9 +256,9 @@ msr_status_t msr_gpt_forward(msr_gpt_t *model, const int *inputs, const int *tar
     const float *wte = model->segments[0].params;   /* (V, C) */
     const float *wpe = wte + (size_t)V * (size_t)C; /* (maxT, C); a Llama has none */
     if (llama)
-        msr_embedding_forward(acts->encoded, inputs, wte, N, C);
+        k->embedding_forward(acts->encoded, inputs, wte, N, C);
     else
-        msr_encoder_forward(acts->encoded, inputs, wte, wpe, B, T, C);
+        k->encoder_forward(acts->encoded, inputs, wte, wpe, B, T, C);
     if ((st = hook_release(hooks, model, 0, MSR_GPT_FORWARD)) != MSR_OK)
         return st;
 
@@ -275,7 +280,7 @@ msr_status_t msr_gpt_forward(msr_gpt_t *model, const int *inputs, const int *tar
     if (targets == NULL)
         return MSR_OK;
 
-    msr_crossentropy_forward(acts->losses, acts->probs, acts->logits, targets, N, V);
+    k->crossentropy_forward(acts->losses, acts->probs, acts->logits, targets, N, V);
     double sum = 0.0;
     for (int i = 0; i < N; i++)
         sum += acts->losses[i];
@@ -300,12 +305,13 @@ msr_status_t msr_gpt_backward(msr_gpt_t *model, float dloss, const msr_gpt_hooks
     size_t NC = (size_t)N * C;
     msr_gpt_acts_t *acts = &model->acts;
     msr_gpt_work_t *w = &model->work;
+    const msr_kernels_t *k = msr_kernels_or_cpu(model->kernels);
     msr_status_t st;
 
-    memset(w->dlogits, 0, (size_t)N * V * sizeof(float));
-    memset(w->dres, 0, NC * sizeof(float));
-    memset(w->dln, 0, NC * sizeof(float));
-    msr_crossentropy_backward(w->dlogits, acts->probs, model->targets, dloss, N, V);
+    k->zero(w->dlogits, (size_t)N * V);
+    k->zero(w->dres, NC);
+    k->zero(w->dln, NC);
+    k->crossentropy_backward(w->dlogits, acts->probs, model->targets, dloss, N, V);
 
     if ((st = head_backward(model, hooks)) != MSR_OK)
         return st;
@@ -328,9 +334,9 @@ msr_status_t msr_gpt_backward(msr_gpt_t *model, float dloss, const msr_gpt_hooks
     float *dwte = model->segments[0].grads;     /* (V, C) */
     float *dwpe = dwte + (size_t)V * (size_t)C; /* (maxT, C); a Llama has none */
     if (cfg->arch == MSR_GPT_ARCH_LLAMA)
-        msr_embedding_backward(dwte, w->dres, model->inputs, N, C);
+        k->embedding_backward(dwte, w->dres, model->inputs, N, C);
     else
-        msr_encoder_backward(dwte, dwpe, w->dres, model->inputs, B, T, C);
+        k->encoder_backward(dwte, dwpe, w->dres, model->inputs, B, T, C);
     if ((st = hook_release(hooks, model, 0, MSR_GPT_BACKWARD)) != MSR_OK)
         return st;
     return hook_grads_ready(hooks, model, 0);

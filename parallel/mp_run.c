@@ -10,6 +10,7 @@
 #include "base/time.h"
 #include "layout/layout.h"
 #include "model/err_call.h"
+#include "model/kernels.h"
 #include "model/layers.h"
 #include "model/moe.h"
 #include "parallel/mp_impl.h"
@@ -104,16 +105,17 @@ static msr_status_t recompute(msr_mp_t *mp, int m, int l, const msr_gpt_block_pa
         /* the attention output is kept; the recomputed copy goes to scratch
          * (under cp the logsumexp was kept: nothing to recompute); a MoE
          * block has no GELU of its own to bring back */
+        const msr_kernels_t *k = msr_kernels_or_cpu(mp->blk.k);
         if (d->cp == 1 && mp->blk.llama) /* qkv was kept rotated */
-            msr_attention_gqa_forward(mp->model->prod, mp->w.datty, la->att, la->qkv, d->B, d->T,
-                                      d->Cl, d->NHl, mp->blk.NKVl);
+            k->attention_gqa_forward(mp->model->prod, mp->w.datty, la->att, la->qkv, d->B, d->T,
+                                     d->Cl, d->NHl, mp->blk.NKVl);
         else if (d->cp == 1)
-            msr_attention_forward(mp->model->prod, mp->w.datty, la->att, la->qkv, d->B, d->T, d->Cl,
-                                  d->NHl);
+            k->attention_forward(mp->model->prod, mp->w.datty, la->att, la->qkv, d->B, d->T, d->Cl,
+                                 d->NHl);
         if (mp->model->cfg.arch == MSR_GPT_ARCH_LLAMA)
-            msr_swiglu_forward(la->fch_gelu, la->fch, (int)d->N, d->Hl);
+            k->swiglu_forward(la->fch_gelu, la->fch, (int)d->N, d->Hl);
         else if (!msr_gpt_layer_is_moe(&mp->model->cfg, l))
-            msr_gelu_forward(la->fch_gelu, la->fch, d->N * (size_t)d->Hl);
+            k->gelu_forward(la->fch_gelu, NULL, la->fch, d->N * (size_t)d->Hl);
     }
     return MSR_OK;
 }

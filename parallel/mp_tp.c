@@ -9,6 +9,7 @@
 #include "base/log.h"
 #include "base/status.h"
 #include "base/time.h"
+#include "model/kernels.h"
 #include "model/layers.h"
 #include "parallel/mp_impl.h"
 
@@ -143,6 +144,7 @@ void msr_mp_point_block(msr_mp_t *mp)
         .pos = cp ? mp->cp_pos + (size_t)mp->cr * (size_t)d->T : NULL, /* zigzag chunks */
         .comm = tp || cp ? &mp->blk_comm : NULL,
         .prod = mp->model->prod,
+        .k = mp->model->kernels,
         .proj = w->proj,
         .projl = w->projl,
         .gat = w->gat,
@@ -187,7 +189,7 @@ msr_status_t msr_mp_embed_forward(msr_mp_t *mp, const int *tokens, float *out)
         return st == MSR_OK ? msr_mp_sync(mp) : st;
     }
     if (d->tp == 1 && d->cp == 1) {
-        msr_encoder_forward(out, tokens, wte, wpe, d->B, d->T, d->C);
+        msr_kernels_or_cpu(m->kernels)->encoder_forward(out, tokens, wte, wpe, d->B, d->T, d->C);
         return MSR_OK;
     }
     int lo = mp->tr * d->Vl;
@@ -228,8 +230,12 @@ msr_status_t msr_mp_embed_backward(msr_mp_t *mp, const int *tokens, float *dout)
     msr_gpt_t *m = mp->model;
     float *dwte = m->segments[m->seg_embed].grads; /* (Vl, C) */
     float *dwpe = dwte + (size_t)d->Vl * d->C;     /* (maxT, C) */
-    if (d->tp == 1 && d->cp == 1 && !is_llama(mp)) {
-        msr_encoder_backward(dwte, dwpe, dout, tokens, d->B, d->T, d->C);
+    const msr_kernels_t *k = msr_kernels_or_cpu(m->kernels);
+    if (d->tp == 1 && d->cp == 1) { /* every row whole here */
+        if (is_llama(mp))
+            k->embedding_backward(dwte, dout, tokens, (int)d->N, d->C);
+        else
+            k->encoder_backward(dwte, dwpe, dout, tokens, d->B, d->T, d->C);
         return MSR_OK;
     }
     int t0 = d->sp ? mp->tr * d->Tl : 0;
@@ -278,28 +284,27 @@ msr_status_t msr_mp_head_forward(msr_mp_t *mp, frame_t *f, const float *x, const
     const dims_t *d = &mp->d;
     msr_gpt_t *m = mp->model;
     work_t *w = &mp->w;
+    const msr_kernels_t *k = msr_kernels_or_cpu(m->kernels);
     const float *lnfw = m->segments[m->seg_lnf].params;
     const float *g;
     if (is_llama(mp)) {
-        msr_rmsnorm_forward(f->lnf, f->lnf_rstd, x, lnfw, (int)d->Nl, d->C);
+        k->rmsnorm_forward(f->lnf, f->lnf_rstd, x, lnfw, (int)d->Nl, d->C);
     } else {
         /* without sp the head's product reads lnf itself: its bf16
          * operand is written as lnf is */
-        uint16_t *lnf16 =
-            d->Nl == d->N ? msr_products_operand(m->prod, f->lnf, d->N * (size_t)d->C) : NULL;
-        msr_layernorm_forward_bf16(f->lnf, lnf16, f->lnf_mean, f->lnf_rstd, x, lnfw, lnfw + d->C,
-                                   (int)d->Nl, d->C);
+        uint16_t *lnf16 = d->Nl == d->N ? k->operand(m->prod, f->lnf, d->N * (size_t)d->C) : NULL;
+        k->layernorm_forward(f->lnf, lnf16, f->lnf_mean, f->lnf_rstd, x, lnfw, lnfw + d->C,
+                             (int)d->Nl, d->C);
     }
     msr_status_t st = tp_enter(mp, f->lnf, w->gat, &g);
     if (st != MSR_OK)
         return st;
-    msr_matmul_forward(mp->model->prod, w->logits, g, head_wte(mp, 0), NULL, (int)d->N, d->C,
-                       d->Vl);
+    k->matmul_forward(mp->model->prod, w->logits, g, head_wte(mp, 0), NULL, (int)d->N, d->C, d->Vl);
     if ((st = msr_products_status(mp->model->prod)) != MSR_OK)
         return st; /* a failed product, logged where it failed */
     size_t N = d->N, Vl = (size_t)d->Vl;
     if (d->tp == 1) {
-        msr_crossentropy_forward(w->losses, f->probs, w->logits, targets, (int)N, d->V);
+        k->crossentropy_forward(w->losses, f->probs, w->logits, targets, (int)N, d->V);
     } else {
         /* the softmax over the split vocabulary: the row maxima, then the
          * sums of exponentials and the target logits, each summed over tp */
@@ -346,6 +351,7 @@ msr_status_t msr_mp_head_backward(msr_mp_t *mp, frame_t *f, const float *x, cons
     const dims_t *d = &mp->d;
     msr_gpt_t *m = mp->model;
     work_t *w = &mp->w;
+    const msr_kernels_t *k = msr_kernels_or_cpu(m->kernels);
     size_t N = d->N, Vl = (size_t)d->Vl;
     msr_status_t st = msr_mp_zero(mp, w->dlogits, N * Vl);
     if (st != MSR_OK || (st = msr_mp_zero(mp, w->dres, d->Nl * (size_t)d->C)) != MSR_OK ||
@@ -353,7 +359,7 @@ msr_status_t msr_mp_head_backward(msr_mp_t *mp, frame_t *f, const float *x, cons
         (st = msr_mp_sync(mp)) != MSR_OK)
         return st;
     if (d->tp == 1) {
-        msr_crossentropy_backward(w->dlogits, f->probs, targets, mp->dloss, (int)N, d->V);
+        k->crossentropy_backward(w->dlogits, f->probs, targets, mp->dloss, (int)N, d->V);
     } else {
         int lo = mp->tr * d->Vl;
         for (size_t n = 0; n < N; n++) {
@@ -370,8 +376,8 @@ msr_status_t msr_mp_head_backward(msr_mp_t *mp, frame_t *f, const float *x, cons
     float *dl;
     if ((st = tp_enter(mp, f->lnf, w->gat, &g)) != MSR_OK)
         return st;
-    msr_matmul_backward(mp->model->prod, w->dln, head_wte(mp, 1), NULL, w->dlogits, g,
-                        head_wte(mp, 0), (int)N, d->C, d->Vl);
+    k->matmul_backward(mp->model->prod, w->dln, head_wte(mp, 1), NULL, w->dlogits, g,
+                       head_wte(mp, 0), (int)N, d->C, d->Vl);
     if ((st = msr_products_status(mp->model->prod)) != MSR_OK)
         return st;
     if ((st = tp_reduce(mp, w->dln, w->dlnl, &dl)) != MSR_OK)
@@ -379,9 +385,9 @@ msr_status_t msr_mp_head_backward(msr_mp_t *mp, frame_t *f, const float *x, cons
     const float *lnfw = m->segments[m->seg_lnf].params;
     float *dlnfw = m->segments[m->seg_lnf].grads;
     if (is_llama(mp))
-        msr_rmsnorm_backward(w->dres, dlnfw, dl, x, lnfw, f->lnf_rstd, (int)d->Nl, d->C);
+        k->rmsnorm_backward(w->dres, dlnfw, dl, x, lnfw, f->lnf_rstd, (int)d->Nl, d->C);
     else
-        msr_layernorm_backward(w->dres, dlnfw, dlnfw + d->C, dl, x, lnfw, f->lnf_mean, f->lnf_rstd,
-                               (int)d->Nl, d->C);
+        k->layernorm_backward(w->dres, dlnfw, dlnfw + d->C, dl, x, lnfw, f->lnf_mean, f->lnf_rstd,
+                              (int)d->Nl, d->C);
     return MSR_OK;
 }

@@ -337,6 +337,8 @@ static msr_status_t create_dp(const msr_train_config_t *cfg, msr_comm_t *comm, i
     st = msr_gpt_create_ex(&cfg->model, cfg->micro_batch, msr_dp_model_flags(cfg->par.zero),
                            &tr->model);
     if (st == MSR_OK)
+        tr->model->kernels = cfg->kernels;
+    if (st == MSR_OK)
         st = msr_dp_create(&cfg->par, comm, tr->model, &cfg->adamw, cfg->seed, &tr->dp);
     if (st == MSR_OK && tr->model->moe != NULL)
         st = experts_create(tr);
@@ -384,6 +386,7 @@ static msr_status_t create_mp(const msr_train_config_t *cfg, const msr_mesh_t *m
     st = msr_gpt_create_part(&cfg->model, &part, msr_dp_model_flags(cfg->par.zero), &tr->model);
     if (st != MSR_OK)
         return st;
+    tr->model->kernels = cfg->kernels;
     tr->cfg.mp.stage_layers = tr->model->part.stage_layers; /* the caller's may go */
     /* the replicas of this part: dp x cp (parameters are replicated over cp) */
     st = msr_dp_create(&cfg->par, mesh->dcp_comm, tr->model, &cfg->adamw, cfg->seed, &tr->dp);

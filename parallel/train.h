@@ -69,6 +69,10 @@ typedef struct msr_train_config {
      * model/layers.h), the fp32 parameters being the master weights that
      * AdamW updates. (Gradients reduced in bf16: par.grad_bf16.) */
     msr_precision_t precision;
+    /* the kernels the model's blocks run, on either path (model/kernels.h;
+     * not owned, outliving the trainer): NULL is the CPU's, the only table
+     * whose buffers dp and mp accept yet (host memory) */
+    const struct msr_kernels *kernels;
 } msr_train_config_t;
 
 /* Whether cfg runs through parallel/mp.h (tp, pp or cp > 1, sp, chunks,

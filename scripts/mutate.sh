@@ -4806,4 +4806,53 @@ test: ^test_parallel_data$
         digits[--k] = (char)('0' + n % 9);
 >>>
 
+@ model.kernels.residual_past_table
+file: model/block.c
+test: ^test_parallel_kernels$
+<<<
+    K(b)->residual(out, x, r, b->Nl * (size_t)b->C);
+===
+    msr_residual_forward(out, x, r, b->Nl * (size_t)b->C);
+>>>
+
+@ model.kernels.colsum_past_table
+file: model/block.c
+test: ^test_parallel_kernels$
+<<<
+        K(b)->add_colsum(db, dres, b->Nl, b->C);
+===
+        for (size_t n = 0; n < b->Nl; n++)
+            for (int c = 0; c < b->C; c++)
+                db[c] += dres[n * (size_t)b->C + c];
+>>>
+
+@ model.kernels.mp_blocks_cpu
+file: parallel/mp_tp.c
+test: ^test_parallel_kernels$
+<<<
+        .k = mp->model->kernels,
+===
+        .k = NULL,
+>>>
+
+@ model.kernels.dp_path_ignores_config
+file: parallel/train.c
+test: ^test_parallel_kernels$
+<<<
+    if (st == MSR_OK)
+        tr->model->kernels = cfg->kernels;
+===
+    if (st == MSR_OK)
+        (void)cfg->kernels;
+>>>
+
+@ model.kernels.selective_gelu_past_table
+file: parallel/mp_run.c
+test: ^test_parallel_kernels$
+<<<
+            k->gelu_forward(la->fch_gelu, NULL, la->fch, d->N * (size_t)d->Hl);
+===
+            msr_gelu_forward(la->fch_gelu, la->fch, d->N * (size_t)d->Hl);
+>>>
+
 __END__

@@ -9,7 +9,7 @@
 #include "base/alloc.h"
 #include "parallel/train.h"
 
-static msr_train_config_t mp_small_config(int grad_accum, int zero)
+static inline msr_train_config_t mp_small_config(int grad_accum, int zero)
 {
     msr_train_config_t c = {
         .model = {MSR_GPT_VOCAB, 16, 2, 4, 32},
@@ -35,8 +35,8 @@ static msr_train_config_t mp_small_config(int grad_accum, int zero)
  * created, traces its spans where trace is set, and takes two steps;
  * everything is freed. Returns the status; *failed_p: whether the
  * allocation failed (there were more than i). */
-static msr_status_t mp_small_alloc_round(const msr_train_config_t *c, msr_dataset_t *ds, long i,
-                                         int trace, int *failed_p)
+static inline msr_status_t mp_small_alloc_round(const msr_train_config_t *c, msr_dataset_t *ds,
+                                                long i, int trace, int *failed_p)
 {
     msr_mesh_t *mesh = NULL;
     msr_trainer_t *tr = NULL;
