@@ -297,6 +297,13 @@ msr_status_t msr_gpt_set_precision(msr_gpt_t *m, msr_precision_t precision)
     return MSR_OK;
 }
 
+void msr_gpt_set_kernels(msr_gpt_t *m, const struct msr_kernels *k)
+{
+    m->kernels = k;
+    if (m->moe != NULL)
+        msr_moe_set_kernels(m->moe, k);
+}
+
 void msr_gpt_destroy(msr_gpt_t *model)
 {
     if (model == NULL)

@@ -347,9 +347,9 @@ typedef struct msr_gpt {
 
     /* the matrix products' precision (layers.h; owned): NULL is fp32 */
     msr_products_t *prod;
-    /* the kernels the blocks' passes call, whichever runtime drives them
-     * (model/kernels.h; not owned): NULL is the CPU's. A table of another
-     * device needs the blocks' buffers on that device. */
+    /* the kernels the model's passes call, whichever runtime drives them
+     * (model/kernels.h; not owned; msr_gpt_set_kernels): NULL is the
+     * CPU's. A table of another device needs the buffers on that device. */
     const struct msr_kernels *kernels;
 } msr_gpt_t;
 
@@ -359,6 +359,12 @@ typedef struct msr_gpt {
  * the model's MoE state (m->moe) is in place: it gets the same. Errors
  * (logged): those of msr_products_create; the model is then unchanged. */
 msr_status_t msr_gpt_set_precision(msr_gpt_t *m, msr_precision_t precision);
+
+/* Runs the model's kernels through k (model/kernels.h; borrowed, NULL: the
+ * CPU's): the blocks', the ends' and the MoE state's (m->moe, which must
+ * be in place). A model-parallel runtime's blocks take the table when it
+ * is created (parallel/mp.h): call this before. */
+void msr_gpt_set_kernels(msr_gpt_t *m, const struct msr_kernels *k);
 
 /* Creates a model of shape cfg whose activations hold up to max_batch
  * sequences of up to cfg->max_seq tokens. Parameters and gradients are

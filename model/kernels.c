@@ -38,6 +38,7 @@ static const msr_kernels_t cpu_kernels = {
     .rope = msr_rope_forward,
     .gelu_forward = msr_gelu_forward_bf16,
     .gelu_backward_set = msr_gelu_backward_set_bf16,
+    .gelu_backward = msr_gelu_backward,
     .swiglu_forward = msr_swiglu_forward,
     .swiglu_backward = msr_swiglu_backward,
     .residual = msr_residual_forward,

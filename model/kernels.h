@@ -7,7 +7,7 @@
  * model's code (and the runtimes that drive it) is written once and a
  * device brings its own kernels. The CPU's table (msr_kernels_cpu) is the
  * layers.h kernels themselves; a model uses it unless told otherwise
- * (msr_gpt_t.kernels, set by the trainer from msr_train_config_t.kernels).
+ * (msr_gpt_set_kernels; the trainer's from msr_train_config_t.kernels).
  *
  * Each entry has the contract of the layers.h kernel of the same name
  * (the pointers are that kernel's buffers, on the table's device; token
@@ -15,9 +15,11 @@
  * order the CPU's kernels ran before the table, so a table that runs the
  * CPU's kernels gives the same bits. The products' context (prod:
  * precision, bf16 operand scratch, first failure) is handed through as
- * the model holds it. Not behind the table yet: a MoE block's MLP
- * (model/moe.h), context parallel's ring attention (parallel/mp_cp.c) and
- * the head's softmax over a vocabulary split by tensor parallel
+ * the model holds it. A MoE block's router and experts run their
+ * products and activations through it too (model/moe_pass.c). Not behind
+ * the table yet: the MoE layer's routing, capacity and combine, context
+ * parallel's ring attention (parallel/mp_cp.c) and, where tensor parallel
+ * splits the vocabulary, the embeddings' row sums and the head's softmax
  * (parallel/mp_tp.c), which run the CPU's code. */
 #ifndef MSR_MODEL_KERNELS_H
 #define MSR_MODEL_KERNELS_H
@@ -77,6 +79,8 @@ typedef struct msr_kernels {
     void (*gelu_forward)(float *out, uint16_t *out16, const float *inp, size_t n);
     void (*gelu_backward_set)(float *dinp, uint16_t *dinp16, const float *inp, const float *dout,
                               size_t n);
+    /* dinp (n) += gelu'(inp) * dout: a MoE expert's, into its zeroed rows */
+    void (*gelu_backward)(float *dinp, const float *inp, const float *dout, size_t n);
     void (*swiglu_forward)(float *out, const float *inp, int N, int F);
     void (*swiglu_backward)(float *dinp, const float *inp, const float *dout, int N, int F);
 

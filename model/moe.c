@@ -368,6 +368,11 @@ void msr_moe_set_products(msr_moe_t *moe, msr_products_t *prod)
     moe->prod = prod;
 }
 
+void msr_moe_set_kernels(msr_moe_t *moe, const struct msr_kernels *k)
+{
+    moe->kernels = k;
+}
+
 void msr_moe_destroy(msr_moe_t *moe)
 {
     if (moe == NULL)

@@ -131,6 +131,11 @@ void msr_moe_destroy(msr_moe_t *moe);
 /* The experts' and the router's products run through prod (borrowed: the
  * model's, layers.h; NULL: fp32). msr_gpt_set_precision calls it. */
 void msr_moe_set_products(msr_moe_t *moe, msr_products_t *prod);
+struct msr_kernels;
+/* The router's and the experts' products and activations run through k
+ * (borrowed: the model's table, model/kernels.h; NULL: the CPU's).
+ * msr_gpt_set_kernels calls it. */
+void msr_moe_set_kernels(msr_moe_t *moe, const struct msr_kernels *k);
 
 /* Shards the experts over comm's ranks (borrowed; NULL: this rank computes
  * them all), and makes the store hold this rank's experts (zero: call

@@ -64,6 +64,8 @@ struct msr_moe {
     float **bparams, **bgrads;
     int external;
     msr_products_t *prod; /* the model's products (borrowed; NULL: fp32) */
+    /* the model's kernels (model/kernels.h; borrowed): NULL is the CPU's */
+    const struct msr_kernels *kernels;
     /* work space shared by the blocks */
     float *send;   /* (E*cap, C) dispatch side: rows by expert */
     float *out;    /* (E*cap, C) expert side: outputs, then input gradients */

@@ -11,6 +11,7 @@
 #include "base/status.h"
 #include "base/time.h"
 #include "model/err_call.h"
+#include "model/kernels.h"
 #include "model/layers.h"
 #include "model/moe_impl.h"
 
@@ -147,7 +148,8 @@ static void normalise_gates(float *gate, int K)
 static void route(msr_moe_t *moe, moe_slot_t *s, const float *routerw, const float *x, int N)
 {
     int E = moe->E, K = moe->K, C = moe->C;
-    msr_matmul_forward(moe->prod, s->probs, x, routerw, NULL, N, C, E);
+    msr_kernels_or_cpu(moe->kernels)
+        ->matmul_forward(moe->prod, s->probs, x, routerw, NULL, N, C, E);
     memset(s->frac, 0, (size_t)E * sizeof(double));
     for (int t = 0; t < N; t++) {
         float *p = s->probs + (size_t)t * E;
@@ -329,19 +331,20 @@ msr_status_t msr_moe_forward(msr_moe_t *moe, int l, const msr_gpt_block_params_t
     if (st != MSR_OK ||
         (st = exchange(moe, moe->send, s->xin, stride, C, "moe dispatch")) != MSR_OK)
         return st;
+    const msr_kernels_t *k = msr_kernels_or_cpu(moe->kernels);
     for (int b = 0; b < nb; b++) {
         expert_t w = expert_point(moe, p->experts, block_expert(moe, b));
         size_t r0 = (size_t)b * stride;
         int n = s->used[b], HF = moe->HF;
         if (n == 0)
             continue;
-        msr_matmul_forward(moe->prod, s->fch + r0 * HF, s->xin + r0 * C, w.fcw, w.fcb, n, C, HF);
+        k->matmul_forward(moe->prod, s->fch + r0 * HF, s->xin + r0 * C, w.fcw, w.fcb, n, C, HF);
         if (moe->glu) /* (n, 2H) gate | up -> (n, H) silu(gate) * up */
-            msr_swiglu_forward(s->fch_g + r0 * H, s->fch + r0 * HF, n, H);
+            k->swiglu_forward(s->fch_g + r0 * H, s->fch + r0 * HF, n, H);
         else
-            msr_gelu_forward(s->fch_g + r0 * H, s->fch + r0 * H, (size_t)n * H);
-        msr_matmul_forward(moe->prod, moe->out + r0 * C, s->fch_g + r0 * H, w.fcprojw, w.fcprojb, n,
-                           H, C);
+            k->gelu_forward(s->fch_g + r0 * H, NULL, s->fch + r0 * H, (size_t)n * H);
+        k->matmul_forward(moe->prod, moe->out + r0 * C, s->fch_g + r0 * H, w.fcprojw, w.fcprojb, n,
+                          H, C);
     }
     if ((st = exchange(moe, moe->out, s->comb, stride, C, "moe combine")) != MSR_OK)
         return st;
@@ -417,6 +420,7 @@ static msr_status_t experts_backward(msr_moe_t *moe, const moe_slot_t *s,
             MSR_OK ||
         (st = dev_zero(moe, moe->out, rows * (size_t)C, "the experts' gradients zeroed")) != MSR_OK)
         return st;
+    const msr_kernels_t *k = msr_kernels_or_cpu(moe->kernels);
     for (int b = 0; b < nb; b++) {
         int e = block_expert(moe, b);
         expert_t w = expert_point(moe, p->experts, e), dw = expert_point(moe, g->experts, e);
@@ -424,15 +428,15 @@ static msr_status_t experts_backward(msr_moe_t *moe, const moe_slot_t *s,
         int n = s->used[b];
         if (n == 0)
             continue;
-        msr_matmul_backward(moe->prod, moe->dfch_g + r0 * H, dw.fcprojw, dw.fcprojb,
-                            moe->dout + r0 * C, s->fch_g + r0 * H, w.fcprojw, n, H, C);
+        k->matmul_backward(moe->prod, moe->dfch_g + r0 * H, dw.fcprojw, dw.fcprojb,
+                           moe->dout + r0 * C, s->fch_g + r0 * H, w.fcprojw, n, H, C);
         if (moe->glu)
-            msr_swiglu_backward(moe->dfch + r0 * HF, s->fch + r0 * HF, moe->dfch_g + r0 * H, n, H);
+            k->swiglu_backward(moe->dfch + r0 * HF, s->fch + r0 * HF, moe->dfch_g + r0 * H, n, H);
         else
-            msr_gelu_backward(moe->dfch + r0 * H, s->fch + r0 * H, moe->dfch_g + r0 * H,
-                              (size_t)n * H);
-        msr_matmul_backward(moe->prod, moe->out + r0 * C, dw.fcw, dw.fcb, moe->dfch + r0 * HF,
-                            s->xin + r0 * C, w.fcw, n, C, HF);
+            k->gelu_backward(moe->dfch + r0 * H, s->fch + r0 * H, moe->dfch_g + r0 * H,
+                             (size_t)n * H);
+        k->matmul_backward(moe->prod, moe->out + r0 * C, dw.fcw, dw.fcb, moe->dfch + r0 * HF,
+                           s->xin + r0 * C, w.fcw, n, C, HF);
     }
     if ((st = exchange(moe, moe->out, moe->send, cap, C, "moe combine grad")) != MSR_OK)
         return st;
@@ -494,15 +498,16 @@ static msr_status_t router_backward(msr_moe_t *moe, const moe_slot_t *s,
      * tp rank 0's dx only (the others' hold their experts' share), and its
      * weight gradient every rank's, or only rank 0's when the caller sums
      * it over tp */
+    const msr_kernels_t *k = msr_kernels_or_cpu(moe->kernels);
     if (moe->tp_rank == 0) {
-        msr_matmul_backward(moe->prod, dx, g->routerw, NULL, moe->dprobs, x, p->routerw, N, C, E);
+        k->matmul_backward(moe->prod, dx, g->routerw, NULL, moe->dprobs, x, p->routerw, N, C, E);
     } else if (!moe->router_once) {
         msr_status_t st =
             dev_zero(moe, moe->rdx, (size_t)N * C, "the router's input gradient zeroed");
         if (st != MSR_OK)
             return st;
-        msr_matmul_backward(moe->prod, moe->rdx, g->routerw, NULL, moe->dprobs, x, p->routerw, N, C,
-                            E);
+        k->matmul_backward(moe->prod, moe->rdx, g->routerw, NULL, moe->dprobs, x, p->routerw, N, C,
+                           E);
     }
     return MSR_OK;
 }

@@ -140,7 +140,7 @@ static msr_status_t whole_model(msr_trainer_t *tr, msr_gpt_t **model_p)
              : msr_gpt_create_ex(&tr->cfg.model, tr->cfg.micro_batch, MSR_GPT_NO_GRADS, &model);
     /* the validation loss in the precision the job trains in */
     if (st == MSR_OK) {
-        model->kernels = tr->cfg.kernels;
+        msr_gpt_set_kernels(model, tr->cfg.kernels);
         st = msr_gpt_set_precision(model, tr->cfg.precision);
     }
     if (st == MSR_OK && E > 0 && (model->moe == NULL || msr_moe_count(model->moe) != E))

@@ -269,12 +269,14 @@ static msr_status_t experts_reduce(msr_trainer_t *tr)
     return MSR_OK;
 }
 
-/* The model's (and its experts') products in the configured precision,
- * once the MoE state is in place; they keep the weights' roundings for a
- * step where the weights stay in the flat parameter buffer (not under
- * ZeRO-3, nor with the parameters' offload: model/layers.h). */
+/* The model's (and its experts') kernels, the configured table, and its
+ * products in the configured precision, once the MoE state is in place;
+ * they keep the weights' roundings for a step where the weights stay in
+ * the flat parameter buffer (not under ZeRO-3, nor with the parameters'
+ * offload: model/layers.h). */
 static msr_status_t set_precision(msr_trainer_t *tr)
 {
+    msr_gpt_set_kernels(tr->model, tr->cfg.kernels);
     if (tr->cfg.precision == MSR_PRECISION_FP32)
         return MSR_OK;
     msr_status_t st = msr_gpt_set_precision(tr->model, tr->cfg.precision);
@@ -337,8 +339,6 @@ static msr_status_t create_dp(const msr_train_config_t *cfg, msr_comm_t *comm, i
     st = msr_gpt_create_ex(&cfg->model, cfg->micro_batch, msr_dp_model_flags(cfg->par.zero),
                            &tr->model);
     if (st == MSR_OK)
-        tr->model->kernels = cfg->kernels;
-    if (st == MSR_OK)
         st = msr_dp_create(&cfg->par, comm, tr->model, &cfg->adamw, cfg->seed, &tr->dp);
     if (st == MSR_OK && tr->model->moe != NULL)
         st = experts_create(tr);
@@ -386,7 +386,6 @@ static msr_status_t create_mp(const msr_train_config_t *cfg, const msr_mesh_t *m
     st = msr_gpt_create_part(&cfg->model, &part, msr_dp_model_flags(cfg->par.zero), &tr->model);
     if (st != MSR_OK)
         return st;
-    tr->model->kernels = cfg->kernels;
     tr->cfg.mp.stage_layers = tr->model->part.stage_layers; /* the caller's may go */
     /* the replicas of this part: dp x cp (parameters are replicated over cp) */
     st = msr_dp_create(&cfg->par, mesh->dcp_comm, tr->model, &cfg->adamw, cfg->seed, &tr->dp);
@@ -402,7 +401,7 @@ static msr_status_t create_mp(const msr_train_config_t *cfg, const msr_mesh_t *m
         if (st != MSR_OK || (st = experts_create(tr)) != MSR_OK)
             return st;
     }
-    /* before msr_mp_create: its block takes the model's products */
+    /* before msr_mp_create: its block takes the model's products and kernels */
     if ((st = set_precision(tr)) != MSR_OK ||
         (st = msr_mp_create(&tr->cfg.mp, mesh, tr->model, &tr->mp)) != MSR_OK)
         return st;

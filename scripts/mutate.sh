@@ -1340,10 +1340,10 @@ file: model/moe_pass.c
 test: ^test_parallel_train_gpt_moe$
 <<<
     if (moe->tp_rank == 0) {
-        msr_matmul_backward(moe->prod, dx, g->routerw, NULL, moe->dprobs, x, p->routerw, N,
+        k->matmul_backward(moe->prod, dx, g->routerw, NULL, moe->dprobs, x, p->routerw, N, C, E);
 ===
     if (moe->tp_rank >= 0) {
-        msr_matmul_backward(moe->prod, dx, g->routerw, NULL, moe->dprobs, x, p->routerw, N,
+        k->matmul_backward(moe->prod, dx, g->routerw, NULL, moe->dprobs, x, p->routerw, N, C, E);
 >>>
 
 @ moe.llama_gates_not_renormalised
@@ -4835,15 +4835,13 @@ test: ^test_parallel_kernels$
         .k = NULL,
 >>>
 
-@ model.kernels.dp_path_ignores_config
+@ model.kernels.trainer_ignores_config
 file: parallel/train.c
 test: ^test_parallel_kernels$
 <<<
-    if (st == MSR_OK)
-        tr->model->kernels = cfg->kernels;
+    msr_gpt_set_kernels(tr->model, tr->cfg.kernels);
 ===
-    if (st == MSR_OK)
-        (void)cfg->kernels;
+    (void)tr->cfg.kernels;
 >>>
 
 @ model.kernels.selective_gelu_past_table
@@ -4853,6 +4851,24 @@ test: ^test_parallel_kernels$
             k->gelu_forward(la->fch_gelu, NULL, la->fch, d->N * (size_t)d->Hl);
 ===
             msr_gelu_forward(la->fch_gelu, la->fch, d->N * (size_t)d->Hl);
+>>>
+
+@ model.kernels.moe_gelu_past_table
+file: model/moe_pass.c
+test: ^test_parallel_kernels$
+<<<
+            k->gelu_forward(s->fch_g + r0 * H, NULL, s->fch + r0 * H, (size_t)n * H);
+===
+            msr_gelu_forward(s->fch_g + r0 * H, s->fch + r0 * H, (size_t)n * H);
+>>>
+
+@ model.kernels.moe_state_cpu
+file: model/gpt.c
+test: ^test_parallel_kernels$
+<<<
+        msr_moe_set_kernels(m->moe, k);
+===
+        (void)k;
 >>>
 
 __END__

@@ -2,20 +2,19 @@
  * a block's forward and backward runs, and those of the model's ends (the
  * embeddings, the final norm, the head and the loss), is a call of the
  * model's table, for the GPT (fp32 and bf16 products) and the Llama: the
- * whole model's passes, a tensor-parallel slice's block (its biases added
- * after the reduction) and a trainer's steps (the data-parallel path, and
- * the model-parallel runtime without recompute, with selective
- * recompute's kernels brought back and with full recompute's forward). A
- * table that counts its calls and runs the CPU's kernels gives the CPU's
- * losses, outputs and gradients bitwise, and its counts are exactly the
- * kernels the model runs: a kernel called past the table leaves its count
- * short and fails the test. */
+ * whole model's passes (a MoE block's router and experts too), a tensor-parallel slice's block (its
+ * biases added after the reduction) and a trainer's steps (the data-parallel path, and the
+ * model-parallel runtime without recompute, with selective recompute's kernels brought back and
+ * with full recompute's forward). A table that counts its calls and runs the CPU's kernels gives
+ * the CPU's losses, outputs and gradients bitwise, and its counts are exactly the kernels the model
+ * runs: a kernel called past the table leaves its count short and fails the test. */
 #include <string.h>
 
 #include "base/err.h"
 #include "model/block.h"
 #include "model/gpt.h"
 #include "model/kernels.h"
+#include "model/moe.h"
 #include "model/rng.h"
 #include "parallel/mesh.h"
 #include "parallel/mp_impl.h"
@@ -40,6 +39,7 @@ enum {
     K_ROPE,
     K_GELUF,
     K_GELUB,
+    K_GELUBA,
     K_SWIF,
     K_SWIB,
     K_RES,
@@ -70,6 +70,7 @@ static const char *const knames[K_N] = {
     "rope",
     "gelu_forward",
     "gelu_backward_set",
+    "gelu_backward",
     "swiglu_forward",
     "swiglu_backward",
     "residual",
@@ -167,6 +168,11 @@ static void c_gelub(float *dinp, uint16_t *dinp16, const float *inp, const float
     counts[K_GELUB]++;
     CPU->gelu_backward_set(dinp, dinp16, inp, dout, n);
 }
+static void c_geluba(float *dinp, const float *inp, const float *dout, size_t n)
+{
+    counts[K_GELUBA]++;
+    CPU->gelu_backward(dinp, inp, dout, n);
+}
 static void c_swif(float *out, const float *inp, int N, int F)
 {
     counts[K_SWIF]++;
@@ -254,6 +260,7 @@ static const msr_kernels_t counting = {
     .rope = c_rope,
     .gelu_forward = c_geluf,
     .gelu_backward_set = c_gelub,
+    .gelu_backward = c_geluba,
     .swiglu_forward = c_swif,
     .swiglu_backward = c_swib,
     .residual = c_res,
@@ -426,6 +433,98 @@ static void test_whole_llama(void)
     check_whole(1, MSR_PRECISION_FP32);
 }
 
+/* ---- a Mixture-of-Experts model ---- */
+
+/* The kernels of a MoE block's passes but for its experts': the
+ * attention half as a dense block's, ln2 and the residual around the
+ * caller's MLP, the router's product, and the backward's zeroing of the
+ * MLP's input gradient (and a Llama's dqkv). */
+static void moe_block_counts(int llama, long *fwd, long *bwd)
+{
+    memset(fwd, 0, K_N * sizeof *fwd);
+    memset(bwd, 0, K_N * sizeof *bwd);
+    fwd[K_MMF] = 2 + 1; /* qkv, attproj; the router */
+    fwd[K_RES] = 2;
+    bwd[K_MMB] = 2;
+    bwd[K_MMBA] = 1; /* the router's */
+    bwd[K_ZERO] = 1;
+    if (llama) {
+        fwd[K_RMSF] = 2, fwd[K_ROPE] = 2, fwd[K_GQAF] = 1;
+        bwd[K_RMSB] = 2, bwd[K_ROPE] = 2, bwd[K_GQAB] = 1, bwd[K_ZERO]++;
+        return;
+    }
+    fwd[K_LNF] = 2, fwd[K_ATTF] = 1;
+    fwd[K_OPER] = 1; /* ln1's; ln2's feeds the router and the experts */
+    bwd[K_LNB] = 2, bwd[K_ATTB] = 1;
+}
+
+/* Two steps of a model whose second block is a MoE block of 4 experts,
+ * 2 a token (a Llama's: SwiGLU experts), on the CPU's table and on the
+ * counting one: the same losses and gradients (the experts' too),
+ * bitwise; the dense kernels counted as above, and each expert that got
+ * tokens ran its two products and its activation forward and backward
+ * through the table. */
+static void check_whole_moe(int llama)
+{
+    msr_gpt_t *m[2];
+    for (int i = 0; i < 2; i++) {
+        msr_gpt_config_t c = shape(llama);
+        c.moe = (msr_gpt_moe_t){4, 2, 2, 1.0, 0.01};
+        MSR_CHECK_OK(msr_gpt_create(&c, BB, &m[i]));
+        MSR_CHECK(m[i]->moe != NULL);
+        msr_gpt_init_params(m[i], 11);
+        msr_moe_init_params(m[i]->moe, 12);
+    }
+    msr_gpt_set_kernels(m[1], &counting);
+    MSR_CHECK(m[0]->kernels == NULL && m[1]->kernels == &counting);
+    int inp[BB * TT], tgt[BB * TT];
+    memset(counts, 0, sizeof counts);
+    for (int step = 0; step < 2; step++) {
+        for (int i = 0; i < BB * TT; i++) {
+            inp[i] = (int)msr_rng_below(msr_rng_u64(5, (uint64_t)step, (uint64_t)i), MSR_GPT_VOCAB);
+            tgt[i] = (int)msr_rng_below(msr_rng_u64(6, (uint64_t)step, (uint64_t)i), MSR_GPT_VOCAB);
+        }
+        double loss[2];
+        for (int i = 0; i < 2; i++) {
+            MSR_CHECK_OK(msr_gpt_forward(m[i], inp, tgt, BB, TT, NULL, &loss[i]));
+            MSR_CHECK_OK(msr_gpt_backward(m[i], 1.0f / (BB * TT), NULL));
+        }
+        MSR_CHECK_MSG(memcmp(&loss[0], &loss[1], sizeof loss[0]) == 0,
+                      "moe %s step %d: loss %.17g != %.17g", llama ? "llama" : "gpt", step, loss[0],
+                      loss[1]);
+        MSR_CHECK_EQ(memcmp(m[0]->grads, m[1]->grads, m[0]->num_params * sizeof(float)), 0);
+        size_t n = msr_moe_num_params(&m[0]->cfg);
+        MSR_CHECK_EQ(memcmp(msr_moe_block_params(m[0]->moe, 1, 1),
+                            msr_moe_block_params(m[1]->moe, 1, 1), n * sizeof(float)),
+                     0);
+    }
+    long fwd[K_N], bwd[K_N], mfwd[K_N], mbwd[K_N], efwd[K_N] = {0}, ebwd[K_N] = {0}, want[K_N];
+    block_counts(llama, 1, fwd, bwd);
+    moe_block_counts(llama, mfwd, mbwd);
+    ends_counts(llama, 3, efwd, ebwd);
+    for (int k = 0; k < K_N; k++)
+        want[k] = 2 * (fwd[k] + bwd[k] + mfwd[k] + mbwd[k] + efwd[k] + ebwd[k]);
+    /* the experts that got tokens, over both steps: each ran its
+     * activation once forward and once backward, its two products each
+     * way */
+    int act_f = llama ? K_SWIF : K_GELUF, act_b = llama ? K_SWIB : K_GELUBA;
+    long ran = counts[act_f] - want[act_f];
+    MSR_CHECK_MSG(ran >= 2 && ran <= 2 * 4, "moe: %ld experts ran in two steps", ran);
+    want[act_f] += ran;
+    want[act_b] += ran;
+    want[K_MMF] += 2 * ran;
+    want[K_MMBA] += 2 * ran;
+    check_counts(llama ? "moe llama" : "moe gpt", want);
+    msr_gpt_destroy(m[1]);
+    msr_gpt_destroy(m[0]);
+}
+
+static void test_whole_moe(void)
+{
+    check_whole_moe(0);
+    check_whole_moe(1);
+}
+
 /* ---- a tensor-parallel slice ---- */
 
 /* Block 0 of m as a tp 2 rank's slice without communication (the
@@ -578,8 +677,8 @@ static void test_trainer(void)
 
 static const msr_test_t tests[] = {
     {"cpu_table", test_cpu_table, 10},     {"whole_gpt", test_whole_gpt, 30},
-    {"whole_llama", test_whole_llama, 30}, {"tp_slice", test_tp_slice, 30},
-    {"trainer", test_trainer, 60},
+    {"whole_llama", test_whole_llama, 30}, {"whole_moe", test_whole_moe, 30},
+    {"tp_slice", test_tp_slice, 30},       {"trainer", test_trainer, 60},
 };
 
 int main(int argc, char **argv)
