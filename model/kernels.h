@@ -17,10 +17,13 @@
  * precision, bf16 operand scratch, first failure) is handed through as
  * the model holds it. A MoE block's router and experts run their
  * products and activations through it too (model/moe_pass.c). Not behind
- * the table yet: the MoE layer's routing, capacity and combine, context
- * parallel's ring attention (parallel/mp_cp.c) and, where tensor parallel
+ * the table yet: the MoE layer's routing, capacity and combine and, where
+ * tensor parallel
  * splits the vocabulary, the embeddings' row sums and the head's softmax
- * (parallel/mp_tp.c), which run the CPU's code. */
+ * (parallel/mp_tp.c), which run the CPU's code. Context parallel's ring
+ * attention is behind it (parallel/mp_cp.c); its packing of the K/V
+ * columns and the grouped-query heads' repeat and sum are device copies
+ * and host loops. */
 #ifndef MSR_MODEL_KERNELS_H
 #define MSR_MODEL_KERNELS_H
 
@@ -71,6 +74,20 @@ typedef struct msr_kernels {
     void (*attention_gqa_backward)(msr_products_t *pr, float *dqkv, float *scratch,
                                    const float *dout, const float *qkv, const float *att, int B,
                                    int T, int C, int NH, int KVH);
+    /* context parallel's ring attention: one K/V block folded into a
+     * query block's running sums, the sums finished into the output and
+     * its logsumexp; the backward's per-head row sums, and one block's
+     * share of the gradients (dq, dk, dv added to) */
+    void (*ring_forward)(msr_products_t *pr, float *acc, float *mx, float *sum, const float *q,
+                         int ldq, const int *qpos, int Tq, const float *k, const float *v, int ldk,
+                         const int *kpos, int Tk, int C, int NH, float *scratch);
+    void (*ring_finish)(float *out, float *lse, const float *mx, const float *sum, int Tq, int C,
+                        int NH);
+    void (*ring_delta)(float *delta, const float *dout, const float *out, int Tq, int C, int NH);
+    void (*ring_backward)(msr_products_t *pr, float *dq, int ldq, float *dk, float *dv, int ldk,
+                          const float *dout, const float *q, const float *k, const float *v,
+                          const float *lse, const float *delta, const int *qpos, int Tq,
+                          const int *kpos, int Tk, int C, int NH, float *scratch);
     /* rotary positions in place (dir 1) or back (-1) */
     void (*rope)(float *x, int ld, int B, int T, int t0, int H, int HS, double theta, int dir);
 

@@ -4,6 +4,7 @@
 
 #include "base/status.h"
 #include "base/time.h"
+#include "model/kernels.h"
 #include "model/layers.h"
 #include "parallel/mp_impl.h"
 
@@ -179,9 +180,10 @@ static msr_status_t pair_forward(msr_mp_t *mp, const chunk_pair_t *p, void *arg)
             return st;
         kv = mp->cp_kvx;
     }
-    msr_attention_ring_forward(mp->model->prod, f->out + p->qr * d->Cl, mp->w.rmx + p->qr * NH,
-                               mp->w.rsum + p->qr * NH, f->qkv + p->qr * W, W, p->qpos, S, kv,
-                               kv + d->Cl, C2, p->kpos, S, d->Cl, NH, mp->w.datt);
+    msr_kernels_or_cpu(mp->model->kernels)
+        ->ring_forward(mp->model->prod, f->out + p->qr * d->Cl, mp->w.rmx + p->qr * NH,
+                       mp->w.rsum + p->qr * NH, f->qkv + p->qr * W, W, p->qpos, S, kv, kv + d->Cl,
+                       C2, p->kpos, S, d->Cl, NH, mp->w.datt);
     return MSR_OK;
 }
 
@@ -213,7 +215,8 @@ msr_status_t msr_mp_cp_attend(void *arg, float *out, float *lse, const float *qk
         if (st != MSR_OK || wst != MSR_OK)
             return st != MSR_OK ? st : wst;
     }
-    msr_attention_ring_finish(out, lse, w->rmx, w->rsum, (int)d->N, d->Cl, d->NHl);
+    msr_kernels_or_cpu(mp->model->kernels)
+        ->ring_finish(out, lse, w->rmx, w->rsum, (int)d->N, d->Cl, d->NHl);
     return MSR_OK;
 }
 
@@ -239,10 +242,11 @@ static msr_status_t pair_backward(msr_mp_t *mp, const chunk_pair_t *p, void *arg
         kv = mp->cp_kvx;
         dkv = mp->cp_dkvx;
     }
-    msr_attention_ring_backward(mp->model->prod, f->dqkv + p->qr * W, W, dkv, dkv + d->Cl, C2,
-                                f->dout + p->qr * d->Cl, f->qkv + p->qr * W, kv, kv + d->Cl,
-                                f->lse + p->qr * NH, mp->w.delta + p->qr * NH, p->qpos, S, p->kpos,
-                                S, d->Cl, NH, mp->w.datt);
+    msr_kernels_or_cpu(mp->model->kernels)
+        ->ring_backward(mp->model->prod, f->dqkv + p->qr * W, W, dkv, dkv + d->Cl, C2,
+                        f->dout + p->qr * d->Cl, f->qkv + p->qr * W, kv, kv + d->Cl,
+                        f->lse + p->qr * NH, mp->w.delta + p->qr * NH, p->qpos, S, p->kpos, S,
+                        d->Cl, NH, mp->w.datt);
     if (KV != d->Cl)
         fold_dkv(mp, f->dkv + p->kr * 2 * KV, mp->cp_dkvx, S);
     return MSR_OK;
@@ -259,7 +263,8 @@ msr_status_t msr_mp_cp_attend_backward(void *arg, float *dqkv, const float *dout
     const dims_t *d = &mp->d;
     work_t *w = &mp->w;
     size_t KV = kv_width(mp), n2 = d->N * 2 * KV;
-    msr_attention_ring_delta(w->delta, dout, out, (int)d->N, d->Cl, d->NHl);
+    msr_kernels_or_cpu(mp->model->kernels)
+        ->ring_delta(w->delta, dout, out, (int)d->N, d->Cl, d->NHl);
     msr_status_t zst = msr_mp_zero(mp, w->dkv[0], n2);
     if (zst != MSR_OK || (zst = pack_kv(mp, qkv, w->kv[0])) != MSR_OK) /* pack_kv syncs */
         return zst;

@@ -4871,4 +4871,25 @@ test: ^test_parallel_kernels$
         (void)k;
 >>>
 
+@ model.kernels.ring_delta_past_table
+file: parallel/mp_cp.c
+test: ^test_parallel_mp_cp$
+<<<
+    msr_kernels_or_cpu(mp->model->kernels)
+        ->ring_delta(w->delta, dout, out, (int)d->N, d->Cl, d->NHl);
+===
+    msr_attention_ring_delta(w->delta, dout, out, (int)d->N, d->Cl, d->NHl);
+>>>
+
+@ model.kernels.tp_bias_past_table
+file: model/block.c
+test: ^test_parallel_mp_tp$
+<<<
+        K(b)->add_bias(r, bias, b->Nl, b->C);
+===
+        for (size_t n = 0; n < b->Nl; n++)
+            for (int c = 0; c < b->C; c++)
+                r[n * (size_t)b->C + c] += bias[c];
+>>>
+
 __END__

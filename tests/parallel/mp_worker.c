@@ -16,6 +16,11 @@
  * loss of one process training the same global batch within 1e-5
  * relative, and the gradient norm (the whole model's: tensor-parallel
  * replicated parameters counted once, the tied embedding once) within 1e-5.
+ * The model runs its kernels through a table that counts them
+ * (count_kernels.h: the CPU's kernels): every kernel a rank's blocks need
+ * in the layout (the products, the norms, GELU, the residual adds, the
+ * causal attention or, under cp, the ring's four kernels, and under tp
+ * the row-parallel biases) must have gone through it.
  *
  * Exits 0 when every check passed; prints what failed, with the rank. */
 #include <math.h>
@@ -29,6 +34,7 @@
 #include "msrun/msrun.h"
 #include "layout/layout.h"
 #include "parallel/train.h"
+#include "tests/parallel/count_kernels.h"
 
 enum { STEPS = 10, GLOBAL = 8, MICRO = 2 };
 
@@ -118,7 +124,26 @@ static msr_train_config_t config(const layout_t *l, int dp_rank)
     c.mp.chunks = l->chunks;
     c.mp.recompute = (msr_mp_recompute_t)l->recompute;
     c.mp.stage_layers = l->split_n > 0 ? l->split : NULL;
+    c.kernels = count_kernels();
     return c;
+}
+
+/* Every kernel this rank's blocks need in layout l went through the
+ * model's table since the counts were zeroed. */
+static void check_table(const char *what, const layout_t *l)
+{
+    int need[K_N] = {0};
+    need[K_MMF] = need[K_MMB] = need[K_LNF] = need[K_LNB] = 1;
+    need[K_RES] = need[K_GELUF] = need[K_GELUB] = 1;
+    if (l->cp > 1)
+        need[K_RINGF] = need[K_RINGFIN] = need[K_RINGD] = need[K_RINGB] = 1;
+    else
+        need[K_ATTF] = need[K_ATTB] = 1;
+    if (l->tp > 1)
+        need[K_BIAS] = need[K_COLSUM] = 1;
+    for (int k = 0; k < K_N; k++)
+        CHECK(!need[k] || count_kernel_calls[k] > 0, "%s: no %s through the model's table", what,
+              count_kernel_names[k]);
 }
 
 static double rel(double a, double b)
@@ -177,6 +202,7 @@ int main(int argc, char **argv)
                   tr->model->chunk_hi[k] - tr->model->chunk_lo[k], l.split[j]);
         }
         double worst = 0.0, worst_norm = 0.0;
+        memset(count_kernel_calls, 0, sizeof count_kernel_calls);
         for (int i = 0; i < STEPS; i++) {
             double loss;
             CHECK_OK(msr_trainer_step(tr, &loss));
@@ -188,6 +214,7 @@ int main(int argc, char **argv)
             worst = fmax(worst, e);
             worst_norm = fmax(worst_norm, en);
         }
+        check_table(argv[a], &l);
         if (tr->mp != NULL) {
             const msr_mp_stats_t *s = msr_mp_stats(tr->mp);
             CHECK(s->acts_peak > 0, "%s: no activations counted", argv[a]);
