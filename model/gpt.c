@@ -14,6 +14,7 @@
 #include "base/util.h"
 #include "layout/layout.h"
 #include "model/block.h"
+#include "model/kernels.h"
 #include "model/layers.h"
 #include "model/moe.h"
 #include "model/rng.h"
@@ -297,11 +298,17 @@ msr_status_t msr_gpt_set_precision(msr_gpt_t *m, msr_precision_t precision)
     return MSR_OK;
 }
 
-void msr_gpt_set_kernels(msr_gpt_t *m, const struct msr_kernels *k)
+msr_status_t msr_gpt_set_kernels(msr_gpt_t *m, const struct msr_kernels *k)
 {
+    const char *missing = k != NULL ? msr_kernels_missing(k) : NULL;
+    if (missing != NULL) {
+        return msr_err(MSR_ERR_INVALID_ARG, "gpt: the kernel table '%s' has no %s",
+                       k->name != NULL ? k->name : "(unnamed)", missing);
+    }
     m->kernels = k;
     if (m->moe != NULL)
         msr_moe_set_kernels(m->moe, k);
+    return MSR_OK;
 }
 
 void msr_gpt_destroy(msr_gpt_t *model)

@@ -363,8 +363,10 @@ msr_status_t msr_gpt_set_precision(msr_gpt_t *m, msr_precision_t precision);
 /* Runs the model's kernels through k (model/kernels.h; borrowed, NULL: the
  * CPU's): the blocks', the ends' and the MoE state's (m->moe, which must
  * be in place). A model-parallel runtime's blocks take the table when it
- * is created (parallel/mp.h): call this before. */
-void msr_gpt_set_kernels(msr_gpt_t *m, const struct msr_kernels *k);
+ * is created (parallel/mp.h): call this before. Errors: MSR_ERR_INVALID_ARG
+ * for a table with an entry missing (named in the error text); the model
+ * is then unchanged. */
+msr_status_t msr_gpt_set_kernels(msr_gpt_t *m, const struct msr_kernels *k);
 
 /* Creates a model of shape cfg whose activations hold up to max_batch
  * sequences of up to cfg->max_seq tokens. Parameters and gradients are

@@ -1,6 +1,7 @@
 /* The CPU's table of the model's kernels (see kernels.h). */
 #include "model/kernels.h"
 
+#include <stddef.h>
 #include <string.h>
 
 static void add_bias(float *x, const float *bias, size_t N, int C)
@@ -56,11 +57,97 @@ static const msr_kernels_t cpu_kernels = {
     .embedding_backward = msr_embedding_backward,
     .crossentropy_forward = msr_crossentropy_forward,
     .crossentropy_backward = msr_crossentropy_backward,
+    .positions_forward = msr_positions_forward,
+    .positions_backward = msr_positions_backward,
+    .embedding_backward_rows = msr_embedding_backward_rows,
+    .vocab_max = msr_vocab_max,
+    .vocab_exp_sums = msr_vocab_exp_sums,
+    .vocab_loss = msr_vocab_loss,
+    .vocab_crossentropy_backward = msr_vocab_crossentropy_backward,
 };
 
 const msr_kernels_t *msr_kernels_cpu(void)
 {
     return &cpu_kernels;
+}
+
+/* every entry of the table, in its order */
+#define ENTRIES(X)             \
+    X(layernorm_forward)       \
+    X(layernorm_backward)      \
+    X(rmsnorm_forward)         \
+    X(rmsnorm_backward)        \
+    X(matmul_forward)          \
+    X(matmul_backward_set)     \
+    X(operand)                 \
+    X(attention_forward)       \
+    X(attention_backward_set)  \
+    X(attention_gqa_forward)   \
+    X(attention_gqa_backward)  \
+    X(ring_forward)            \
+    X(ring_finish)             \
+    X(ring_delta)              \
+    X(ring_backward)           \
+    X(rope)                    \
+    X(gelu_forward)            \
+    X(gelu_backward_set)       \
+    X(gelu_backward)           \
+    X(swiglu_forward)          \
+    X(swiglu_backward)         \
+    X(residual)                \
+    X(add_bias)                \
+    X(add_colsum)              \
+    X(zero)                    \
+    X(matmul_backward)         \
+    X(encoder_forward)         \
+    X(encoder_backward)        \
+    X(embedding_forward)       \
+    X(embedding_backward)      \
+    X(crossentropy_forward)    \
+    X(crossentropy_backward)   \
+    X(positions_forward)       \
+    X(positions_backward)      \
+    X(embedding_backward_rows) \
+    X(vocab_max)               \
+    X(vocab_exp_sums)          \
+    X(vocab_loss)              \
+    X(vocab_crossentropy_backward)
+
+#define NAME(e)   #e,
+#define OFFSET(e) offsetof(msr_kernels_t, e),
+static const char *const entry_names[] = {ENTRIES(NAME)};
+static const size_t entry_offsets[] = {ENTRIES(OFFSET)};
+enum { N_ENTRIES = sizeof entry_names / sizeof entry_names[0] };
+
+/* each entry is one function pointer after the name: a member added to
+ * the table and not to the list above fails the build */
+_Static_assert(sizeof(msr_kernels_t) ==
+                   offsetof(msr_kernels_t, layernorm_forward) + N_ENTRIES * sizeof(void (*)(void)),
+               "msr_kernels_t has entries that ENTRIES does not list");
+
+size_t msr_kernels_entries(void)
+{
+    return N_ENTRIES;
+}
+
+const char *msr_kernels_entry_name(size_t i)
+{
+    return i < N_ENTRIES ? entry_names[i] : NULL;
+}
+
+size_t msr_kernels_entry_offset(size_t i)
+{
+    return i < N_ENTRIES ? entry_offsets[i] : 0;
+}
+
+const char *msr_kernels_missing(const msr_kernels_t *k)
+{
+#define MISSING(e)    \
+    if (k->e == NULL) \
+        return #e;
+    ENTRIES(MISSING)
+#undef MISSING
+    return NULL;
 }
 
 const msr_kernels_t *msr_kernels_or_cpu(const msr_kernels_t *k)

@@ -16,14 +16,13 @@
  * CPU's kernels gives the same bits. The products' context (prod:
  * precision, bf16 operand scratch, first failure) is handed through as
  * the model holds it. A MoE block's router and experts run their
- * products and activations through it too (model/moe_pass.c). Not behind
- * the table yet: the MoE layer's routing, capacity and combine and, where
- * tensor parallel
- * splits the vocabulary, the embeddings' row sums and the head's softmax
- * (parallel/mp_tp.c), which run the CPU's code. Context parallel's ring
- * attention is behind it (parallel/mp_cp.c); its packing of the K/V
- * columns and the grouped-query heads' repeat and sum are device copies
- * and host loops. */
+ * products and activations through it too (model/moe_pass.c), and so do
+ * context parallel's ring attention (parallel/mp_cp.c) and the ends where
+ * tensor parallel splits the vocabulary or sp and cp the sequence
+ * (parallel/mp_tp.c). Not behind the table yet: the MoE layer's routing,
+ * capacity and combine, and context parallel's packing of the K/V
+ * columns and a Llama's repeat of its kv heads and sum of their
+ * gradients, which run the CPU's code. */
 #ifndef MSR_MODEL_KERNELS_H
 #define MSR_MODEL_KERNELS_H
 
@@ -131,6 +130,24 @@ typedef struct msr_kernels {
                                  const int *targets, int N, int V);
     void (*crossentropy_backward)(float *dlogits, const float *probs, const int *targets,
                                   float dloss, int N, int V);
+
+    /* ---- the ends split over ranks (tp's vocabulary, sp's and cp's
+     * sequence): layers.h's msr_positions_*, msr_embedding_backward_rows
+     * and msr_vocab_* ---- */
+
+    void (*positions_forward)(float *out, const float *x, const float *wpe, const int *pos, int t0,
+                              int B, int T, int C);
+    void (*positions_backward)(float *dwpe, const float *dout, const int *pos, int t0, int B, int T,
+                               int C);
+    void (*embedding_backward_rows)(float *dwte, const float *dout, const int *inp, int lo, int V,
+                                    size_t N, int C);
+    void (*vocab_max)(float *rmax, const float *logits, size_t N, int V);
+    void (*vocab_exp_sums)(float *probs, float *red, const float *logits, const float *rmax,
+                           const int *targets, int lo, size_t N, int V);
+    void (*vocab_loss)(float *probs, float *losses, const float *rmax, const float *red, size_t N,
+                       int V);
+    void (*vocab_crossentropy_backward)(float *dlogits, const float *probs, const int *targets,
+                                        int lo, float dloss, size_t N, int V);
 } msr_kernels_t;
 
 /* The CPU's table: the layers.h kernels (every vector path they choose). */
@@ -138,5 +155,15 @@ const msr_kernels_t *msr_kernels_cpu(void);
 
 /* k, or the CPU's table where k is NULL (a model's or block's default). */
 const msr_kernels_t *msr_kernels_or_cpu(const msr_kernels_t *k);
+
+/* The entries of a table (every member but name), for checks that walk
+ * them: how many, each one's name (NULL past the last) and its offset in
+ * the table. */
+size_t msr_kernels_entries(void);
+const char *msr_kernels_entry_name(size_t i);
+size_t msr_kernels_entry_offset(size_t i);
+/* The name of k's first entry that is NULL, or NULL when every entry is
+ * set (a table a model may run: msr_gpt_set_kernels refuses others). */
+const char *msr_kernels_missing(const msr_kernels_t *k);
 
 #endif

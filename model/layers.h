@@ -369,6 +369,40 @@ void msr_swiglu_backward_scalar(float *dinp, const float *inp, const float *dout
  * gradient rotates back in place). */
 void msr_rope_forward(float *x, int ld, int B, int T, int t0, int H, int HS, double theta, int dir);
 
+/* ---- the model's ends split over ranks (model/split_ends.c) ----
+ *
+ * Where tensor parallel splits the vocabulary (a rank holds V of its
+ * rows, from lo) or sequence or context parallel the sequence, the
+ * model-parallel runtime (parallel/mp_tp.c) runs the ends in these
+ * pieces, summing over the ranks between them. A row's position is
+ * pos[t] where pos is given (context parallel's chunks), else t0 + t. */
+
+/* out (B,T,C) = x + the position rows of wpe (maxT,C). */
+void msr_positions_forward(float *out, const float *x, const float *wpe, const int *pos, int t0,
+                           int B, int T, int C);
+/* dwpe (maxT,C) += the rows of dout (B,T,C) at their positions. */
+void msr_positions_backward(float *dwpe, const float *dout, const int *pos, int t0, int B, int T,
+                            int C);
+/* dwte (V,C) += the rows of dout (N,C) whose token is in [lo, lo + V),
+ * at row token - lo; the other rows are skipped. */
+void msr_embedding_backward_rows(float *dwte, const float *dout, const int *inp, int lo, int V,
+                                 size_t N, int C);
+/* rmax (N) = each row's largest of logits (N,V), this rank's slice. */
+void msr_vocab_max(float *rmax, const float *logits, size_t N, int V);
+/* probs (N,V) = exp(logits - rmax) (the row maxima summed to the whole
+ * vocabulary's); red (2N): [0, N) the rows' sums of probs
+ * (msr_softmax_exp_sum's), [N, 2N) each row's target logit where the
+ * target is in this slice, else 0. */
+void msr_vocab_exp_sums(float *probs, float *red, const float *logits, const float *rmax,
+                        const int *targets, int lo, size_t N, int V);
+/* With red summed over the slices: probs (N,V) divided by the row's sum,
+ * losses (N) = rmax + log(sum) - the target logit. */
+void msr_vocab_loss(float *probs, float *losses, const float *rmax, const float *red, size_t N,
+                    int V);
+/* dlogits (N,V) += (probs - onehot(target - lo)) * dloss on this slice. */
+void msr_vocab_crossentropy_backward(float *dlogits, const float *probs, const int *targets, int lo,
+                                     float dloss, size_t N, int V);
+
 /* Softmax and cross-entropy fused.
  * losses (N) = -log softmax(logits)[target], probs (N,V) the softmax (kept for
  * backward), logits (N,V), targets (N) in [0, V). */

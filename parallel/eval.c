@@ -139,10 +139,10 @@ static msr_status_t whole_model(msr_trainer_t *tr, msr_gpt_t **model_p)
              ? msr_err(MSR_ERR_NO_MEMORY, "eval: out of memory for %zu parameters", n)
              : msr_gpt_create_ex(&tr->cfg.model, tr->cfg.micro_batch, MSR_GPT_NO_GRADS, &model);
     /* the validation loss in the precision the job trains in */
-    if (st == MSR_OK) {
-        msr_gpt_set_kernels(model, tr->cfg.kernels);
+    if (st == MSR_OK)
+        st = msr_gpt_set_kernels(model, tr->cfg.kernels);
+    if (st == MSR_OK)
         st = msr_gpt_set_precision(model, tr->cfg.precision);
-    }
     if (st == MSR_OK && E > 0 && (model->moe == NULL || msr_moe_count(model->moe) != E))
         st = msr_err(MSR_ERR_STATE, "eval: the whole model's store does not hold %zu experts", E);
     msr_tckpt_header_t h;

@@ -1,9 +1,7 @@
 /* Model parallel's tensor-parallel side (see mp.h): the collectives
  * between the layers (sequence parallel's included), the blocks' view of
  * them, and the vocabulary-parallel embeddings and head. */
-#include <math.h>
 #include <stdio.h>
-#include <string.h>
 
 #include "base/err.h"
 #include "base/log.h"
@@ -163,9 +161,11 @@ void msr_mp_point_block(msr_mp_t *mp)
 
 /* The position in the sequence of this rank's local position t (of its
  * d.T: context parallel holds two chunks of it). */
-static int global_pos(const msr_mp_t *mp, int t)
+/* The positions of this rank's rows from row t0 of its chunk: context
+ * parallel's zigzag chunks' (a table), else NULL (t0 + t). */
+static const int *positions(const msr_mp_t *mp, int t0)
 {
-    return mp->cp > 1 ? mp->cp_pos[(size_t)mp->cr * mp->d.T + (size_t)t] : t;
+    return mp->cp > 1 ? mp->cp_pos + (size_t)mp->cr * mp->d.T + (size_t)t0 : NULL;
 }
 
 static int is_llama(const msr_mp_t *mp)
@@ -207,21 +207,16 @@ msr_status_t msr_mp_embed_forward(msr_mp_t *mp, const int *tokens, float *out)
     if (st != MSR_OK || (st = msr_mp_sync(mp)) != MSR_OK ||
         (st = tp_reduce(mp, part, mp->w.projl, &r)) != MSR_OK)
         return st;
-    int t0 = d->sp ? mp->tr * d->Tl : 0;
-    for (int b = 0; b < d->B; b++)
-        for (int t = 0; t < d->Tl; t++) {
-            float *o = out + ((size_t)b * d->Tl + t) * d->C;
-            const float *x = r + ((size_t)b * d->Tl + t) * d->C;
-            if (is_llama(mp)) { /* no wpe: the rows as they are */
-                if ((st = msr_mp_copy(mp, o, x, (size_t)d->C, MSR_DEVICE_D2D)) != MSR_OK)
-                    return st;
-                continue;
-            }
-            const float *pe = wpe + (size_t)global_pos(mp, t0 + t) * d->C;
-            for (int c = 0; c < d->C; c++)
-                o[c] = x[c] + pe[c];
-        }
-    return msr_mp_sync(mp); /* a Llama's rows copied */
+    if (!is_llama(mp)) {
+        int t0 = d->sp ? mp->tr * d->Tl : 0;
+        msr_kernels_or_cpu(m->kernels)
+            ->positions_forward(out, r, wpe, positions(mp, t0), t0, d->B, d->Tl, d->C);
+        return MSR_OK;
+    }
+    /* a Llama has no wpe: the rows as they are */
+    if ((st = msr_mp_copy(mp, out, r, d->Nl * (size_t)d->C, MSR_DEVICE_D2D)) != MSR_OK)
+        return st;
+    return msr_mp_sync(mp);
 }
 
 msr_status_t msr_mp_embed_backward(msr_mp_t *mp, const int *tokens, float *dout)
@@ -239,27 +234,13 @@ msr_status_t msr_mp_embed_backward(msr_mp_t *mp, const int *tokens, float *dout)
         return MSR_OK;
     }
     int t0 = d->sp ? mp->tr * d->Tl : 0;
-    for (int b = 0; b < d->B && !is_llama(mp); b++)
-        for (int t = 0; t < d->Tl; t++) {
-            const float *x = dout + ((size_t)b * d->Tl + t) * d->C;
-            float *pe = dwpe + (size_t)global_pos(mp, t0 + t) * d->C;
-            for (int c = 0; c < d->C; c++)
-                pe[c] += x[c];
-        }
+    if (!is_llama(mp))
+        k->positions_backward(dwpe, dout, positions(mp, t0), t0, d->B, d->Tl, d->C);
     const float *dfull;
     msr_status_t st = tp_enter(mp, dout, mp->w.dgat, &dfull);
     if (st != MSR_OK)
         return st;
-    int lo = mp->tr * d->Vl;
-    for (size_t n = 0; n < d->N; n++) {
-        int v = tokens[n] - lo;
-        if (v < 0 || v >= d->Vl)
-            continue;
-        float *row = dwte + (size_t)v * d->C;
-        const float *x = dfull + n * d->C;
-        for (int c = 0; c < d->C; c++)
-            row[c] += x[c];
-    }
+    k->embedding_backward_rows(dwte, dfull, tokens, mp->tr * d->Vl, d->Vl, d->N, d->C);
     return MSR_OK;
 }
 
@@ -302,40 +283,20 @@ msr_status_t msr_mp_head_forward(msr_mp_t *mp, frame_t *f, const float *x, const
     k->matmul_forward(mp->model->prod, w->logits, g, head_wte(mp, 0), NULL, (int)d->N, d->C, d->Vl);
     if ((st = msr_products_status(mp->model->prod)) != MSR_OK)
         return st; /* a failed product, logged where it failed */
-    size_t N = d->N, Vl = (size_t)d->Vl;
+    size_t N = d->N;
     if (d->tp == 1) {
         k->crossentropy_forward(w->losses, f->probs, w->logits, targets, (int)N, d->V);
     } else {
         /* the softmax over the split vocabulary: the row maxima, then the
          * sums of exponentials and the target logits, each summed over tp */
-        int lo = mp->tr * d->Vl;
-        for (size_t n = 0; n < N; n++) {
-            const float *l = w->logits + n * Vl;
-            float mx = l[0];
-            for (size_t i = 1; i < Vl; i++)
-                mx = l[i] > mx ? l[i] : mx;
-            w->rmax[n] = mx;
-        }
+        k->vocab_max(w->rmax, w->logits, N, d->Vl);
         if ((st = msr_mp_tp_allreduce(mp, w->rmax, N, MSR_DTYPE_F32, MSR_OP_MAX, "max")) != MSR_OK)
             return st;
-        for (size_t n = 0; n < N; n++) {
-            const float *l = w->logits + n * Vl;
-            float *p = f->probs + n * Vl;
-            memcpy(p, l, Vl * sizeof *p);
-            float sum = msr_softmax_exp_sum(p, w->rmax[n], Vl); /* as one process's */
-            int v = targets[n] - lo;
-            w->red[n] = sum;
-            w->red[N + n] = v >= 0 && v < d->Vl ? l[v] : 0.0f;
-        }
+        k->vocab_exp_sums(f->probs, w->red, w->logits, w->rmax, targets, mp->tr * d->Vl, N, d->Vl);
         if ((st = msr_mp_tp_allreduce(mp, w->red, 2 * N, MSR_DTYPE_F32, MSR_OP_SUM, "loss")) !=
             MSR_OK)
             return st;
-        for (size_t n = 0; n < N; n++) {
-            float *p = f->probs + n * Vl, inv = 1.0f / w->red[n];
-            for (size_t i = 0; i < Vl; i++)
-                p[i] *= inv;
-            w->losses[n] = w->rmax[n] + logf(w->red[n]) - w->red[N + n];
-        }
+        k->vocab_loss(f->probs, w->losses, w->rmax, w->red, N, d->Vl);
     }
     double sum = 0.0;
     for (size_t n = 0; n < N; n++)
@@ -361,16 +322,8 @@ msr_status_t msr_mp_head_backward(msr_mp_t *mp, frame_t *f, const float *x, cons
     if (d->tp == 1) {
         k->crossentropy_backward(w->dlogits, f->probs, targets, mp->dloss, (int)N, d->V);
     } else {
-        int lo = mp->tr * d->Vl;
-        for (size_t n = 0; n < N; n++) {
-            const float *p = f->probs + n * Vl;
-            float *dl = w->dlogits + n * Vl;
-            for (size_t i = 0; i < Vl; i++)
-                dl[i] += p[i] * mp->dloss;
-            int v = targets[n] - lo;
-            if (v >= 0 && v < d->Vl)
-                dl[v] -= mp->dloss;
-        }
+        k->vocab_crossentropy_backward(w->dlogits, f->probs, targets, mp->tr * d->Vl, mp->dloss, N,
+                                       d->Vl);
     }
     const float *g;
     float *dl;

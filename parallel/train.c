@@ -276,10 +276,12 @@ static msr_status_t experts_reduce(msr_trainer_t *tr)
  * offload: model/layers.h). */
 static msr_status_t set_precision(msr_trainer_t *tr)
 {
-    msr_gpt_set_kernels(tr->model, tr->cfg.kernels);
+    msr_status_t st = msr_gpt_set_kernels(tr->model, tr->cfg.kernels);
+    if (st != MSR_OK)
+        return st;
     if (tr->cfg.precision == MSR_PRECISION_FP32)
         return MSR_OK;
-    msr_status_t st = msr_gpt_set_precision(tr->model, tr->cfg.precision);
+    st = msr_gpt_set_precision(tr->model, tr->cfg.precision);
     if (st == MSR_OK && tr->model->params != NULL && msr_dp_params_store(tr->dp) == NULL)
         st = msr_products_keep_weights(tr->model->prod, tr->model->params, tr->model->num_params);
     if (st != MSR_OK)

@@ -34,6 +34,13 @@ const char *const count_kernel_names[K_N] = {
     "ring_finish",
     "ring_delta",
     "ring_backward",
+    "positions_forward",
+    "positions_backward",
+    "embedding_backward_rows",
+    "vocab_max",
+    "vocab_exp_sums",
+    "vocab_loss",
+    "vocab_crossentropy_backward",
 };
 long count_kernel_calls[K_N];
 
@@ -222,6 +229,46 @@ static void c_ringb(msr_products_t *pr, float *dq, int ldq, float *dk, float *dv
                        NH, scratch);
 }
 
+static void c_posf(float *out, const float *x, const float *wpe, const int *pos, int t0, int B,
+                   int T, int C)
+{
+    count_kernel_calls[K_POSF]++;
+    CPU->positions_forward(out, x, wpe, pos, t0, B, T, C);
+}
+static void c_posb(float *dwpe, const float *dout, const int *pos, int t0, int B, int T, int C)
+{
+    count_kernel_calls[K_POSB]++;
+    CPU->positions_backward(dwpe, dout, pos, t0, B, T, C);
+}
+static void c_embbr(float *dwte, const float *dout, const int *inp, int lo, int V, size_t N, int C)
+{
+    count_kernel_calls[K_EMBBR]++;
+    CPU->embedding_backward_rows(dwte, dout, inp, lo, V, N, C);
+}
+static void c_vmax(float *rmax, const float *logits, size_t N, int V)
+{
+    count_kernel_calls[K_VMAX]++;
+    CPU->vocab_max(rmax, logits, N, V);
+}
+static void c_vexp(float *probs, float *red, const float *logits, const float *rmax,
+                   const int *targets, int lo, size_t N, int V)
+{
+    count_kernel_calls[K_VEXP]++;
+    CPU->vocab_exp_sums(probs, red, logits, rmax, targets, lo, N, V);
+}
+static void c_vloss(float *probs, float *losses, const float *rmax, const float *red, size_t N,
+                    int V)
+{
+    count_kernel_calls[K_VLOSS]++;
+    CPU->vocab_loss(probs, losses, rmax, red, N, V);
+}
+static void c_vxentb(float *dlogits, const float *probs, const int *targets, int lo, float dloss,
+                     size_t N, int V)
+{
+    count_kernel_calls[K_VXENTB]++;
+    CPU->vocab_crossentropy_backward(dlogits, probs, targets, lo, dloss, N, V);
+}
+
 static const msr_kernels_t counting = {
     .name = "counting",
     .layernorm_forward = c_lnf,
@@ -256,6 +303,13 @@ static const msr_kernels_t counting = {
     .ring_finish = c_ringfin,
     .ring_delta = c_ringd,
     .ring_backward = c_ringb,
+    .positions_forward = c_posf,
+    .positions_backward = c_posb,
+    .embedding_backward_rows = c_embbr,
+    .vocab_max = c_vmax,
+    .vocab_exp_sums = c_vexp,
+    .vocab_loss = c_vloss,
+    .vocab_crossentropy_backward = c_vxentb,
 };
 
 const msr_kernels_t *count_kernels(void)

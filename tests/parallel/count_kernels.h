@@ -41,6 +41,13 @@ enum {
     K_RINGFIN,
     K_RINGD,
     K_RINGB,
+    K_POSF,
+    K_POSB,
+    K_EMBBR,
+    K_VMAX,
+    K_VEXP,
+    K_VLOSS,
+    K_VXENTB,
     K_N
 };
 

@@ -20,7 +20,10 @@
  * (count_kernels.h: the CPU's kernels): every kernel a rank's blocks need
  * in the layout (the products, the norms, GELU, the residual adds, the
  * causal attention or, under cp, the ring's four kernels, and under tp
- * the row-parallel biases) must have gone through it.
+ * the row-parallel biases) and, where one stage holds both ends, every
+ * kernel of the ends split over tp or cp (the position rows, the
+ * embedding's gradient rows, the softmax over the split vocabulary) must
+ * have gone through it.
  *
  * Exits 0 when every check passed; prints what failed, with the rank. */
 #include <math.h>
@@ -141,6 +144,10 @@ static void check_table(const char *what, const layout_t *l)
         need[K_ATTF] = need[K_ATTB] = 1;
     if (l->tp > 1)
         need[K_BIAS] = need[K_COLSUM] = 1;
+    if ((l->tp > 1 || l->cp > 1) && l->pp == 1) /* split ends, both on every rank */
+        need[K_POSF] = need[K_POSB] = need[K_EMBBR] = 1;
+    if (l->tp > 1 && l->pp == 1) /* the softmax over the split vocabulary */
+        need[K_VMAX] = need[K_VEXP] = need[K_VLOSS] = need[K_VXENTB] = 1;
     for (int k = 0; k < K_N; k++)
         CHECK(!need[k] || count_kernel_calls[k] > 0, "%s: no %s through the model's table", what,
               count_kernel_names[k]);

@@ -9,6 +9,7 @@
  * kernels gives the CPU's losses, outputs and gradients bitwise, and its count_kernel_calls are
  * exactly the kernels the model runs: a kernel called past the table leaves its count short and
  * fails the test. */
+#include <stddef.h>
 #include <string.h>
 
 #include "base/err.h"
@@ -109,6 +110,54 @@ static void test_cpu_table(void)
     MSR_CHECK(x[0] == 1.5f && x[1] == 0 && x[4] == 0 && x[5] == 8);
 }
 
+/* A table with an entry missing is refused by name, entry by entry, and
+ * the model keeps the table it had; the CPU's and the counting table are
+ * whole; a trainer given a table with a hole is not created. */
+static void test_incomplete_table(void)
+{
+    size_t n = msr_kernels_entries();
+    MSR_CHECK(n > 30 && msr_kernels_entry_name(n) == NULL);
+    MSR_CHECK_STR(msr_kernels_entry_name(0), "layernorm_forward");
+    MSR_CHECK_STR(msr_kernels_entry_name(n - 1), "vocab_crossentropy_backward");
+    MSR_CHECK(msr_kernels_missing(msr_kernels_cpu()) == NULL);
+    MSR_CHECK(msr_kernels_missing(count_kernels()) == NULL);
+    msr_gpt_config_t c = {MSR_GPT_VOCAB, 8, 1, 2, 16};
+    msr_gpt_t *m = NULL;
+    MSR_CHECK_OK(msr_gpt_create(&c, 1, &m));
+    MSR_CHECK_OK(msr_gpt_set_kernels(m, count_kernels()));
+    for (size_t i = 0; i < n; i++) {
+        msr_kernels_t holed = *count_kernels();
+        const char *name = msr_kernels_entry_name(i);
+        size_t off = msr_kernels_entry_offset(i);
+        MSR_CHECK(off >= offsetof(msr_kernels_t, layernorm_forward) &&
+                  off + sizeof(void (*)(void)) <= sizeof holed);
+        memset((char *)&holed + off, 0, sizeof(void (*)(void)));
+        MSR_CHECK_STR(msr_kernels_missing(&holed), name);
+        msr_err_clear();
+        MSR_CHECK_EQ(msr_gpt_set_kernels(m, &holed), MSR_ERR_INVALID_ARG);
+        MSR_CHECK_MSG(strstr(msr_err_msg(), name) != NULL && strstr(msr_err_msg(), "counting"),
+                      "entry %s: %s", name, msr_err_msg());
+        MSR_CHECK(m->kernels == count_kernels());
+    }
+    MSR_CHECK_OK(msr_gpt_set_kernels(m, NULL)); /* the CPU's */
+    MSR_CHECK(m->kernels == NULL);
+    msr_gpt_destroy(m);
+
+    msr_kernels_t holed = *count_kernels();
+    holed.vocab_loss = NULL;
+    msr_dataset_t *ds = NULL;
+    MSR_CHECK_OK(msr_dataset_generate(3, 1 << 15, &ds));
+    msr_train_config_t tc = mp_small_config(1, 0);
+    tc.kernels = &holed;
+    msr_mesh_t *mesh = NULL;
+    msr_trainer_t *tr = NULL;
+    MSR_CHECK_OK(msr_mesh_create(NULL, 1, 1, 1, 1, &mesh));
+    MSR_CHECK_EQ(msr_trainer_create_mesh(&tc, ds, mesh, &tr), MSR_ERR_INVALID_ARG);
+    MSR_CHECK(tr == NULL);
+    msr_mesh_destroy(mesh);
+    msr_dataset_destroy(ds);
+}
+
 /* ---- the whole model ---- */
 
 enum { BB = 2, TT = 8 };
@@ -171,7 +220,7 @@ static void check_whole(int llama, msr_precision_t prec)
 {
     msr_gpt_t *m[2] = {model(llama, prec), model(llama, prec)};
     MSR_CHECK(m[0]->kernels == NULL);
-    msr_gpt_set_kernels(m[1], count_kernels());
+    MSR_CHECK_OK(msr_gpt_set_kernels(m[1], count_kernels()));
     two_steps(m, llama ? "llama" : msr_precision_name(prec));
     long fwd[K_N], bwd[K_N], efwd[K_N] = {0}, ebwd[K_N] = {0}, want[K_N];
     block_counts(llama, 1, fwd, bwd);
@@ -237,7 +286,7 @@ static void check_whole_moe(int llama)
         msr_gpt_init_params(m[i], 11);
         msr_moe_init_params(m[i]->moe, 12);
     }
-    msr_gpt_set_kernels(m[1], count_kernels());
+    MSR_CHECK_OK(msr_gpt_set_kernels(m[1], count_kernels()));
     MSR_CHECK(m[0]->kernels == NULL && m[1]->kernels == count_kernels());
     two_steps(m, llama ? "moe llama" : "moe gpt");
     long fwd[K_N], bwd[K_N], mfwd[K_N], mbwd[K_N], efwd[K_N] = {0}, ebwd[K_N] = {0}, want[K_N];
@@ -418,9 +467,10 @@ static void test_trainer(void)
 }
 
 static const msr_test_t tests[] = {
-    {"cpu_table", test_cpu_table, 10},     {"whole_gpt", test_whole_gpt, 30},
-    {"whole_llama", test_whole_llama, 30}, {"whole_moe", test_whole_moe, 30},
-    {"tp_slice", test_tp_slice, 30},       {"trainer", test_trainer, 60},
+    {"cpu_table", test_cpu_table, 10}, {"incomplete_table", test_incomplete_table, 30},
+    {"whole_gpt", test_whole_gpt, 30}, {"whole_llama", test_whole_llama, 30},
+    {"whole_moe", test_whole_moe, 30}, {"tp_slice", test_tp_slice, 30},
+    {"trainer", test_trainer, 60},
 };
 
 int main(int argc, char **argv)
