@@ -254,6 +254,12 @@ static msr_status_t write_zeros(msr_offload_t *off)
 msr_status_t msr_offload_create(const msr_offload_config_t *cfg, size_t count,
                                 msr_offload_t **off_p)
 {
+    return msr_offload_create_as(cfg, "offload", count, off_p);
+}
+
+msr_status_t msr_offload_create_as(const msr_offload_config_t *cfg, const char *kind, size_t count,
+                                   msr_offload_t **off_p)
+{
     msr_status_t st = msr_offload_config_check(cfg);
     if (st != MSR_OK)
         return st;
@@ -264,7 +270,7 @@ msr_status_t msr_offload_create(const msr_offload_config_t *cfg, size_t count,
         return msr_err(MSR_ERR_NO_MEMORY, "offload: out of memory");
     off->cfg = *cfg;
     off->fd = -1;
-    off->path = msr_offload_file_path(cfg->dir, "offload", cfg->rank);
+    off->path = msr_offload_file_path(cfg->dir, kind, cfg->rank);
     off->cfg.dir = msr_strdup(cfg->dir);
     if (off->path == NULL || off->cfg.dir == NULL) {
         st = msr_err(MSR_ERR_NO_MEMORY, "offload: out of memory");

@@ -85,6 +85,11 @@ msr_status_t msr_offload_config_check(const msr_offload_config_t *cfg);
  * this kernel). On failure nothing is left behind. */
 msr_status_t msr_offload_create(const msr_offload_config_t *cfg, size_t count,
                                 msr_offload_t **off_p);
+/* The same with the file named <dir>/msrun-<kind>-rank<rank>-<pid>.bin: a
+ * second store of the same rank (the experts' moments, kind "experts",
+ * parallel/train_experts.c) beside the "offload" one. */
+msr_status_t msr_offload_create_as(const msr_offload_config_t *cfg, const char *kind, size_t count,
+                                   msr_offload_t **off_p);
 
 /* Closes the store and removes its file unless cfg.keep. Waits for any
  * I/O in flight. NULL: nothing. */

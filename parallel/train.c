@@ -157,7 +157,7 @@ static msr_status_t experts_split(const msr_train_config_t *cfg, msr_comm_t *com
  * all-gathered); under ZeRO-3 with replicas the store itself is sharded
  * per MoE block (train_experts.c). Local: the creation's agreement tells
  * the other ranks of a failure. */
-static msr_status_t experts_create(msr_trainer_t *tr)
+static msr_status_t experts_state(msr_trainer_t *tr)
 {
     msr_moe_t *moe = tr->model->moe;
     msr_status_t st;
@@ -204,6 +204,14 @@ static msr_status_t experts_create(msr_trainer_t *tr)
     const msr_gpt_tensor_t *t = msr_moe_tensors(moe, &n);
     msr_adamw_range_t own = {tr->eshard_lo, tr->eshard_hi};
     return msr_adamw_create_ranges(&tr->cfg.adamw, t, n, &own, own.lo < own.hi, &tr->eopt);
+}
+
+/* experts_state, with the moments moved to their file under the
+ * optimizer's disk offload. */
+static msr_status_t experts_create(msr_trainer_t *tr)
+{
+    msr_status_t st = experts_state(tr);
+    return st != MSR_OK ? st : msr_train_experts_offload(tr);
 }
 
 /* This rank's block of the experts' gradients, after experts_reduce (the
@@ -540,10 +548,11 @@ static msr_status_t step(msr_trainer_t *tr, double *loss_p)
     msr_train_gate(tr); /* the state is written from here on */
     st = msr_dp_update(dp, lr, c->grad_clip, loss_sum, &total, &norm);
     if (st == MSR_OK && model->moe != NULL) {
-        msr_adamw_update(
-            tr->eopt, tr->ez ? tr->ez_params : msr_moe_params(model->moe) + tr->eshard_lo,
+        st = msr_train_experts_update(
+            tr, tr->ez ? tr->ez_params : msr_moe_params(model->moe) + tr->eshard_lo,
             tr->ez ? tr->ez_grads : expert_grad_shard(tr), lr, msr_clip_scale(norm, c->grad_clip));
-        st = msr_train_experts_gather(tr);
+        if (st == MSR_OK)
+            st = msr_train_experts_gather(tr);
     }
     if (st == MSR_OK && tr->mp != NULL) {
         st = msr_mp_sync_tied(tr->mp);

@@ -107,6 +107,12 @@ typedef struct msr_trainer {
     msr_comm_t *rep_comm;
     int rep_rank, rep_size; /* in the replica group */
     msr_adamw_t *eopt;
+    /* the experts' moments in a file of their own under the optimizer's
+     * disk offload (cfg.par.offload; eopt->m and eopt->v are then NULL,
+     * train_experts.c), and the first failure of a restore's writes into
+     * it (eload_st) */
+    msr_offload_t *eoff;
+    msr_status_t eload_st;
     /* the store elements [eshard_lo, eshard_hi) the experts' optimizer
      * updates here: all at ZeRO 0; under ZeRO >= 1 this rank's block of
      * eblk elements in the replica group, reduced and gathered through

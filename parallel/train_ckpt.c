@@ -15,7 +15,7 @@
 #include "model/moe.h"
 #include "msrun/checkpoint.h"
 
-static int range_push(range_list_t *l, msr_tckpt_range_t x, size_t moff)
+static int range_push(range_list_t *l, msr_tckpt_range_t x, size_t moff, int experts)
 {
     if (l->n == l->cap) {
         size_t cap = l->cap > 0 ? 2 * l->cap : 64;
@@ -25,7 +25,7 @@ static int range_push(range_list_t *l, msr_tckpt_range_t x, size_t moff)
         l->s = s;
         l->cap = cap;
     }
-    l->s[l->n++] = (saved_range_t){x, moff};
+    l->s[l->n++] = (saved_range_t){x, moff, experts};
     l->offloaded |= moff != NO_MOFF;
     return 0;
 }
@@ -39,9 +39,9 @@ static int range_cut(void *arg, size_t lo, size_t glo, size_t n)
     size_t off = lo - l->piece.lo;
     const float *p = l->piece.params + off;
     if (l->piece.m == NULL)
-        return range_push(l, (msr_tckpt_range_t){glo, n, p, p, p}, l->piece.moff + off);
+        return range_push(l, (msr_tckpt_range_t){glo, n, p, p, p}, l->piece.moff + off, 0);
     return range_push(l, (msr_tckpt_range_t){glo, n, p, l->piece.m + off, l->piece.v + off},
-                      NO_MOFF);
+                      NO_MOFF, 0);
 }
 
 static int range_by_lo(const void *a, const void *b)
@@ -64,8 +64,9 @@ static msr_status_t saved_ranges(msr_trainer_t *tr, const msr_ckpt_map_t *map, r
     if (l.n > 0)
         qsort(l.s, l.n, sizeof *l.s, range_by_lo);
     for (int k = 0; k < expert_ranges(tr) && !bad; k++) {
-        msr_tckpt_range_t x = expert_range(tr, k);
-        bad = x.n > 0 && range_push(&l, x, NO_MOFF) != 0;
+        size_t s;
+        msr_tckpt_range_t x = expert_range_at(tr, k, &s);
+        bad = x.n > 0 && range_push(&l, x, tr->eoff != NULL ? s : NO_MOFF, 1) != 0;
     }
     if (bad) {
         msr_free(l.s);
@@ -112,7 +113,7 @@ static msr_status_t stream_moments(msr_trainer_t *tr, const range_list_t *l, voi
             if (x->moff == NO_MOFF)
                 continue;
             float *m = (float *)((unsigned char *)buf + d[j].offset) + c; /* after params */
-            st = msr_dp_moments_get(tr->dp, x->moff + (size_t)at, c, m, m + c);
+            st = saved_moments_get(tr, x, (size_t)at, c, m, m + c);
         }
     }
     msr_free(d);
@@ -238,20 +239,33 @@ static int same_layout(msr_trainer_t *tr, const msr_ckpt_map_t *map, const paylo
  * optimizer's shard of the experts: parameters and moments), marking it in
  * cover (one flag per shard element). The other replicas' blocks of the
  * parameters come with msr_train_experts_gather (under ZeRO-3 with
- * replicas the shard is all this rank keeps). */
+ * replicas the shard is all this rank keeps). Offloaded moments are
+ * written into their file a chunk at a time; a failure is kept in
+ * tr->eload_st (the first), its part left uncovered. */
 static void experts_load(msr_trainer_t *tr, const msr_tckpt_range_t *r, uint8_t *cover)
 {
     for (int k = 0; k < expert_ranges(tr); k++) {
-        msr_tckpt_range_t mine = expert_range(tr, k);
+        size_t s;
+        msr_tckpt_range_t mine = expert_range_at(tr, k, &s);
         size_t lo = MSR_MAX(mine.lo, r->lo), hi = MSR_MIN(mine.lo + mine.n, r->lo + r->n);
         if (mine.n == 0 || lo >= hi)
             continue;
-        size_t at = (size_t)(mine.m - tr->eopt->m) + (lo - mine.lo); /* in the shard */
+        size_t at = s + (lo - mine.lo); /* in the shard */
         size_t from = lo - r->lo, n = hi - lo;
         float *shard = tr->ez ? tr->ez_params : msr_moe_params(tr->model->moe) + tr->eshard_lo;
         memcpy(shard + at, r->params + from, n * sizeof(float));
-        memcpy(tr->eopt->m + at, r->m + from, n * sizeof(float));
-        memcpy(tr->eopt->v + at, r->v + from, n * sizeof(float));
+        if (tr->eoff != NULL) {
+            msr_status_t st = tr->eload_st != MSR_OK
+                                  ? tr->eload_st
+                                  : msr_offload_put(tr->eoff, at, n, r->m + from, r->v + from);
+            if (st != MSR_OK) {
+                tr->eload_st = st;
+                continue;
+            }
+        } else {
+            memcpy(tr->eopt->m + at, r->m + from, n * sizeof(float));
+            memcpy(tr->eopt->v + at, r->v + from, n * sizeof(float));
+        }
         memset(cover + at, 1, n);
     }
 }
@@ -491,6 +505,7 @@ static msr_status_t restore_read(msr_trainer_t *tr, const msr_ckpt_map_t *map, i
     uint8_t *cover = ecount > 0 ? msr_calloc(ecount, 1) : NULL;
     if (read_st == MSR_OK && ecount > 0 && cover == NULL)
         read_st = msr_err(MSR_ERR_NO_MEMORY, "train: out of memory for %zu expert flags", ecount);
+    tr->eload_st = MSR_OK;
     if (group != NULL) { /* every rank of the group: a collective */
         msr_status_t st = msr_train_ckpt_share(tr, map, group, world, first, src, p0, own_layout,
                                                read_st == MSR_OK, &shared);
@@ -501,6 +516,8 @@ static msr_status_t restore_read(msr_trainer_t *tr, const msr_ckpt_map_t *map, i
         read_st = payload_load(tr, map, p0, src, first, cover);
     if (read_st == MSR_OK && !gather && !shared)
         read_st = restore_other_ranks(tr, map, world, first, src, p0, cover);
+    if (read_st == MSR_OK && tr->eload_st != MSR_OK)
+        read_st = tr->eload_st; /* the experts' file's error names it */
     for (size_t i = 0; i < ecount && read_st == MSR_OK; i++) {
         if (!cover[i])
             read_st = msr_err(MSR_ERR_CORRUPT,

@@ -53,26 +53,42 @@ static inline int expert_ranges(const msr_trainer_t *tr)
 /* Range k of the experts this rank saves, in the checkpoint's numbering:
  * MoE block k's part of the optimizer's shard of the store (all of the
  * block's at ZeRO 0; under ZeRO-3 with replicas its shard of the block),
- * with their parameters and moments; n = 0 when the shard has none of
- * block k. */
-static inline msr_tckpt_range_t expert_range(msr_trainer_t *tr, int k)
+ * with their parameters and moments, its first element being element *s_p
+ * of the shard space; n = 0 when the shard has none of block k. With the
+ * moments offloaded (tr->eoff) m and v point at the parameters, to be
+ * written over from the file (as range_cut's). */
+static inline msr_tckpt_range_t expert_range_at(msr_trainer_t *tr, int k, size_t *s_p)
 {
     msr_moe_t *moe = tr->model->moe;
     size_t per = (size_t)msr_moe_local_experts(moe) * msr_moe_expert_count(&tr->cfg.model);
+    size_t s, lo, n;
+    float *p;
+    *s_p = 0;
     if (tr->ez) { /* ZeRO-3: block k's shard, the shard space's k-th */
-        size_t s = (size_t)k * tr->ez_n;
-        if (tr->ez_n == 0)
-            return (msr_tckpt_range_t){0, 0, NULL, NULL, NULL};
-        return (msr_tckpt_range_t){whole_flat(tr) + msr_moe_global_lo(moe, k) + tr->ez_lo, tr->ez_n,
-                                   tr->ez_params + s, tr->eopt->m + s, tr->eopt->v + s};
+        s = (size_t)k * tr->ez_n;
+        lo = whole_flat(tr) + msr_moe_global_lo(moe, k) + tr->ez_lo;
+        n = tr->ez_n;
+        p = tr->ez_params + s;
+    } else {
+        size_t a = MSR_MAX((size_t)k * per, tr->eshard_lo);
+        size_t b = MSR_MIN((size_t)(k + 1) * per, tr->eshard_hi);
+        s = a - tr->eshard_lo;
+        lo = whole_flat(tr) + msr_moe_global_lo(moe, k) + (a - k * per);
+        n = a < b ? b - a : 0;
+        p = msr_moe_params(moe) + a;
     }
-    size_t lo = MSR_MAX((size_t)k * per, tr->eshard_lo);
-    size_t hi = MSR_MIN((size_t)(k + 1) * per, tr->eshard_hi);
-    if (lo >= hi)
+    if (n == 0)
         return (msr_tckpt_range_t){0, 0, NULL, NULL, NULL};
-    size_t s = lo - tr->eshard_lo;
-    return (msr_tckpt_range_t){whole_flat(tr) + msr_moe_global_lo(moe, k) + (lo - k * per), hi - lo,
-                               msr_moe_params(moe) + lo, tr->eopt->m + s, tr->eopt->v + s};
+    *s_p = s;
+    if (tr->eoff != NULL)
+        return (msr_tckpt_range_t){lo, n, p, p, p};
+    return (msr_tckpt_range_t){lo, n, p, tr->eopt->m + s, tr->eopt->v + s};
+}
+
+static inline msr_tckpt_range_t expert_range(msr_trainer_t *tr, int k)
+{
+    size_t s;
+    return expert_range_at(tr, k, &s);
 }
 
 /* A range a rank saves, and where its moments are when they are in the
@@ -81,9 +97,20 @@ static inline msr_tckpt_range_t expert_range(msr_trainer_t *tr, int k)
 typedef struct saved_range {
     msr_tckpt_range_t r;
     size_t moff;
+    int experts; /* moff is in the experts' file (tr->eoff), not dp's */
 } saved_range_t;
 
 #define NO_MOFF SIZE_MAX
+
+/* Elements [at, at + n) of saved range x's offloaded moments into m and
+ * v, from dp's file or the experts'. */
+static inline msr_status_t saved_moments_get(msr_trainer_t *tr, const saved_range_t *x, size_t at,
+                                             size_t n, float *m, float *v)
+{
+    if (x->experts)
+        return msr_offload_get(tr->eoff, x->moff + at, n, m, v);
+    return msr_dp_moments_get(tr->dp, x->moff + at, n, m, v);
+}
 
 /* The ranges a rank saves, growing as the map's runs cut its pieces. */
 typedef struct range_list {

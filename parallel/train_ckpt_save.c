@@ -95,7 +95,7 @@ static msr_status_t stream_piece(save_stream_t *s, const saved_range_t *x, uint6
     if (st == MSR_OK && x->moff != NO_MOFF) {
         m = s->mv;
         v = s->mv + c;
-        st = msr_dp_moments_get(s->tr->dp, x->moff + (size_t)at, c, s->mv, s->mv + c);
+        st = saved_moments_get(s->tr, x, (size_t)at, c, s->mv, s->mv + c);
     }
     if (st == MSR_OK && s->array_left != 0)
         st = msr_err(MSR_ERR_INTERNAL, "train: a save's piece %u lacks parameters", j);

@@ -9,6 +9,7 @@
 
 #include "base/alloc.h"
 #include "base/err.h"
+#include "base/log.h"
 #include "base/status.h"
 #include "base/time.h"
 #include "model/err_call.h"
@@ -338,8 +339,61 @@ msr_status_t msr_train_experts_norm(msr_trainer_t *tr)
     return st;
 }
 
+/* ---- the experts' moments offloaded (train.h's eoff) ---- */
+
+msr_status_t msr_train_experts_offload(msr_trainer_t *tr)
+{
+    const msr_offload_config_t *cfg = &tr->cfg.par.offload;
+    if (cfg->mode != MSR_OFFLOAD_DISK || tr->eopt == NULL || tr->eopt->count == 0)
+        return MSR_OK;
+    if (!msr_device_is_host(ez_dev(tr)))
+        return msr_err(MSR_ERR_UNSUPPORTED,
+                       "train: the experts' moments offload from host memory, not %s's",
+                       msr_device_name(ez_dev(tr)));
+    msr_status_t st = msr_offload_create_as(cfg, "experts", tr->eopt->count, &tr->eoff);
+    if (st != MSR_OK)
+        return st;
+    /* the optimizer's own arrays were never touched: their pages go back */
+    msr_free(tr->eopt->m);
+    msr_free(tr->eopt->v);
+    tr->eopt->m = tr->eopt->v = NULL;
+    MSR_INFO("offload: the experts' moments of %zu elements in %s (chunks of %zu bytes, %s)",
+             tr->eopt->count, msr_offload_path(tr->eoff), msr_offload_chunk_bytes(tr->eoff),
+             msr_offload_engine(tr->eoff));
+    return MSR_OK;
+}
+
+/* One update's arrays, in the shard space. */
+typedef struct ez_update {
+    msr_adamw_t *opt;
+    float *params;
+    const float *grads;
+} ez_update_t;
+
+/* msr_offload_chunk_fn: shard elements [off, off + n), their moments m and v. */
+static msr_status_t update_chunk(void *arg, size_t off, size_t n, float *m, float *v)
+{
+    ez_update_t *u = arg;
+    msr_adamw_update_moments(u->opt, off, n, u->params + off, u->grads + off, m, v);
+    return MSR_OK;
+}
+
+msr_status_t msr_train_experts_update(msr_trainer_t *tr, float *params, const float *grads,
+                                      float lr, float grad_scale)
+{
+    if (tr->eoff == NULL) {
+        msr_adamw_update(tr->eopt, params, grads, lr, grad_scale);
+        return MSR_OK;
+    }
+    msr_adamw_begin(tr->eopt, lr, grad_scale);
+    ez_update_t u = {tr->eopt, params, grads};
+    return msr_offload_step(tr->eoff, update_chunk, &u); /* its error names the file */
+}
+
 void msr_train_experts_free(msr_trainer_t *tr)
 {
+    msr_offload_destroy(tr->eoff);
+    tr->eoff = NULL;
     if (tr->ez)
         (void)slots_forget(tr); /* a failed step's gathers finished: their buffers go */
     const msr_device_t *dev = ez_dev(tr);
@@ -361,7 +415,7 @@ msr_train_expert_bytes_t msr_trainer_expert_bytes(const msr_trainer_t *tr)
     size_t f = sizeof(float), shard = tr->eshard_hi - tr->eshard_lo;
     size_t resident = tr->ez ? shard : msr_moe_count(tr->model->moe);
     b.params = b.grads = resident * f;
-    b.optim = 2 * shard * f;
+    b.optim = tr->eoff != NULL ? msr_offload_resident(tr->eoff) : 2 * shard * f;
     b.work = msr_moe_work_bytes(tr->model->moe);
     if (tr->ez) /* the gathered blocks' parameters, one block's gradients */
         b.work += (MSR_TRAIN_EZ_SLOTS + 1) * tr->ez_blk * (size_t)tr->rep_size * f;

@@ -37,4 +37,17 @@ msr_status_t msr_train_experts_zero(msr_trainer_t *tr);
 msr_status_t msr_train_experts_norm(msr_trainer_t *tr);
 void msr_train_experts_free(msr_trainer_t *tr);
 
+/* The experts' optimizer with its moments offloaded (train.h's eoff):
+ * offload moves the moments of a trainer just made into a file of its own
+ * under cfg.par.offload's disk mode (nothing otherwise, nor for a shard
+ * without elements; errors: the store's, MSR_ERR_UNSUPPORTED for experts
+ * outside host memory). update runs the experts' AdamW over the shard
+ * space (params and grads as msr_adamw_update takes them), the moments a
+ * chunk at a time through the file when they are offloaded: the same
+ * arithmetic, so the same bits (errors: the store's, after which it
+ * refuses every further call). */
+msr_status_t msr_train_experts_offload(msr_trainer_t *tr);
+msr_status_t msr_train_experts_update(msr_trainer_t *tr, float *params, const float *grads,
+                                      float lr, float grad_scale);
+
 #endif

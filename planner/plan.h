@@ -187,7 +187,10 @@ typedef struct msr_plan_rank {
     uint64_t expert_grads;     /* their gradients */
     uint64_t expert_optim;     /* their Adam moments: whole, or under ZeRO >= 1 this rank's
                                 * block of them among the dp / ep ranks holding the same
-                                * experts (parallel/train.c) */
+                                * experts (parallel/train.c); under the optimizer's offload
+                                * their store's buffers (a file of their own, when the
+                                * block has elements) */
+    uint64_t expert_shard;     /* the elements the experts' optimizer updates here */
     uint64_t bf16_scratch;     /* the products' bf16 operand scratch (MSR_PLAN_BF16_RUNTIME:
                                 * model/layers_bf16.c, the largest op(A) plus the largest
                                 * op(B) the rank rounds; 0 otherwise) */

@@ -56,7 +56,7 @@ static int check_zero(const msr_plan_layout_t *l, char *why, size_t why_len)
 /* The gradients' offload, as train_gpt allows it: the gradient shard of
  * ZeRO 2-3 beside the optimizer's offload, under data parallel alone (the
  * norm over the file does not count tensor-parallel slices apart) and a
- * dense model (the experts' moments are not offloaded). */
+ * dense model (the experts' gradients are not offloaded). */
 static int check_grads_offload(const msr_plan_model_t *m, const msr_plan_layout_t *l, char *why,
                                size_t why_len)
 {
@@ -91,8 +91,6 @@ static int check_offload(const msr_plan_model_t *m, const msr_plan_layout_t *l, 
     if ((l->offload & MSR_PLAN_OFFLOAD_ACTS) && l->recompute != MSR_PLAN_RC_FULL)
         BAD("the activations' offload spills full recompute's block inputs: recompute %s",
             msr_plan_recompute_names[l->recompute]);
-    if ((l->offload & MSR_PLAN_OFFLOAD_OPTIM) && m->experts > 0)
-        BAD("the optimizer's offload does not cover the experts' moments");
     size_t ch = l->offload_chunk;
     if (ch != 0 && (ch < MSR_PLAN_OFFLOAD_ALIGN || ch > MSR_PLAN_OFFLOAD_CHUNK_MAX ||
                     ch % MSR_PLAN_OFFLOAD_ALIGN != 0))

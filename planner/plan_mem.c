@@ -250,7 +250,10 @@ static void rank_activations(const msr_plan_model_t *m, const msr_plan_layout_t 
  * shard of each block's experts is all it keeps of their parameters,
  * gradients and moments, with two blocks' parameters (the one in use
  * and the next one's prefetch, MSR_TRAIN_EZ_SLOTS) and one block's
- * gradients gathered in the work space. */
+ * gradients gathered in the work space. Under the optimizer's offload
+ * the moments of this rank's block go to a file of their own
+ * (train_experts.c msr_train_experts_offload): its store's buffers stay,
+ * and each step reads and writes every chunk of it. */
 static void rank_experts(const msr_plan_model_t *m, const msr_plan_layout_t *l,
                          msr_plan_precision_t prec, int runtime, const msr_plan_part_t *p,
                          msr_plan_rank_t *o)
@@ -275,7 +278,12 @@ static void rank_experts(const msr_plan_model_t *m, const msr_plan_layout_t *l,
     o->experts_held = held;
     o->expert_params = resident * fw;
     o->expert_grads = resident * fw;
+    o->expert_shard = hi - lo;
     o->expert_optim = 2 * (hi - lo) * MSR_PLAN_F32;
+    if ((l->offload & MSR_PLAN_OFFLOAD_OPTIM) && hi > lo) { /* a file of their own */
+        o->expert_optim = msr_plan_offload_optim_bytes(hi - lo, l->offload_chunk);
+        o->offload_optim_io += msr_plan_offload_optim_io(hi - lo, l->offload_chunk);
+    }
     o->moe_work =
         msr_plan_moe_work_bytes(m, l, p->moe_blocks, o->tp_rank, fw) + gather * MSR_PLAN_F32;
     if (prec == MSR_PLAN_BF16)

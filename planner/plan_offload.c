@@ -144,8 +144,8 @@ int64_t msr_plan_search_offload(const msr_plan_model_t *m, msr_plan_precision_t 
         return n;
     int64_t found = n;
     for (int k = 0; k < 7; k++) {
-        if ((modes[k] & (MSR_PLAN_OFFLOAD_OPTIM | MSR_PLAN_OFFLOAD_PARAMS)) && m->experts > 0)
-            continue; /* the experts' moments and parameters are not offloaded */
+        if ((modes[k] & (MSR_PLAN_OFFLOAD_PARAMS | MSR_PLAN_OFFLOAD_GRADS)) && m->experts > 0)
+            continue; /* the experts' parameters and gradients are not offloaded */
         double best = found > 0 ? (*plans_p)[0].t.step_ms : 0;
         int64_t got = try_mode(m, prec, c, q, modes[k], keep, best, plans_p, pruned, why, why_len);
         if (got < 0)

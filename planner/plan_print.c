@@ -279,7 +279,9 @@ static void explain_memory(FILE *f, const msr_plan_model_t *m, const msr_plan_t 
         row_bytes(f, "experts' parameters", r->expert_params, T, note);
         row_bytes(f, "experts' gradients", r->expert_grads, T, "");
         row_bytes(f, "experts' Adam moments", r->expert_optim, T,
-                  p->l.zero >= 1 && p->l.dp > msr_plan_ep(&p->l)
+                  (p->l.offload & MSR_PLAN_OFFLOAD_OPTIM) && r->expert_shard > 0
+                      ? "in a file of their own: the store's chunk buffers"
+                  : p->l.zero >= 1 && p->l.dp > msr_plan_ep(&p->l)
                       ? "sharded over the ranks holding the same experts"
                       : "");
         row_bytes(f, "MoE routing and buffers", r->moe_work, T,

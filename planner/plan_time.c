@@ -382,8 +382,7 @@ static void stage_dp(const msr_plan_model_t *m, const msr_plan_layout_t *lp,
         red += e;
         red_exposed += e;
     }
-    double elems = (double)(l.zero >= 1 ? r.shard_elems : r.part_params) +
-                   (double)r.expert_optim / (2 * F32_BYTES);
+    double elems = (double)(l.zero >= 1 ? r.shard_elems : r.part_params) + (double)r.expert_shard;
     /* AdamW reads the gradient, both moments and the weights (and
      * under bf16 the fp32 master), and writes all but the gradient */
     msr_plan_work_t opt = {0, elems * (prec == MSR_PLAN_BF16 ? 34 : 28), 0, 1};

@@ -3696,7 +3696,7 @@ test: ^test_parallel_train_gpt_offload$
 file: parallel/train_ckpt.c
 test: ^test_parallel_ckpt_stream$
 <<<
-            st = msr_dp_moments_get(tr->dp, x->moff + (size_t)at, c, m, m + c);
+            st = saved_moments_get(tr, x, (size_t)at, c, m, m + c);
 ===
             (void)m;
 >>>
@@ -3922,7 +3922,7 @@ test: ^test_parallel_ckpt_stream$
 file: parallel/train_ckpt_save.c
 test: ^test_parallel_ckpt_stream$
 <<<
-        st = msr_dp_moments_get(s->tr->dp, x->moff + (size_t)at, c, s->mv, s->mv + c);
+        st = saved_moments_get(s->tr, x, (size_t)at, c, s->mv, s->mv + c);
 ===
         memset(s->mv, 0, 2 * c * sizeof(float));
 >>>
@@ -4917,6 +4917,98 @@ test: ^test_parallel_kernels$
     const char *missing = k != NULL ? msr_kernels_missing(k) : NULL;
 ===
     const char *missing = NULL;
+>>>
+
+@ train_experts.offload_update_skipped
+file: parallel/train_experts.c
+test: ^test_parallel_train_gpt_offload_experts$
+<<<
+    msr_adamw_update_moments(u->opt, off, n, u->params + off, u->grads + off, m, v);
+===
+    (void)u, (void)off, (void)n, (void)m, (void)v;
+>>>
+
+@ train_experts.offload_chunk_offset
+file: parallel/train_experts.c
+test: ^test_parallel_train_gpt_offload_experts$
+<<<
+    msr_adamw_update_moments(u->opt, off, n, u->params + off, u->grads + off, m, v);
+===
+    msr_adamw_update_moments(u->opt, off, n, u->params, u->grads, m, v);
+>>>
+
+@ train_ckpt.experts_offloaded_moments_not_streamed
+file: parallel/train_ckpt.c
+test: ^test_parallel_train_gpt_offload_experts$
+<<<
+        bad = x.n > 0 && range_push(&l, x, tr->eoff != NULL ? s : NO_MOFF, 1) != 0;
+===
+        bad = x.n > 0 && range_push(&l, x, NO_MOFF, 1) != 0;
+>>>
+
+@ train_ckpt.experts_offloaded_moments_from_dp_file
+file: parallel/train_ckpt_impl.h
+test: ^test_parallel_train_gpt_offload_experts$
+<<<
+    if (x->experts)
+        return msr_offload_get(tr->eoff, x->moff + at, n, m, v);
+===
+    if (x->experts && 0)
+        return msr_offload_get(tr->eoff, x->moff + at, n, m, v);
+>>>
+
+@ train_ckpt.experts_offloaded_moments_not_restored
+file: parallel/train_ckpt.c
+test: ^test_parallel_train_gpt_offload_experts$
+<<<
+                                  : msr_offload_put(tr->eoff, at, n, r->m + from, r->v + from);
+===
+                                  : MSR_OK;
+>>>
+
+@ train_ckpt.experts_restore_offset
+file: parallel/train_ckpt.c
+test: ^test_parallel_train_gpt_offload_experts$
+<<<
+        size_t at = s + (lo - mine.lo); /* in the shard */
+===
+        size_t at = lo - mine.lo; /* in the shard */
+>>>
+
+@ plan_mem.experts_offload_not_counted
+file: planner/plan_mem.c
+test: ^test_parallel_plan_offload_io$|^test_parallel_plan_report_offload$
+<<<
+        o->expert_optim = msr_plan_offload_optim_bytes(hi - lo, l->offload_chunk);
+===
+        (void)0;
+>>>
+
+@ plan_mem.experts_offload_io_not_priced
+file: planner/plan_mem.c
+test: ^test_parallel_plan_offload_io$
+<<<
+        o->offload_optim_io += msr_plan_offload_optim_io(hi - lo, l->offload_chunk);
+===
+        (void)0;
+>>>
+
+@ plan_time.experts_update_from_resident_bytes
+file: planner/plan_time.c
+test: ^test_parallel_plan_offload_io$
+<<<
+                   (double)r.expert_shard;
+===
+                   (double)r.expert_optim / 8;
+>>>
+
+@ plan_offload.auto_skips_experts_moments
+file: planner/plan_offload.c
+test: ^test_parallel_plan_offload_io$
+<<<
+        if ((modes[k] & (MSR_PLAN_OFFLOAD_PARAMS | MSR_PLAN_OFFLOAD_GRADS)) && m->experts > 0)
+===
+        if ((modes[k] & (MSR_PLAN_OFFLOAD_OPTIM | MSR_PLAN_OFFLOAD_PARAMS)) && m->experts > 0)
 >>>
 
 __END__

@@ -110,21 +110,21 @@ static const msr_opt_t specs[] = {
             "--schedule interleaved reduces after the pipeline flush"),
     /* the optimizer's moments offloaded (docs/model.md "Offload";
      * train_gpt_offload.c) */
-    OPT_TEXT(
-        "offload", offload,
-        "optimizer=disk:DIR: AdamW's moments in a file per rank under DIR (0600, removed at "
-        "the end), streamed in chunks each step; optimizer=host: with --device cuda, the moments "
-        "and the master parameters in host memory and the update on the host, the "
-        "gradients and parameters moved in chunks (on CPU ranks: as without the option); "
-        "activations=disk:DIR (with --recompute full): each block's "
-        "input in a file per rank under DIR, written after its forward, read back ahead of "
-        "its backward; params=disk:DIR (CPU ranks, no --experts): each block's parameters "
-        "(under --zero 3 the "
-        "rank's share) in a file per rank under DIR, read ahead of the block's forward and "
-        "backward and dropped after, updated a block at a time; grads=disk:DIR (with "
-        "optimizer=disk, --zero 2 or 3, data parallel alone): the rank's gradient shard in a "
-        "file per rank under DIR, written as each bucket is reduced, read back in chunks by "
-        "the update; several: comma-separated (none)"),
+    OPT_TEXT("offload", offload,
+             "optimizer=disk:DIR: AdamW's moments in a file per rank under DIR (0600, removed at "
+             "the end; a MoE model's experts' in a second one), streamed in chunks each step; "
+             "optimizer=host: with --device cuda, the moments "
+             "and the master parameters in host memory and the update on the host, the "
+             "gradients and parameters moved in chunks (on CPU ranks: as without the option); "
+             "activations=disk:DIR (with --recompute full): each block's "
+             "input in a file per rank under DIR, written after its forward, read back ahead of "
+             "its backward; params=disk:DIR (CPU ranks, no --experts): each block's parameters "
+             "(under --zero 3 the "
+             "rank's share) in a file per rank under DIR, read ahead of the block's forward and "
+             "backward and dropped after, updated a block at a time; grads=disk:DIR (with "
+             "optimizer=disk, --zero 2 or 3, data parallel alone): the rank's gradient shard in a "
+             "file per rank under DIR, written as each bucket is reduced, read back in chunks by "
+             "the update; several: comma-separated (none)"),
     OPT_INT("offload-chunk", offload_chunk, MSR_OFFLOAD_CHUNK_MIN, MSR_OFFLOAD_CHUNK_MAX,
             "--offload optimizer=disk: bytes per chunk (m and v of chunk/8 elements); "
             "optimizer=host on --device cuda: bytes of gradients a chunk moves; a multiple "

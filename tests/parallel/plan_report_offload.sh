@@ -9,7 +9,7 @@
 # dp 2 under ZeRO 1, 2 and 3, tp 2 with sp and pp 2 under 1F1B, GPipe and
 # interleaved; the gradient shard of ZeRO 2 and 3 beside the moments, with
 # and without the blocks' parameters, on one process and dp 2, and in
-# bf16),
+# bf16; a MoE model's experts' moments beside the flat buffer's),
 # train_gpt --report runs under msrun and every
 # rank's parameter, gradient and optimizer bytes, shard, buckets, work
 # space, activation peak and frame sizes must equal plan_gpt --offload
@@ -170,4 +170,24 @@ check 4 dp=2,tp=1,pp=1,sp=0,zero=2,recompute=none,micro_batch=2 "${GP[@]}" --zer
 grads --offload-chunk 4096 --precision bf16-runtime
 check 4 dp=2,tp=1,pp=1,sp=0,zero=3,recompute=none,micro_batch=1 "${G[@]}" --zero 3 \
     --precision bf16 --bucket-mb 0.02 --zero-min-bytes 4096 --offload-chunk 4096
+# a MoE model: the experts' moments in a file of their own beside the
+# flat buffer's (one process; dp 2 under ZeRO 1, the block of each
+# replica; ZeRO 3's per-block shards; ep 2 x dp 2; pp 2, a MoE block a
+# stage)
+moe=(--experts 4 --top-k 2 --moe-every 2)
+world=1
+opt
+check 4 dp=1,tp=1,pp=1,sp=0,zero=0,recompute=none,micro_batch=2,ep=1 "${O[@]}"
+world=2
+opt --offload-chunk 4096
+check 4 dp=2,tp=1,pp=1,sp=0,zero=1,recompute=none,micro_batch=1,ep=1 "${O[@]}" --zero 1 \
+    --bucket-mb 0.02 --offload-chunk 4096
+check 4 dp=2,tp=1,pp=1,sp=0,zero=3,recompute=none,micro_batch=1,ep=1 "${O[@]}" --zero 3 \
+    --bucket-mb 0.02 --zero-min-bytes 0 --offload-chunk 4096
+check 4 dp=1,tp=1,pp=2,sp=0,zero=0,recompute=none,micro_batch=1,ep=1,$s=1f1b "${O[@]}" \
+    --pp 2 --grad-accum 2 --offload-chunk 4096
+world=4
+opt
+check 4 dp=4,tp=1,pp=1,sp=0,zero=1,recompute=none,micro_batch=1,ep=2 "${O[@]}" --ep 2 \
+    --zero 1 --bucket-mb 0.02
 echo "ok: $checked layouts, every rank's count equals the plan"

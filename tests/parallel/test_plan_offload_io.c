@@ -648,6 +648,74 @@ static void test_grads_time(void)
     }
 }
 
+/* A MoE model under the optimizer's offload: the experts' moments in a
+ * store of their own, its buffers what stays (those of a real store of as
+ * many elements, to the byte), every chunk of both files moved a step; the
+ * update priced on the same elements as without the offload; --offload
+ * auto offloads the moments of a MoE model that fits only so, never its
+ * experts' parameters or gradients. */
+static void test_experts(void)
+{
+    msr_plan_model_t m = {MSR_PLAN_GPT, 4, 128, 4, 4, 512, 256, 64, 8, 2, 2, 1.25};
+    msr_plan_layout_t l = layout(2, 1, 1, MSR_PLAN_RC_NONE, 2, 1);
+    l.offload_chunk = 4096;
+    char why[256] = "";
+    msr_plan_rank_t base, r;
+    msr_plan_rank(&m, &l, MSR_PLAN_FP32, 1, &base);
+    MSR_CHECK(base.expert_shard > 0 && base.expert_optim == 8 * base.expert_shard);
+    MSR_CHECK(base.offload_optim_io == 0);
+    l.offload = MSR_PLAN_OFFLOAD_OPTIM;
+    MSR_CHECK_MSG(msr_plan_check(&m, &l, why, sizeof why) == 0, "%s", why);
+    msr_plan_rank(&m, &l, MSR_PLAN_FP32, 1, &r);
+    MSR_CHECK_EQ(r.expert_shard, base.expert_shard);
+    MSR_CHECK_EQ(r.expert_optim, msr_plan_offload_optim_bytes(r.expert_shard, 4096));
+    MSR_CHECK(r.expert_optim < base.expert_optim);
+    MSR_CHECK_EQ(r.offload_optim_io, msr_plan_offload_optim_io(r.shard_elems, 4096) +
+                                         msr_plan_offload_optim_io(r.expert_shard, 4096));
+    /* a real store of the experts' elements keeps what the plan counts */
+    const char *t = getenv("TMPDIR");
+    char dir[512];
+    snprintf(dir, sizeof dir, "%s/plan_offload_io.XXXXXX", t != NULL && t[0] != '\0' ? t : "/tmp");
+    MSR_CHECK(mkdtemp(dir) != NULL);
+    msr_offload_config_t cfg = {MSR_OFFLOAD_DISK, dir, 4096, MSR_OFFLOAD_IO_THREADS, 0, 0};
+    msr_offload_t *off = NULL;
+    MSR_CHECK_EQ(msr_offload_create_as(&cfg, "experts", r.expert_shard, &off), MSR_OK);
+    if (off != NULL) {
+        MSR_CHECK_EQ((uint64_t)msr_offload_resident(off), r.expert_optim);
+        MSR_CHECK(strstr(msr_offload_path(off), "/msrun-experts-rank0-") != NULL);
+    }
+    msr_offload_destroy(off);
+    MSR_CHECK_EQ(rmdir(dir), 0);
+    /* the update: the same elements, offloaded or not (a disk fast enough
+     * to hide the I/O) */
+    msr_plan_cluster_t c;
+    msr_plan_cluster_default(&c);
+    c.disk_read_gbs = c.disk_write_gbs = 1e9;
+    msr_plan_time_t tb, to;
+    l.offload = 0;
+    msr_plan_time(&m, &l, MSR_PLAN_FP32, &c, &tb);
+    l.offload = MSR_PLAN_OFFLOAD_OPTIM;
+    msr_plan_time(&m, &l, MSR_PLAN_FP32, &c, &to);
+    MSR_CHECK_MSG(to.optim_ms == tb.optim_ms, "%g ms against %g", to.optim_ms, tb.optim_ms);
+    /* the parameters' and gradients' offloads stay refused with experts */
+    l.offload = MSR_PLAN_OFFLOAD_OPTIM | MSR_PLAN_OFFLOAD_PARAMS;
+    MSR_CHECK(msr_plan_check(&m, &l, why, sizeof why) == -1);
+    MSR_CHECK_MSG(strstr(why, "covers a dense model's blocks") != NULL, "%s", why);
+    /* --offload auto: a budget that only the moments' offload meets
+     * (under full recompute, the lowest activations; ep 1: at ep 2 the
+     * experts would be fewer a rank) */
+    l.offload = MSR_PLAN_OFFLOAD_OPTIM;
+    l.recompute = MSR_PLAN_RC_FULL;
+    msr_plan_cluster_default(&c);
+    c.mem_gib = (double)msr_plan_peak(&m, &l, MSR_PLAN_FP32, NULL) / (1024.0 * 1024.0 * 1024.0);
+    msr_plan_query_t q = auto_query(2, 4, 2, 1);
+    q.fix[MSR_PLAN_FIX_EP] = 1;
+    auto_first_t f;
+    if (auto_first(&m, &c, &q, &f) != 0)
+        return;
+    MSR_CHECK_MSG(f.off == MSR_PLAN_OFFLOAD_OPTIM, "offload %d", f.off);
+}
+
 static const msr_test_t tests[] = {
     {"disk_keys", test_disk_keys, 10},
     {"optim_bytes_real", test_optim_bytes_real, 30},
@@ -661,6 +729,7 @@ static const msr_test_t tests[] = {
     {"auto_params", test_auto_params, 30},
     {"grads_time", test_grads_time, 10},
     {"auto_grads", test_auto_grads, 30},
+    {"experts", test_experts, 30},
 };
 
 int main(int argc, char **argv)

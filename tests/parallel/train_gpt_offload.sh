@@ -76,7 +76,6 @@ refuse 1 "--offload-io 'aio' is not threads or uring" "${small[@]}" --offload "$
 refuse 1 "--offload-keep needs --offload optimizer=disk:DIR" "${small[@]}" --offload-keep
 refuse 1 "--offload-chunk needs --offload optimizer=disk:DIR" "${small[@]}" \
     --offload optimizer=host --offload-chunk 8192
-refuse 1 "not the experts of --experts yet" "${small[@]}" --offload "$d" --experts 2
 timeout 30 "$bin/train_gpt" --help >"$work/help" || fail "--help exited $?"
 grep -q -- "--offload-chunk" "$work/help" || fail "--help lacks --offload-chunk"
 # optimizer=host: a CPU rank's moments are in host memory already
