@@ -23,6 +23,27 @@ static void zero(float *x, size_t n)
     memset(x, 0, n * sizeof(float));
 }
 
+static void ring_fold_kv(float *dkv, const float *dx, int S, int C, int NH, int KVH)
+{
+    size_t HS = (size_t)(C / NH), KV = (size_t)KVH * HS, G = (size_t)(NH / KVH);
+    for (size_t n = 0; n < (size_t)S; n++)
+        for (size_t h = 0; h < (size_t)NH; h++)
+            for (size_t part = 0; part < 2; part++) {
+                float *g = dkv + n * 2 * KV + part * KV + h / G * HS;
+                const float *x = dx + n * 2 * (size_t)C + part * (size_t)C + h * HS;
+                for (size_t i = 0; i < HS; i++)
+                    g[i] += x[i];
+            }
+}
+
+static void add_rows(float *dst, size_t ld_dst, const float *src, size_t ld_src, size_t rows,
+                     size_t n)
+{
+    for (size_t r = 0; r < rows; r++)
+        for (size_t c = 0; c < n; c++)
+            dst[r * ld_dst + c] += src[r * ld_src + c];
+}
+
 static const msr_kernels_t cpu_kernels = {
     .name = "cpu",
     .layernorm_forward = msr_layernorm_forward_bf16,
@@ -40,6 +61,8 @@ static const msr_kernels_t cpu_kernels = {
     .ring_finish = msr_attention_ring_finish,
     .ring_delta = msr_attention_ring_delta,
     .ring_backward = msr_attention_ring_backward,
+    .ring_fold_kv = ring_fold_kv,
+    .add_rows = add_rows,
     .rope = msr_rope_forward,
     .gelu_forward = msr_gelu_forward_bf16,
     .gelu_backward_set = msr_gelu_backward_set_bf16,
@@ -88,6 +111,8 @@ const msr_kernels_t *msr_kernels_cpu(void)
     X(ring_finish)             \
     X(ring_delta)              \
     X(ring_backward)           \
+    X(ring_fold_kv)            \
+    X(add_rows)                \
     X(rope)                    \
     X(gelu_forward)            \
     X(gelu_backward_set)       \

@@ -87,6 +87,15 @@ typedef struct msr_kernels {
                           const float *dout, const float *q, const float *k, const float *v,
                           const float *lse, const float *delta, const int *qpos, int Tq,
                           const int *kpos, int Tk, int C, int NH, float *scratch);
+    /* the ring under grouped-query attention: the backward of repeating
+     * each of the KVH kv heads for its NH / KVH query heads, S rows of
+     * dkv (S, 2 KVH HS: K's heads, then V's) += each group's columns of
+     * dx (S, 2C) summed, HS = C / NH, in head order */
+    void (*ring_fold_kv)(float *dkv, const float *dx, int S, int C, int NH, int KVH);
+    /* dst (rows, ld_dst) += src (rows, ld_src), the first n columns of
+     * each row: the ring's K/V gradients into the rows of dqkv */
+    void (*add_rows)(float *dst, size_t ld_dst, const float *src, size_t ld_src, size_t rows,
+                     size_t n);
     /* rotary positions in place (dir 1) or back (-1) */
     void (*rope)(float *x, int ld, int B, int T, int t0, int H, int HS, double theta, int dir);
 

@@ -69,19 +69,12 @@ static msr_status_t expand_kv(msr_mp_t *mp, const float *kv, float *x, int S)
     return st == MSR_OK ? msr_mp_sync(mp) : st; /* the ring kernels read x next */
 }
 
-/* Its backward: dkv (S, 2KV) += the sum of each group's columns of dx. */
+/* Its backward: dkv (S, 2KV) += the sum of each group's columns of dx
+ * (the table's ring_fold_kv). */
 static void fold_dkv(const msr_mp_t *mp, float *dkv, const float *dx, int S)
 {
-    size_t Cl = (size_t)mp->d.Cl, KV = kv_width(mp), HS = Cl / (size_t)mp->d.NHl;
-    size_t G = (size_t)(mp->d.NHl / mp->blk.NKVl);
-    for (size_t n = 0; n < (size_t)S; n++)
-        for (size_t h = 0; h < (size_t)mp->d.NHl; h++)
-            for (size_t part = 0; part < 2; part++) {
-                float *g = dkv + n * 2 * KV + part * KV + h / G * HS;
-                const float *x = dx + n * 2 * Cl + part * Cl + h * HS;
-                for (size_t i = 0; i < HS; i++)
-                    g[i] += x[i];
-            }
+    msr_kernels_or_cpu(mp->model->kernels)
+        ->ring_fold_kv(dkv, dx, S, mp->d.Cl, mp->d.NHl, mp->blk.NKVl);
 }
 
 /* Starts one transfer of a ring step: out (N, 2Cl) to the next rank, in
@@ -287,13 +280,8 @@ msr_status_t msr_mp_cp_attend_backward(void *arg, float *dqkv, const float *dout
             return st != MSR_OK ? st : wst;
     }
     /* after a full turn, this rank's own block's gradient */
-    const float *mine = w->dkv[mp->cp % 2];
     size_t Cl = (size_t)d->Cl;
-    for (size_t n = 0; n < d->N; n++) {
-        float *g = dqkv + n * (Cl + 2 * KV) + Cl;
-        const float *x = mine + n * 2 * KV;
-        for (size_t c = 0; c < 2 * KV; c++)
-            g[c] += x[c];
-    }
+    msr_kernels_or_cpu(mp->model->kernels)
+        ->add_rows(dqkv + Cl, Cl + 2 * KV, w->dkv[mp->cp % 2], 2 * KV, d->N, 2 * KV);
     return MSR_OK;
 }

@@ -4997,9 +4997,9 @@ test: ^test_parallel_plan_offload_io$
 file: planner/plan_time.c
 test: ^test_parallel_plan_offload_io$
 <<<
-                   (double)r.expert_shard;
+    double elems = (double)(l.zero >= 1 ? r.shard_elems : r.part_params) + (double)r.expert_shard;
 ===
-                   (double)r.expert_optim / 8;
+    double elems = (double)(l.zero >= 1 ? r.shard_elems : r.part_params) + (double)r.expert_optim / 8;
 >>>
 
 @ plan_offload.auto_skips_experts_moments
@@ -5009,6 +5009,35 @@ test: ^test_parallel_plan_offload_io$
         if ((modes[k] & (MSR_PLAN_OFFLOAD_PARAMS | MSR_PLAN_OFFLOAD_GRADS)) && m->experts > 0)
 ===
         if ((modes[k] & (MSR_PLAN_OFFLOAD_OPTIM | MSR_PLAN_OFFLOAD_PARAMS)) && m->experts > 0)
+>>>
+
+@ model.kernels.ring_fold_past_table
+file: parallel/mp_cp.c
+test: ^test_parallel_mp_cp$
+<<<
+    msr_kernels_or_cpu(mp->model->kernels)
+        ->ring_fold_kv(dkv, dx, S, mp->d.Cl, mp->d.NHl, mp->blk.NKVl);
+===
+    msr_kernels_cpu()->ring_fold_kv(dkv, dx, S, mp->d.Cl, mp->d.NHl, mp->blk.NKVl);
+>>>
+
+@ model.kernels.ring_add_rows_past_table
+file: parallel/mp_cp.c
+test: ^test_parallel_mp_cp$
+<<<
+    msr_kernels_or_cpu(mp->model->kernels)
+        ->add_rows(dqkv + Cl, Cl + 2 * KV, w->dkv[mp->cp % 2], 2 * KV, d->N, 2 * KV);
+===
+    msr_kernels_cpu()->add_rows(dqkv + Cl, Cl + 2 * KV, w->dkv[mp->cp % 2], 2 * KV, d->N, 2 * KV);
+>>>
+
+@ model.kernels.ring_fold_wrong_group
+file: model/kernels.c
+test: ^test_parallel_kernels$|^test_parallel_mp_cp$
+<<<
+                float *g = dkv + n * 2 * KV + part * KV + h / G * HS;
+===
+                float *g = dkv + n * 2 * KV + part * KV + h % (G * (size_t)KVH / G) * HS;
 >>>
 
 __END__

@@ -34,6 +34,8 @@ const char *const count_kernel_names[K_N] = {
     "ring_finish",
     "ring_delta",
     "ring_backward",
+    "ring_fold_kv",
+    "add_rows",
     "positions_forward",
     "positions_backward",
     "embedding_backward_rows",
@@ -229,6 +231,18 @@ static void c_ringb(msr_products_t *pr, float *dq, int ldq, float *dk, float *dv
                        NH, scratch);
 }
 
+static void c_ringfold(float *dkv, const float *dx, int S, int C, int NH, int KVH)
+{
+    count_kernel_calls[K_RINGFOLD]++;
+    CPU->ring_fold_kv(dkv, dx, S, C, NH, KVH);
+}
+static void c_addrows(float *dst, size_t ld_dst, const float *src, size_t ld_src, size_t rows,
+                      size_t n)
+{
+    count_kernel_calls[K_ADDROWS]++;
+    CPU->add_rows(dst, ld_dst, src, ld_src, rows, n);
+}
+
 static void c_posf(float *out, const float *x, const float *wpe, const int *pos, int t0, int B,
                    int T, int C)
 {
@@ -303,6 +317,8 @@ static const msr_kernels_t counting = {
     .ring_finish = c_ringfin,
     .ring_delta = c_ringd,
     .ring_backward = c_ringb,
+    .ring_fold_kv = c_ringfold,
+    .add_rows = c_addrows,
     .positions_forward = c_posf,
     .positions_backward = c_posb,
     .embedding_backward_rows = c_embbr,

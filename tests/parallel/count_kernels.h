@@ -41,6 +41,8 @@ enum {
     K_RINGFIN,
     K_RINGD,
     K_RINGB,
+    K_RINGFOLD,
+    K_ADDROWS,
     K_POSF,
     K_POSB,
     K_EMBBR,

@@ -7,7 +7,9 @@
  * e.g. "2,2,2,1,1f1b,1,full,1", where split, when given, is the layers of
  * each virtual stage separated by ':' (train_gpt's --pp-layers, e.g.
  * "1,4,1,0,1f1b,1,none,0,1:3:3:1") and cpN the context-parallel degree
- * (e.g. "1,1,2,1,1f1b,1,none,0,cp2": 4 ranks). For each, the first
+ * (e.g. "1,1,2,1,1f1b,1,none,0,cp2": 4 ranks); a last ",llama" makes the
+ * model a Llama (FFN 64, 2 kv heads: grouped-query attention; learning
+ * rate 1e-3). For each, the first
  * dp x pp x cp x tp ranks of the job form a mesh (the others wait for the
  * next layout) and train a tiny
  * GPT (L = 8, C = 32, NH = 4, T = 16) for 10 steps on a global batch of 8
@@ -20,7 +22,9 @@
  * (count_kernels.h: the CPU's kernels): every kernel a rank's blocks need
  * in the layout (the products, the norms, GELU, the residual adds, the
  * causal attention or, under cp, the ring's four kernels, and under tp
- * the row-parallel biases) and, where one stage holds both ends, every
+ * the row-parallel biases; a Llama's RMSNorm, SwiGLU, rotary positions and
+ * grouped-query attention, under cp the ring's fold of the repeated kv
+ * heads' gradients) and, where one stage holds both ends, every
  * kernel of the ends split over tp or cp (the position rows, the
  * embedding's gradient rows, the softmax over the split vocabulary) must
  * have gone through it.
@@ -72,14 +76,19 @@ static void fail(const char *fmt, ...)
     } while (0)
 
 typedef struct layout {
-    int dp, pp, tp, sp, chunks, zero, cp;
+    int dp, pp, tp, sp, chunks, zero, cp, llama;
     int schedule, recompute;
     int split[64], split_n; /* the uneven split; split_n 0: the even one */
 } layout_t;
 
-static int parse_layout(const char *s, layout_t *l)
+static int parse_layout(const char *arg, layout_t *l)
 {
-    char sched[16], rc[16], split[256] = "", more[256] = "";
+    char sched[16], rc[16], split[256] = "", more[256] = "", s[512];
+    snprintf(s, sizeof s, "%s", arg);
+    size_t len = strlen(s);
+    l->llama = len > 6 && strcmp(s + len - 6, ",llama") == 0;
+    if (l->llama)
+        s[len - 6] = '\0';
     int n = sscanf(s, "%d,%d,%d,%d,%15[^,],%d,%15[^,],%d,%255[^,],%255s", &l->dp, &l->pp, &l->tp,
                    &l->sp, sched, &l->chunks, rc, &l->zero, split, more);
     if (n < 8)
@@ -116,6 +125,16 @@ static msr_train_config_t config(const layout_t *l, int dp_rank)
         .adamw = {0.9, 0.95, 1e-8, 0.1},
     };
     msr_train_config_defaults(&c);
+    if (l->llama) {
+        c.model.arch = MSR_GPT_ARCH_LLAMA;
+        c.model.ffn = 64;
+        c.model.kv_heads = 2;
+        c.model.rope_theta = 10000.0;
+        /* at 3e-3 the Llama's norm at step 8 moves by 7e-6 with the
+         * order of dp's sums alone: a slower rate keeps the bound's
+         * meaning */
+        c.lr = 1e-3f;
+    }
     c.par.zero = l->zero;
     c.par.bucket_bytes = 4000; /* buckets cut through the layers */
     c.par.zero_min_bytes = 1024;
@@ -136,15 +155,22 @@ static msr_train_config_t config(const layout_t *l, int dp_rank)
 static void check_table(const char *what, const layout_t *l)
 {
     int need[K_N] = {0};
-    need[K_MMF] = need[K_MMB] = need[K_LNF] = need[K_LNB] = 1;
-    need[K_RES] = need[K_GELUF] = need[K_GELUB] = 1;
+    need[K_MMF] = need[K_MMB] = need[K_RES] = 1;
+    if (l->llama)
+        need[K_RMSF] = need[K_RMSB] = need[K_SWIF] = need[K_SWIB] = need[K_ROPE] = 1;
+    else
+        need[K_LNF] = need[K_LNB] = need[K_GELUF] = need[K_GELUB] = 1;
     if (l->cp > 1)
-        need[K_RINGF] = need[K_RINGFIN] = need[K_RINGD] = need[K_RINGB] = 1;
+        need[K_RINGF] = need[K_RINGFIN] = need[K_RINGD] = need[K_RINGB] = need[K_ADDROWS] = 1;
+    else if (l->llama)
+        need[K_GQAF] = need[K_GQAB] = 1;
     else
         need[K_ATTF] = need[K_ATTB] = 1;
-    if (l->tp > 1)
+    if (l->cp > 1 && l->llama) /* 2 kv heads for 4 query heads */
+        need[K_RINGFOLD] = 1;
+    if (l->tp > 1 && !l->llama) /* a Llama has no biases */
         need[K_BIAS] = need[K_COLSUM] = 1;
-    if ((l->tp > 1 || l->cp > 1) && l->pp == 1) /* split ends, both on every rank */
+    if ((l->tp > 1 || l->cp > 1) && l->pp == 1 && !l->llama) /* split ends on every rank */
         need[K_POSF] = need[K_POSB] = need[K_EMBBR] = 1;
     if (l->tp > 1 && l->pp == 1) /* the softmax over the split vocabulary */
         need[K_VMAX] = need[K_VEXP] = need[K_VLOSS] = need[K_VXENTB] = 1;
@@ -173,17 +199,20 @@ int main(int argc, char **argv)
     msr_dataset_t *ds = NULL;
     CHECK_OK(msr_dataset_generate(5, 1 << 16, &ds));
 
-    /* one process alone, the whole global batch as micro-batches */
-    layout_t one = {1, 1, 1, 0, 1, 0, 1, MSR_MP_1F1B, MSR_MP_RECOMPUTE_NONE};
-    msr_train_config_t rc = config(&one, 0);
-    msr_trainer_t *ref = NULL;
-    CHECK_OK(msr_trainer_create(&rc, ds, NULL, &ref));
-    double want[STEPS], want_norm[STEPS];
-    for (int i = 0; i < STEPS; i++) {
-        CHECK_OK(msr_trainer_step(ref, &want[i]));
-        want_norm[i] = ref->last_grad_norm;
+    /* one process alone, the whole global batch as micro-batches: the
+     * GPT's and the Llama's */
+    double wants[2][STEPS], want_norms[2][STEPS];
+    for (int arch = 0; arch < 2; arch++) {
+        layout_t one = {1, 1, 1, 0, 1, 0, 1, arch, MSR_MP_1F1B, MSR_MP_RECOMPUTE_NONE};
+        msr_train_config_t rc = config(&one, 0);
+        msr_trainer_t *ref = NULL;
+        CHECK_OK(msr_trainer_create(&rc, ds, NULL, &ref));
+        for (int i = 0; i < STEPS; i++) {
+            CHECK_OK(msr_trainer_step(ref, &wants[arch][i]));
+            want_norms[arch][i] = ref->last_grad_norm;
+        }
+        msr_trainer_destroy(ref);
     }
-    msr_trainer_destroy(ref);
 
     for (int a = 1; a < argc; a++) {
         layout_t l;
@@ -197,6 +226,7 @@ int main(int argc, char **argv)
         CHECK_OK(msr_comm_split(world, rank < n ? 0 : MSR_COMM_NO_COLOR, rank, &sub));
         if (sub == NULL)
             continue; /* not in this layout */
+        const double *want = wants[l.llama], *want_norm = want_norms[l.llama];
         msr_mesh_t *mesh = NULL;
         CHECK_OK(msr_mesh_create(sub, l.dp, l.pp, l.cp, l.tp, &mesh));
         msr_train_config_t c = config(&l, mesh->dp_rank);

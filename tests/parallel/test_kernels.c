@@ -108,6 +108,28 @@ static void test_cpu_table(void)
     MSR_CHECK_EQ(memcmp(db, dbs, sizeof db), 0);
     k->zero(x + 1, 4);
     MSR_CHECK(x[0] == 1.5f && x[1] == 0 && x[4] == 0 && x[5] == 8);
+    /* the ring's two: 4 heads of 2 columns over 2 kv heads (each serving
+     * heads 2k and 2k + 1), 2 rows of K then V; and rows added into a
+     * wider array's last columns */
+    float dx[2 * 16], dkv[2 * 8], want[2 * 8];
+    for (int i = 0; i < 32; i++)
+        dx[i] = (float)(i * i % 7) - 2.5f;
+    for (int i = 0; i < 16; i++)
+        dkv[i] = want[i] = (float)i;
+    for (int n = 0; n < 2; n++)
+        for (int part = 0; part < 2; part++)
+            for (int h = 0; h < 4; h++)
+                for (int c = 0; c < 2; c++)
+                    want[n * 8 + part * 4 + h / 2 * 2 + c] += dx[n * 16 + part * 8 + h * 2 + c];
+    k->ring_fold_kv(dkv, dx, 2, 8, 4, 2);
+    MSR_CHECK_EQ(memcmp(dkv, want, sizeof dkv), 0);
+    float rows[3 * 5] = {0}, src[3 * 4];
+    for (int i = 0; i < 12; i++)
+        src[i] = (float)i + 0.25f;
+    k->add_rows(rows + 2, 5, src, 4, 3, 3);
+    for (int r = 0; r < 3; r++)
+        for (int c = 0; c < 5; c++)
+            MSR_CHECK(rows[r * 5 + c] == (c < 2 ? 0 : src[r * 4 + c - 2]));
 }
 
 /* A table with an entry missing is refused by name, entry by entry, and
