@@ -30,6 +30,26 @@ static int leaks_found(void)
 }
 #endif
 
+static void (*at_end[16])(void);
+static int at_end_n;
+
+int msr_test_at_end(void (*fn)(void))
+{
+    if (at_end_n == (int)(sizeof at_end / sizeof at_end[0])) {
+        fn();
+        return -1;
+    }
+    at_end[at_end_n++] = fn;
+    return 0;
+}
+
+/* The functions msr_test_at_end registered, latest first, each once. */
+static void run_at_end(void)
+{
+    while (at_end_n > 0)
+        at_end[--at_end_n]();
+}
+
 void msr_test_fail(const char *file, int line, const char *fmt, ...)
 {
     va_list ap;
@@ -39,6 +59,7 @@ void msr_test_fail(const char *file, int line, const char *fmt, ...)
     va_end(ap);
     fputc('\n', stderr);
     fflush(stderr);
+    run_at_end();
     _exit(1);
 }
 
@@ -90,6 +111,7 @@ static int run_child(void (*test)(void), int (*fn)(void), int timeout, double *t
             rc = fn();
         else
             test();
+        run_at_end();
         if (rc == 0 && leaks_found())
             rc = 1;
         fflush(stdout);

@@ -50,6 +50,13 @@ int msr_test_run_in_child(int (*fn)(void), int timeout_s);
  * Linux on x86): what a test checks the CPU feature detection against. */
 int msr_test_cpuinfo_has(const char *flag);
 
+/* Has fn run when the test's process ends, passed or failed (a failed
+ * check included), latest first: a test's files removed. The runner's
+ * children end with _exit, which skips atexit's functions, so a test
+ * registers here instead. At most 16 a process; past that, fn runs now
+ * (returns -1). */
+int msr_test_at_end(void (*fn)(void));
+
 /* Reports a failed check and ends the test's process. */
 void msr_test_fail(const char *file, int line, const char *fmt, ...)
     __attribute__((format(printf, 3, 4), noreturn));

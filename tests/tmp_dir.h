@@ -1,7 +1,8 @@
 /* A fresh directory for a unit test's files (tests/parallel/test_offload_*.c):
  * msr_test_dir_make(NAME) makes $TMPDIR/NAME.XXXXXX (/tmp without TMPDIR)
  * into msr_test_dir, removing the one an earlier call made; the last is
- * removed when the test's process ends. A program includes this once. */
+ * removed when the test's process ends (msr_test_at_end: the runner's
+ * children skip atexit). A program includes this once. */
 #ifndef MSRUN_TESTS_TMP_DIR_H
 #define MSRUN_TESTS_TMP_DIR_H
 
@@ -29,7 +30,7 @@ static void msr_test_dir_make(const char *name)
     snprintf(msr_test_dir, sizeof msr_test_dir, "%s/%s.XXXXXX",
              t != NULL && t[0] != '\0' ? t : "/tmp", name);
     MSR_CHECK(mkdtemp(msr_test_dir) != NULL);
-    if (!registered && atexit(msr_test_dir_remove) == 0)
+    if (!registered && msr_test_at_end(msr_test_dir_remove) == 0)
         registered = 1;
 }
 

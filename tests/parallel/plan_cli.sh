@@ -57,7 +57,12 @@ refuse "--offload-chunk" "${m[@]}" --offload optimizer --offload-chunk 4095
 refuse "--offload-chunk 8191: not a multiple of 4096" "${m[@]}" --offload optimizer \
     --offload-chunk 8191
 refuse "--offload-chunk" "${m[@]}" --offload optimizer --offload-chunk $(((1 << 30) + 4096))
-refuse "does not cover the experts' moments" "${m[@]}" --experts 4 --offload optimizer
+# a MoE model's experts' moments go to a file of their own beside the flat
+# buffer's: the optimizer's offload is taken, and --explain says so
+"$bin/plan_gpt" "${m[@]}" --experts 4 --offload optimizer --explain 1 >"$work/moeoff" 2>&1 ||
+    fail "--experts 4 --offload optimizer: $(cat "$work/moeoff")"
+grep -q "experts' Adam moments.*in a file of their own" "$work/moeoff" ||
+    fail "--experts 4 --offload optimizer: the experts' moments not in their file: $(cat "$work/moeoff")"
 refuse "spills full recompute's block inputs: recompute selective" "${m[@]}" \
     --offload activations --fix recompute=selective
 # the parameters' offload: tp, sp, cp, pp and ZeRO 3 taken

@@ -250,7 +250,7 @@ static void test_offloaded(void)
     const char *t = getenv("TMPDIR");
     snprintf(off_dir, sizeof off_dir, "%s/dp_cover.XXXXXX", t != NULL && t[0] != '\0' ? t : "/tmp");
     MSR_CHECK(mkdtemp(off_dir) != NULL);
-    atexit(off_cleanup);
+    msr_test_at_end(off_cleanup);
     fixture_t f;
     msr_gpt_config_t gc = {MSR_GPT_VOCAB, 16, 2, 4, 32};
     msr_dp_config_t dc = {1, 4000, 1000, 0, 1, 0};

@@ -40,7 +40,7 @@ static void make_dir(void)
     const char *t = getenv("TMPDIR");
     snprintf(dir, sizeof dir, "%s/offload_test.XXXXXX", t != NULL && t[0] != '\0' ? t : "/tmp");
     MSR_CHECK(mkdtemp(dir) != NULL);
-    atexit(cleanup);
+    msr_test_at_end(cleanup);
 }
 
 static msr_offload_config_t config(size_t chunk, msr_offload_io_t io)

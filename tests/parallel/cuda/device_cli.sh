@@ -55,7 +55,7 @@ expect 2 "--grad-reduce-dtype bf16 is for --device cpu only" "${small[@]}" --dev
     --precision bf16 --grad-reduce-dtype bf16
 # the optimizer's offload on GPU ranks: to the host (its chunk size with it),
 # not to disk
-expect 2 "optimizer=disk covers the CPU trainer's flat buffers only: not --device cuda" \
+expect 2 "optimizer=disk covers the CPU trainer's buffers only: not --device cuda" \
     "${small[@]}" --device cuda --offload "optimizer=disk:$work"
 expect 2 "offload-chunk needs --offload optimizer=disk:DIR (or optimizer=host with --device cuda)" \
     "${small[@]}" --device cuda --offload-chunk 8192
