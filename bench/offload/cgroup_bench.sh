@@ -51,15 +51,11 @@ limited() {
     rmdir "$cg"
     echo "$rc ${ms:--} $peak"
 }
-# unlimited ARGS...: prints "peak-RSS-bytes params" (a MoE model's
-# experts counted in, their moments being offloaded too)
+# unlimited ARGS...: prints "peak-RSS-bytes params"
 unlimited() {
     timeout 1200 "$bin" "${model[@]}" --steps 2 --report "$@" >/dev/null 2>"$tmp/err"
-    local dense experts
-    dense=$(sed -n 's/^train_gpt: model of \([0-9]*\) parameters.*/\1/p' "$tmp/err")
-    experts=$(sed -n 's/^train_gpt: MoE: .* \([0-9]*\) expert parameters.*/\1/p' "$tmp/err")
     echo "$(($(sed -n 's/.*peak RSS \([0-9]*\) KiB.*/\1/p' "$tmp/err") * 1024))" \
-        "$((dense + ${experts:-0}))"
+        "$(sed -n 's/^train_gpt: model of \([0-9]*\) parameters.*/\1/p' "$tmp/err")"
 }
 off=(--offload "optimizer=disk:$dir")
 read -r need_mem params < <(unlimited)
