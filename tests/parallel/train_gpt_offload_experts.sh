@@ -74,27 +74,16 @@ done
 kept "$work/off" experts 2
 
 # stopped at step 2, resumed: on then off, off then on (ZeRO 1), on-on (ZeRO 3)
-resume() {
-    local how=$1 before=() after=()
-    shift
-    before=("$@") after=("$@")
-    [[ $how != on-* ]] || before+=("${opt[@]}" --offload-chunk 4096)
-    [[ $how != *-on ]] || after+=("${opt[@]}" --offload-chunk 4096)
-    rm -rf "$work/ck"
-    offload_run "ck-$how" 2 --steps 2 --ckpt-every 2 --ckpt-dir "$work/ck" "${before[@]}"
-    offload_run "ck-$how" 2 --ckpt-every 2 --ckpt-dir "$work/ck" --resume "${after[@]}"
-    offload_none_left "ck-$how"
-    grep -q "resumed from step 2" "$work/ck-$how.out" ||
-        fail "$how: no resume: $(tail -5 "$work/ck-$how.out")"
-}
-for how in on-off off-on; do
-    resume $how --dp 2 --zero 1 --bucket-mb 0.02
-    cmp -s "$work/zero1.log" "$work/ck-$how.log" ||
-        fail "ZeRO 1 resumed $how: $(diff "$work/zero1.log" "$work/ck-$how.log" | head -4)"
-done
-resume on-on --dp 2 --zero 3 --bucket-mb 0.02 --zero-min-bytes 0
-cmp -s "$work/zero3.log" "$work/ck-on-on.log" ||
-    fail "ZeRO 3 resumed on-on: $(diff "$work/zero3.log" "$work/ck-on-on.log" | head -4)"
+params=("${opt[@]}" --offload-chunk 4096) # the offload offload_resume_both adds
+offload_resume_both zero1 --dp 2 --zero 1 --bucket-mb 0.02
+z3=(--dp 2 --zero 3 --bucket-mb 0.02 --zero-min-bytes 0 "${params[@]}")
+rm -rf "$work/ck"
+offload_run ck-z3 2 --steps 2 --ckpt-every 2 --ckpt-dir "$work/ck" "${z3[@]}"
+offload_run ck-z3 2 --ckpt-every 2 --ckpt-dir "$work/ck" --resume "${z3[@]}"
+offload_none_left ck-z3
+grep -q "resumed from step 2" "$work/ck-z3.out" || fail "ZeRO 3: no resume: $(tail -5 "$work/ck-z3.out")"
+cmp -s "$work/zero3.log" "$work/ck-z3.log" ||
+    fail "ZeRO 3 resumed on-on: $(diff "$work/zero3.log" "$work/ck-z3.log" | head -4)"
 
 # a chunk of the experts' file changed underneath: named, exit 1, no file left
 scribble "$work/off" experts chunk 3 "${small[@]}" --steps 1000000 "${opt[@]}" \
