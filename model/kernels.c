@@ -73,6 +73,13 @@ static const msr_kernels_t cpu_kernels = {
     .add_bias = add_bias,
     .add_colsum = add_colsum,
     .zero = zero,
+    .moe_route = msr_moe_route,
+    .moe_prob_sums = msr_moe_prob_sums,
+    .moe_dispatch = msr_moe_dispatch,
+    .moe_dispatch_backward = msr_moe_dispatch_backward,
+    .moe_combine = msr_moe_combine,
+    .moe_combine_backward = msr_moe_combine_backward,
+    .moe_route_backward = msr_moe_route_backward,
     .matmul_backward = msr_matmul_backward,
     .encoder_forward = msr_encoder_forward,
     .encoder_backward = msr_encoder_backward,
@@ -123,6 +130,13 @@ const msr_kernels_t *msr_kernels_cpu(void)
     X(add_bias)                \
     X(add_colsum)              \
     X(zero)                    \
+    X(moe_route)               \
+    X(moe_prob_sums)           \
+    X(moe_dispatch)            \
+    X(moe_dispatch_backward)   \
+    X(moe_combine)             \
+    X(moe_combine_backward)    \
+    X(moe_route_backward)      \
     X(matmul_backward)         \
     X(encoder_forward)         \
     X(encoder_backward)        \

@@ -15,14 +15,16 @@
  * order the CPU's kernels ran before the table, so a table that runs the
  * CPU's kernels gives the same bits. The products' context (prod:
  * precision, bf16 operand scratch, first failure) is handed through as
- * the model holds it. A MoE block's router and experts run their
- * products and activations through it too (model/moe_pass.c), and so do
- * context parallel's ring attention (parallel/mp_cp.c) and the ends where
- * tensor parallel splits the vocabulary or sp and cp the sequence
- * (parallel/mp_tp.c). Not behind the table yet: the MoE layer's routing,
- * capacity and combine, and context parallel's packing of the K/V
- * columns and a Llama's repeat of its kv heads and sum of their
- * gradients, which run the CPU's code. */
+ * the model holds it. A MoE block runs its router's product, softmax
+ * and top-k, its dispatch, its experts' products and activations, its
+ * combine and the load-balancing loss's sums through it too
+ * (model/moe_pass.c: the capacity's count, integer bookkeeping over the
+ * host's index tables, is the one part on the host), and so do context
+ * parallel's ring attention and the fold of a Llama's repeated kv heads'
+ * gradients (parallel/mp_cp.c: the K/V columns packed and the kv heads
+ * repeated by the device interface's copies) and the ends where tensor
+ * parallel splits the vocabulary or sp and cp the sequence
+ * (parallel/mp_tp.c). */
 #ifndef MSR_MODEL_KERNELS_H
 #define MSR_MODEL_KERNELS_H
 
@@ -118,6 +120,23 @@ typedef struct msr_kernels {
     void (*add_colsum)(float *db, const float *d, size_t N, int C);
     /* x (n) = 0: a gradient the next kernel adds into */
     void (*zero)(float *x, size_t n);
+
+    /* ---- a MoE layer's routing and combine: layers.h's msr_moe_* (its
+     * index tables, choice and row, and frac and the sums P are the
+     * host's) ---- */
+
+    void (*moe_route)(float *probs, int *choice, float *gate, int N, int E, int K, int renorm);
+    void (*moe_prob_sums)(double *P, const float *probs, int N, int E);
+    void (*moe_dispatch)(float *send, const float *x, const int *row, int N, int K, int C);
+    void (*moe_dispatch_backward)(float *dx, const float *dsend, const int *row, int N, int K,
+                                  int C);
+    void (*moe_combine)(float *y, const float *comb, const int *row, const float *gate, int N,
+                        int K, int C);
+    void (*moe_combine_backward)(float *dcomb, float *dgate, const float *dy, const float *comb,
+                                 const int *row, const float *gate, int N, int K, int C);
+    void (*moe_route_backward)(float *dprobs, float *dgate, const float *probs, const float *gate,
+                               const int *choice, const double *frac, double daux, int N, int E,
+                               int K, int renorm);
 
     /* ---- the model's ends ---- */
 

@@ -414,6 +414,48 @@ void msr_crossentropy_forward(float *losses, float *probs, const float *logits, 
 void msr_crossentropy_backward(float *dlogits, const float *probs, const int *targets, float dloss,
                                int N, int V);
 
+/* ---- a MoE layer's routing and combine (model/moe_kernels.c) ----
+ *
+ * N tokens each choose K of E experts. The index tables (choice and row,
+ * (N,K) each, token t's j-th at t * K + j) and frac are the host's: the
+ * capacity's count, which assigns the rows, runs there. row is each
+ * choice's row in the dispatch buffer (rows of C), -1 where it has none
+ * (dropped by the capacity, or an expert another tp rank computes). */
+
+/* The router's softmax and top-K: probs (N,E) holds the router's logits
+ * and gets their softmax (max subtracted, exp, over the double sum); each
+ * token's K most probable experts into choice, most probable first (ties:
+ * the lower index), their probabilities into gate, and with renorm those
+ * K divided by their sum (Mixtral: the softmax of the K chosen logits). */
+void msr_moe_route(float *probs, int *choice, float *gate, int N, int E, int K, int renorm);
+/* P (E, the host's, doubles) = each expert's probability summed over
+ * the N tokens, in token order: the load-balancing loss's means. */
+void msr_moe_prob_sums(double *P, const float *probs, int N, int E);
+/* The dispatch: send's row row[t * K + j] = x's row t (N,C), for each
+ * choice with a row; the others are left as they are. */
+void msr_moe_dispatch(float *send, const float *x, const int *row, int N, int K, int C);
+/* Its backward: dx (N,C) += the rows of dsend the token's choices have,
+ * j in order. */
+void msr_moe_dispatch_backward(float *dx, const float *dsend, const int *row, int N, int K, int C);
+/* The combine: y (N,C) = the sum over j (in order, from zero) of
+ * gate[t * K + j] times comb's row of that choice; choices with none
+ * add nothing. */
+void msr_moe_combine(float *y, const float *comb, const int *row, const float *gate, int N, int K,
+                     int C);
+/* Its backward from dy (N,C): dgate (N,K) = dy's row . comb's row of the
+ * choice (0 where it has none), and dcomb's row of each choice = gate *
+ * dy's row (the other rows left as they are). */
+void msr_moe_combine_backward(float *dcomb, float *dgate, const float *dy, const float *comb,
+                              const int *row, const float *gate, int N, int K, int C);
+/* The router's backward to its logits: dprobs (N,E) = softmax's backward
+ * of (daux * frac[e] + the gates' gradients at their experts), frac
+ * (E, the host's) each expert's share of the choices; with renorm, the
+ * gates' renormalisation's backward first, in place in dgate. probs,
+ * gate and choice as msr_moe_route left them. */
+void msr_moe_route_backward(float *dprobs, float *dgate, const float *probs, const float *gate,
+                            const int *choice, const double *frac, double daux, int N, int E, int K,
+                            int renorm);
+
 /* ---- the same kernels in double, for the gradient tests ---- */
 void msr_encoder_forward_f64(double *out, const int *inp, const double *wte, const double *wpe,
                              int B, int T, int C);

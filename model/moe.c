@@ -65,7 +65,7 @@ static void slot_free(const msr_moe_t *moe, moe_slot_t *s)
     dev_free(moe, s->probs);
     dev_free(moe, s->choice);
     dev_free(moe, s->gate);
-    dev_free(moe, s->pos);
+    dev_free(moe, s->row);
     dev_free(moe, s->frac);
     dev_free(moe, s->xin);
     dev_free(moe, s->fch);
@@ -137,7 +137,7 @@ static int work_make(msr_moe_t *moe, const int *held)
             moe->slots[i * moe->frames + f] = (moe_slot_t){.probs = b[MSR_MOE_WORK_PROBS],
                                                            .choice = b[MSR_MOE_WORK_CHOICE],
                                                            .gate = b[MSR_MOE_WORK_GATE],
-                                                           .pos = b[MSR_MOE_WORK_POS],
+                                                           .row = b[MSR_MOE_WORK_POS],
                                                            .frac = b[MSR_MOE_WORK_FRAC],
                                                            .xin = b[MSR_MOE_WORK_XIN],
                                                            .fch = b[MSR_MOE_WORK_FCH],

@@ -15,7 +15,7 @@ typedef struct moe_slot {
     float *probs; /* (N,E) router softmax */
     int *choice;  /* (N,K) experts chosen, most probable first */
     float *gate;  /* (N,K) their probabilities */
-    int *pos;     /* (N,K) slot at the expert, -1: dropped */
+    int *row;     /* (N,K) row in the dispatch buffer, -1: dropped or another tp rank's */
     double *frac; /* (E) f_e: share of the N*K choices that picked e */
     float *xin;   /* (E*cap, C) the rows this rank's experts ran on */
     float *fch;   /* (E*cap, HF) fc's outputs (a Llama's: gate | up, 2H) */

@@ -133,51 +133,13 @@ static int block_expert(const msr_moe_t *moe, int b)
     return b % moe->El;
 }
 
-/* Mixtral's gates: the K chosen probabilities over their sum, which is
- * the softmax of the K chosen logits. */
-static void normalise_gates(float *gate, int K)
-{
-    double sum = 0.0;
-    for (int j = 0; j < K; j++)
-        sum += gate[j];
-    for (int j = 0; j < K; j++)
-        gate[j] = (float)(gate[j] / sum);
-}
-
 /* The router: probs, each token's top K and the counts of the choices. */
 static void route(msr_moe_t *moe, moe_slot_t *s, const float *routerw, const float *x, int N)
 {
-    int E = moe->E, K = moe->K, C = moe->C;
-    msr_kernels_or_cpu(moe->kernels)
-        ->matmul_forward(moe->prod, s->probs, x, routerw, NULL, N, C, E);
-    memset(s->frac, 0, (size_t)E * sizeof(double));
-    for (int t = 0; t < N; t++) {
-        float *p = s->probs + (size_t)t * E;
-        float mx = p[0];
-        for (int e = 1; e < E; e++)
-            mx = p[e] > mx ? p[e] : mx;
-        double sum = 0.0;
-        for (int e = 0; e < E; e++) {
-            p[e] = expf(p[e] - mx);
-            sum += p[e];
-        }
-        for (int e = 0; e < E; e++)
-            p[e] = (float)(p[e] / sum);
-        for (int j = 0; j < K; j++) { /* the j-th most probable, ties: lower index */
-            int best = -1;
-            for (int e = 0; e < E; e++) {
-                int taken = 0;
-                for (int i = 0; i < j; i++)
-                    taken |= s->choice[(size_t)t * K + i] == e;
-                if (!taken && (best < 0 || p[e] > p[best]))
-                    best = e;
-            }
-            s->choice[(size_t)t * K + j] = best;
-            s->gate[(size_t)t * K + j] = p[best];
-        }
-        if (moe->glu) /* Mixtral: the K gates renormalised, a softmax over the K logits */
-            normalise_gates(s->gate + (size_t)t * K, K);
-    }
+    const msr_kernels_t *k = msr_kernels_or_cpu(moe->kernels);
+    k->matmul_forward(moe->prod, s->probs, x, routerw, NULL, N, moe->C, moe->E);
+    /* Mixtral: the K gates renormalised, a softmax over the K logits */
+    k->moe_route(s->probs, s->choice, s->gate, N, moe->E, moe->K, moe->glu);
 }
 
 /* Where token g of one process's order (sequence, then position) lives
@@ -217,15 +179,14 @@ static msr_status_t gather_choices(msr_moe_t *moe, const moe_slot_t *s, int N)
 /* Capacity: one process's count over the micro-batch's tokens (under cp
  * the whole group's, from moe->gchoice), choice rank first, then token
  * index; this rank's kept choices get the next row of their expert's
- * block (of `stride` rows) here and fill moe->send (a row of the model's
- * x copied host to device, queued: the caller syncs), its dropped ones -1.
- * f_e from the same count; filled: the rows of each row block. Every tp
- * rank counts every expert alike and fills the rows of its own. The
- * device's failure, else MSR_OK. */
-static msr_status_t capacity(msr_moe_t *moe, moe_slot_t *s, const float *x, int N, int cap,
-                             int stride, int *filled, msr_moe_stats_t *stats)
+ * block (of `stride` rows) here: s->row, the row in the dispatch buffer,
+ * -1 for its dropped ones and those of experts another tp rank computes
+ * (every tp rank counts every expert alike and fills the rows of its
+ * own). f_e from the same count; filled: the rows of each row block. */
+static void capacity(msr_moe_t *moe, moe_slot_t *s, int N, int cap, int stride, int *filled,
+                     msr_moe_stats_t *stats)
 {
-    int E = moe->E, K = moe->K, C = moe->C, G = moe->cp * N;
+    int E = moe->E, K = moe->K, G = moe->cp * N;
     const int *all = moe->cp > 1 ? moe->gchoice : s->choice;
     int count[MSR_GPT_MAX_EXPERTS], mine[MSR_GPT_MAX_EXPERTS];
     memset(count, 0, sizeof count);
@@ -241,27 +202,22 @@ static msr_status_t capacity(msr_moe_t *moe, moe_slot_t *s, const float *x, int 
                 count[e] += count[e] < cap;
                 continue;
             }
+            s->row[tj] = -1;
             if (count[e] == cap) {
-                s->pos[tj] = -1;
                 stats->dropped += moe->counting;
                 continue;
             }
             count[e]++;
-            s->pos[tj] = mine[e]++;
+            int slot = mine[e]++;
             stats->load[e] += moe->counting;
             if (q < 0)
                 continue;
             filled[q] = mine[e];
-            msr_status_t st =
-                msr_device_copy(moe->dev, moe->send + ((size_t)q * stride + (size_t)s->pos[tj]) * C,
-                                x + (size_t)t * C, (size_t)C * sizeof(float), MSR_DEVICE_H2D, NULL);
-            if (st != MSR_OK)
-                return dev_check(moe, st, "a token's row into the dispatch");
+            s->row[tj] = q * stride + slot;
         }
     }
     for (int e = 0; e < E; e++)
         s->frac[e] /= (double)G * K;
-    return MSR_OK;
 }
 
 /* The load-balancing loss of the micro-batch (its probabilities' means
@@ -273,11 +229,7 @@ static msr_status_t aux_loss(msr_moe_t *moe, const moe_slot_t *s, int N, double 
     *aux_p = 0.0;
     if (moe->A <= 0.0)
         return MSR_OK;
-    for (int e = 0; e < E; e++) {
-        P[e] = 0.0;
-        for (int t = 0; t < N; t++)
-            P[e] += s->probs[(size_t)t * E + e];
-    }
+    msr_kernels_or_cpu(moe->kernels)->moe_prob_sums(P, s->probs, N, E);
     if (moe->cp_comm != NULL) {
         uint64_t a = msr_now_ns();
         msr_status_t st = msr_comm_allreduce(moe->cp_comm, MSR_IN_PLACE, P, (uint64_t)E,
@@ -315,13 +267,13 @@ msr_status_t msr_moe_forward(msr_moe_t *moe, int l, const msr_gpt_block_params_t
         return st;
     int filled[MSR_GPT_MAX_EXPERTS];
     memset(filled, 0, sizeof filled);
-    st = msr_device_memset(moe->dev, moe->send, 0, rows * (size_t)C * sizeof(float), NULL);
-    if ((st = dev_check(moe, st, "the dispatch zeroed")) != MSR_OK)
+    if ((st = dev_zero(moe, moe->send, rows * (size_t)C, "the dispatch zeroed")) != MSR_OK)
         return st;
     if (moe->counting)
         stats->tokens += N;
-    if ((st = capacity(moe, s, x, N, cap, stride, filled, stats)) != MSR_OK)
-        return st;
+    capacity(moe, s, N, cap, stride, filled, stats);
+    const msr_kernels_t *k = msr_kernels_or_cpu(moe->kernels);
+    k->moe_dispatch(moe->send, x, s->row, N, K, C);
     /* the rows in place before the communicator (or the copy) reads them */
     if ((st = dev_check(moe, msr_device_stream_sync(moe->dev, NULL), "the dispatch")) != MSR_OK)
         return st;
@@ -331,7 +283,6 @@ msr_status_t msr_moe_forward(msr_moe_t *moe, int l, const msr_gpt_block_params_t
     if (st != MSR_OK ||
         (st = exchange(moe, moe->send, s->xin, stride, C, "moe dispatch")) != MSR_OK)
         return st;
-    const msr_kernels_t *k = msr_kernels_or_cpu(moe->kernels);
     for (int b = 0; b < nb; b++) {
         expert_t w = expert_point(moe, p->experts, block_expert(moe, b));
         size_t r0 = (size_t)b * stride;
@@ -348,19 +299,7 @@ msr_status_t msr_moe_forward(msr_moe_t *moe, int l, const msr_gpt_block_params_t
     }
     if ((st = exchange(moe, moe->out, s->comb, stride, C, "moe combine")) != MSR_OK)
         return st;
-    memset(y, 0, (size_t)N * C * sizeof(float));
-    for (int t = 0; t < N; t++) {
-        for (int j = 0; j < K; j++) {
-            size_t tj = (size_t)t * K + j;
-            int q = row_block(moe, s->choice[tj]);
-            if (s->pos[tj] < 0 || q < 0)
-                continue;
-            const float *o = s->comb + ((size_t)q * stride + (size_t)s->pos[tj]) * C;
-            float g = s->gate[tj];
-            for (int c = 0; c < C; c++)
-                y[(size_t)t * C + c] += g * o[c];
-        }
-    }
+    k->moe_combine(y, s->comb, s->row, s->gate, N, K, C);
 
     if ((st = aux_loss(moe, s, N, aux_p)) != MSR_OK)
         return st;
@@ -375,29 +314,13 @@ msr_status_t msr_moe_forward(msr_moe_t *moe, int l, const msr_gpt_block_params_t
  * (N, C). The device's failure, else MSR_OK. */
 static msr_status_t combine_backward(msr_moe_t *moe, const moe_slot_t *s, const float *dy)
 {
-    int K = moe->K, C = moe->C, N = s->N, cap = s->stride;
-    size_t rows = (size_t)row_blocks(moe) * (size_t)cap;
+    int K = moe->K, C = moe->C, N = s->N;
+    size_t rows = (size_t)row_blocks(moe) * (size_t)s->stride;
     msr_status_t st = dev_zero(moe, moe->send, rows * (size_t)C, "the combine's gradient zeroed");
     if (st != MSR_OK)
         return st;
-    for (int t = 0; t < N; t++) {
-        const float *d = dy + (size_t)t * C;
-        for (int j = 0; j < K; j++) {
-            size_t tj = (size_t)t * K + j;
-            int q = row_block(moe, s->choice[tj]);
-            moe->dgate[tj] = 0.0f;
-            if (s->pos[tj] < 0 || q < 0)
-                continue;
-            size_t row = (size_t)q * cap + (size_t)s->pos[tj];
-            const float *o = s->comb + row * C;
-            float *dsend = moe->send + row * C, gt = s->gate[tj], dg = 0.0f;
-            for (int c = 0; c < C; c++) {
-                dg += d[c] * o[c];
-                dsend[c] = gt * d[c];
-            }
-            moe->dgate[tj] = dg;
-        }
-    }
+    msr_kernels_or_cpu(moe->kernels)
+        ->moe_combine_backward(moe->send, moe->dgate, dy, s->comb, s->row, s->gate, N, K, C);
     return MSR_OK;
 }
 
@@ -440,32 +363,8 @@ static msr_status_t experts_backward(msr_moe_t *moe, const moe_slot_t *s,
     }
     if ((st = exchange(moe, moe->out, moe->send, cap, C, "moe combine grad")) != MSR_OK)
         return st;
-    for (int t = 0; t < N; t++) {
-        for (int j = 0; j < K; j++) {
-            size_t tj = (size_t)t * K + j;
-            int q = row_block(moe, s->choice[tj]);
-            if (s->pos[tj] < 0 || q < 0)
-                continue;
-            const float *d = moe->send + ((size_t)q * cap + (size_t)s->pos[tj]) * C;
-            for (int c = 0; c < C; c++)
-                dx[(size_t)t * C + c] += d[c];
-        }
-    }
+    k->moe_dispatch_backward(dx, moe->send, s->row, N, K, C);
     return MSR_OK;
-}
-
-/* Mixtral's renormalisation backward, in place: gate_j = p_j / S, S the
- * sum of the K chosen p, so dp_j = (dgate_j - sum_i dgate_i gate_i) / S. */
-static void gates_backward(float *dgate, const float *gate, const float *probs, const int *choice,
-                           int K)
-{
-    double S = 0.0, dot = 0.0;
-    for (int j = 0; j < K; j++) {
-        S += probs[choice[j]];
-        dot += (double)dgate[j] * gate[j];
-    }
-    for (int j = 0; j < K; j++)
-        dgate[j] = (float)((dgate[j] - dot) / S);
 }
 
 /* The router's backward from moe->dgate: the gates and the load-balancing
@@ -478,27 +377,13 @@ static msr_status_t router_backward(msr_moe_t *moe, const moe_slot_t *s,
 {
     int E = moe->E, K = moe->K, C = moe->C, N = s->N;
     double daux = moe->A > 0.0 ? (double)aux_weight * moe->A * E / N : 0.0;
-    for (int t = 0; t < N; t++) {
-        float *dp = moe->dprobs + (size_t)t * E;
-        const float *pr = s->probs + (size_t)t * E;
-        for (int e = 0; e < E; e++)
-            dp[e] = (float)(daux * s->frac[e]);
-        if (moe->glu)
-            gates_backward(moe->dgate + (size_t)t * K, s->gate + (size_t)t * K, pr,
-                           s->choice + (size_t)t * K, K);
-        for (int j = 0; j < K; j++)
-            dp[s->choice[(size_t)t * K + j]] += moe->dgate[(size_t)t * K + j];
-        double dot = 0.0;
-        for (int e = 0; e < E; e++)
-            dot += (double)pr[e] * dp[e];
-        for (int e = 0; e < E; e++)
-            dp[e] = pr[e] * (float)(dp[e] - dot);
-    }
+    const msr_kernels_t *k = msr_kernels_or_cpu(moe->kernels);
+    k->moe_route_backward(moe->dprobs, moe->dgate, s->probs, s->gate, s->choice, s->frac, daux, N,
+                          E, K, moe->glu);
     /* tp: every rank computes the router alike; its input gradient joins
      * tp rank 0's dx only (the others' hold their experts' share), and its
      * weight gradient every rank's, or only rank 0's when the caller sums
      * it over tp */
-    const msr_kernels_t *k = msr_kernels_or_cpu(moe->kernels);
     if (moe->tp_rank == 0) {
         k->matmul_backward(moe->prod, dx, g->routerw, NULL, moe->dprobs, x, p->routerw, N, C, E);
     } else if (!moe->router_once) {

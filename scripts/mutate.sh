@@ -1347,21 +1347,34 @@ test: ^test_parallel_train_gpt_moe$
 >>>
 
 @ moe.llama_gates_not_renormalised
-file: model/moe_pass.c
-test: ^test_parallel_moe_llama$
+file: model/moe_kernels.c
+test: ^test_parallel_moe_llama$|^test_parallel_kernels$
 <<<
-        if (moe->glu) /* Mixtral: the K gates renormalised, a softmax over the K logits */
+        if (renorm)
+            normalise_gates(gate + (size_t)t * K, K);
 ===
-        if (moe->glu && 0) /* Mixtral: the K gates renormalised, a softmax over the K logits */
+        if (renorm && 0)
+            normalise_gates(gate + (size_t)t * K, K);
 >>>
 
 @ moe.llama_gates_backward_skipped
-file: model/moe_pass.c
-test: ^test_parallel_moe_llama$
+file: model/moe_kernels.c
+test: ^test_parallel_moe_llama$|^test_parallel_kernels$
 <<<
-            gates_backward(moe->dgate + (size_t)t * K, s->gate + (size_t)t * K, pr,
+        if (renorm)
+            gates_backward(dgate + t * K, gate + t * K, pr, choice + t * K, K);
 ===
-            if (0) gates_backward(moe->dgate + (size_t)t * K, s->gate + (size_t)t * K, pr,
+        if (renorm && 0)
+            gates_backward(dgate + t * K, gate + t * K, pr, choice + t * K, K);
+>>>
+
+@ moe.dropped_choice_gate_grad_kept
+file: model/moe_kernels.c
+test: ^test_parallel_moe$|^test_parallel_kernels$
+<<<
+            dgate[tj] = 0.0f;
+===
+            (void)dgate;
 >>>
 
 @ moe.cp_capacity_per_chunk
@@ -4356,13 +4369,39 @@ test: ^comm_killanysrc_np3$
         if (r->uc == uc && !r->pub.args.any)
 >>>
 
-@ moe.device.dispatch_row_by_memcpy
+@ model.kernels.moe_dispatch_past_table
 file: model/moe_pass.c
-test: ^test_parallel_moe_device$|^test_parallel_ep_device$
+test: ^test_parallel_kernels$|^test_parallel_ep_device$
 <<<
-                msr_device_copy(moe->dev, moe->send + ((size_t)q * stride + (size_t)s->pos[tj]) * C,
+    k->moe_dispatch(moe->send, x, s->row, N, K, C);
 ===
-                msr_device_copy(msr_device_cpu(), moe->send + ((size_t)q * stride + (size_t)s->pos[tj]) * C,
+    msr_moe_dispatch(moe->send, x, s->row, N, K, C);
+>>>
+
+@ model.kernels.moe_route_backward_past_table
+file: model/moe_pass.c
+test: ^test_parallel_kernels$|^test_parallel_ep_device$
+<<<
+    k->moe_route_backward(moe->dprobs, moe->dgate, s->probs, s->gate, s->choice, s->frac, daux, N,
+                          E, K, moe->glu);
+===
+    msr_moe_route_backward(moe->dprobs, moe->dgate, s->probs, s->gate, s->choice, s->frac, daux, N,
+                          E, K, moe->glu);
+>>>
+
+@ moe.dispatch_row_of_other_tp_rank
+file: model/moe_pass.c
+test: ^test_parallel_train_gpt_moe$
+<<<
+            if (q < 0)
+                continue;
+            filled[q] = mine[e];
+===
+            if (q < 0) {
+                s->row[tj] = slot;
+                continue;
+            }
+            filled[q] = mine[e];
 >>>
 
 @ moe.device.layout_device_ignored

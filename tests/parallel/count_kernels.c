@@ -43,6 +43,13 @@ const char *const count_kernel_names[K_N] = {
     "vocab_exp_sums",
     "vocab_loss",
     "vocab_crossentropy_backward",
+    "moe_route",
+    "moe_prob_sums",
+    "moe_dispatch",
+    "moe_dispatch_backward",
+    "moe_combine",
+    "moe_combine_backward",
+    "moe_route_backward",
 };
 long count_kernel_calls[K_N];
 
@@ -283,6 +290,46 @@ static void c_vxentb(float *dlogits, const float *probs, const int *targets, int
     CPU->vocab_crossentropy_backward(dlogits, probs, targets, lo, dloss, N, V);
 }
 
+static void c_mroute(float *probs, int *choice, float *gate, int N, int E, int K, int renorm)
+{
+    count_kernel_calls[K_MROUTE]++;
+    CPU->moe_route(probs, choice, gate, N, E, K, renorm);
+}
+static void c_mpsum(double *P, const float *probs, int N, int E)
+{
+    count_kernel_calls[K_MPSUM]++;
+    CPU->moe_prob_sums(P, probs, N, E);
+}
+static void c_mdisp(float *send, const float *x, const int *row, int N, int K, int C)
+{
+    count_kernel_calls[K_MDISP]++;
+    CPU->moe_dispatch(send, x, row, N, K, C);
+}
+static void c_mdispb(float *dx, const float *dsend, const int *row, int N, int K, int C)
+{
+    count_kernel_calls[K_MDISPB]++;
+    CPU->moe_dispatch_backward(dx, dsend, row, N, K, C);
+}
+static void c_mcomb(float *y, const float *comb, const int *row, const float *gate, int N, int K,
+                    int C)
+{
+    count_kernel_calls[K_MCOMB]++;
+    CPU->moe_combine(y, comb, row, gate, N, K, C);
+}
+static void c_mcombb(float *dcomb, float *dgate, const float *dy, const float *comb, const int *row,
+                     const float *gate, int N, int K, int C)
+{
+    count_kernel_calls[K_MCOMBB]++;
+    CPU->moe_combine_backward(dcomb, dgate, dy, comb, row, gate, N, K, C);
+}
+static void c_mrouteb(float *dprobs, float *dgate, const float *probs, const float *gate,
+                      const int *choice, const double *frac, double daux, int N, int E, int K,
+                      int renorm)
+{
+    count_kernel_calls[K_MROUTEB]++;
+    CPU->moe_route_backward(dprobs, dgate, probs, gate, choice, frac, daux, N, E, K, renorm);
+}
+
 static const msr_kernels_t counting = {
     .name = "counting",
     .layernorm_forward = c_lnf,
@@ -326,6 +373,13 @@ static const msr_kernels_t counting = {
     .vocab_exp_sums = c_vexp,
     .vocab_loss = c_vloss,
     .vocab_crossentropy_backward = c_vxentb,
+    .moe_route = c_mroute,
+    .moe_prob_sums = c_mpsum,
+    .moe_dispatch = c_mdisp,
+    .moe_dispatch_backward = c_mdispb,
+    .moe_combine = c_mcomb,
+    .moe_combine_backward = c_mcombb,
+    .moe_route_backward = c_mrouteb,
 };
 
 const msr_kernels_t *count_kernels(void)

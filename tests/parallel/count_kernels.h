@@ -50,6 +50,13 @@ enum {
     K_VEXP,
     K_VLOSS,
     K_VXENTB,
+    K_MROUTE,
+    K_MPSUM,
+    K_MDISP,
+    K_MDISPB,
+    K_MCOMB,
+    K_MCOMBB,
+    K_MROUTEB,
     K_N
 };
 

@@ -18,16 +18,19 @@
  *   shared), and the experts' store (parameters and gradients) or, under
  *   ZeRO-3 with replicas, its shards and gathers (3 gathered blocks, the
  *   shard's parameters and gradients, the gathered gradients);
- * - in the steps the device saw, in the dispatch buffer, one host to
- *   device copy per kept choice (the load the router counted) and two
- *   memsets per block and micro-batch (the forward's and the combine's
- *   backward's), and one memset of the experts' output buffer per block
- *   and micro-batch; under ZeRO-3 one memset of the gathered gradients
- *   per block and micro-batch and device-to-device copies into the
- *   gathered blocks.
+ * - in the steps the device saw (its run on the counting kernels,
+ *   count_kernels.h): kept choices (the load the router counted) and no
+ *   host to device copy into the dispatch buffer, whose rows the table's
+ *   moe_dispatch writes, and each of the table's routing and combine
+ *   entries called once per block and micro-batch (forward or backward);
+ *   two memsets of the dispatch buffer per block and micro-batch (the
+ *   forward's and the combine's backward's), and one of the experts'
+ *   output buffer; under ZeRO-3 one memset of the gathered gradients per
+ *   block and micro-batch and device-to-device copies into the gathered
+ *   blocks.
  *
  * It prints "rank R: ep buffers on the device: N", "rank R: dispatch
- * copies H2D: K, memsets: M" and rank 0 "ok ep device"; every failed
+ * kept: K through the table: D, memsets: M" and rank 0 "ok ep device"; every failed
  * check prints "FAIL" and exits 1. Linked to the static modules. */
 #include <stdio.h>
 #include <stdlib.h>
@@ -40,6 +43,7 @@
 #include "msrun/msrun.h"
 #include "parallel/mesh.h"
 #include "parallel/train_impl.h"
+#include "tests/parallel/count_kernels.h"
 #include "tests/parallel/ep_device.h"
 #include "tests/parallel/worker_config.h"
 #include "tests/worker_fail.h"
@@ -62,6 +66,8 @@ static msr_train_config_t config(int dp, int rank, int ep, int zero, int mp,
         c.mp.device = dev;
     else
         c.par.device = dev;
+    if (dev != NULL) /* and the counting kernels */
+        c.kernels = count_kernels();
     return c;
 }
 
@@ -90,7 +96,7 @@ static int check_buffers(const msr_trainer_t *tr)
         device_made(moe->stats[i].load, work_bytes(moe, MSR_MOE_WORK_LOAD), "load", i, &n);
         for (int f = 0; f < moe->frames && moe->store_of[i] >= 0; f++) {
             const moe_slot_t *s = &moe->slots[i * moe->frames + f];
-            const void *b[] = {s->probs, s->choice, s->gate,  s->pos,  s->frac,
+            const void *b[] = {s->probs, s->choice, s->gate,  s->row,  s->frac,
                                s->xin,   s->fch,    s->fch_g, s->comb, s->used};
             for (int w = MSR_MOE_WORK_PROBS; w < MSR_MOE_WORK_SLOT_END; w++)
                 device_made(b[w - MSR_MOE_WORK_PROBS], work_bytes(moe, w), "frame buffer", w, &n);
@@ -133,13 +139,19 @@ static void check_counts(const msr_trainer_t *tr, long kept_before, int me)
     long per = (long)moe->nheld * ACCUM * STEPS; /* block forwards and backwards */
     const ep_device_buf_t *send = ep_device_buf(moe->send), *out = ep_device_buf(moe->out);
     long k = kept(moe) - kept_before;
-    if (k <= 0 || send->copies[MSR_DEVICE_H2D] != k)
-        fail("dispatch: %ld copies host to device, want one per kept choice: %ld",
-             send->copies[MSR_DEVICE_H2D], k);
+    if (k <= 0 || send->copies[MSR_DEVICE_H2D] != 0)
+        fail("dispatch: %ld kept choices (want some), %ld copies host to device (want none)", k,
+             send->copies[MSR_DEVICE_H2D]);
+    static const int once[] = {K_MROUTE, K_MDISP, K_MCOMB, K_MPSUM, K_MCOMBB, K_MDISPB, K_MROUTEB};
+    for (size_t i = 0; i < sizeof once / sizeof once[0]; i++)
+        if (count_kernel_calls[once[i]] != per)
+            fail("%s called %ld times, want one per block pass: %ld", count_kernel_names[once[i]],
+                 count_kernel_calls[once[i]], per);
     if (send->memsets != 2 * per || out->memsets != per)
         fail("memsets: dispatch %ld (want %ld), outputs %ld (want %ld)", send->memsets, 2 * per,
              out->memsets, per);
-    printf("rank %d: dispatch copies H2D: %ld, memsets: %ld\n", me, k, send->memsets);
+    printf("rank %d: dispatch kept: %ld through the table: %ld, memsets: %ld\n", me, k,
+           count_kernel_calls[K_MDISP], send->memsets);
     if (!tr->ez)
         return;
     long d2d = 0;
@@ -174,6 +186,7 @@ static void train(const msr_dataset_t *ds, msr_comm_t *world, int ep, int zero, 
         int n = check_buffers(tr);
         printf("rank %d: ep buffers on the device: %d\n", me, n);
         ep_device_reset();
+        memset(count_kernel_calls, 0, sizeof count_kernel_calls);
     }
     long before = kept(tr->model->moe);
     for (int i = 0; i < STEPS; i++)

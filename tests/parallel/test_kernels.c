@@ -9,6 +9,7 @@
  * kernels gives the CPU's losses, outputs and gradients bitwise, and its count_kernel_calls are
  * exactly the kernels the model runs: a kernel called past the table leaves its count short and
  * fails the test. */
+#include <math.h>
 #include <stddef.h>
 #include <string.h>
 
@@ -130,6 +131,130 @@ static void test_cpu_table(void)
     for (int r = 0; r < 3; r++)
         for (int c = 0; c < 5; c++)
             MSR_CHECK(rows[r * 5 + c] == (c < 2 ? 0 : src[r * 4 + c - 2]));
+}
+
+/* The softmax of n logits in double. */
+static void softmax_f64(double *p, const float *logits, int n)
+{
+    double mx = logits[0], sum = 0.0;
+    for (int e = 1; e < n; e++)
+        mx = logits[e] > mx ? logits[e] : mx;
+    for (int e = 0; e < n; e++)
+        sum += p[e] = exp((double)logits[e] - mx);
+    for (int e = 0; e < n; e++)
+        p[e] /= sum;
+}
+
+/* The MoE kernels of the CPU's table (layers.h's msr_moe_*) against
+ * their contracts on small cases: ties to the lower index, most probable
+ * first, renormalised gates, every K up to E; rows without a place (-1)
+ * neither read nor written; sums in order. */
+static void test_moe_kernels(void)
+{
+    const msr_kernels_t *k = msr_kernels_cpu();
+    enum { NT = 3, NE = 4 };
+    const float logits[NT * NE] = {1, 3, 3, 0, 5, -1, 2, 4, 0, 0, 0, 0};
+    /* the route, K = 1..E, with and without renormalisation */
+    const int order[NT][NE] = {{1, 2, 0, 3}, {0, 3, 2, 1}, {0, 1, 2, 3}};
+    for (int K = 1; K <= NE; K++) {
+        for (int renorm = 0; renorm < 2; renorm++) {
+            float probs[NT * NE], gate[NT * NE];
+            int choice[NT * NE];
+            memcpy(probs, logits, sizeof probs);
+            k->moe_route(probs, choice, gate, NT, NE, K, renorm);
+            for (int t = 0; t < NT; t++) {
+                double p[NE], chosen = 0.0;
+                softmax_f64(p, logits + t * NE, NE);
+                for (int e = 0; e < NE; e++)
+                    MSR_CHECK(fabs(probs[t * NE + e] - p[e]) <= 1e-7);
+                for (int j = 0; j < K; j++)
+                    chosen += p[order[t][j]];
+                for (int j = 0; j < K; j++) {
+                    MSR_CHECK_MSG(choice[t * K + j] == order[t][j], "K %d token %d choice %d: %d",
+                                  K, t, j, choice[t * K + j]);
+                    double want = p[order[t][j]] / (renorm ? chosen : 1.0);
+                    MSR_CHECK(fabs(gate[t * K + j] - want) <= 1e-6);
+                    if (!renorm)
+                        MSR_CHECK(gate[t * K + j] == probs[t * NE + order[t][j]]);
+                }
+            }
+            MSR_CHECK(gate[2 * K] == (renorm ? 1.0f / K : 0.25f)); /* all equal: exact */
+        }
+    }
+    /* the probabilities' sums, in token order */
+    double P[NE];
+    k->moe_prob_sums(P, logits, NT, NE);
+    for (int e = 0; e < NE; e++)
+        MSR_CHECK(P[e] == ((double)logits[e] + logits[NE + e]) + logits[2 * NE + e]);
+
+    /* dispatch and combine: 3 tokens, 2 choices, 2 columns, 5 rows; token
+     * 2's second choice and token 0's second have no row */
+    enum { K2 = 2, C2 = 2, R = 5 };
+    const int row[NT * K2] = {2, -1, 0, 3, 1, -1};
+    const float x[NT * C2] = {1, 2, 3, 4, 5, 6}, gate[NT * K2] = {0.5f, 9, 0.25f, 2, 4, 9};
+    float send[R * C2];
+    for (int i = 0; i < R * C2; i++)
+        send[i] = -7;
+    k->moe_dispatch(send, x, row, NT, K2, C2);
+    const float want_send[R * C2] = {3, 4, 5, 6, 1, 2, 3, 4, -7, -7};
+    MSR_CHECK_EQ(memcmp(send, want_send, sizeof send), 0);
+    float dx[NT * C2] = {1, 1, 1, 1, 1, 1};
+    k->moe_dispatch_backward(dx, want_send, row, NT, K2, C2);
+    const float want_dx[NT * C2] = {2, 3, 4 + 3, 5 + 4, 6, 7};
+    MSR_CHECK_EQ(memcmp(dx, want_dx, sizeof dx), 0);
+    const float comb[R * C2] = {1, 2, 3, 4, 5, 6, 7, 8, 100, 100};
+    float y[NT * C2] = {9, 9, 9, 9, 9, 9};
+    k->moe_combine(y, comb, row, gate, NT, K2, C2);
+    const float want_y[NT * C2] = {2.5f, 3, 0.25f + 14, 0.5f + 16, 12, 16};
+    MSR_CHECK_EQ(memcmp(y, want_y, sizeof y), 0);
+    const float dy[NT * C2] = {1, -1, 2, 0.5f, -2, 1};
+    float dcomb[R * C2], dgate[NT * K2];
+    for (int i = 0; i < R * C2; i++)
+        dcomb[i] = -7;
+    for (int i = 0; i < NT * K2; i++)
+        dgate[i] = 9;
+    k->moe_combine_backward(dcomb, dgate, dy, comb, row, gate, NT, K2, C2);
+    const float want_dgate[NT * K2] = {-1, 0, 3, 14 + 4, -6 + 4, 0};
+    const float want_dcomb[R * C2] = {0.5f, 0.125f, -8, 4, 0.5f, -0.5f, 4, 1, -7, -7};
+    MSR_CHECK_EQ(memcmp(dgate, want_dgate, sizeof dgate), 0);
+    MSR_CHECK_EQ(memcmp(dcomb, want_dcomb, sizeof dcomb), 0);
+
+    /* the router's backward: softmax's backward of daux * frac plus the
+     * gates' gradients at their experts (renormalised first) */
+    for (int renorm = 0; renorm < 2; renorm++) {
+        float probs[NT * NE], g[NT * K2], dprobs[NT * NE];
+        int choice[NT * K2];
+        memcpy(probs, logits, sizeof probs);
+        k->moe_route(probs, choice, g, NT, NE, K2, renorm);
+        const double frac[NE] = {0.5, 0.125, 0.25, 0.125}, daux = 0.75;
+        float dg[NT * K2] = {1, -2, 0.5f, 3, -1, 0.25f}, dg0[NT * K2];
+        memcpy(dg0, dg, sizeof dg);
+        k->moe_route_backward(dprobs, dg, probs, g, choice, frac, daux, NT, NE, K2, renorm);
+        for (int t = 0; t < NT; t++) {
+            const float *pr = probs + t * NE;
+            double S = pr[choice[t * K2]] + pr[choice[t * K2 + 1]], dot = 0.0, up[NE];
+            double d[K2];
+            for (int j = 0; j < K2; j++)
+                d[j] = dg0[t * K2 + j];
+            if (renorm) {
+                double gd = d[0] * g[t * K2] + d[1] * g[t * K2 + 1];
+                for (int j = 0; j < K2; j++)
+                    d[j] = (d[j] - gd) / S;
+            }
+            for (int e = 0; e < NE; e++)
+                up[e] = daux * frac[e];
+            for (int j = 0; j < K2; j++)
+                up[choice[t * K2 + j]] += d[j];
+            for (int e = 0; e < NE; e++)
+                dot += pr[e] * up[e];
+            for (int e = 0; e < NE; e++)
+                MSR_CHECK_MSG(fabs(dprobs[t * NE + e] - pr[e] * (up[e] - dot)) <= 1e-6,
+                              "renorm %d token %d expert %d: %g", renorm, t, e, dprobs[t * NE + e]);
+            for (int j = 0; j < K2; j++) /* in place under renorm only */
+                MSR_CHECK(renorm ? fabs(dg[t * K2 + j] - d[j]) <= 1e-6
+                                 : dg[t * K2 + j] == dg0[t * K2 + j]);
+        }
+    }
 }
 
 /* A table with an entry missing is refused by name, entry by entry, and
@@ -270,8 +395,9 @@ static void test_whole_llama(void)
 
 /* The kernels of a MoE block's passes but for its experts': the
  * attention half as a dense block's, ln2 and the residual around the
- * caller's MLP, the router's product, and the backward's zeroing of the
- * MLP's input gradient (and a Llama's dqkv). */
+ * caller's MLP, the router's product, its routing, dispatch, combine and
+ * the load-balancing loss's sums, each once a pass, and the backward's
+ * zeroing of the MLP's input gradient (and a Llama's dqkv). */
 static void moe_block_counts(int llama, long *fwd, long *bwd)
 {
     memset(fwd, 0, K_N * sizeof *fwd);
@@ -281,6 +407,8 @@ static void moe_block_counts(int llama, long *fwd, long *bwd)
     bwd[K_MMB] = 2;
     bwd[K_MMBA] = 1; /* the router's */
     bwd[K_ZERO] = 1;
+    fwd[K_MROUTE] = fwd[K_MDISP] = fwd[K_MCOMB] = fwd[K_MPSUM] = 1;
+    bwd[K_MCOMBB] = bwd[K_MDISPB] = bwd[K_MROUTEB] = 1;
     if (llama) {
         fwd[K_RMSF] = 2, fwd[K_ROPE] = 2, fwd[K_GQAF] = 1;
         bwd[K_RMSB] = 2, bwd[K_ROPE] = 2, bwd[K_GQAB] = 1, bwd[K_ZERO]++;
@@ -489,9 +617,13 @@ static void test_trainer(void)
 }
 
 static const msr_test_t tests[] = {
-    {"cpu_table", test_cpu_table, 10}, {"incomplete_table", test_incomplete_table, 30},
-    {"whole_gpt", test_whole_gpt, 30}, {"whole_llama", test_whole_llama, 30},
-    {"whole_moe", test_whole_moe, 30}, {"tp_slice", test_tp_slice, 30},
+    {"cpu_table", test_cpu_table, 10},
+    {"moe_kernels", test_moe_kernels, 10},
+    {"incomplete_table", test_incomplete_table, 30},
+    {"whole_gpt", test_whole_gpt, 30},
+    {"whole_llama", test_whole_llama, 30},
+    {"whole_moe", test_whole_moe, 30},
+    {"tp_slice", test_tp_slice, 30},
     {"trainer", test_trainer, 60},
 };
 
