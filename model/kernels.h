@@ -123,7 +123,8 @@ typedef struct msr_kernels {
 
     /* ---- a MoE layer's routing and combine: layers.h's msr_moe_* (its
      * index tables, choice and row, and frac and the sums P are the
-     * host's) ---- */
+     * host's: the device's host memory, which an entry that writes one
+     * has written when it returns) ---- */
 
     void (*moe_route)(float *probs, int *choice, float *gate, int N, int E, int K, int renorm);
     void (*moe_prob_sums)(double *P, const float *probs, int N, int E);

@@ -60,18 +60,35 @@ static void dev_free(const msr_moe_t *moe, void *p)
     msr_device_free(moe->dev, p);
 }
 
+/* Whether buffer w of the layout's MoE table is one of the host's index
+ * tables and counts (choices, rows, shares, filled rows, the cp group's
+ * choices, the load counts): the capacity's count and the communicators
+ * read and write them on the host (model/kernels.h), so they are the
+ * device's host memory (pinned on a GPU), not its own. */
+static int work_on_host(int w)
+{
+    return w == MSR_MOE_WORK_CHOICE || w == MSR_MOE_WORK_POS || w == MSR_MOE_WORK_FRAC ||
+           w == MSR_MOE_WORK_USED || w == MSR_MOE_WORK_GCHOICE || w == MSR_MOE_WORK_LOAD;
+}
+
+/* Buffer w of the layout's MoE table at p freed where work_alloc made it
+ * (NULL: nothing). */
+static void work_release(const msr_moe_t *moe, int w, void *p)
+{
+    if (work_on_host(w))
+        msr_device_host_free(moe->dev, p);
+    else
+        dev_free(moe, p);
+}
+
 static void slot_free(const msr_moe_t *moe, moe_slot_t *s)
 {
-    dev_free(moe, s->probs);
-    dev_free(moe, s->choice);
-    dev_free(moe, s->gate);
-    dev_free(moe, s->row);
-    dev_free(moe, s->frac);
-    dev_free(moe, s->xin);
-    dev_free(moe, s->fch);
-    dev_free(moe, s->fch_g);
-    dev_free(moe, s->comb);
-    dev_free(moe, s->used);
+    void *b[] = {s->probs, s->choice, s->gate,  s->row,  s->frac,
+                 s->xin,   s->fch,    s->fch_g, s->comb, s->used};
+    _Static_assert(sizeof b / sizeof b[0] == MSR_MOE_WORK_SLOT_END - MSR_MOE_WORK_PROBS,
+                   "a frame's buffers");
+    for (int w = MSR_MOE_WORK_PROBS; w < MSR_MOE_WORK_SLOT_END; w++)
+        work_release(moe, w, b[w - MSR_MOE_WORK_PROBS]);
 }
 
 /* bytes (at least 1, so that NULL always means failure) of the state's
@@ -95,13 +112,20 @@ static size_t work_size(const msr_moe_t *moe, int w)
 }
 
 /* Buffer w of the layout's MoE table (layout/layout.h: what the planner
- * counts) on the state's device, zeroed, its bytes counted in
- * moe->work_bytes. */
+ * counts) on the state's device, or in its host memory for the host's
+ * tables (work_on_host), zeroed, its bytes counted in moe->work_bytes. */
 static void *work_alloc(msr_moe_t *moe, int w)
 {
-    void *b = dev_zalloc(moe, work_size(moe, w));
+    size_t bytes = work_size(moe, w);
+    void *b = NULL;
+    if (!work_on_host(w))
+        b = dev_zalloc(moe, bytes);
+    else if (msr_device_host_alloc(moe->dev, bytes > 0 ? bytes : 1, &b) == MSR_OK)
+        memset(b, 0, bytes);
+    else
+        b = NULL;
     if (b != NULL)
-        moe->work_bytes += work_size(moe, w);
+        moe->work_bytes += bytes;
     return b;
 }
 
@@ -112,7 +136,7 @@ static int work_alloc_range(msr_moe_t *moe, int w0, int w1, void **b)
     for (int w = w0; w < w1; w++) {
         if ((b[w] = work_alloc(moe, w)) == NULL) {
             while (w-- > w0) {
-                dev_free(moe, b[w]);
+                work_release(moe, w, b[w]);
                 moe->work_bytes -= work_size(moe, w);
             }
             return 0;
@@ -168,7 +192,7 @@ static void work_free(msr_moe_t *moe)
         memset(&moe->slots[i], 0, sizeof *moe->slots);
     }
     for (int i = 0; i < moe->nslots && moe->stats != NULL; i++) {
-        dev_free(moe, moe->stats[i].load);
+        work_release(moe, MSR_MOE_WORK_LOAD, moe->stats[i].load);
         moe->stats[i].load = NULL;
     }
     dev_free(moe, moe->send);
@@ -178,7 +202,7 @@ static void work_free(msr_moe_t *moe)
     dev_free(moe, moe->dfch_g);
     dev_free(moe, moe->dgate);
     dev_free(moe, moe->dprobs);
-    dev_free(moe, moe->gchoice);
+    work_release(moe, MSR_MOE_WORK_GCHOICE, moe->gchoice);
     dev_free(moe, moe->rdx);
     moe->send = moe->out = moe->dout = moe->dfch = moe->dfch_g = moe->dgate = NULL;
     moe->dprobs = moe->rdx = NULL;

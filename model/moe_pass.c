@@ -162,14 +162,10 @@ static int token_home(const msr_moe_t *moe, int g, int *r_p)
 static msr_status_t gather_choices(msr_moe_t *moe, const moe_slot_t *s, int N)
 {
     size_t n = (size_t)N * (size_t)moe->K;
-    msr_status_t st = msr_device_copy(moe->dev, moe->gchoice + (size_t)moe->cp_rank * n, s->choice,
-                                      n * sizeof(int), MSR_DEVICE_D2D, NULL);
-    if (st == MSR_OK)
-        st = msr_device_stream_sync(moe->dev, NULL);
-    if ((st = dev_check(moe, st, "the choices into the cp group's")) != MSR_OK)
-        return st;
+    memcpy(moe->gchoice + (size_t)moe->cp_rank * n, s->choice, n * sizeof(int)); /* the host's */
     uint64_t a = msr_now_ns();
-    st = msr_comm_allgather(moe->cp_comm, MSR_IN_PLACE, moe->gchoice, n, MSR_DTYPE_I32);
+    msr_status_t st =
+        msr_comm_allgather(moe->cp_comm, MSR_IN_PLACE, moe->gchoice, n, MSR_DTYPE_I32);
     span(moe, "moe cp choices", a);
     if (st != MSR_OK)
         return msr_err_call(st, "moe: the allgather of the choices over cp %d", moe->cp);

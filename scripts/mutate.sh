@@ -4369,6 +4369,26 @@ test: ^comm_killanysrc_np3$
         if (r->uc == uc && !r->pub.args.any)
 >>>
 
+@ moe.device.load_counts_on_the_device
+file: model/moe.c
+test: ^test_parallel_ep_device$
+<<<
+           w == MSR_MOE_WORK_USED || w == MSR_MOE_WORK_GCHOICE || w == MSR_MOE_WORK_LOAD;
+===
+           w == MSR_MOE_WORK_USED || w == MSR_MOE_WORK_GCHOICE;
+>>>
+
+@ moe.device.host_table_freed_as_the_devices
+file: model/moe.c
+test: ^test_parallel_moe_device$|^test_parallel_ep_device$
+<<<
+    if (work_on_host(w))
+        msr_device_host_free(moe->dev, p);
+===
+    if (work_on_host(w) && 0)
+        msr_device_host_free(moe->dev, p);
+>>>
+
 @ model.kernels.moe_dispatch_past_table
 file: model/moe_pass.c
 test: ^test_parallel_kernels$|^test_parallel_ep_device$

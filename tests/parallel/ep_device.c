@@ -36,7 +36,9 @@ static live_t *holding(const void *p)
     return NULL;
 }
 
-static msr_status_t c_alloc(const msr_device_t *dev, size_t bytes, void **p_p)
+/* An allocation of device memory (host 0) or of the device's host memory
+ * (host 1): alike here, told apart in the record. */
+static msr_status_t alloc_as(const msr_device_t *dev, size_t bytes, void **p_p, int host)
 {
     int i = 0;
     while (i < MAX_LIVE && table[i].p != NULL)
@@ -46,7 +48,7 @@ static msr_status_t c_alloc(const msr_device_t *dev, size_t bytes, void **p_p)
         msr_err_set("device %s: out of memory for %zu bytes", dev->name, bytes);
         return MSR_ERR_NO_MEMORY;
     }
-    table[i] = (live_t){p, {bytes, {0}, 0}};
+    table[i] = (live_t){p, {bytes, {0}, 0, host}};
     top = i + 1 > top ? i + 1 : top;
     totals.allocs++;
     totals.live++;
@@ -54,16 +56,41 @@ static msr_status_t c_alloc(const msr_device_t *dev, size_t bytes, void **p_p)
     return MSR_OK;
 }
 
-static void c_free(const msr_device_t *dev, void *p)
+static msr_status_t c_alloc(const msr_device_t *dev, size_t bytes, void **p_p)
 {
-    (void)dev;
+    return alloc_as(dev, bytes, p_p, 0);
+}
+
+static msr_status_t c_host_alloc(const msr_device_t *dev, size_t bytes, void **p_p)
+{
+    return alloc_as(dev, bytes, p_p, 1);
+}
+
+/* A free by the call of its kind (host: host_free); one by the other
+ * kind's counted as mismatched. */
+static void free_as(void *p, int host)
+{
     live_t *l = holding(p);
     if (l != NULL && l->p == p) {
+        totals.mismatched += l->buf.host != host;
         l->p = NULL;
         totals.live--;
     }
     totals.frees++;
     msr_pages_free(p);
+}
+
+static void c_free(const msr_device_t *dev, void *p)
+{
+    (void)dev;
+    free_as(p, 0);
+}
+
+static void c_host_free(const msr_device_t *dev, void *p)
+{
+    (void)dev;
+    if (p != NULL)
+        free_as(p, 1);
 }
 
 static msr_status_t c_memset(const msr_device_t *dev, void *p, int byte, size_t bytes,
@@ -147,8 +174,8 @@ static msr_status_t c_stream_wait(const msr_device_t *dev, msr_device_stream_t *
 static const msr_device_ops_t ops = {
     .alloc = c_alloc,
     .free = c_free,
-    .host_alloc = c_alloc,
-    .host_free = c_free,
+    .host_alloc = c_host_alloc,
+    .host_free = c_host_free,
     .memset = c_memset,
     .copy = c_copy,
     .stream_create = c_stream_create,

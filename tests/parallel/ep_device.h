@@ -17,13 +17,15 @@ typedef struct ep_device_buf {
     size_t bytes;                       /* as asked for */
     long copies[MSR_DEVICE_COPY_KINDS]; /* copies whose destination lies in it, by kind */
     long memsets;                       /* memsets that start in it */
+    int host;                           /* made by host_alloc: the device's host memory */
 } ep_device_buf_t;
 
 /* Totals since the start (or ep_device_reset). */
 typedef struct ep_device_totals {
     long allocs, frees, memsets, syncs;
     long copies[MSR_DEVICE_COPY_KINDS];
-    long live; /* allocations not freed */
+    long live;       /* allocations not freed */
+    long mismatched; /* freed by the other kind's call (free for host_alloc's, ...) */
 } ep_device_totals_t;
 
 /* The device ("count", host memory): never destroyed. */

@@ -17,7 +17,10 @@
  *   (10 per frame of each held block, the load counts of each block, 7
  *   shared), and the experts' store (parameters and gradients) or, under
  *   ZeRO-3 with replicas, its shards and gathers (3 gathered blocks, the
- *   shard's parameters and gradients, the gathered gradients);
+ *   shard's parameters and gradients, the gathered gradients); the
+ *   MoE table's index tables and counts (choices, rows, shares, filled
+ *   rows, loads) are of the device's host memory (host_alloc), every
+ *   other buffer of its own, and each is freed by its kind's call;
  * - in the steps the device saw (its run on the counting kernels,
  *   count_kernels.h): kept choices (the load the router counted) and no
  *   host to device copy into the dispatch buffer, whose rows the table's
@@ -71,15 +74,32 @@ static msr_train_config_t config(int dp, int rank, int ep, int zero, int mp,
     return c;
 }
 
-/* Buffer p of bytes must be the counting device's; counted in *n_p. */
-static void device_made(const void *p, size_t bytes, const char *what, int i, int *n_p)
+/* Buffer p of bytes must be the counting device's, of its host memory
+ * when host (the MoE layer's index tables and counts), else of its own;
+ * counted in *n_p. */
+static void device_made_as(const void *p, size_t bytes, int host, const char *what, int i, int *n_p)
 {
     const ep_device_buf_t *b = ep_device_buf(p);
     if (b == NULL)
         fail("%s %d: not an allocation of the device", what, i);
     if (b->bytes != bytes)
         fail("%s %d: %zu bytes from the device, want %zu", what, i, b->bytes, bytes);
+    if (b->host != host)
+        fail("%s %d: the device's %s memory, want its %s", what, i, b->host ? "host" : "own",
+             host ? "host memory" : "own");
     (*n_p)++;
+}
+
+static void device_made(const void *p, size_t bytes, const char *what, int i, int *n_p)
+{
+    device_made_as(p, bytes, 0, what, i, n_p);
+}
+
+/* The MoE table's buffers the host reads and writes (moe.c). */
+static int host_table(int w)
+{
+    return w == MSR_MOE_WORK_CHOICE || w == MSR_MOE_WORK_POS || w == MSR_MOE_WORK_FRAC ||
+           w == MSR_MOE_WORK_USED || w == MSR_MOE_WORK_GCHOICE || w == MSR_MOE_WORK_LOAD;
 }
 
 static size_t work_bytes(const msr_moe_t *moe, int w)
@@ -93,13 +113,14 @@ static int check_buffers(const msr_trainer_t *tr)
     const msr_moe_t *moe = tr->model->moe;
     int n = 0;
     for (int i = 0; i < moe->nslots; i++) {
-        device_made(moe->stats[i].load, work_bytes(moe, MSR_MOE_WORK_LOAD), "load", i, &n);
+        device_made_as(moe->stats[i].load, work_bytes(moe, MSR_MOE_WORK_LOAD), 1, "load", i, &n);
         for (int f = 0; f < moe->frames && moe->store_of[i] >= 0; f++) {
             const moe_slot_t *s = &moe->slots[i * moe->frames + f];
             const void *b[] = {s->probs, s->choice, s->gate,  s->row,  s->frac,
                                s->xin,   s->fch,    s->fch_g, s->comb, s->used};
             for (int w = MSR_MOE_WORK_PROBS; w < MSR_MOE_WORK_SLOT_END; w++)
-                device_made(b[w - MSR_MOE_WORK_PROBS], work_bytes(moe, w), "frame buffer", w, &n);
+                device_made_as(b[w - MSR_MOE_WORK_PROBS], work_bytes(moe, w), host_table(w),
+                               "frame buffer", w, &n);
         }
     }
     const void *shared[] = {moe->send,   moe->out,   moe->dout,  moe->dfch,
@@ -199,6 +220,9 @@ static void train(const msr_dataset_t *ds, msr_comm_t *world, int ep, int zero, 
     OK(msr_trainer_experts_whole(tr, *experts));
     msr_trainer_destroy(tr);
     msr_mesh_destroy(mesh);
+    if (dev != NULL && ep_device_totals().mismatched != 0)
+        fail("%ld buffers freed by the other kind's call (host_free for the device's, ...)",
+             ep_device_totals().mismatched);
 }
 
 int main(int argc, char **argv)

@@ -125,6 +125,7 @@ static void test_same_on_device(void)
     msr_moe_destroy(b);
     msr_moe_destroy(a);
     MSR_CHECK_EQ(ep_device_totals().live, live);
+    MSR_CHECK_EQ(ep_device_totals().mismatched, 0); /* host tables by host_free */
     pass_free(&pa);
     pass_free(&pb);
 }
