@@ -57,7 +57,7 @@ same one 1 -- --offload-chunk 4096 --offload-io threads
 same zero1 2 --dp 2 --zero 1 --bucket-mb 0.02 -- --offload-chunk 4096
 same zero3 2 --dp 2 --zero 3 --bucket-mb 0.02 --zero-min-bytes 0 -- --offload-chunk 4096
 same ep 2 --dp 2 --ep 2 --zero 1 -- --offload-chunk 4096
-same tpdp 4 --tp 2 --dp 2 --zero 2 --recompute selective
+same tpdp 4 --tp 2 --dp 2 --zero 2 --recompute selective -- --offload-chunk 4096
 same pp 2 --pp 2 -- --offload-chunk 4096
 same bf16 2 --dp 2 --precision bf16 -- --offload-chunk 4096
 
