@@ -182,8 +182,28 @@ msr_status_t msr_gpt_create(const msr_gpt_config_t *cfg, int max_batch, msr_gpt_
     return msr_gpt_create_ex(cfg, max_batch, 0, model_p);
 }
 
+/* n elements of size bytes for one of the model's buffers, zeroed: from
+ * its device, or the heap (m->dev NULL). NULL when out of memory. */
+static void *buf_alloc(const msr_gpt_t *m, size_t n, size_t size)
+{
+    if (m->dev == NULL)
+        return msr_calloc(n, size);
+    void *p = NULL;
+    size_t bytes = n * size;
+    return msr_device_alloc_zero(m->dev, bytes > 0 ? bytes : 1, &p) == MSR_OK ? p : NULL;
+}
+
+static void buf_free(const msr_gpt_t *m, void *p)
+{
+    if (m->dev == NULL)
+        msr_free(p);
+    else
+        msr_device_free(m->dev, p);
+}
+
 /* The activations and work space of a whole model, carved from the table
- * the CUDA model shares (msr_gpt_carve_acts), and the kept tokens. */
+ * the CUDA model shares (msr_gpt_carve_acts), and the kept tokens (the
+ * host's). */
 static msr_status_t alloc_acts(msr_gpt_t *m)
 {
     int B = m->max_batch;
@@ -193,8 +213,8 @@ static msr_status_t alloc_acts(msr_gpt_t *m)
     msr_gpt_carve_work(&m->cfg, B, 1, &work, &m->work);
     m->acts_count = acts.used;
     m->work_count = work.used;
-    m->acts_mem = msr_calloc(m->acts_count, sizeof(float));
-    m->work_mem = msr_calloc(m->work_count, sizeof(float));
+    m->acts_mem = buf_alloc(m, m->acts_count, sizeof(float));
+    m->work_mem = buf_alloc(m, m->work_count, sizeof(float));
     m->inputs = msr_calloc(N, sizeof(int));
     m->targets = msr_calloc(N, sizeof(int));
     if (m->acts_mem == NULL || m->work_mem == NULL || m->inputs == NULL || m->targets == NULL)
@@ -208,14 +228,22 @@ static msr_status_t alloc_acts(msr_gpt_t *m)
 
 /* The whole model with activations for max_batch (>= 1), or a part with
  * none (max_batch 0). */
-static msr_status_t create(const msr_gpt_config_t *cfg, const msr_gpt_part_t *part, int max_batch,
-                           unsigned flags, msr_gpt_t **model_p)
+static msr_status_t create(const msr_device_t *dev, const msr_gpt_config_t *cfg,
+                           const msr_gpt_part_t *part, int max_batch, unsigned flags,
+                           msr_gpt_t **model_p)
 {
     if (msr_gpt_part_check(cfg, part) != MSR_OK)
         return msr_err_prefix(MSR_ERR_CONFIG, "gpt");
+    if (dev != NULL && !msr_device_is_host(dev)) {
+        return msr_err(MSR_ERR_UNSUPPORTED,
+                       "gpt: device %s: the model's code reads and writes its buffers on the "
+                       "host, which cannot reach its memory",
+                       msr_device_name(dev));
+    }
     msr_gpt_t *m = msr_calloc(1, sizeof *m);
     if (m == NULL)
         goto err_no_memory;
+    m->dev = dev;
     m->cfg = *cfg;
     m->part = *part;
     if (part->stage_layers != NULL) { /* the model's own copy */
@@ -236,10 +264,10 @@ static msr_status_t create(const msr_gpt_config_t *cfg, const msr_gpt_part_t *pa
     msr_gpt_build_layout(m);
 
     if (!(flags & MSR_GPT_NO_PARAMS) &&
-        (m->params = msr_calloc(m->num_params, sizeof(float))) == NULL)
+        (m->params = buf_alloc(m, m->num_params, sizeof(float))) == NULL)
         goto err_free;
     if (!(flags & MSR_GPT_NO_GRADS) &&
-        (m->grads = msr_calloc(m->num_params, sizeof(float))) == NULL)
+        (m->grads = buf_alloc(m, m->num_params, sizeof(float))) == NULL)
         goto err_free;
     for (int s = 0; s < m->num_segments; s++)
         msr_gpt_segment_reset(m, s);
@@ -271,18 +299,27 @@ err_no_memory:
 msr_status_t msr_gpt_create_ex(const msr_gpt_config_t *cfg, int max_batch, unsigned flags,
                                msr_gpt_t **model_p)
 {
-    if (msr_gpt_config_check(cfg) != MSR_OK)
-        return msr_err_prefix(MSR_ERR_CONFIG, "gpt");
-    if (max_batch < 1 || max_batch > GPT_MAX_BATCH)
-        return msr_err(MSR_ERR_CONFIG, "gpt: batch %d is not in [1, %d]", max_batch, GPT_MAX_BATCH);
-    msr_gpt_part_t whole = {1, 0, 1, 0, 1};
-    return create(cfg, &whole, max_batch, flags, model_p);
+    return msr_gpt_create_on(NULL, cfg, NULL, max_batch, flags, model_p);
 }
 
 msr_status_t msr_gpt_create_part(const msr_gpt_config_t *cfg, const msr_gpt_part_t *part,
                                  unsigned flags, msr_gpt_t **model_p)
 {
-    return create(cfg, part, 0, flags, model_p);
+    return create(NULL, cfg, part, 0, flags, model_p);
+}
+
+msr_status_t msr_gpt_create_on(const msr_device_t *dev, const msr_gpt_config_t *cfg,
+                               const msr_gpt_part_t *part, int max_batch, unsigned flags,
+                               msr_gpt_t **model_p)
+{
+    if (part != NULL)
+        return create(dev, cfg, part, 0, flags, model_p);
+    if (msr_gpt_config_check(cfg) != MSR_OK)
+        return msr_err_prefix(MSR_ERR_CONFIG, "gpt");
+    if (max_batch < 1 || max_batch > GPT_MAX_BATCH)
+        return msr_err(MSR_ERR_CONFIG, "gpt: batch %d is not in [1, %d]", max_batch, GPT_MAX_BATCH);
+    msr_gpt_part_t whole = {1, 0, 1, 0, 1};
+    return create(dev, cfg, &whole, max_batch, flags, model_p);
 }
 
 msr_status_t msr_gpt_set_precision(msr_gpt_t *m, msr_precision_t precision)
@@ -320,10 +357,10 @@ void msr_gpt_destroy(msr_gpt_t *model)
     msr_free(model->stage_layers);
     msr_free(model->inputs);
     msr_free(model->targets);
-    msr_free(model->work_mem);
-    msr_free(model->acts_mem);
-    msr_free(model->grads);
-    msr_free(model->params);
+    buf_free(model, model->work_mem);
+    buf_free(model, model->acts_mem);
+    buf_free(model, model->grads);
+    buf_free(model, model->params);
     msr_free(model->acts.blocks);
     msr_free(model->segments);
     msr_free(model->tensors);

@@ -48,6 +48,7 @@
 #include <stdint.h>
 
 #include "msrun/base.h"
+#include "msrun/device.h"
 #include "model/layers.h"
 
 /* Mixture-of-Experts (model/moe.h, docs/model.md "Mixture-of-Experts"):
@@ -316,8 +317,11 @@ typedef struct msr_gpt {
     int whole;            /* part is the whole model */
     int max_batch;        /* B the activations were sized for; 0: none (a part) */
     size_t num_params;    /* held here (the whole model's for a whole model) */
-    float *params;        /* (num_params) the flat parameter buffer */
-    float *grads;         /* (num_params) the flat gradient buffer */
+    /* the device params, grads, acts_mem and work_mem come from
+     * (msr_gpt_create_on; NULL: the heap, msr_calloc) */
+    const msr_device_t *dev;
+    float *params; /* (num_params) the flat parameter buffer */
+    float *grads;  /* (num_params) the flat gradient buffer */
 
     int num_tensors; /* 2 + 12 L + 2 (a Llama: 1 + 9 L + 2) */
     msr_gpt_tensor_t *tensors;
@@ -391,6 +395,19 @@ msr_status_t msr_gpt_create_ex(const msr_gpt_config_t *cfg, int max_batch, unsig
  * Errors: MSR_ERR_CONFIG (the reason in the error text), MSR_ERR_NO_MEMORY. */
 msr_status_t msr_gpt_create_part(const msr_gpt_config_t *cfg, const msr_gpt_part_t *part,
                                  unsigned flags, msr_gpt_t **model_p);
+/* msr_gpt_create_ex (part NULL: the whole model, activations for
+ * max_batch) or msr_gpt_create_part (max_batch 0) with the model's
+ * buffers (parameters, gradients, activations, work space: model->dev)
+ * allocated zeroed by dev (msr_device_alloc_zero, freed by
+ * msr_device_free); NULL: from the heap, as those. The kept tokens stay
+ * the host's, and so does a MoE state (msr_moe_set_layout moves it). A
+ * device whose memory the host cannot reach is refused, named
+ * (MSR_ERR_UNSUPPORTED): the model's code reads and writes its buffers
+ * on the host (the kernels' table aside). Errors: theirs, and the
+ * device's allocation failures as MSR_ERR_NO_MEMORY. */
+msr_status_t msr_gpt_create_on(const msr_device_t *dev, const msr_gpt_config_t *cfg,
+                               const msr_gpt_part_t *part, int max_batch, unsigned flags,
+                               msr_gpt_t **model_p);
 void msr_gpt_destroy(msr_gpt_t *model);
 
 /* Points p at the block parameters inside a segment base (a block segment's

@@ -335,6 +335,15 @@ static msr_status_t trainer_alloc(const msr_train_config_t *cfg, msr_comm_t *com
     return MSR_OK;
 }
 
+/* The device of the model's buffers: the runtime's (dp's on the
+ * data-parallel path, mp's on the model-parallel one) where the host can
+ * reach its memory; else the heap's, and the runtime refuses the device
+ * by name (dp.c, mp.c). */
+static const msr_device_t *model_device(const msr_device_t *dev)
+{
+    return dev != NULL && msr_device_is_host(dev) ? dev : NULL;
+}
+
 /* The data-parallel trainer's parts, each rank on its own (no collective
  * after the experts' splits): the caller agrees on the outcome. */
 static msr_status_t create_dp(const msr_train_config_t *cfg, msr_comm_t *comm, int rank,
@@ -346,8 +355,8 @@ static msr_status_t create_dp(const msr_train_config_t *cfg, msr_comm_t *comm, i
     if (st != MSR_OK)
         return st;
     tr->cfg.mp.stage_layers = NULL; /* the whole model: one stage */
-    st = msr_gpt_create_ex(&cfg->model, cfg->micro_batch, msr_dp_model_flags(cfg->par.zero),
-                           &tr->model);
+    st = msr_gpt_create_on(model_device(cfg->par.device), &cfg->model, NULL, cfg->micro_batch,
+                           msr_dp_model_flags(cfg->par.zero), &tr->model);
     if (st == MSR_OK)
         st = msr_dp_create(&cfg->par, comm, tr->model, &cfg->adamw, cfg->seed, &tr->dp);
     if (st == MSR_OK && tr->model->moe != NULL)
@@ -393,7 +402,8 @@ static msr_status_t create_mp(const msr_train_config_t *cfg, const msr_mesh_t *m
     tr->cfg.mp = mp_config(cfg);
     msr_gpt_part_t part = {mesh->tp,      mesh->tp_rank,     mesh->pp,
                            mesh->pp_rank, tr->cfg.mp.chunks, cfg->mp.stage_layers};
-    st = msr_gpt_create_part(&cfg->model, &part, msr_dp_model_flags(cfg->par.zero), &tr->model);
+    st = msr_gpt_create_on(model_device(cfg->mp.device), &cfg->model, &part, 0,
+                           msr_dp_model_flags(cfg->par.zero), &tr->model);
     if (st != MSR_OK)
         return st;
     tr->cfg.mp.stage_layers = tr->model->part.stage_layers; /* the caller's may go */

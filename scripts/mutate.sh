@@ -4389,6 +4389,26 @@ test: ^test_parallel_moe_device$|^test_parallel_ep_device$
         msr_device_host_free(moe->dev, p);
 >>>
 
+@ train.model_buffers_off_the_device
+file: parallel/train.c
+test: ^test_parallel_ep_device$
+<<<
+    st = msr_gpt_create_on(model_device(cfg->mp.device), &cfg->model, &part, 0,
+===
+    st = msr_gpt_create_on(NULL, &cfg->model, &part, 0,
+>>>
+
+@ model.buffers_freed_to_the_heap
+file: model/gpt.c
+test: ^test_parallel_moe_device$
+<<<
+    if (m->dev == NULL)
+        msr_free(p);
+===
+    if (m->dev != (void *)1)
+        msr_free(p);
+>>>
+
 @ model.kernels.moe_dispatch_past_table
 file: model/moe_pass.c
 test: ^test_parallel_kernels$|^test_parallel_ep_device$

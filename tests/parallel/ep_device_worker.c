@@ -20,7 +20,10 @@
  *   shard's parameters and gradients, the gathered gradients); the
  *   MoE table's index tables and counts (choices, rows, shares, filled
  *   rows, loads) are of the device's host memory (host_alloc), every
- *   other buffer of its own, and each is freed by its kind's call;
+ *   other buffer of its own, and each is freed by its kind's call; the
+ *   model's own buffers (parameters but under ZeRO-3, gradients under
+ *   ZeRO 0-1, and on the data-parallel runtime the activations and work
+ *   space) are the device's own too;
  * - in the steps the device saw (its run on the counting kernels,
  *   count_kernels.h): kept choices (the load the router counted) and no
  *   host to device copy into the dispatch buffer, whose rows the table's
@@ -107,11 +110,27 @@ static size_t work_bytes(const msr_moe_t *moe, int w)
     return msr_layout_moe_work(&moe->dims, w) * msr_layout_moe_work_size(w, sizeof(float));
 }
 
-/* Every ep buffer is the device's; their number. */
+/* Every ep buffer is the device's, and so are the model's own (those its
+ * ZeRO stage keeps: msr_dp_model_flags); their number. */
 static int check_buffers(const msr_trainer_t *tr)
 {
     const msr_moe_t *moe = tr->model->moe;
+    const msr_gpt_t *m = tr->model;
     int n = 0;
+    size_t pf = m->num_params * sizeof(float);
+    if (m->dev != ep_device())
+        fail("the model's buffers are not the device's");
+    if (m->params != NULL)
+        device_made(m->params, pf, "model parameters", 0, &n);
+    if (m->grads != NULL)
+        device_made(m->grads, pf, "model gradients", 0, &n);
+    if (m->acts_mem != NULL) /* a whole model's (the data-parallel runtime) */
+        device_made(m->acts_mem, m->acts_count * sizeof(float), "model activations", 0, &n);
+    if (m->work_mem != NULL)
+        device_made(m->work_mem, m->work_count * sizeof(float), "model work space", 0, &n);
+    if ((m->params == NULL) != (tr->cfg.par.zero == 3) || (m->acts_mem == NULL) != (tr->mp != NULL))
+        fail("the model's buffers: parameters %s at ZeRO %d, activations %s",
+             m->params ? "kept" : "none", tr->cfg.par.zero, m->acts_mem ? "kept" : "none");
     for (int i = 0; i < moe->nslots; i++) {
         device_made_as(moe->stats[i].load, work_bytes(moe, MSR_MOE_WORK_LOAD), 1, "load", i, &n);
         for (int f = 0; f < moe->frames && moe->store_of[i] >= 0; f++) {

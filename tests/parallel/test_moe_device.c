@@ -188,8 +188,117 @@ static void test_alloc_failures(void)
     pass_free(&ps);
 }
 
+/* ---- the model's own buffers (msr_gpt_create_on) ---- */
+
+/* p is a live allocation of the counting device of exactly bytes, of its
+ * own memory. */
+static void on_device(const void *p, size_t bytes, const char *what)
+{
+    const ep_device_buf_t *b = ep_device_buf(p);
+    MSR_CHECK_MSG(b != NULL, "%s: not the device's", what);
+    MSR_CHECK_MSG(b->bytes == bytes && !b->host, "%s: %zu bytes (host %d), want %zu", what,
+                  b->bytes, b->host, bytes);
+}
+
+/* One forward and backward of a whole model's tokens; its loss. */
+static double one_pass(msr_gpt_t *m)
+{
+    int inp[2 * N], tgt[2 * N];
+    for (int i = 0; i < 2 * N; i++)
+        inp[i] = (i * 7 + 3) % MSR_GPT_VOCAB, tgt[i] = (i * 5 + 1) % MSR_GPT_VOCAB;
+    double loss = 0.0;
+    MSR_CHECK_OK(msr_gpt_forward(m, inp, tgt, 2, N, NULL, &loss));
+    MSR_CHECK_OK(msr_gpt_backward(m, 1.0f / (2 * N), NULL));
+    return loss;
+}
+
+/* A whole model made on the counting device: its parameters, gradients,
+ * activations and work space are the device's own memory of their exact
+ * sizes (the kept tokens the heap's), and a pass gives the heap model's
+ * loss and gradients bitwise; a part has no activations, and the flags
+ * leave out what they say; everything goes back to the device at
+ * destroy; a device whose memory the host cannot read is refused by name
+ * before any of its entries is called. */
+static void test_model_on_device(void)
+{
+    msr_gpt_config_t cfg = {MSR_GPT_VOCAB, N, L, 2, C};
+    long live = ep_device_totals().live;
+    msr_gpt_t *a = NULL, *b = NULL;
+    MSR_CHECK_OK(msr_gpt_create_ex(&cfg, 2, 0, &a));
+    MSR_CHECK_OK(msr_gpt_create_on(ep_device(), &cfg, NULL, 2, 0, &b));
+    MSR_CHECK(a->dev == NULL && b->dev == ep_device());
+    MSR_CHECK_EQ(ep_device_totals().live - live, 4);
+    size_t f = sizeof(float);
+    on_device(b->params, b->num_params * f, "parameters");
+    on_device(b->grads, b->num_params * f, "gradients");
+    on_device(b->acts_mem, b->acts_count * f, "activations");
+    on_device(b->work_mem, b->work_count * f, "work space");
+    MSR_CHECK(ep_device_buf(b->inputs) == NULL && ep_device_buf(b->targets) == NULL);
+    MSR_CHECK(a->acts_count == b->acts_count && a->work_count == b->work_count);
+    msr_gpt_init_params(a, 5);
+    msr_gpt_init_params(b, 5);
+    double la = one_pass(a), lb = one_pass(b);
+    MSR_CHECK(memcmp(&la, &lb, sizeof la) == 0);
+    MSR_CHECK_EQ(memcmp(a->grads, b->grads, a->num_params * f), 0);
+    msr_gpt_destroy(b);
+    msr_gpt_destroy(a);
+    MSR_CHECK_EQ(ep_device_totals().live, live);
+
+    msr_gpt_part_t half = {1, 0, 2, 1, 1}; /* pp 2's second stage: no activations */
+    MSR_CHECK_OK(msr_gpt_create_on(ep_device(), &cfg, &half, 0, MSR_GPT_NO_GRADS, &b));
+    MSR_CHECK(b->acts_mem == NULL && b->work_mem == NULL && b->grads == NULL);
+    on_device(b->params, b->num_params * f, "a part's parameters");
+    MSR_CHECK_EQ(ep_device_totals().live - live, 1);
+    msr_gpt_destroy(b);
+    MSR_CHECK_OK(msr_gpt_create_on(ep_device(), &cfg, NULL, 1, MSR_GPT_NO_PARAMS, &b));
+    MSR_CHECK(b->params == NULL);
+    MSR_CHECK_EQ(ep_device_totals().live - live, 3);
+    msr_gpt_destroy(b);
+    MSR_CHECK_EQ(ep_device_totals().live, live);
+    MSR_CHECK_EQ(ep_device_totals().mismatched, 0);
+
+    static const msr_device_ops_t none = {0};
+    msr_device_t gpu = {.ops = &none, .name = "gpu:7", .is_host = 0};
+    b = (msr_gpt_t *)&gpu;
+    MSR_CHECK_STATUS(msr_gpt_create_on(&gpu, &cfg, NULL, 2, 0, &b), MSR_ERR_UNSUPPORTED);
+    MSR_CHECK(b == (msr_gpt_t *)&gpu);
+    MSR_CHECK_MSG(strstr(msr_last_error(), "gpt: device gpu:7") != NULL, "got '%s'",
+                  msr_last_error());
+    /* the shape and the batch are checked as msr_gpt_create_ex's */
+    MSR_CHECK_STATUS(msr_gpt_create_on(ep_device(), &cfg, NULL, 0, 0, &b), MSR_ERR_CONFIG);
+    MSR_CHECK_EQ(ep_device_totals().live, live);
+}
+
+/* Each allocation of a model made on the counting device failed in turn:
+ * MSR_ERR_NO_MEMORY, nothing of the device's left. */
+static void test_model_alloc_failures(void)
+{
+    msr_gpt_config_t cfg = {MSR_GPT_VOCAB, N, L, 2, C};
+    long live = ep_device_totals().live, i;
+    for (i = 0;; i++) {
+        msr_gpt_t *m = NULL;
+        msr_alloc_fail_at(i);
+        msr_status_t st = msr_gpt_create_on(ep_device(), &cfg, NULL, 2, 0, &m);
+        int failed = msr_alloc_failed();
+        msr_alloc_fail_at(-1);
+        msr_gpt_destroy(m);
+        MSR_CHECK_EQ(ep_device_totals().live, live);
+        if (!failed) {
+            MSR_CHECK_OK(st);
+            break;
+        }
+        MSR_CHECK_MSG(st == MSR_ERR_NO_MEMORY && m == NULL, "allocation %ld failed: %s (%s)", i,
+                      msr_status_name(st), msr_last_error());
+        MSR_CHECK(i < 10000);
+    }
+    printf("model_alloc_failures: %ld allocations failed in turn\n", i);
+    MSR_CHECK(i > 4); /* the device's four among them */
+}
+
 static const msr_test_t tests[] = {
     {"same_on_device", test_same_on_device, 30},
+    {"model_on_device", test_model_on_device, 30},
+    {"model_alloc_failures", test_model_alloc_failures, 30},
     {"device_refused", test_device_refused, 30},
     {"alloc_failures", test_alloc_failures, 60},
 };
