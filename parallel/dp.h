@@ -230,13 +230,17 @@ typedef struct msr_dp {
      * then), so that the norm reads nothing back */
     double *gsq;
     uint64_t *gsq_step, gsq_now;
-    float **pheld;          /* [num_segs] a block segment's buffer while acquired */
-    int pfirst;             /* forward's first block read ahead already */
-    int pflat;              /* a checkpoint holds them in the flat buffer */
-    size_t pblk_lo, pblk_n; /* the blocks' first element, a block's elements */
-    int pfb, pnb;           /* the part's first block segment, its blocks */
-    float *pcur_buf;        /* the block the moments' chunks update (both offloads) */
-    size_t pcur;            /* its index, or SIZE_MAX for none */
+    float **pheld; /* [num_segs] a block segment's buffer while acquired */
+    int pfirst;    /* forward's first block read ahead already */
+    int pflat;     /* a checkpoint holds them in the flat buffer */
+    /* block k is the flat buffer's [pf_off[k], pf_off[k + 1]) (pnb + 1
+     * entries: the blocks one after another, of any sizes, a MoE block's
+     * and a dense one's apart); a store block holds pblk_n floats, the
+     * largest block's (ZeRO-3: the largest share, pz_off below) */
+    size_t *pf_off, pblk_n;
+    int pfb, pnb;    /* the part's first block segment, its blocks */
+    float *pcur_buf; /* the block the moments' chunks update (both offloads) */
+    size_t pcur;     /* its index, or SIZE_MAX for none */
     /* below ZeRO-3, while a restore loads: the block its pieces fill
      * (pload_k, SIZE_MAX for none), written back to the file as the
      * pieces move past it, never the whole flat buffer (dp_offload.c) */

@@ -49,6 +49,21 @@ static inline size_t msr_dp_z3_count(const msr_dp_t *dp, size_t k)
     return dp->pz_off[k + 1] - dp->pz_off[k];
 }
 
+/* Below ZeRO-3 with the parameters offloaded: block k's elements and
+ * the block holding flat element s (pf_off[0] <= s < pf_off[pnb]). */
+static inline size_t msr_dp_pf_count(const msr_dp_t *dp, size_t k)
+{
+    return dp->pf_off[k + 1] - dp->pf_off[k];
+}
+
+static inline size_t msr_dp_pf_block(const msr_dp_t *dp, size_t s)
+{
+    size_t k = 0;
+    while (dp->pf_off[k + 1] <= s)
+        k++;
+    return k;
+}
+
 static inline size_t msr_dp_seg_count(const msr_dp_t *dp, int s)
 {
     return dp->model->segments[s].count;

@@ -163,24 +163,21 @@ static const float *blocks_span(const msr_dp_t *dp, size_t *count_p, size_t *lo_
         return dp->pshard;
     }
     *count_p = dp->model->num_params;
-    *lo_p = dp->pblk_lo;
-    *hi_p = dp->pblk_lo + L * dp->pblk_n;
+    *lo_p = dp->pf_off[0];
+    *hi_p = dp->pf_off[L];
     return dp->model->params;
 }
 
-/* The block that element s of blocks_span's buffer is in (lo <= s < hi)
- * and the block's first element there. */
-static size_t block_at(const msr_dp_t *dp, size_t s, size_t lo, size_t *first_p)
+/* The block that element s of blocks_span's buffer is in (its [lo, hi))
+ * and where the block starts and ends there. */
+static size_t block_at(const msr_dp_t *dp, size_t s, size_t *first_p, size_t *end_p)
 {
+    const size_t *off = dp->pz_off != NULL ? dp->pz_off : dp->pf_off;
     size_t k = 0;
-    if (dp->pz_off != NULL) {
-        while (dp->pz_off[k + 1] <= s)
-            k++;
-        *first_p = dp->pz_off[k];
-        return k;
-    }
-    k = (s - lo) / dp->pblk_n;
-    *first_p = lo + k * dp->pblk_n;
+    while (off[k + 1] <= s)
+        k++;
+    *first_p = off[k];
+    *end_p = off[k + 1];
     return k;
 }
 
@@ -203,8 +200,8 @@ msr_status_t msr_dp_params_spans(msr_dp_t *dp, const float *p, size_t n, msr_dp_
             s = end;
             continue;
         }
-        size_t k = block_at(dp, s, lo, &first);
-        end = MSR_MIN(e, dp->pz_off != NULL ? dp->pz_off[k + 1] : first + dp->pblk_n);
+        size_t last = 0, k = block_at(dp, s, &first, &last);
+        end = MSR_MIN(e, last);
         if (blk->k != k) {
             blk->k = SIZE_MAX;
             st = blk->shared ? msr_params_read_shared(dp->params_off, k, blk->buf)
@@ -280,17 +277,17 @@ static msr_status_t load_switch(msr_dp_t *dp, size_t k, int write)
 
 msr_status_t msr_dp_params_load(msr_dp_t *dp, size_t lo, size_t n, const float *src)
 {
-    size_t blo = dp->pblk_lo, bn = dp->pblk_n, bhi = blo + (size_t)dp->pnb * bn, e = lo + n;
+    size_t blo = dp->pf_off[0], bhi = dp->pf_off[dp->pnb], e = lo + n;
     while (lo < e) {
         size_t end = lo < blo ? MSR_MIN(e, blo) : e;
         float *dst = dp->model->params + lo;
         if (lo >= blo && lo < bhi) { /* in block k */
-            size_t k = (lo - blo) / bn;
+            size_t k = msr_dp_pf_block(dp, lo);
             msr_status_t st = load_switch(dp, k, 1);
             if (st != MSR_OK)
                 return st;
-            end = MSR_MIN(e, blo + (k + 1) * bn);
-            dst = dp->pload_buf + (lo - blo - k * bn);
+            end = MSR_MIN(e, dp->pf_off[k + 1]);
+            dst = dp->pload_buf + (lo - dp->pf_off[k]);
         }
         memcpy(dst, src, (end - lo) * sizeof(float));
         src += end - lo;
@@ -326,7 +323,7 @@ msr_status_t msr_dp_params_load_shard(msr_dp_t *dp, size_t s, size_t n, const fl
 
 msr_status_t msr_dp_params_load_gather(msr_dp_t *dp)
 {
-    size_t lo = dp->pblk_lo, n = dp->pblk_n, L = (size_t)dp->pnb, hi = lo + L * n;
+    size_t L = (size_t)dp->pnb, lo = dp->pf_off[0], hi = dp->pf_off[L];
     size_t P = dp->model->num_params;
     if (dp->comm == NULL || dp->size == 1) /* nothing to gather */
         return MSR_OK;
@@ -334,12 +331,12 @@ msr_status_t msr_dp_params_load_gather(msr_dp_t *dp)
     if (st == MSR_OK)
         st = msr_dp_params_gather_range(dp, 0, lo, dp->model->params);
     for (size_t k = 0; k < L && st == MSR_OK; k++) {
-        size_t a = lo + k * n;
+        size_t a = dp->pf_off[k], b = dp->pf_off[k + 1];
         /* what the restore holds: this block and the gather's buffer */
-        msr_params_count_restore(dp->params_off,
-                                 (n + msr_dp_params_gather_floats(dp, a, a + n)) * sizeof(float));
+        msr_params_count_restore(
+            dp->params_off, (dp->pblk_n + msr_dp_params_gather_floats(dp, a, b)) * sizeof(float));
         if ((st = load_switch(dp, k, 1)) == MSR_OK)
-            st = msr_dp_params_gather_range(dp, a, a + n, dp->pload_buf);
+            st = msr_dp_params_gather_range(dp, a, b, dp->pload_buf);
     }
     if (st == MSR_OK)
         st = load_switch(dp, SIZE_MAX, 1);

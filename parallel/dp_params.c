@@ -33,8 +33,8 @@ static void flat_drop(msr_dp_t *dp)
 {
     msr_gpt_t *m = dp->model;
     size_t page = (size_t)sysconf(_SC_PAGESIZE);
-    uintptr_t a = (uintptr_t)(m->params + dp->pblk_lo);
-    uintptr_t b = a + (size_t)layers(dp) * dp->pblk_n * sizeof(float);
+    uintptr_t a = (uintptr_t)(m->params + dp->pf_off[0]);
+    uintptr_t b = (uintptr_t)(m->params + dp->pf_off[layers(dp)]);
     if (dp->pz_off != NULL) { /* ZeRO-3: the blocks' part of the shard */
         a = (uintptr_t)(dp->pshard + dp->pz_off[0]);
         b = (uintptr_t)(dp->pshard + dp->pz_off[layers(dp)]);
@@ -85,15 +85,54 @@ static msr_status_t z3_move(msr_dp_t *dp, int put)
     return st;
 }
 
+/* Below ZeRO-3: block k's parameters into the store from src, and out of
+ * it into dst (msr_dp_pf_count floats either), through tmp (a store
+ * block's floats) when the block is shorter than the store's: its
+ * elements after the block's are zeros in the file. */
+static msr_status_t put_flat(msr_dp_t *dp, size_t k, const float *src, float *tmp)
+{
+    size_t n = msr_dp_pf_count(dp, k);
+    if (n == dp->pblk_n)
+        return msr_params_put(dp->params_off, k, src);
+    memcpy(tmp, src, n * sizeof(float));
+    memset(tmp + n, 0, (dp->pblk_n - n) * sizeof(float));
+    return msr_params_put(dp->params_off, k, tmp);
+}
+
+static msr_status_t get_flat(msr_dp_t *dp, size_t k, float *dst, float *tmp)
+{
+    size_t n = msr_dp_pf_count(dp, k);
+    if (n == dp->pblk_n)
+        return msr_params_get(dp->params_off, k, dst);
+    msr_status_t st = msr_params_get(dp->params_off, k, tmp);
+    if (st == MSR_OK)
+        memcpy(dst, tmp, n * sizeof(float));
+    return st;
+}
+
+/* A block's scratch buffer for put_flat and get_flat in *tmp_p, where a
+ * block is shorter than the store's (else NULL: none is read). */
+static msr_status_t block_tmp(const msr_dp_t *dp, float **tmp_p)
+{
+    size_t L = (size_t)layers(dp);
+    *tmp_p = NULL;
+    if (dp->pf_off[L] - dp->pf_off[0] == L * dp->pblk_n)
+        return MSR_OK;
+    if ((*tmp_p = msr_malloc(dp->pblk_n * sizeof(float))) == NULL)
+        return msr_err(MSR_ERR_NO_MEMORY, "offload: out of memory for a block's parameters");
+    return MSR_OK;
+}
+
 /* Every block from the flat buffer (ZeRO-3: the shard) into the file. */
 static msr_status_t put_all(msr_dp_t *dp)
 {
     if (dp->pz_off != NULL)
         return z3_move(dp, 1);
-    msr_status_t st = MSR_OK;
+    float *tmp;
+    msr_status_t st = block_tmp(dp, &tmp);
     for (int l = 0; l < layers(dp) && st == MSR_OK; l++)
-        st = msr_params_put(dp->params_off, (size_t)l,
-                            dp->model->params + dp->pblk_lo + (size_t)l * dp->pblk_n);
+        st = put_flat(dp, (size_t)l, dp->model->params + dp->pf_off[l], tmp);
+    msr_free(tmp);
     return st;
 }
 
@@ -129,18 +168,24 @@ msr_status_t msr_dp_params_attach(msr_dp_t *dp, uint64_t seed)
     dp->pfb = m->seg_embed >= 0 ? m->seg_embed + 1 : 0;
     dp->pnb = m->num_segments - dp->pfb - (m->seg_lnf >= 0);
     int L = dp->pnb;
-    if (cfg->mode != MSR_OFFLOAD_DISK || !held || m->cfg.moe.experts > 0 || L < 1 ||
+    if (cfg->mode != MSR_OFFLOAD_DISK || !held || L < 1 ||
         (m->seg_lnf >= 0 && m->seg_lnf != dp->pfb + L))
-        return msr_err(MSR_ERR_CONFIG,
-                       "dp: the parameters' offload takes the disk and a dense model's blocks");
+        return msr_err(MSR_ERR_CONFIG, "dp: the parameters' offload takes the disk and a "
+                                       "model's blocks");
     dp->pcur = SIZE_MAX;
     dp->pdir = 1;
-    dp->pblk_lo = m->segments[dp->pfb].offset;
-    dp->pblk_n = m->segments[dp->pfb].count;
-    for (int l = 0; l < L; l++)
-        if (m->segments[dp->pfb + l].offset != dp->pblk_lo + (size_t)l * dp->pblk_n ||
-            m->segments[dp->pfb + l].count != dp->pblk_n)
-            return msr_err(MSR_ERR_CONFIG, "dp: the parameters' offload needs blocks of one size");
+    if ((dp->pf_off = msr_calloc((size_t)L + 1, sizeof *dp->pf_off)) == NULL)
+        return msr_err(MSR_ERR_NO_MEMORY, "offload: out of memory");
+    dp->pf_off[0] = m->segments[dp->pfb].offset;
+    dp->pblk_n = 1;
+    for (int l = 0; l < L; l++) {
+        const msr_gpt_segment_t *S = &m->segments[dp->pfb + l];
+        if (S->offset != dp->pf_off[l] || S->count == 0)
+            return msr_err(MSR_ERR_CONFIG, "dp: the parameters' offload needs the blocks one "
+                                           "after another in the flat buffer");
+        dp->pf_off[l + 1] = S->offset + S->count;
+        dp->pblk_n = MSR_MAX(dp->pblk_n, S->count);
+    }
     msr_status_t st = z3 ? z3_layout(dp) : MSR_OK;
     if (st != MSR_OK)
         return st;
@@ -169,6 +214,8 @@ void msr_dp_params_detach(msr_dp_t *dp)
     dp->pheld = NULL;
     msr_free(dp->pz_off);
     dp->pz_off = NULL;
+    msr_free(dp->pf_off);
+    dp->pf_off = NULL;
     msr_free(dp->pload_buf);
     dp->pload_buf = NULL;
 }
@@ -179,7 +226,7 @@ size_t msr_dp_params_moved(const msr_dp_t *dp)
         return 0;
     if (dp->pz_off != NULL)
         return (dp->pz_off[layers(dp)] - dp->pz_off[0]) * sizeof(float);
-    return (size_t)layers(dp) * dp->pblk_n * sizeof(float);
+    return (dp->pf_off[layers(dp)] - dp->pf_off[0]) * sizeof(float);
 }
 
 /* ZeRO-3: block k given back; where a pass turns, the block the next
@@ -397,7 +444,7 @@ msr_status_t msr_dp_params_gather_range(msr_dp_t *dp, size_t lo, size_t hi, floa
  * gathered from the other ranks before it goes. */
 static msr_status_t update_sharded(msr_dp_t *dp)
 {
-    size_t lo = dp->pblk_lo, n = dp->pblk_n, L = (size_t)layers(dp), hi = lo + L * n;
+    size_t L = (size_t)layers(dp), lo = dp->pf_off[0], hi = dp->pf_off[L];
     float *params = dp->model->params;
     update_owned(dp, 0, lo, params);
     msr_status_t st = gather_range(dp, 0, lo, params);
@@ -407,8 +454,8 @@ static msr_status_t update_sharded(msr_dp_t *dp)
         float *buf;
         if ((st = msr_params_acquire(dp->params_off, k, 1, &buf)) != MSR_OK)
             break;
-        update_owned(dp, lo + k * n, lo + (k + 1) * n, buf);
-        st = gather_range(dp, lo + k * n, lo + (k + 1) * n, buf);
+        update_owned(dp, dp->pf_off[k], dp->pf_off[k + 1], buf);
+        st = gather_range(dp, dp->pf_off[k], dp->pf_off[k + 1], buf);
         msr_status_t rst = msr_params_release(dp->params_off, k, buf, st == MSR_OK);
         st = st != MSR_OK ? st : rst;
     }
@@ -453,7 +500,7 @@ msr_status_t msr_dp_params_update(msr_dp_t *dp)
         return update_shard3(dp);
     if (dp->cfg.zero > 0)
         return update_sharded(dp);
-    size_t lo = dp->pblk_lo, n = dp->pblk_n, L = (size_t)layers(dp);
+    size_t L = (size_t)layers(dp), lo = dp->pf_off[0], hi = dp->pf_off[L];
     update_flat(dp, 0, lo);
 
     msr_status_t st = msr_params_prefetch(dp->params_off, 0);
@@ -461,10 +508,11 @@ msr_status_t msr_dp_params_update(msr_dp_t *dp)
         float *buf;
         if ((st = msr_params_acquire(dp->params_off, k, 1, &buf)) != MSR_OK)
             break;
-        msr_adamw_update_range(dp->opt, lo + k * n, n, buf, dp->model->grads + lo + k * n);
+        msr_adamw_update_range(dp->opt, dp->pf_off[k], msr_dp_pf_count(dp, k), buf,
+                               dp->model->grads + dp->pf_off[k]);
         st = msr_params_release(dp->params_off, k, buf, 1);
     }
-    update_flat(dp, lo + L * n, dp->model->num_params - (lo + L * n));
+    update_flat(dp, hi, dp->model->num_params - hi);
     return st;
 }
 
@@ -487,7 +535,7 @@ static msr_status_t cursor_to(msr_dp_t *dp, size_t k)
 {
     if (dp->pcur == k)
         return MSR_OK;
-    size_t j = dp->pcur == SIZE_MAX ? 0 : dp->pcur, lo = dp->pblk_lo, bn = dp->pblk_n;
+    size_t j = dp->pcur == SIZE_MAX ? 0 : dp->pcur;
     float *buf = dp->pcur_buf;
     dp->pcur = SIZE_MAX;
     dp->pcur_buf = NULL;
@@ -496,7 +544,7 @@ static msr_status_t cursor_to(msr_dp_t *dp, size_t k)
         if (buf == NULL && (st = msr_params_acquire(dp->params_off, j, 1, &buf)) != MSR_OK)
             break;
         if (gathers(dp))
-            st = gather_range(dp, lo + j * bn, lo + (j + 1) * bn, buf);
+            st = gather_range(dp, dp->pf_off[j], dp->pf_off[j + 1], buf);
         msr_status_t rst = msr_params_release(dp->params_off, j, buf, st == MSR_OK);
         st = st != MSR_OK ? st : rst;
     }
@@ -522,12 +570,12 @@ msr_status_t msr_dp_params_cursor_end(msr_dp_t *dp, int dirty)
         dp->pcur_buf = NULL;
         return msr_params_release(dp->params_off, k, buf, 0);
     }
-    size_t hi = dp->pblk_lo + (size_t)layers(dp) * dp->pblk_n;
+    size_t hi = dp->pz_off != NULL ? 0 : dp->pf_off[layers(dp)];
     msr_status_t st = cursor_to(dp, (size_t)layers(dp));
     if (st == MSR_OK && dp->pz_off != NULL) /* the next forward's first gather reads it */
         return msr_params_prefetch(dp->params_off, 0);
     if (st == MSR_OK && gathers(dp))
-        st = gather_range(dp, 0, dp->pblk_lo, dp->model->params);
+        st = gather_range(dp, 0, dp->pf_off[0], dp->model->params);
     if (st == MSR_OK && gathers(dp))
         st = gather_range(dp, hi, dp->model->num_params, dp->model->params + hi);
     return st;
@@ -566,18 +614,18 @@ msr_status_t msr_dp_params_update_moments(msr_dp_t *dp, size_t s, size_t off, si
 {
     if (dp->pz_off != NULL)
         return update_moments3(dp, s, n, g, m, v);
-    size_t lo = dp->pblk_lo, bn = dp->pblk_n, hi = lo + (size_t)layers(dp) * bn, e = off + n;
+    size_t lo = dp->pf_off[0], hi = dp->pf_off[layers(dp)], e = off + n;
     float *params = dp->model->params;
     while (off < e) {
         size_t end = off < lo ? MSR_MIN(e, lo) : e;
         float *p = params + off;
         if (off >= lo && off < hi) { /* in block k */
-            size_t k = (off - lo) / bn;
-            end = MSR_MIN(e, lo + (k + 1) * bn);
+            size_t k = msr_dp_pf_block(dp, off);
+            end = MSR_MIN(e, dp->pf_off[k + 1]);
             msr_status_t st = cursor_to(dp, k);
             if (st != MSR_OK)
                 return st;
-            p = dp->pcur_buf + (off - lo - k * bn);
+            p = dp->pcur_buf + (off - dp->pf_off[k]);
         }
         msr_adamw_update_moments(dp->opt, s, end - off, p, g, m, v);
         s += end - off;
@@ -592,16 +640,18 @@ msr_status_t msr_dp_params_update_moments(msr_dp_t *dp, size_t s, size_t off, si
 msr_status_t msr_dp_params_gather(msr_dp_t *dp, float *out)
 {
     const float *p = dp->model->params;
-    size_t lo = dp->pblk_lo, n = dp->pblk_n, L = (size_t)layers(dp), hi = lo + L * n;
+    size_t L = (size_t)layers(dp), lo = dp->pf_off[0], hi = dp->pf_off[L];
     if (dp->pflat) {
         memcpy(out, p, dp->model->num_params * sizeof(float));
         return MSR_OK;
     }
     memcpy(out, p, lo * sizeof(float));
     memcpy(out + hi, p + hi, (dp->model->num_params - hi) * sizeof(float));
-    msr_status_t st = MSR_OK;
+    float *tmp;
+    msr_status_t st = block_tmp(dp, &tmp);
     for (size_t k = 0; k < L && st == MSR_OK; k++)
-        st = msr_params_get(dp->params_off, k, out + lo + k * n);
+        st = get_flat(dp, k, out + dp->pf_off[k], tmp);
+    msr_free(tmp);
     return st;
 }
 
@@ -624,14 +674,17 @@ msr_status_t msr_dp_params_hold(msr_dp_t *dp, int read)
             flat_drop(dp);
         return st;
     }
+    float *tmp;
+    if ((st = block_tmp(dp, &tmp)) != MSR_OK)
+        return st;
     if (!read)
         msr_params_count_restore(dp->params_off, msr_dp_params_moved(dp));
     for (int l = 0; l < layers(dp) && st == MSR_OK; l++) {
         if (read)
-            st = msr_params_get(dp->params_off, (size_t)l,
-                                m->params + dp->pblk_lo + (size_t)l * dp->pblk_n);
+            st = get_flat(dp, (size_t)l, m->params + dp->pf_off[l], tmp);
         msr_gpt_segment_reset(m, dp->pfb + l);
     }
+    msr_free(tmp);
     dp->pflat = 1;
     if (st != MSR_OK)
         flat_drop(dp);

@@ -29,15 +29,18 @@ void msr_dp_init_params(msr_dp_t *dp, uint64_t seed)
 static msr_status_t seed_all(msr_dp_t *dp, uint64_t seed)
 {
     msr_gpt_t *m = dp->model;
-    size_t n = dp->pblk_n, lo = dp->pblk_lo, hi = lo + (size_t)dp->pnb * n;
+    size_t L = (size_t)dp->pnb, lo = dp->pf_off[0], hi = dp->pf_off[L];
     msr_gpt_init_range(m, seed, 0, lo, m->params);
     msr_gpt_init_range(m, seed, hi, m->num_params, m->params + hi);
-    float *tmp = msr_calloc(n, sizeof(float));
+    float *tmp = msr_calloc(dp->pblk_n, sizeof(float));
     if (tmp == NULL)
         return msr_err(MSR_ERR_NO_MEMORY, "offload: out of memory for a block's parameters");
     msr_status_t st = MSR_OK;
-    for (size_t l = 0; l < (size_t)dp->pnb && st == MSR_OK; l++) {
-        msr_gpt_init_range(m, seed, lo + l * n, lo + (l + 1) * n, tmp);
+    for (size_t l = 0; l < L && st == MSR_OK; l++) {
+        /* a block shorter than the store's is put with zeros after it */
+        size_t n = msr_dp_pf_count(dp, l);
+        msr_gpt_init_range(m, seed, dp->pf_off[l], dp->pf_off[l + 1], tmp);
+        memset(tmp + n, 0, (dp->pblk_n - n) * sizeof(float));
         st = msr_params_put(dp->params_off, l, tmp);
     }
     msr_free(tmp);
