@@ -86,8 +86,6 @@ static int check_offload(const msr_plan_model_t *m, const msr_plan_layout_t *l, 
             l->offload);
     if (check_grads_offload(m, l, why, why_len) != 0)
         return -1;
-    if ((l->offload & MSR_PLAN_OFFLOAD_PARAMS) && m->experts > 0)
-        BAD("the parameters' offload covers a dense model's blocks");
     if ((l->offload & MSR_PLAN_OFFLOAD_ACTS) && l->recompute != MSR_PLAN_RC_FULL)
         BAD("the activations' offload spills full recompute's block inputs: recompute %s",
             msr_plan_recompute_names[l->recompute]);

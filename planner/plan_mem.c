@@ -171,9 +171,9 @@ static void rank_state(const msr_plan_layout_t *l, msr_plan_precision_t prec, in
     if (runtime) {
         o->params = (l->zero >= 3 ? S : P) * MSR_PLAN_F32;
         if (l->offload & MSR_PLAN_OFFLOAD_PARAMS) /* the blocks' in the file */
-            o->params +=
-                msr_plan_offload_params_bytes(p->block * MSR_PLAN_F32, (uint64_t)p->blocks) -
-                (uint64_t)p->blocks * p->block * MSR_PLAN_F32;
+            o->params += msr_plan_offload_params_bytes(msr_plan_part_block_max(p) * MSR_PLAN_F32,
+                                                       (uint64_t)p->blocks) -
+                         msr_plan_part_blocks(p) * MSR_PLAN_F32;
         o->grads = (l->zero >= 2 ? S : P) * MSR_PLAN_F32;
         o->optim = 2 * (l->zero >= 1 ? S : P) * MSR_PLAN_F32;
         if (l->offload & MSR_PLAN_OFFLOAD_OPTIM) {

@@ -71,6 +71,11 @@ void msr_plan_part_of(const msr_plan_model_t *m, const msr_plan_layout_t *l, int
 /* Elements of the part's segment k, in flat order. */
 uint64_t msr_plan_seg_count(const msr_plan_part_t *p, int k);
 
+/* The part's blocks' elements, and the largest block's (a dense and a MoE
+ * block differ: parallel/dp_params.c's store block); 0 without blocks. */
+uint64_t msr_plan_part_blocks(const msr_plan_part_t *p);
+uint64_t msr_plan_part_block_max(const msr_plan_part_t *p);
+
 /* The walk over the part's units, cut as the runtime cuts them. */
 /* ZeRO-3 under the parameters' offload: the bytes of replica's shard
  * left in memory and the store's buffers and table (plan_offload.c). */

@@ -144,8 +144,8 @@ int64_t msr_plan_search_offload(const msr_plan_model_t *m, msr_plan_precision_t 
         return n;
     int64_t found = n;
     for (int k = 0; k < 7; k++) {
-        if ((modes[k] & (MSR_PLAN_OFFLOAD_PARAMS | MSR_PLAN_OFFLOAD_GRADS)) && m->experts > 0)
-            continue; /* the experts' parameters and gradients are not offloaded */
+        if ((modes[k] & MSR_PLAN_OFFLOAD_GRADS) && m->experts > 0)
+            continue; /* the experts' gradients are not offloaded */
         double best = found > 0 ? (*plans_p)[0].t.step_ms : 0;
         int64_t got = try_mode(m, prec, c, q, modes[k], keep, best, plans_p, pruned, why, why_len);
         if (got < 0)
@@ -246,7 +246,7 @@ void msr_plan_offload_params_io(const msr_plan_model_t *m, const msr_plan_layout
     int replica = rank / (l->tp * cp * l->pp) * cp + rank / l->tp % cp;
     msr_plan_part_t p;
     msr_plan_part_of(m, l, pr, &p);
-    uint64_t shard, moved, b = p.block;
+    uint64_t shard, moved, b = msr_plan_part_block_max(&p);
     if (l->zero >= 3)
         b = z3_walk(&p, l, replica, &shard, &moved);
     *slot_p = msr_plan_ceil_div(b * MSR_PLAN_F32, MSR_PLAN_OFFLOAD_ALIGN) * MSR_PLAN_OFFLOAD_ALIGN;

@@ -124,6 +124,18 @@ uint64_t msr_plan_seg_count(const msr_plan_part_t *p, int k)
     return p->moe_blocks > 0 && msr_plan_is_moe(p->m, part_layer(p, k)) ? p->moe_block : p->block;
 }
 
+uint64_t msr_plan_part_blocks(const msr_plan_part_t *p)
+{
+    return (uint64_t)(p->blocks - p->moe_blocks) * p->block +
+           (uint64_t)p->moe_blocks * p->moe_block;
+}
+
+uint64_t msr_plan_part_block_max(const msr_plan_part_t *p)
+{
+    uint64_t most = p->blocks > p->moe_blocks ? p->block : 0;
+    return p->moe_blocks > 0 ? msr_plan_max_u64(most, p->moe_block) : most;
+}
+
 /* ---- data parallel's layout (layout/layout.h's unit walk) ---- */
 
 static uint64_t part_seg_count(const void *arg, int s)

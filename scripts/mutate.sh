@@ -3691,7 +3691,7 @@ test: ^test_parallel_train_gpt_offload_zero$
 file: parallel/dp_offload.c
 test: ^test_parallel_train_gpt_offload_zero$
 <<<
-            st = msr_dp_params_gather_range(dp, a, a + n, dp->pload_buf);
+            st = msr_dp_params_gather_range(dp, a, b, dp->pload_buf);
 ===
             st = MSR_OK;
 >>>
@@ -5085,9 +5085,9 @@ test: ^test_parallel_plan_offload_io$
 file: planner/plan_offload.c
 test: ^test_parallel_plan_offload_io$
 <<<
-        if ((modes[k] & (MSR_PLAN_OFFLOAD_PARAMS | MSR_PLAN_OFFLOAD_GRADS)) && m->experts > 0)
+        if ((modes[k] & MSR_PLAN_OFFLOAD_GRADS) && m->experts > 0)
 ===
-        if ((modes[k] & (MSR_PLAN_OFFLOAD_OPTIM | MSR_PLAN_OFFLOAD_PARAMS)) && m->experts > 0)
+        if ((modes[k] & MSR_PLAN_OFFLOAD_OPTIM) && m->experts > 0)
 >>>
 
 @ model.kernels.ring_fold_past_table
@@ -5117,6 +5117,42 @@ test: ^test_parallel_kernels$|^test_parallel_mp_cp$
                 float *g = dkv + n * 2 * KV + part * KV + h / G * HS;
 ===
                 float *g = dkv + n * 2 * KV + part * KV + h % (G * (size_t)KVH / G) * HS;
+>>>
+
+@ offload.moe_block_updated_whole
+file: parallel/dp_params.c
+test: ^test_parallel_train_gpt_offload_moe$
+<<<
+        msr_adamw_update_range(dp->opt, dp->pf_off[k], msr_dp_pf_count(dp, k), buf,
+===
+        msr_adamw_update_range(dp->opt, dp->pf_off[k], dp->pblk_n, buf,
+>>>
+
+@ offload.moe_block_found_past_its_end
+file: parallel/dp_impl.h
+test: ^test_parallel_train_gpt_offload_moe$
+<<<
+    while (dp->pf_off[k + 1] <= s)
+===
+    while (dp->pf_off[k + 1] < s)
+>>>
+
+@ offload.moe_store_block_the_last
+file: parallel/dp_params.c
+test: ^test_parallel_train_gpt_offload_moe$
+<<<
+        dp->pblk_n = MSR_MAX(dp->pblk_n, S->count);
+===
+        dp->pblk_n = MSR_MAX(dp->pblk_n, S->count) - (l == 2);
+>>>
+
+@ plan_offload.params_slot_dense_block
+file: planner/plan_part.c
+test: ^test_parallel_plan_offload_io$|^test_parallel_plan_report_offload$
+<<<
+    uint64_t most = p->blocks > p->moe_blocks ? p->block : 0;
+===
+    uint64_t most = p->block;
 >>>
 
 __END__

@@ -65,11 +65,12 @@ grep -q "experts' Adam moments.*in a file of their own" "$work/moeoff" ||
     fail "--experts 4 --offload optimizer: the experts' moments not in their file: $(cat "$work/moeoff")"
 refuse "spills full recompute's block inputs: recompute selective" "${m[@]}" \
     --offload activations --fix recompute=selective
-# the parameters' offload: tp, sp, cp, pp and ZeRO 3 taken
+# the parameters' offload: tp, sp, cp, pp, ZeRO 3 and a MoE model taken
 "$bin/plan_gpt" "${m[@]}" --offload params --fix dp=1,tp=1,pp=4,sp=0,zero=0,recompute=none \
     >/dev/null || fail "--offload params at pp 4 refused"
-refuse "the parameters' offload covers a dense model's blocks" "${m[@]}" --experts 4 \
-    --offload params --fix dp=1,tp=1,pp=1,sp=0,zero=0,recompute=none
+"$bin/plan_gpt" "${m[@]}" --experts 4 --offload params \
+    --fix dp=1,tp=1,pp=1,sp=0,zero=0,recompute=none >/dev/null ||
+    fail "--offload params with --experts 4 refused"
 "$bin/plan_gpt" "${m[@]}" --offload params,optimizer --fix dp=4,tp=1,pp=1,sp=0,zero=3,recompute=none \
     >/dev/null || fail "--offload params,optimizer at dp 4 under ZeRO 3 refused"
 "$bin/plan_gpt" "${m[@]}" --offload params,optimizer --fix dp=2,tp=2,pp=1,sp=1,zero=2 >/dev/null ||

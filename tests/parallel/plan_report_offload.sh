@@ -9,7 +9,8 @@
 # dp 2 under ZeRO 1, 2 and 3, tp 2 with sp and pp 2 under 1F1B, GPipe and
 # interleaved; the gradient shard of ZeRO 2 and 3 beside the moments, with
 # and without the blocks' parameters, on one process and dp 2, and in
-# bf16; a MoE model's experts' moments beside the flat buffer's),
+# bf16; a MoE model's experts' moments beside the flat buffer's, and its
+# blocks' parameters, of two sizes),
 # train_gpt --report runs under msrun and every
 # rank's parameter, gradient and optimizer bytes, shard, buckets, work
 # space, activation peak and frame sizes must equal plan_gpt --offload
@@ -190,4 +191,23 @@ world=4
 opt
 check 4 dp=4,tp=1,pp=1,sp=0,zero=1,recompute=none,micro_batch=1,ep=2 "${O[@]}" --ep 2 \
     --zero 1 --bucket-mb 0.02
+# and its blocks' parameters, of two sizes in one store of the larger's
+# (one process; ZeRO 3's shares; ep 2 x dp 2 with the moments; tp 2 with
+# sp; pp 2, a stage's MoE block smaller than its dense one; pp 4, a stage
+# of a MoE block alone)
+world=1
+params
+check 4 dp=1,tp=1,pp=1,sp=0,zero=0,recompute=none,micro_batch=2,ep=1 "${P[@]}"
+world=2
+check 4 dp=2,tp=1,pp=1,sp=0,zero=3,recompute=none,micro_batch=1,ep=1 "${P[@]}" --zero 3 \
+    --bucket-mb 0.02 --zero-min-bytes 0
+check 4 dp=1,tp=2,pp=1,sp=1,zero=0,recompute=none,micro_batch=2,ep=1 "${P[@]}" --tp 2 --sp
+check 4 dp=1,tp=1,pp=2,sp=0,zero=0,recompute=none,micro_batch=1,ep=1,$s=1f1b "${P[@]}" \
+    --pp 2 --grad-accum 2
+world=4
+check 4 dp=1,tp=1,pp=4,sp=0,zero=0,recompute=none,micro_batch=1,ep=1,$s=1f1b "${P[@]}" \
+    --pp 4 --grad-accum 4
+pboth --offload-chunk 4096
+check 4 dp=4,tp=1,pp=1,sp=0,zero=1,recompute=none,micro_batch=1,ep=2 "${PO[@]}" --ep 2 \
+    --zero 1 --bucket-mb 0.02 --offload-chunk 4096
 echo "ok: $checked layouts, every rank's count equals the plan"

@@ -697,10 +697,30 @@ static void test_experts(void)
     l.offload = MSR_PLAN_OFFLOAD_OPTIM;
     msr_plan_time(&m, &l, MSR_PLAN_FP32, &c, &to);
     MSR_CHECK_MSG(to.optim_ms == tb.optim_ms, "%g ms against %g", to.optim_ms, tb.optim_ms);
-    /* the parameters' and gradients' offloads stay refused with experts */
+    /* the parameters' offload is taken (the blocks' in a store of the
+     * larger block, a MoE one here: the experts stay with their own), the
+     * gradients' stays refused with experts */
     l.offload = MSR_PLAN_OFFLOAD_OPTIM | MSR_PLAN_OFFLOAD_PARAMS;
+    MSR_CHECK_MSG(msr_plan_check(&m, &l, why, sizeof why) == 0, "%s", why);
+    msr_plan_rank_t p;
+    msr_plan_rank(&m, &l, MSR_PLAN_FP32, 1, &p);
+    MSR_CHECK_EQ(p.expert_params, base.expert_params);
+    uint64_t slot, blocks;
+    msr_plan_offload_params_io(&m, &l, 1, &slot, &blocks);
+    MSR_CHECK_EQ(blocks, 4);
+    /* one MoE block of 2 and one dense one (gpt.c's tensor table): 4C^2 +
+     * 8C + E C (the router: E = 8 experts) and 12C^2 + 13C floats; the
+     * slot holds the larger, in 4 KiB pages */
+    uint64_t C = 128, moe = 4 * C * C + 8 * C + 8 * C, dense = 12 * C * C + 13 * C;
+    uint64_t big = dense > moe ? dense : moe;
+    MSR_CHECK_EQ(slot, (big * 4 + 4095) / 4096 * 4096);
+    MSR_CHECK_EQ(p.params,
+                 base.params - 2 * (moe + dense) * 4 + (uint64_t)msr_params_resident_of(big, 4));
+    l.offload = MSR_PLAN_OFFLOAD_OPTIM | MSR_PLAN_OFFLOAD_GRADS;
+    l.zero = 2;
     MSR_CHECK(msr_plan_check(&m, &l, why, sizeof why) == -1);
-    MSR_CHECK_MSG(strstr(why, "covers a dense model's blocks") != NULL, "%s", why);
+    MSR_CHECK_MSG(strstr(why, "ep or experts") != NULL, "%s", why);
+    l.zero = 1;
     /* --offload auto: a budget that only the moments' offload meets
      * (under full recompute, the lowest activations; ep 1: at ep 2 the
      * experts would be fewer a rank) */

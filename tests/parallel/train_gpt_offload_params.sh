@@ -125,8 +125,9 @@ for how in on-on on-off off-on both-both both-off full-on-on full-on-off z2-on-o
     [[ -z "$(ls -A "$work/off")" ]] || fail "ck-$how left files: $(ls "$work/off")"
 done
 
-why="params=disk covers data, tensor, context and pipeline parallel on CPU ranks: not"
-refuse 1 "$why --experts" "${small[@]}" --offload "$pdisk" --experts 2
+# (a build without CUDA refuses --device cuda before it)
+refuse 1 "expert parallel on CPU ranks: not --device cuda yet\|this build has no CUDA training path" \
+    "${small[@]}" --offload "$pdisk" --device cuda
 refuse 1 "params=host: a CPU rank's parameters" "${small[@]}" --offload params=host
 refuse 1 "is not a comma-separated list" "${small[@]}" --offload params=disk:
 refuse 1 "is not a comma-separated list" "${small[@]}" --offload "$pdisk,$pdisk"
