@@ -2048,7 +2048,7 @@ test: ^test_parallel_plan_report_llama$
 
 @ plan_mem.moe_block_keeps_mlp
 file: planner/plan_part.c
-test: ^test_parallel_plan$
+test: ^test_parallel_plan$|^test_parallel_plan_report$
 <<<
     return p->moe_blocks > 0 && msr_plan_is_moe(p->m, part_layer(p, k)) ? p->moe_block : p->block;
 ===
