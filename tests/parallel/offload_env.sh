@@ -16,6 +16,11 @@
 #   the start and once per update, read it back once per forward, backward
 #   and update, and read none that was not read ahead
 #   offload_none_left NAME: $work/off is empty after run NAME
+#   offload_same NAME N M LAYOUT... -- ARGS...: the layout with and without
+#   the offload (ARGS after the layout's), both with --report (the one
+#   without skipped when $work/NAME.log is there), 4 steps bitwise, each of
+#   the N ranks reading each of the 4 blocks ahead (M micro-batches a
+#   step; M 0: not counted), no file left
 source "$(dirname "${BASH_SOURCE[0]}")/job_env.sh"
 bin="$MSRUN_BUILD/bin"
 job_test_setup
@@ -45,6 +50,20 @@ $(grep "parameter offload" "$work/$name.out")"
 }
 offload_none_left() {
     [[ -z "$(ls -A "$work/off")" ]] || fail "$1 left files: $(ls "$work/off")"
+}
+offload_same() {
+    local name=$1 n=$2 m=$3
+    shift 3
+    local -a layout=()
+    while [[ $# -gt 0 && $1 != -- ]]; do layout+=("$1") && shift; done
+    shift
+    [[ -f "$work/$name.log" ]] || offload_run "$name" "$n" "${layout[@]}" --report
+    offload_run "$name-off" "$n" "${layout[@]}" "$@" --report
+    offload_none_left "$name-off"
+    [[ $(wc -l <"$work/$name-off.log") -eq 4 ]] || fail "$name-off: not 4 steps"
+    cmp -s "$work/$name.log" "$work/$name-off.log" ||
+        fail "$name with the offload differs: $(diff "$work/$name.log" "$work/$name-off.log" | head -4)"
+    [[ $m -eq 0 ]] || offload_read_ahead "$name-off" "${n#m}" "$m"
 }
 # Stopped at step 2 and resumed with the offload on then off, off then on:
 # each resumed run's losses bitwise those of run REF. Usage:

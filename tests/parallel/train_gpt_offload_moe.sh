@@ -19,24 +19,11 @@ offload_limit=90
 small+=(--experts 4 --top-k 2 --moe-every 2)
 # pbytes NAME: rank 0's parameter bytes in run NAME's --report
 pbytes() { sed -n 's/.*rank 0 zero [0-3]: params \([0-9]*\) .*/\1/p' "$work/$1.out"; }
-# same NAME N M LAYOUT... -- ARGS...: the layout with and without the
-# offload (ARGS after the layout's), bitwise, each of the N ranks reading
-# each of the 4 blocks ahead (M micro-batches a step; 0: a pipeline's
-# stages, 2 blocks each, not counted), no file left
+# same NAME N M LAYOUT... -- ARGS...: offload_same (M 0: a pipeline's
+# stages, 2 blocks each, not counted)
 same() {
-    local name=$1 n=$2 m=$3
-    shift 3
-    local -a layout=()
-    while [[ $# -gt 0 && $1 != -- ]]; do layout+=("$1") && shift; done
-    shift
-    offload_run "$name" "$n" "${layout[@]}" --report
-    offload_run "$name-off" "$n" "${layout[@]}" "$@" --report
-    offload_none_left "$name-off"
-    [[ $(wc -l <"$work/$name-off.log") -eq 4 ]] || fail "$name-off: not 4 steps"
-    cmp -s "$work/$name.log" "$work/$name-off.log" ||
-        fail "$name with the offload differs: $(diff "$work/$name.log" "$work/$name-off.log" | head -4)"
-    [[ $m -eq 0 ]] || offload_read_ahead "$name-off" "${n#m}" "$m"
-    echo "$name: bitwise equal"
+    offload_same "$@"
+    echo "$1: bitwise equal"
 }
 # fewer parameter bytes resident with 8 blocks (with 4 of these sizes the
 # store's 3 buffers of the larger block, 4 KiB pages each, hold as many

@@ -24,23 +24,7 @@ if timeout 30 "$bin/train_gpt" "${small[@]}" --steps 1 "${params[@]}" --offload-
     echo "skip: --offload-io uring (built without liburing)"
     engines=(threads)
 fi
-# same NAME N M LAYOUT... -- ARGS...: the layout with and without the
-# offload (ARGS after the layout's), bitwise, each of the N ranks reading
-# each of the 4 blocks ahead (M micro-batches a step), no file left
-same() {
-    local name=$1 n=$2 m=$3
-    shift 3
-    local -a layout=()
-    while [[ $# -gt 0 && $1 != -- ]]; do layout+=("$1") && shift; done
-    shift
-    [[ -f "$work/$name.log" ]] || offload_run "$name" "$n" "${layout[@]}" --report
-    offload_run "$name-off" "$n" "${layout[@]}" "$@" --report
-    offload_none_left "$name-off"
-    [[ $(wc -l <"$work/$name-off.log") -eq 4 ]] || fail "$name-off: not 4 steps"
-    cmp -s "$work/$name.log" "$work/$name-off.log" ||
-        fail "$name with the offload differs: $(diff "$work/$name.log" "$work/$name-off.log" | head -4)"
-    offload_read_ahead "$name-off" "$n" "$m"
-}
+same() { offload_same "$@"; }
 same one 1 4 -- "${params[@]}"
 for io in "${engines[@]}"; do
     same dp 2 2 --dp 2 "${zsplit[@]}" -- "${params[@]}" --offload-io "$io"
