@@ -223,6 +223,15 @@ msr_train_expert_bytes_t msr_trainer_expert_bytes(const msr_trainer_t *tr);
  * the group calls it, between steps). Errors: the communicator's. */
 msr_status_t msr_trainer_experts_whole(msr_trainer_t *tr, float *out);
 
+/* The blocks' parameters under their disk offload held in the model's
+ * buffers (the flat buffer; ZeRO-3: the shard) for a caller that reads or
+ * writes them there whole (--export-safetensors, --init-from): hold reads
+ * them from their file, drop writes them back (write 1) and gives the
+ * memory back. Nothing without the offload. Errors: the store's
+ * (offload_params.h), MSR_ERR_NO_MEMORY. */
+msr_status_t msr_trainer_blocks_hold(msr_trainer_t *tr);
+msr_status_t msr_trainer_blocks_drop(msr_trainer_t *tr, int write);
+
 /* All parameters (P floats) into out; collective under ZeRO-3. */
 msr_status_t msr_trainer_params(msr_trainer_t *tr, float *out);
 

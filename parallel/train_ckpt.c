@@ -92,6 +92,16 @@ msr_status_t msr_trainer_snapshot(msr_trainer_t *tr, const char *meta, void **bu
     return st;
 }
 
+msr_status_t msr_trainer_blocks_hold(msr_trainer_t *tr)
+{
+    return msr_dp_offload_hold(tr->dp, 1, 0);
+}
+
+msr_status_t msr_trainer_blocks_drop(msr_trainer_t *tr, int write)
+{
+    return msr_dp_offload_drop(tr->dp, write);
+}
+
 /* Writes the moments of l's offloaded ranges over their places in payload
  * buf (encoded unsealed from l, len bytes): piece by piece as the encoder
  * cut them, each read from the offload's file a chunk at a time. */

@@ -342,9 +342,18 @@ int train_gpt_st_init(msr_trainer_t *tr, const job_t *job, msr_comm_t *comm, con
     else if (st != MSR_OK)
         fprintf(stderr, "train_gpt: --init-from: %s\n", msr_err_msg_or(st));
     int bad = st != MSR_OK || check_file(f, &nm, path) != 0;
-    int failed = bad || load_slices(tr, f, path) != 0;
+    /* the blocks' parameters out of their file, if there, for the load to
+     * write over; written back after it */
+    msr_status_t hst = bad ? MSR_OK : msr_trainer_blocks_hold(tr);
+    if (hst != MSR_OK)
+        fprintf(stderr, "train_gpt: --init-from %s: %s\n", path, msr_err_msg_or(hst));
+    int failed = bad || hst != MSR_OK || load_slices(tr, f, path) != 0;
     if (tr->model->params == NULL && load_owned(tr, f, path, failed) != 0)
         failed = 1;
+    if ((hst = msr_trainer_blocks_drop(tr, !failed)) != MSR_OK && !failed) {
+        fprintf(stderr, "train_gpt: --init-from %s: %s\n", path, msr_err_msg_or(hst));
+        failed = 1;
+    }
     msr_st_close(f);
     msr_free(nm.t);
     if (any_failed(comm, failed))
@@ -424,6 +433,8 @@ int train_gpt_st_export(msr_trainer_t *tr, const job_t *job, msr_comm_t *comm, c
     int rc = 1;
     msr_err_clear();
     msr_status_t st = model_names(&tr->cfg.model, &nm);
+    if (st == MSR_OK) /* the blocks' parameters out of their file, if there */
+        st = msr_trainer_blocks_hold(tr);
     if (st == MSR_OK && params == NULL) { /* ZeRO-3: gathered for the export */
         gathered = msr_malloc(tr->model->num_params * sizeof *gathered + 1);
         st = gathered == NULL ? MSR_ERR_NO_MEMORY : msr_trainer_params(tr, gathered);
@@ -475,6 +486,10 @@ out:
     msr_free(gathered);
     msr_free(gathered_experts);
     msr_free(nm.t);
+    if (msr_trainer_blocks_drop(tr, 0) != MSR_OK && rc == 0) {
+        fprintf(stderr, "train_gpt: --export-safetensors %s: %s\n", path, msr_last_error());
+        rc = 1;
+    }
     return rc;
 }
 
