@@ -33,6 +33,12 @@ size_t msr_params_resident_of(size_t n, size_t count)
 msr_status_t msr_params_create(const msr_offload_config_t *cfg, size_t n, size_t count,
                                msr_params_t **p_p)
 {
+    return msr_params_create_as(cfg, "params", n, count, p_p);
+}
+
+msr_status_t msr_params_create_as(const msr_offload_config_t *cfg, const char *kind, size_t n,
+                                  size_t count, msr_params_t **p_p)
+{
     if (n == 0 || n > (SIZE_MAX - MSR_OFFLOAD_ALIGN) / sizeof(float))
         return msr_err(MSR_ERR_INVALID_ARG, "offload: blocks of %zu parameters", n);
     msr_params_t *p = msr_calloc(1, sizeof *p);
@@ -41,8 +47,8 @@ msr_status_t msr_params_create(const msr_offload_config_t *cfg, size_t n, size_t
     p->n = n;
     p->count = count;
     p->slot = slot_of(n);
-    msr_status_t st = msr_acts_create_as(cfg, "params", "block", MSR_PARAMS_BUFS, n * sizeof(float),
-                                         count, &p->a);
+    msr_status_t st =
+        msr_acts_create_as(cfg, kind, "block", MSR_PARAMS_BUFS, n * sizeof(float), count, &p->a);
     if (st != MSR_OK) {
         msr_free(p);
         return st;

@@ -56,6 +56,10 @@ typedef struct msr_params_stats {
  * failure nothing is left behind. */
 msr_status_t msr_params_create(const msr_offload_config_t *cfg, size_t n, size_t count,
                                msr_params_t **p_p);
+/* The same, the file msrun-<kind>-rank<rank>-<pid>.bin (a store of a
+ * trainer's other parameters: kind "experts-params"). */
+msr_status_t msr_params_create_as(const msr_offload_config_t *cfg, const char *kind, size_t n,
+                                  size_t count, msr_params_t **p_p);
 /* Waits for what is in flight, closes and removes the file unless
  * cfg->keep. NULL: nothing. */
 void msr_params_destroy(msr_params_t *p);

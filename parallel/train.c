@@ -11,6 +11,7 @@
 
 #include "base/alloc.h"
 #include "base/err.h"
+#include "base/log.h"
 #include "base/status.h"
 #include "base/time.h"
 #include "model/err_call.h"
@@ -187,9 +188,23 @@ static msr_status_t experts_state(msr_trainer_t *tr)
     size_t count = msr_moe_count(moe);
     tr->rep_size = tr->rep_comm != NULL ? msr_comm_size(tr->rep_comm) : 1;
     tr->rep_rank = tr->rep_comm != NULL ? msr_comm_rank(tr->rep_comm) : 0;
+    /* under the parameters' disk offload the experts' go to a file of
+     * their own but where ZeRO shares them out over replicas: there they
+     * stay resident (ZeRO-3's shards, ZeRO 1-2's gathered store) */
+    int disk = tr->cfg.par.params_offload.mode == MSR_OFFLOAD_DISK && msr_moe_held(moe) > 0;
+    if (disk && tr->cfg.par.zero > 0 && tr->rep_size > 1) {
+        MSR_INFO("offload: the experts' parameters stay resident: ZeRO %d over %d replicas",
+                 tr->cfg.par.zero, tr->rep_size);
+        disk = 0;
+    }
     if (tr->cfg.par.zero >= 3 && tr->rep_size > 1 && msr_moe_held(moe) > 0)
         return msr_train_experts_shard_local(tr);
-    msr_moe_init_params(moe, tr->cfg.seed);
+    if (disk) {
+        if ((st = msr_train_experts_disk(tr)) != MSR_OK)
+            return st;
+    } else {
+        msr_moe_init_params(moe, tr->cfg.seed);
+    }
     tr->eshard_lo = 0;
     tr->eshard_hi = count;
     if (tr->cfg.par.zero > 0 && tr->rep_size > 1) {
@@ -219,6 +234,7 @@ static msr_status_t experts_create(msr_trainer_t *tr)
 static float *expert_grad_shard(msr_trainer_t *tr)
 {
     return tr->escratch != NULL ? tr->escratch + (size_t)tr->rep_rank * tr->eblk
+           : tr->epf != NULL    ? tr->ed_grads
                                 : msr_moe_grads(tr->model->moe);
 }
 
@@ -246,7 +262,7 @@ msr_status_t msr_train_experts_gather(msr_trainer_t *tr)
 static msr_status_t experts_reduce(msr_trainer_t *tr)
 {
     msr_moe_t *moe = tr->model->moe;
-    float *g = msr_moe_grads(moe);
+    float *g = tr->epf != NULL ? tr->ed_grads : msr_moe_grads(moe);
     size_t n = msr_moe_count(moe);
     if (tr->escratch != NULL) { /* ZeRO: each replica gets its block's sum */
         memcpy(tr->escratch, g, n * sizeof(float));
@@ -516,6 +532,8 @@ static msr_status_t step(msr_trainer_t *tr, double *loss_p)
     double loss_sum = 0.0;
     if (model->moe != NULL)
         msr_moe_zero_grad(model->moe);
+    if (tr->epf != NULL)
+        memset(tr->ed_grads, 0, msr_moe_count(model->moe) * sizeof(float));
     if (tr->ez && (st = msr_train_experts_zero(tr)) != MSR_OK)
         return st;
     if (tr->mp != NULL) {
@@ -557,7 +575,9 @@ static msr_status_t step(msr_trainer_t *tr, double *loss_p)
     float lr = msr_trainer_lr(tr, tr->step);
     msr_train_gate(tr); /* the state is written from here on */
     st = msr_dp_update(dp, lr, c->grad_clip, loss_sum, &total, &norm);
-    if (st == MSR_OK && model->moe != NULL) {
+    if (st == MSR_OK && tr->epf != NULL) {
+        st = msr_train_experts_disk_update(tr, lr, msr_clip_scale(norm, c->grad_clip));
+    } else if (st == MSR_OK && model->moe != NULL) {
         st = msr_train_experts_update(
             tr, tr->ez ? tr->ez_params : msr_moe_params(model->moe) + tr->eshard_lo,
             tr->ez ? tr->ez_grads : expert_grad_shard(tr), lr, msr_clip_scale(norm, c->grad_clip));

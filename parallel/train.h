@@ -140,6 +140,20 @@ typedef struct msr_trainer {
     float *ez_slot[MSR_TRAIN_EZ_SLOTS];
     int ez_slot_k[MSR_TRAIN_EZ_SLOTS];
     msr_comm_req_t *ez_req[MSR_TRAIN_EZ_SLOTS];
+    /* The experts' parameters in a file under the parameters' disk offload
+     * (cfg.par.params_offload; train_experts_disk.c): each held MoE
+     * block's ed_per floats are block k of store epf, read for the
+     * block's passes through dp's hooks (ed_at: the block in use, its
+     * buffer ed_buf) and a block at a time by the update, a checkpoint
+     * and a restore (ed_cur: the block the cursor holds, -1: none, in
+     * ed_cbuf, ed_dirty: changed); the gradients stay resident in
+     * ed_grads (held * ed_per floats; the store's own are freed:
+     * msr_moe_store_external). ed_hold: the whole parameters, read for
+     * an in-memory snapshot (NULL but then) */
+    msr_params_t *epf;
+    size_t ed_per;
+    float *ed_grads, *ed_buf, *ed_cbuf, *ed_hold;
+    int ed_at, ed_cur, ed_dirty;
     /* set by the caller: msr_trainer_snapshot leaves the pieces' CRCs to
      * msr_tckpt_seal (a thread that writes the payload seals it) */
     int unsealed_snapshots;
@@ -223,6 +237,13 @@ msr_train_expert_bytes_t msr_trainer_expert_bytes(const msr_trainer_t *tr);
  * the group calls it, between steps). Errors: the communicator's. */
 msr_status_t msr_trainer_experts_whole(msr_trainer_t *tr, float *out);
 
+/* For a load of the experts' parameters from elsewhere (--init-from),
+ * below ZeRO-3 with replicas: load_begin gives the store to write
+ * (msr_moe_params's layout; with the parameters in their file, the
+ * blocks read into a buffer of the trainer's), load_end puts it in
+ * place (write 1: every block written back to the file; 0: dropped) and
+ * frees the buffer. Errors: the store's (offload_params.h),
+ * MSR_ERR_NO_MEMORY. */
 /* The blocks' parameters under their disk offload held in the model's
  * buffers (the flat buffer; ZeRO-3: the shard) for a caller that reads or
  * writes them there whole (--export-safetensors, --init-from): hold reads
@@ -231,6 +252,9 @@ msr_status_t msr_trainer_experts_whole(msr_trainer_t *tr, float *out);
  * (offload_params.h), MSR_ERR_NO_MEMORY. */
 msr_status_t msr_trainer_blocks_hold(msr_trainer_t *tr);
 msr_status_t msr_trainer_blocks_drop(msr_trainer_t *tr, int write);
+
+msr_status_t msr_trainer_experts_load_begin(msr_trainer_t *tr, float **params_p);
+msr_status_t msr_trainer_experts_load_end(msr_trainer_t *tr, int write);
 
 /* All parameters (P floats) into out; collective under ZeRO-3. */
 msr_status_t msr_trainer_params(msr_trainer_t *tr, float *out);

@@ -15,7 +15,7 @@
 #include "model/moe.h"
 #include "msrun/checkpoint.h"
 
-static int range_push(range_list_t *l, msr_tckpt_range_t x, size_t moff, int experts)
+static int range_push(range_list_t *l, msr_tckpt_range_t x, size_t moff, int experts, size_t es)
 {
     if (l->n == l->cap) {
         size_t cap = l->cap > 0 ? 2 * l->cap : 64;
@@ -25,7 +25,7 @@ static int range_push(range_list_t *l, msr_tckpt_range_t x, size_t moff, int exp
         l->s = s;
         l->cap = cap;
     }
-    l->s[l->n++] = (saved_range_t){x, moff, experts};
+    l->s[l->n++] = (saved_range_t){x, moff, experts, es};
     l->offloaded |= moff != NO_MOFF;
     return 0;
 }
@@ -39,9 +39,9 @@ static int range_cut(void *arg, size_t lo, size_t glo, size_t n)
     size_t off = lo - l->piece.lo;
     const float *p = l->piece.params + off;
     if (l->piece.m == NULL)
-        return range_push(l, (msr_tckpt_range_t){glo, n, p, p, p}, l->piece.moff + off, 0);
+        return range_push(l, (msr_tckpt_range_t){glo, n, p, p, p}, l->piece.moff + off, 0, 0);
     return range_push(l, (msr_tckpt_range_t){glo, n, p, l->piece.m + off, l->piece.v + off},
-                      NO_MOFF, 0);
+                      NO_MOFF, 0, 0);
 }
 
 static int range_by_lo(const void *a, const void *b)
@@ -66,7 +66,7 @@ static msr_status_t saved_ranges(msr_trainer_t *tr, const msr_ckpt_map_t *map, r
     for (int k = 0; k < expert_ranges(tr) && !bad; k++) {
         size_t s;
         msr_tckpt_range_t x = expert_range_at(tr, k, &s);
-        bad = x.n > 0 && range_push(&l, x, tr->eoff != NULL ? s : NO_MOFF, 1) != 0;
+        bad = x.n > 0 && range_push(&l, x, tr->eoff != NULL ? s : NO_MOFF, 1, s) != 0;
     }
     if (bad) {
         msr_free(l.s);
@@ -87,7 +87,10 @@ msr_status_t msr_trainer_snapshot(msr_trainer_t *tr, const char *meta, void **bu
 {
     msr_status_t st = msr_dp_offload_hold(tr->dp, 1, 0);
     if (st == MSR_OK)
+        st = msr_train_experts_hold(tr);
+    if (st == MSR_OK)
         st = snapshot(tr, meta, buf_p, len_p);
+    msr_train_experts_drop(tr);
     (void)msr_dp_offload_drop(tr->dp, 0);
     return st;
 }
@@ -262,8 +265,18 @@ static void experts_load(msr_trainer_t *tr, const msr_tckpt_range_t *r, uint8_t 
             continue;
         size_t at = s + (lo - mine.lo); /* in the shard */
         size_t from = lo - r->lo, n = hi - lo;
-        float *shard = tr->ez ? tr->ez_params : msr_moe_params(tr->model->moe) + tr->eshard_lo;
-        memcpy(shard + at, r->params + from, n * sizeof(float));
+        if (tr->epf != NULL) { /* into their file's blocks, a block at a time */
+            msr_status_t st = tr->eload_st != MSR_OK
+                                  ? tr->eload_st
+                                  : msr_train_experts_disk_load(tr, at, n, r->params + from);
+            if (st != MSR_OK) {
+                tr->eload_st = st;
+                continue;
+            }
+        } else {
+            float *shard = tr->ez ? tr->ez_params : msr_moe_params(tr->model->moe) + tr->eshard_lo;
+            memcpy(shard + at, r->params + from, n * sizeof(float));
+        }
         if (tr->eoff != NULL) {
             msr_status_t st = tr->eload_st != MSR_OK
                                   ? tr->eload_st
@@ -591,6 +604,8 @@ msr_status_t msr_trainer_restore_parts(msr_trainer_t *tr, const char *meta, int 
     if (st != MSR_OK)
         return st;
     st = restore_parts(tr, meta, world, fetch, read, arg);
+    msr_status_t est = msr_train_experts_cursor_end(tr); /* the last block written back */
+    st = st != MSR_OK ? st : est;
     msr_status_t wst = msr_dp_offload_drop(tr->dp, st == MSR_OK);
     return st != MSR_OK ? st : wst;
 }

@@ -56,7 +56,9 @@ static inline int expert_ranges(const msr_trainer_t *tr)
  * with their parameters and moments, its first element being element *s_p
  * of the shard space; n = 0 when the shard has none of block k. With the
  * moments offloaded (tr->eoff) m and v point at the parameters, to be
- * written over from the file (as range_cut's). */
+ * written over from the file (as range_cut's); with the parameters in
+ * their file (tr->epf) and not held, p, m and v are NULL when the moments
+ * are offloaded, p alone otherwise. */
 static inline msr_tckpt_range_t expert_range_at(msr_trainer_t *tr, int k, size_t *s_p)
 {
     msr_moe_t *moe = tr->model->moe;
@@ -75,7 +77,11 @@ static inline msr_tckpt_range_t expert_range_at(msr_trainer_t *tr, int k, size_t
         s = a - tr->eshard_lo;
         lo = whole_flat(tr) + msr_moe_global_lo(moe, k) + (a - k * per);
         n = a < b ? b - a : 0;
-        p = msr_moe_params(moe) + a;
+        /* the parameters in their file (tr->epf): read a block at a time
+         * (msr_train_experts_spans) but while an in-memory snapshot holds
+         * them whole */
+        float *base = tr->epf != NULL ? tr->ed_hold : msr_moe_params(moe);
+        p = base != NULL ? base + a : NULL;
     }
     if (n == 0)
         return (msr_tckpt_range_t){0, 0, NULL, NULL, NULL};
@@ -98,6 +104,7 @@ typedef struct saved_range {
     msr_tckpt_range_t r;
     size_t moff;
     int experts; /* moff is in the experts' file (tr->eoff), not dp's */
+    size_t es;   /* experts: its first element's in the experts' shard space */
 } saved_range_t;
 
 #define NO_MOFF SIZE_MAX

@@ -35,7 +35,7 @@ typedef struct save_stream {
     uint32_t chunk_crc;
     size_t chunk_bytes, array_left;
     float *mv;
-    msr_dp_blk_t blk;
+    msr_dp_blk_t blk, eblk; /* eblk: the experts' block (tr->epf) */
 } save_stream_t;
 
 /* msr_dp_span_fn: n floats at p into the file (one write), into the
@@ -90,9 +90,15 @@ static msr_status_t stream_piece(save_stream_t *s, const saved_range_t *x, uint6
         return msr_err(MSR_ERR_INTERNAL, "train: the shard's piece %u is not its range's", j);
     s->crc = msr_tckpt_piece_crc_start(&s->h, &s->d[j]);
     stream_array(s, c);
-    msr_status_t st = msr_dp_params_spans(s->tr->dp, x->r.params + at, c, &s->blk, stream_out, s);
-    const float *m = x->r.m + at, *v = x->r.v + at;
-    if (st == MSR_OK && x->moff != NO_MOFF) {
+    msr_status_t st =
+        x->experts && s->tr->epf != NULL
+            ? msr_train_experts_spans(s->tr, x->es + at, c, &s->eblk, stream_out, s)
+            : msr_dp_params_spans(s->tr->dp, x->r.params + at, c, &s->blk, stream_out, s);
+    const float *m = NULL, *v = NULL;
+    if (x->moff == NO_MOFF) {
+        m = x->r.m + at;
+        v = x->r.v + at;
+    } else if (st == MSR_OK) {
         m = s->mv;
         v = s->mv + c;
         st = saved_moments_get(s->tr, x, (size_t)at, c, s->mv, s->mv + c);
@@ -142,6 +148,13 @@ static msr_status_t stream_begin(save_stream_t *s, const range_list_t *l,
                        : (b = msr_malloc(bb)) == NULL))
         st = msr_err(MSR_ERR_NO_MEMORY, "train: out of memory for a block's parameters");
     s->blk.buf = b;
+    const msr_params_t *epf = s->tr->epf;
+    if (st == MSR_OK && epf != NULL &&
+        (s->eblk.shared ? posix_memalign(&b, MSR_OFFLOAD_ALIGN, msr_params_slot_bytes(epf)) != 0
+                        : (b = msr_malloc(s->tr->ed_per * sizeof(float))) == NULL))
+        st = msr_err(MSR_ERR_NO_MEMORY, "train: out of memory for a block of the experts");
+    else if (st == MSR_OK && epf != NULL)
+        s->eblk.buf = b;
     return st;
 }
 
@@ -155,7 +168,7 @@ static msr_status_t save_run(msr_trainer_t *tr, const msr_tckpt_header_t *h, con
                              const msr_tckpt_range_t *r, msr_ctx_t *ctx, const char *dir,
                              int64_t step, int keep, int shared, void (*done)(void *), void *arg)
 {
-    save_stream_t s = {.tr = tr, .blk = {NULL, SIZE_MAX, shared}};
+    save_stream_t s = {.tr = tr, .blk = {NULL, SIZE_MAX, shared}, .eblk = {NULL, SIZE_MAX, shared}};
     msr_status_t st = stream_begin(&s, l, r, h);
     if (st == MSR_OK)
         st = msr_ckpt_writer_open(ctx, dir, step, s.hl, &s.w);
@@ -185,10 +198,13 @@ static msr_status_t save_run(msr_trainer_t *tr, const msr_tckpt_header_t *h, con
     msr_free(s.head);
     msr_free(s.d);
     msr_free(s.mv);
-    if (shared)
+    if (shared) {
         free(s.blk.buf);
-    else
+        free(s.eblk.buf);
+    } else {
         msr_free(s.blk.buf);
+        msr_free(s.eblk.buf);
+    }
     msr_free(s.table);
     return st != MSR_OK ? st : est;
 }
@@ -226,6 +242,8 @@ msr_status_t msr_trainer_snap_take(msr_trainer_t *tr, const char *meta, msr_trai
     /* the blocks written back by the last update on the file before
      * another thread reads them there */
     msr_status_t st = msr_dp_params_flush(tr->dp);
+    if (st == MSR_OK && tr->epf != NULL && (st = msr_train_experts_cursor_end(tr)) == MSR_OK)
+        st = msr_params_flush(tr->epf);
     if (st != MSR_OK)
         return st;
     size_t ml = strlen(meta) + 1;
@@ -240,7 +258,7 @@ msr_status_t msr_trainer_snap_take(msr_trainer_t *tr, const char *meta, msr_trai
     memcpy(s->meta, meta, ml);
     s->h = msr_train_ckpt_shard_header(tr, s->meta);
     s->n = (uint32_t)s->l.n;
-    if (s->l.offloaded || msr_dp_params_block_floats(tr->dp) > 0) {
+    if (s->l.offloaded || msr_dp_params_block_floats(tr->dp) > 0 || tr->epf != NULL) {
         s->tr = tr; /* streamed from the files as the bytes go out */
     } else {
         msr_free(s->l.s);

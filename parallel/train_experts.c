@@ -16,9 +16,7 @@
 #include "model/moe.h"
 #include "parallel/train_impl.h"
 
-/* The place in the store of the MoE block segment s runs, or -1 (a dense
- * segment, or a block held elsewhere). */
-static int held_block(const msr_trainer_t *tr, int s)
+int msr_train_experts_held_block(const msr_trainer_t *tr, int s)
 {
     const msr_gpt_t *m = tr->model;
     int l = m->segments[s].layer;
@@ -30,6 +28,11 @@ static int held_block(const msr_trainer_t *tr, int s)
         if (msr_moe_global_lo(m->moe, k) / whole == b) /* its experts start in block b */
             return k;
     return -1;
+}
+
+static int held_block(const msr_trainer_t *tr, int s)
+{
+    return msr_train_experts_held_block(tr, s);
 }
 
 /* The device of the experts' buffers (msr_moe_device): the shards, the
@@ -392,6 +395,7 @@ msr_status_t msr_train_experts_update(msr_trainer_t *tr, float *params, const fl
 
 void msr_train_experts_free(msr_trainer_t *tr)
 {
+    msr_train_experts_disk_free(tr);
     msr_offload_destroy(tr->eoff);
     tr->eoff = NULL;
     if (tr->ez)
@@ -415,6 +419,8 @@ msr_train_expert_bytes_t msr_trainer_expert_bytes(const msr_trainer_t *tr)
     size_t f = sizeof(float), shard = tr->eshard_hi - tr->eshard_lo;
     size_t resident = tr->ez ? shard : msr_moe_count(tr->model->moe);
     b.params = b.grads = resident * f;
+    if (tr->epf != NULL) /* the store's buffers and table */
+        b.params = msr_params_resident(tr->epf);
     b.optim = tr->eoff != NULL ? msr_offload_resident(tr->eoff) : 2 * shard * f;
     b.work = msr_moe_work_bytes(tr->model->moe);
     if (tr->ez) /* the gathered blocks' parameters, one block's gradients */
@@ -428,6 +434,12 @@ msr_status_t msr_trainer_experts_whole(msr_trainer_t *tr, float *out)
 {
     msr_moe_t *moe = tr->model->moe;
     const msr_device_t *dev = ez_dev(tr);
+    if (tr->epf != NULL) { /* out is the host's, and so are the blocks */
+        msr_status_t st = msr_train_experts_cursor_end(tr);
+        for (int k = 0; k < msr_moe_held(moe) && st == MSR_OK; k++)
+            st = msr_params_get(tr->epf, (size_t)k, out + (size_t)k * tr->ed_per);
+        return st;
+    }
     if (!tr->ez) { /* out is the host's */
         msr_status_t cst =
             msr_device_copy(dev, out, msr_moe_params(moe), msr_moe_count(moe) * sizeof(float),

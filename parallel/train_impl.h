@@ -50,4 +50,35 @@ msr_status_t msr_train_experts_offload(msr_trainer_t *tr);
 msr_status_t msr_train_experts_update(msr_trainer_t *tr, float *params, const float *grads,
                                       float lr, float grad_scale);
 
+/* The place in the experts' store of the MoE block segment s runs, or -1
+ * (a dense segment, or a block held elsewhere). */
+int msr_train_experts_held_block(const msr_trainer_t *tr, int s);
+
+/* The experts' parameters in a file under the parameters' disk offload
+ * (train_experts_disk.c, train.h's epf), for experts without ZeRO
+ * replicas' shards (ZeRO 0, or no replicas): disk sets the store
+ * external, makes the file and seeds it a block at a time (the numbers
+ * msr_moe_init_params gives), keeps the gradients resident and has dp's
+ * hooks read each block around its passes (local; errors: the store's,
+ * MSR_ERR_NO_MEMORY, MSR_ERR_UNSUPPORTED for experts outside host
+ * memory; what it made left to disk_free). disk_update runs the experts'
+ * AdamW over the store a block at a time (each read, updated, written
+ * back; the moments a chunk at a time when offloaded too): the same
+ * arithmetic as msr_train_experts_update. spans hands the parameters of
+ * shard elements [s, s + n) to fn a block's span at a time (as
+ * msr_dp_params_spans: through the store, or from the file on another
+ * thread when blk->shared). disk_load writes n parameters from src over
+ * shard elements [s, s + n) through the cursor, which cursor_end writes
+ * back (after a restore). hold reads the whole parameters into ed_hold
+ * (for an in-memory snapshot), drop frees them. */
+msr_status_t msr_train_experts_disk(msr_trainer_t *tr);
+void msr_train_experts_disk_free(msr_trainer_t *tr);
+msr_status_t msr_train_experts_disk_update(msr_trainer_t *tr, float lr, float grad_scale);
+msr_status_t msr_train_experts_spans(msr_trainer_t *tr, size_t s, size_t n, msr_dp_blk_t *blk,
+                                     msr_dp_span_fn fn, void *arg);
+msr_status_t msr_train_experts_disk_load(msr_trainer_t *tr, size_t s, size_t n, const float *src);
+msr_status_t msr_train_experts_cursor_end(msr_trainer_t *tr);
+msr_status_t msr_train_experts_hold(msr_trainer_t *tr);
+void msr_train_experts_drop(msr_trainer_t *tr);
+
 #endif

@@ -204,6 +204,11 @@ typedef struct msr_plan_rank {
     uint64_t offload_acts_n;   /* of them, how many block inputs */
     uint64_t offload_grads_w;  /* the gradients' offload: bytes it writes a step, and reads */
     uint64_t offload_grads_r;  /* (msr_plan_offload_grads_io; 0: none) */
+    uint64_t offload_eparam_r; /* the experts' parameters in their file (the parameters'
+                                * offload without ZeRO replicas of them): bytes it reads a
+                                * step (each block's slot once a pass and once in the
+                                * update), and writes (once, the update's; 0: none) */
+    uint64_t offload_eparam_w; /* (its writes) */
     uint64_t total;            /* the kinds above at once: the state, comm, work and shm, plus
                                 * the larger of activations with the temporaries alive beside
                                 * them in backward, and the temporaries after backward (the
@@ -577,7 +582,7 @@ void msr_plan_offload_why(const msr_plan_t *p, const msr_plan_pruned_t *pr,
  * input's slot written and read once per micro-batch; the parameters'
  * blocks, msr_plan_offload_params_io's reads and writes; and the
  * gradient chunks' writes and reads, offload_grads_w and
- * offload_grads_r). */
+ * offload_grads_r; the experts' blocks, offload_eparam_r and _w). */
 void msr_plan_offload_cost(const msr_plan_model_t *m, msr_plan_precision_t prec,
                            const msr_plan_t *p, uint64_t *saved_p, uint64_t *io_p);
 

@@ -277,6 +277,16 @@ static void rank_experts(const msr_plan_model_t *m, const msr_plan_layout_t *l,
     }
     o->experts_held = held;
     o->expert_params = resident * fw;
+    /* under the parameters' offload, the experts' own file but where ZeRO
+     * shares them over replicas (train.c experts_state): a store of a
+     * block per MoE block, read for each pass and the update */
+    if ((l->offload & MSR_PLAN_OFFLOAD_PARAMS) && blocks > 0 && !(l->zero >= 1 && reps > 1)) {
+        uint64_t slot =
+            msr_plan_ceil_div(per * MSR_PLAN_F32, MSR_PLAN_OFFLOAD_ALIGN) * MSR_PLAN_OFFLOAD_ALIGN;
+        o->expert_params = msr_plan_offload_params_bytes(per * MSR_PLAN_F32, blocks);
+        o->offload_eparam_r = blocks * slot * (2 * (uint64_t)l->micros + 1);
+        o->offload_eparam_w = blocks * slot;
+    }
     o->expert_grads = resident * fw;
     o->expert_shard = hi - lo;
     o->expert_optim = 2 * (hi - lo) * MSR_PLAN_F32;

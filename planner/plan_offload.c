@@ -192,7 +192,7 @@ void msr_plan_offload_cost(const msr_plan_model_t *m, msr_plan_precision_t prec,
     *saved_p = without.total > with.total ? without.total - with.total : 0;
     /* read and written, each: the memory model's counts */
     *io_p = 2 * (with.offload_optim_io + with.offload_acts_io) + with.offload_grads_w +
-            with.offload_grads_r;
+            with.offload_grads_r + with.offload_eparam_r + with.offload_eparam_w;
     uint64_t slot, blocks;
     msr_plan_offload_params_io(m, &p->l, rank, &slot, &blocks);
     *io_p += blocks * slot * (2 * (uint64_t)p->l.micros + 2);

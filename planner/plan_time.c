@@ -432,10 +432,17 @@ static void stage_offload(const msr_plan_model_t *m, const msr_plan_layout_t *l,
      * stage's blocks, which either offload counts (0 when neither moves) */
     double nf = (double)r.offload_acts_n > n ? (double)r.offload_acts_n : n;
     double gio = msr_plan_disk_ms(c, (double)r.offload_grads_r, (double)r.offload_grads_w);
-    *io_p = oio + spill + fetch + 2 * pread + pupd + gio;
-    *exposed_p = firsts + gio + msr_plan_io_exposed_ms(optim, oio + pupd) +
-                 msr_plan_io_exposed_ms(nf * sc.fwd, spill + pread) +
-                 msr_plan_io_exposed_ms(nf * sc.bwd, fetch + pread);
+    /* the experts' blocks: read for each pass beside the blocks', hidden
+     * by the same compute; the update's read and write beside the moments' */
+    double eio = msr_plan_disk_ms(c, (double)r.offload_eparam_r, (double)r.offload_eparam_w);
+    double eupd = r.offload_eparam_w > 0
+                      ? msr_plan_disk_ms(c, (double)r.offload_eparam_w, (double)r.offload_eparam_w)
+                      : 0;
+    double epass = (eio - eupd) / 2; /* a forward's reads, and a backward's */
+    *io_p = oio + spill + fetch + 2 * pread + pupd + gio + eio;
+    *exposed_p = firsts + gio + msr_plan_io_exposed_ms(optim, oio + pupd + eupd) +
+                 msr_plan_io_exposed_ms(nf * sc.fwd, spill + pread + epass) +
+                 msr_plan_io_exposed_ms(nf * sc.bwd, fetch + pread + epass);
 }
 
 void msr_plan_time(const msr_plan_model_t *m, const msr_plan_layout_t *lay,

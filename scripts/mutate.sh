@@ -1763,9 +1763,9 @@ test: ^test_parallel_plan_offload_io$
 file: planner/plan_time.c
 test: ^test_parallel_plan_offload_io$
 <<<
-                 msr_plan_io_exposed_ms(nf * sc.bwd, fetch + pread);
+                 msr_plan_io_exposed_ms(nf * sc.bwd, fetch + pread + epass);
 ===
-                 msr_plan_io_exposed_ms(nf * sc.fwd, fetch + pread);
+                 msr_plan_io_exposed_ms(nf * sc.fwd, fetch + pread + epass);
 >>>
 
 @ plan.offload.params_first_reads_free
@@ -4567,18 +4567,18 @@ test: ^test_parallel_ckpt_snap$
 file: parallel/train_ckpt_save.c
 test: ^test_parallel_ckpt_snap$
 <<<
-    if (s->l.offloaded || msr_dp_params_block_floats(tr->dp) > 0) {
+    if (s->l.offloaded || msr_dp_params_block_floats(tr->dp) > 0 || tr->epf != NULL) {
 ===
-    if (msr_dp_params_block_floats(tr->dp) > 0) {
+    if (msr_dp_params_block_floats(tr->dp) > 0 || tr->epf != NULL) {
 >>>
 
 @ ckpt.snap.params_copied
 file: parallel/train_ckpt_save.c
 test: ^test_parallel_ckpt_snap$
 <<<
-    if (s->l.offloaded || msr_dp_params_block_floats(tr->dp) > 0) {
+    if (s->l.offloaded || msr_dp_params_block_floats(tr->dp) > 0 || tr->epf != NULL) {
 ===
-    if (s->l.offloaded) {
+    if (s->l.offloaded || tr->epf != NULL) {
 >>>
 
 @ ckpt.snap.shared_read_unchecked
@@ -5020,9 +5020,9 @@ test: ^test_parallel_train_gpt_offload_experts$
 file: parallel/train_ckpt.c
 test: ^test_parallel_train_gpt_offload_experts$
 <<<
-        bad = x.n > 0 && range_push(&l, x, tr->eoff != NULL ? s : NO_MOFF, 1) != 0;
+        bad = x.n > 0 && range_push(&l, x, tr->eoff != NULL ? s : NO_MOFF, 1, s) != 0;
 ===
-        bad = x.n > 0 && range_push(&l, x, NO_MOFF, 1) != 0;
+        bad = x.n > 0 && range_push(&l, x, NO_MOFF, 1, s) != 0;
 >>>
 
 @ train_ckpt.experts_offloaded_moments_from_dp_file
@@ -5154,5 +5154,114 @@ test: ^test_parallel_plan_offload_io$|^test_parallel_plan_report_offload$
 ===
     uint64_t most = p->block;
 >>>
+@ experts_disk.update_not_written_back
+file: parallel/train_experts_disk.c
+test: ^test_parallel_train_gpt_offload_moe$
+<<<
+        tr->ed_dirty = 1;
+        if (m != NULL) {
+===
+        tr->ed_dirty = 0;
+        if (m != NULL) {
+>>>
 
+@ experts_disk.load_not_written_back
+file: parallel/train_experts_disk.c
+test: ^test_parallel_train_gpt_offload_moe$
+<<<
+        memcpy(tr->ed_cbuf + in, src, take * sizeof(float));
+        tr->ed_dirty = 1;
+===
+        memcpy(tr->ed_cbuf + in, src, take * sizeof(float));
+        tr->ed_dirty = 0;
+>>>
+
+@ experts_disk.block_gradients_of_block_0
+file: parallel/train_experts_disk.c
+test: ^test_parallel_train_gpt_offload_moe$
+<<<
+    msr_moe_set_block(tr->model->moe, k, tr->ed_buf, tr->ed_grads + (size_t)k * tr->ed_per);
+===
+    msr_moe_set_block(tr->model->moe, k, tr->ed_buf, tr->ed_grads);
+>>>
+
+@ experts_disk.no_turn_prefetch
+file: parallel/train_experts_disk.c
+test: ^test_parallel_train_gpt_offload_moe$
+<<<
+    int turn = pass == MSR_GPT_FORWARD ? k == last : k == 0;
+===
+    int turn = (pass == MSR_GPT_FORWARD ? k == last : k == 0) && k < 0;
+>>>
+
+@ experts_disk.save_span_from_block_start
+file: parallel/train_experts_disk.c
+test: ^test_parallel_train_gpt_offload_moe$
+<<<
+        st = fn(arg, blk->buf + in, take);
+===
+        st = fn(arg, blk->buf, take);
+>>>
+
+@ experts_disk.init_not_put_back
+file: parallel/train_experts_disk.c
+test: ^test_parallel_train_gpt_offload_moe$
+<<<
+        st = msr_params_put(tr->epf, (size_t)k, tr->ed_hold + (size_t)k * tr->ed_per);
+===
+        st = k < 0 ? msr_params_put(tr->epf, (size_t)k, tr->ed_hold) : MSR_OK;
+>>>
+
+@ experts_disk.grads_not_zeroed
+file: parallel/train.c
+test: ^test_parallel_train_gpt_offload_moe$
+<<<
+        memset(tr->ed_grads, 0, msr_moe_count(model->moe) * sizeof(float));
+===
+        memset(tr->ed_grads, 0, 0 * msr_moe_count(model->moe) * sizeof(float));
+>>>
+
+@ experts_disk.on_under_zero_replicas
+file: parallel/train.c
+test: ^test_parallel_train_gpt_offload_moe$
+<<<
+    if (disk && tr->cfg.par.zero > 0 && tr->rep_size > 1) {
+===
+    if (disk && tr->cfg.par.zero > 2 && tr->rep_size > 1) {
+>>>
+
+@ experts_disk.export_blocks_not_held
+file: parallel/train_ckpt.c
+test: ^test_parallel_train_gpt_offload_params$
+<<<
+    return msr_dp_offload_hold(tr->dp, 1, 0);
+===
+    return tr == NULL ? msr_dp_offload_hold(tr->dp, 1, 0) : MSR_OK;
+>>>
+
+@ plan_offload.experts_store_under_replicas
+file: planner/plan_mem.c
+test: ^test_parallel_plan_report_offload$
+<<<
+    if ((l->offload & MSR_PLAN_OFFLOAD_PARAMS) && blocks > 0 && !(l->zero >= 1 && reps > 1)) {
+===
+    if ((l->offload & MSR_PLAN_OFFLOAD_PARAMS) && blocks > 0) {
+>>>
+
+@ plan_offload.experts_store_one_buffer_short
+file: planner/plan_mem.c
+test: ^test_parallel_plan_report_offload$
+<<<
+        o->expert_params = msr_plan_offload_params_bytes(per * MSR_PLAN_F32, blocks);
+===
+        o->expert_params = msr_plan_offload_params_bytes(per * MSR_PLAN_F32, blocks) - slot;
+>>>
+@ experts_disk.snapshot_not_streamed
+file: parallel/train_ckpt_save.c
+equivalent: tr->epf is made only under the parameters' disk offload, whose blocks' store streams the snapshot already (every part holds a block: msr_dp_params_block_floats > 0); the test keeps a snapshot of the experts' file streamed should that change
+<<<
+    if (s->l.offloaded || msr_dp_params_block_floats(tr->dp) > 0 || tr->epf != NULL) {
+===
+    if (s->l.offloaded || msr_dp_params_block_floats(tr->dp) > 0) {
+>>>
 __END__

@@ -117,6 +117,15 @@ void train_gpt_report(const msr_trainer_t *tr, const job_t *job)
                 job->rank, msr_moe_local_experts(tr->model->moe), tr->cfg.model.moe.experts,
                 eb.params, eb.grads, eb.optim, eb.work);
     }
+    if (tr->epf != NULL) {
+        const msr_params_stats_t *es = msr_params_stats(tr->epf);
+        fprintf(stderr,
+                "train_gpt: rank %d experts' parameter offload: %llu written, %llu read back, "
+                "%llu not read ahead; %zu bytes resident (%s, %s)\n",
+                job->rank, (unsigned long long)es->writes, (unsigned long long)es->reads,
+                (unsigned long long)es->misses, msr_params_resident(tr->epf),
+                msr_params_path(tr->epf), msr_params_engine(tr->epf));
+    }
     if (tr->mp != NULL) {
         const msr_mp_stats_t *ms = msr_mp_stats(tr->mp);
         double steps = ms->steps > 0 ? (double)ms->steps : 1.0;

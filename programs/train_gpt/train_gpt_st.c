@@ -268,9 +268,15 @@ static int load_slices(msr_trainer_t *tr, const msr_st_file_t *f, const char *pa
     const msr_gpt_t *m = tr->model;
     int n_flat = m->num_tensors, n_exp = 0;
     const msr_gpt_tensor_t *experts = m->moe != NULL ? msr_moe_tensors(m->moe, &n_exp) : NULL;
+    float *ebase = NULL; /* the experts' store, or their file's blocks held for the load */
+    msr_status_t hst = n_exp > 0 && !tr->ez ? msr_trainer_experts_load_begin(tr, &ebase) : MSR_OK;
+    if (hst != MSR_OK) {
+        fprintf(stderr, "train_gpt: --init-from %s: %s\n", path, msr_err_msg_or(hst));
+        return -1;
+    }
     for (int i = m->params != NULL ? 0 : n_flat; i < n_flat + n_exp; i++) {
         const msr_gpt_tensor_t *t = i < n_flat ? &m->tensors[i] : &experts[i - n_flat];
-        float *base = i < n_flat ? m->params : msr_moe_params(m->moe);
+        float *base = i < n_flat ? m->params : ebase;
         char name[MSR_ST_NAME_MAX + 1];
         file_name(&m->cfg, t->name, name, sizeof name);
         load_arg_t a = {f, msr_st_find(f, name), base + t->offset};
@@ -279,8 +285,14 @@ static int load_slices(msr_trainer_t *tr, const msr_st_file_t *f, const char *pa
             i >= n_flat && tr->ez ? load_expert_shards(tr, t, f, a.st) : for_runs(t, load_run, &a);
         if (st != MSR_OK) {
             fprintf(stderr, "train_gpt: --init-from %s: %s\n", path, msr_err_msg_or(st));
+            if (n_exp > 0 && !tr->ez)
+                (void)msr_trainer_experts_load_end(tr, 0);
             return -1;
         }
+    }
+    if (n_exp > 0 && !tr->ez && (hst = msr_trainer_experts_load_end(tr, 1)) != MSR_OK) {
+        fprintf(stderr, "train_gpt: --init-from %s: %s\n", path, msr_err_msg_or(hst));
+        return -1;
     }
     return 0;
 }
@@ -441,7 +453,7 @@ int train_gpt_st_export(msr_trainer_t *tr, const job_t *job, msr_comm_t *comm, c
         params = gathered;
     }
     const float *experts = tr->model->moe != NULL ? msr_moe_params(tr->model->moe) : NULL;
-    if (st == MSR_OK && tr->ez) { /* ZeRO-3's expert shards: gathered too */
+    if (st == MSR_OK && (tr->ez || tr->epf != NULL)) { /* shards or a file's: gathered too */
         size_t ec = msr_moe_count(tr->model->moe);
         gathered_experts = msr_malloc(ec * sizeof(float) + 1);
         st = gathered_experts == NULL ? MSR_ERR_NO_MEMORY

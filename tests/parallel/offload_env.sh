@@ -43,7 +43,7 @@ offload_run() {
 }
 offload_read_ahead() {
     local name=$1 n=$2 m=$3 lines
-    lines=$(grep -c "parameter offload: 20 written, $((4 * 4 * (2 * m + 1))) read back, 0 not read ahead" \
+    lines=$(grep -c "rank [0-9]* parameter offload: 20 written, $((4 * 4 * (2 * m + 1))) read back, 0 not read ahead" \
         "$work/$name.out" || true)
     [[ $lines -eq $n ]] || fail "$name: $n ranks should read every block back ahead: \
 $(grep "parameter offload" "$work/$name.out")"
@@ -75,7 +75,7 @@ offload_resume_both() {
         before=("$@") after=("$@")
         [[ $how != on-* ]] || before+=("${params[@]}")
         [[ $how != *-on ]] || after+=("${params[@]}")
-        rm -rf "$work/ck"
+        rm -rf "$work/ck" "$work/ck-$how.log" # a loss log is appended to
         offload_run "ck-$how" 2 --steps 2 --ckpt-every 2 --ckpt-dir "$work/ck" "${before[@]}"
         offload_run "ck-$how" 2 --ckpt-every 2 --ckpt-dir "$work/ck" --resume "${after[@]}"
         offload_none_left "ck-$how"

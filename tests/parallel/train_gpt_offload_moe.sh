@@ -1,9 +1,9 @@
 #!/usr/bin/env bash
 # train_gpt --offload params=disk:DIR with a MoE model (docs/model.md
 # "Offload"): its blocks are of two sizes (a MoE block has the router in
-# place of the MLP; its experts stay in the experts' store, resident), so
-# the store's blocks are the larger's and a dense block's fill part of
-# one. Every layout gives bitwise the losses of the same layout without
+# place of the MLP; its experts are apart, in a file of their own where no
+# ZeRO stage shares them over replicas, else resident), so the store's
+# blocks are the larger's and a dense block's fill part of one. Every layout gives bitwise the losses of the same layout without
 # offload, each rank reading every block back ahead of its forward, its
 # backward and its update: one process (with the moments offloaded too,
 # 4 KiB chunks: the chunks' cursor walks blocks of both sizes), dp 2
@@ -34,6 +34,17 @@ a=$(pbytes big) b=$(pbytes big-off)
 [[ $a =~ ^[0-9]+$ && $b =~ ^[0-9]+$ && $b -lt $a ]] ||
     fail "8 blocks: rank 0's parameters: '$b' bytes offloaded, '$a' without"
 echo "8 blocks: rank 0's parameters $a bytes resident without, $b with"
+# the experts' own file: a block of the experts per MoE block, 3 of the 4
+# buffered (4 KiB pages) and a CRC and a flag each: fewer bytes than the
+# store; each of the 4 blocks read once a pass (4 micro-batches) and once
+# in the update, all ahead
+ebytes() { sed -n "s/.*rank 0 experts: .* params \([0-9]*\) grads.*/\1/p" "$work/$1.out"; }
+a=$(ebytes big) b=$(ebytes big-off)
+[[ $a =~ ^[0-9]+$ && $b =~ ^[0-9]+$ && $b -lt $a ]] ||
+    fail "8 blocks: rank 0's experts' parameters: '$b' bytes offloaded, '$a' without"
+grep -q "rank 0 experts' parameter offload: 8 written, 36 read back, 0 not read ahead" \
+    "$work/big-off.out" || fail "big-off: the experts' blocks: $(grep "experts'" "$work/big-off.out")"
+echo "8 blocks: rank 0's experts' parameters $a bytes resident without, $b with"
 PO=(--offload "$pdisk,optimizer=disk:$work/off" --offload-chunk 4096)
 same one 1 4 -- "${params[@]}"
 same one-po 1 4 -- "${PO[@]}"
@@ -50,4 +61,52 @@ same bf16 2 2 --dp 2 --precision bf16 -- "${params[@]}"
 # run never stopped; the on-off run's restore held at most two blocks
 offload_resume_both zero1 --dp 2 --zero 1 --bucket-mb 0.02 --report
 offload_restore_bounded ck-off-on 2
-echo "offload: a MoE model's blocks bitwise equal without it (one, ZeRO 1 and 3, ep, tp, cp, pp, bf16; resumed)"
+# ZeRO 1 over 2 replicas keeps the experts resident; ep 2 among dp 2 has
+# none: its experts in their file, saved from it and restored into it
+! grep -q "experts' parameter offload" "$work/zero1-off.out" ||
+    fail "zero1-off: the experts' parameters left memory under ZeRO 1 with replicas"
+grep -q "rank 1 experts' parameter offload: 10 written, .* 0 not read ahead" "$work/ep-off.out" ||
+    fail "ep-off: the experts' blocks: $(grep "experts'" "$work/ep-off.out")"
+offload_resume_both ep --dp 2 --ep 2 --zero 1
+# the experts' moments in their file too, saved a thread's reads from the
+# files while the next step computes
+offload_run ep-po 2 --dp 2 --ep 2 "${PO[@]}"
+cmp -s "$work/ep.log" "$work/ep-po.log" || fail "ep with the moments offloaded too differs"
+rm -rf "$work/ck"
+offload_run ck-async 2 --dp 2 --ep 2 "${PO[@]}" --steps 2 --ckpt-every 1 --ckpt-async \
+    --ckpt-dir "$work/ck"
+offload_run ck-async 2 --dp 2 --ep 2 --ckpt-every 1 --ckpt-dir "$work/ck" --resume
+cmp -s "$work/ep.log" "$work/ck-async.log" ||
+    fail "resumed from an async save: $(diff "$work/ep.log" "$work/ck-async.log" | head -4)"
+# a block of the experts longer than a checkpoint's piece (2^20 floats:
+# 8 experts of 128 channels, 1,053,696) is saved in two pieces, the
+# second from inside the block, and restored so
+rm -rf "$work/ck" "$work/pc.log" "$work/pc-ck.log"
+pc=(--layers 2 --channels 128 --heads 4 --experts 8 --moe-every 2 --global-batch 2 "${params[@]}")
+offload_run pc m1 "${pc[@]}"
+offload_run pc-ck m1 "${pc[@]}" --steps 2 --ckpt-every 2 --ckpt-dir "$work/ck"
+offload_run pc-ck m1 "${pc[@]}" --ckpt-every 2 --ckpt-dir "$work/ck" --resume
+cmp -s "$work/pc.log" "$work/pc-ck.log" ||
+    fail "a block of the experts in two pieces: $(diff "$work/pc.log" "$work/pc-ck.log" | head -4)"
+# --export-safetensors and --init-from read and write the blocks in their
+# files: the same file and the same losses as without the offload
+for o in 0 1; do
+    args=(--dp 2 --ep 2 --steps 2 --export-safetensors "$work/st$o.st")
+    [[ $o -eq 0 ]] || args+=("${params[@]}")
+    offload_run "st$o" 2 "${args[@]}"
+done
+cmp -s "$work/st0.st" "$work/st1.st" || fail "--export-safetensors with the offload differs"
+for o in 0 1; do
+    args=(--dp 2 --ep 2 --steps 2 --init-from "$work/st0.st")
+    [[ $o -eq 0 ]] || args+=("${params[@]}")
+    offload_run "init$o" 2 "${args[@]}"
+done
+cmp -s "$work/init0.log" "$work/init1.log" || fail "--init-from with the offload differs"
+! cmp -s "$work/init0.log" "$work/st0.log" || fail "--init-from: the seed's losses"
+offload_none_left init1
+# a block of the experts changed underneath while the run goes on: the
+# pass that reads it stops the run naming the file and the block (4
+# experts of 4 channels fit a 4 KiB slot of the file)
+scribble "$work/off" experts-params block 1 "${small[@]}" --channels 4 --heads 1 \
+    --moe-every 1 --steps 1000000 --offload "$pdisk"
+echo "offload: a MoE model's blocks and experts bitwise equal without it (one, ZeRO 1 and 3, ep, tp, cp, pp, bf16; resumed, async, exported, initialised)"
