@@ -278,14 +278,19 @@ static msr_status_t experts_reduce(msr_trainer_t *tr)
         tr->dp->extra_sumsq = sumsq;
         return MSR_OK;
     }
-    if (tr->rep_comm != NULL) {
+    if (tr->rep_comm != NULL) { /* (never with the gradients in their file) */
         msr_status_t st =
             msr_comm_allreduce(tr->rep_comm, MSR_IN_PLACE, g, n, MSR_DTYPE_F32, MSR_OP_SUM);
         if (st != MSR_OK)
             return msr_err_call(st, "train: the allreduce of %zu expert gradients", n);
     }
     double sumsq = 0.0;
-    for (size_t i = 0; i < n; i++)
+    if (tr->egf != NULL) { /* read back a block at a time */
+        msr_status_t st = msr_train_experts_disk_sumsq(tr, &sumsq);
+        if (st != MSR_OK)
+            return st;
+    }
+    for (size_t i = 0; g != NULL && i < n; i++)
         sumsq += (double)g[i] * g[i];
     int ep = tr->cfg.ep > 1 ? tr->cfg.ep : 1;
     int first = tr->cfg.dp_rank < ep && (tr->mesh == NULL || tr->mesh->cp_rank == 0);
@@ -533,7 +538,7 @@ static msr_status_t step(msr_trainer_t *tr, double *loss_p)
     if (model->moe != NULL)
         msr_moe_zero_grad(model->moe);
     if (tr->epf != NULL)
-        memset(tr->ed_grads, 0, msr_moe_count(model->moe) * sizeof(float));
+        msr_train_experts_disk_zero(tr);
     if (tr->ez && (st = msr_train_experts_zero(tr)) != MSR_OK)
         return st;
     if (tr->mp != NULL) {

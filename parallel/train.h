@@ -88,6 +88,14 @@ void msr_train_config_defaults(msr_train_config_t *cfg);
  * the next one's prefetch), what --report and the planner count. */
 #define MSR_TRAIN_EZ_SLOTS 2
 
+/* A cursor over a store of the experts' blocks (train_experts_disk.c):
+ * the block it holds (-1: none), its buffer, whether it changed. */
+typedef struct msr_train_ecur {
+    int k;
+    float *buf;
+    int dirty;
+} msr_train_ecur_t;
+
 typedef struct msr_trainer {
     msr_train_config_t cfg;
     msr_gpt_t *model;
@@ -145,15 +153,21 @@ typedef struct msr_trainer {
      * block's ed_per floats are block k of store epf, read for the
      * block's passes through dp's hooks (ed_at: the block in use, its
      * buffer ed_buf) and a block at a time by the update, a checkpoint
-     * and a restore (ed_cur: the block the cursor holds, -1: none, in
-     * ed_cbuf, ed_dirty: changed); the gradients stay resident in
-     * ed_grads (held * ed_per floats; the store's own are freed:
-     * msr_moe_store_external). ed_hold: the whole parameters, read for
-     * an in-memory snapshot (NULL but then) */
-    msr_params_t *epf;
+     * and a restore (through cursor ed_pc); the gradients stay resident
+     * in ed_grads (held * ed_per floats; the store's own are freed:
+     * msr_moe_store_external), or under the gradients' disk offload
+     * without replicas of the experts (cfg.par.grads_offload) in store
+     * egf (ed_grads NULL): read and written back around each backward of
+     * the block (ed_gbuf; ed_fresh[k]: block k's are this step's zeros,
+     * not read yet), read by the norm and the update (cursor ed_gc).
+     * ed_hold: the whole parameters, read for an in-memory snapshot (NULL
+     * but then) */
+    msr_params_t *epf, *egf;
     size_t ed_per;
-    float *ed_grads, *ed_buf, *ed_cbuf, *ed_hold;
-    int ed_at, ed_cur, ed_dirty;
+    float *ed_grads, *ed_buf, *ed_gbuf, *ed_hold;
+    uint8_t *ed_fresh;
+    int ed_at;
+    msr_train_ecur_t ed_pc, ed_gc;
     /* set by the caller: msr_trainer_snapshot leaves the pieces' CRCs to
      * msr_tckpt_seal (a thread that writes the payload seals it) */
     int unsealed_snapshots;

@@ -421,6 +421,8 @@ msr_train_expert_bytes_t msr_trainer_expert_bytes(const msr_trainer_t *tr)
     b.params = b.grads = resident * f;
     if (tr->epf != NULL) /* the store's buffers and table */
         b.params = msr_params_resident(tr->epf);
+    if (tr->egf != NULL)
+        b.grads = msr_params_resident(tr->egf);
     b.optim = tr->eoff != NULL ? msr_offload_resident(tr->eoff) : 2 * shard * f;
     b.work = msr_moe_work_bytes(tr->model->moe);
     if (tr->ez) /* the gathered blocks' parameters, one block's gradients */

@@ -1,9 +1,11 @@
 /* The experts' parameters in a file of their own under the parameters'
  * disk offload (train.h's epf): each held MoE block's experts are block k
  * of a parameter store (parallel/offload_params.h), read ahead of the
- * block's forward and backward through dp's hooks and dropped after, the
- * gradients kept resident; the update, a checkpoint's save and a restore
- * go over the blocks one at a time through a cursor. */
+ * block's forward and backward through dp's hooks and dropped after; the
+ * gradients kept resident, or under the gradients' disk offload in a
+ * second store (egf), read and written back around each backward of the
+ * block. The norm, the update, a checkpoint's save and a restore go over
+ * the blocks one at a time through cursors. */
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
@@ -23,22 +25,46 @@ static int held_block(const msr_trainer_t *tr, int s)
     return msr_train_experts_held_block(tr, s);
 }
 
-/* The cursor at block k (held; k == held: none), the one it held before
- * given back (written back when changed). */
+static int held(const msr_trainer_t *tr)
+{
+    return msr_moe_held(tr->model->moe);
+}
+
+/* Cursor c over store st at block k (held; k == held: none), the one it
+ * held before given back (written back when changed). */
+static msr_status_t cur_to(msr_params_t *st, msr_train_ecur_t *c, int k, int held_n)
+{
+    if (c->k == k)
+        return MSR_OK;
+    msr_status_t rc = MSR_OK;
+    if (c->k >= 0) {
+        rc = msr_params_release(st, (size_t)c->k, c->buf, c->dirty);
+        c->k = -1;
+        c->buf = NULL;
+        c->dirty = 0;
+    }
+    if (rc == MSR_OK && k < held_n &&
+        (rc = msr_params_acquire(st, (size_t)k, 1, &c->buf)) == MSR_OK)
+        c->k = k;
+    return rc;
+}
+
+/* The parameters' cursor at block k. */
 static msr_status_t cursor_to(msr_trainer_t *tr, int k)
 {
-    if (tr->ed_cur == k)
-        return MSR_OK;
-    msr_status_t st = MSR_OK;
-    if (tr->ed_cur >= 0) {
-        st = msr_params_release(tr->epf, (size_t)tr->ed_cur, tr->ed_cbuf, tr->ed_dirty);
-        tr->ed_cur = -1;
-        tr->ed_cbuf = NULL;
-        tr->ed_dirty = 0;
+    return cur_to(tr->epf, &tr->ed_pc, k, held(tr));
+}
+
+/* The gradients' cursor at block k: this step's zeros when the block's
+ * backward has not run yet (written back so). */
+static msr_status_t gcursor_to(msr_trainer_t *tr, int k)
+{
+    msr_status_t st = cur_to(tr->egf, &tr->ed_gc, k, held(tr));
+    if (st == MSR_OK && k < held(tr) && tr->ed_fresh[k]) {
+        memset(tr->ed_gc.buf, 0, tr->ed_per * sizeof(float));
+        tr->ed_gc.dirty = 1;
+        tr->ed_fresh[k] = 0;
     }
-    if (st == MSR_OK && k < msr_moe_held(tr->model->moe) &&
-        (st = msr_params_acquire(tr->epf, (size_t)k, 1, &tr->ed_cbuf)) == MSR_OK)
-        tr->ed_cur = k;
     return st;
 }
 
@@ -46,12 +72,18 @@ msr_status_t msr_train_experts_cursor_end(msr_trainer_t *tr)
 {
     if (tr->epf == NULL)
         return MSR_OK;
-    return cursor_to(tr, msr_moe_held(tr->model->moe));
+    msr_status_t st = cursor_to(tr, held(tr));
+    if (tr->egf != NULL) {
+        msr_status_t gst = cur_to(tr->egf, &tr->ed_gc, held(tr), held(tr));
+        st = st != MSR_OK ? st : gst;
+    }
+    return st;
 }
 
 /* Reads block k's parameters for a pass (dir +1: a forward, whose next
  * block is read ahead; -1: a backward) and points the block's experts at
- * them and at its resident gradients. */
+ * them and at its gradients: resident, or for a backward read from their
+ * file (this step's zeros at its first). */
 static msr_status_t ed_acquire(void *arg, int s, msr_gpt_pass_t pass)
 {
     msr_trainer_t *tr = arg;
@@ -63,44 +95,89 @@ static msr_status_t ed_acquire(void *arg, int s, msr_gpt_pass_t pass)
                        "train: MoE block %d's experts acquired while block %d's are in use", k,
                        tr->ed_at);
     }
-    msr_status_t st = cursor_to(tr, msr_moe_held(tr->model->moe)); /* a restore's, if left */
+    msr_status_t st = msr_train_experts_cursor_end(tr); /* a restore's, if left */
     int dir = pass == MSR_GPT_FORWARD ? 1 : -1;
     if (st == MSR_OK && (st = msr_params_acquire(tr->epf, (size_t)k, dir, &tr->ed_buf)) != MSR_OK)
         return msr_err_call(st, "train: MoE block %d's experts from their file", k);
     if (st != MSR_OK)
         return st;
-    msr_moe_set_block(tr->model->moe, k, tr->ed_buf, tr->ed_grads + (size_t)k * tr->ed_per);
+    float *g = tr->ed_grads != NULL ? tr->ed_grads + (size_t)k * tr->ed_per : NULL;
+    if (tr->egf != NULL && pass == MSR_GPT_BACKWARD) {
+        if ((st = msr_params_acquire(tr->egf, (size_t)k, -1, &tr->ed_gbuf)) != MSR_OK) {
+            (void)msr_params_release(tr->epf, (size_t)k, tr->ed_buf, 0);
+            tr->ed_buf = NULL;
+            return msr_err_call(st, "train: MoE block %d's expert gradients from their file", k);
+        }
+        if (tr->ed_fresh[k]) {
+            memset(tr->ed_gbuf, 0, tr->ed_per * sizeof(float));
+            tr->ed_fresh[k] = 0;
+        }
+        g = tr->ed_gbuf;
+    }
+    msr_moe_set_block(tr->model->moe, k, tr->ed_buf, g);
     tr->ed_at = k;
     return MSR_OK;
 }
 
-/* After block k's pass: its parameters dropped (a pass reads them only).
- * The block the next pass most likely starts with is read ahead: after a
- * forward's last block, that one again for the backward; after a
- * backward's first, that one for the next micro-batch's forward or the
- * update (a wrong guess costs a read, never a result). */
+/* After block k's pass: its parameters dropped (a pass reads them only),
+ * its gradients written back after a backward when in their file. The
+ * block the next pass most likely starts with is read ahead: after a
+ * forward's last block, that one again for the backward (and its
+ * gradients); after a backward's first, that one for the next
+ * micro-batch's forward or the update (and after the step's last
+ * backward, its gradients for the norm); a wrong guess costs a read,
+ * never a result. */
 static msr_status_t ed_release(void *arg, int s, msr_gpt_pass_t pass)
 {
     msr_trainer_t *tr = arg;
-    int k = held_block(tr, s), last = msr_moe_held(tr->model->moe) - 1;
+    int k = held_block(tr, s), last = held(tr) - 1;
     if (k < 0 || tr->ed_at != k)
         return MSR_OK;
     msr_moe_set_block(tr->model->moe, k, NULL, NULL);
-    float *buf = tr->ed_buf;
+    float *buf = tr->ed_buf, *gbuf = tr->ed_gbuf;
     tr->ed_at = -1;
-    tr->ed_buf = NULL;
+    tr->ed_buf = tr->ed_gbuf = NULL;
     msr_status_t st = msr_params_release(tr->epf, (size_t)k, buf, 0);
+    if (gbuf != NULL) {
+        msr_status_t gst = msr_params_release(tr->egf, (size_t)k, gbuf, 1);
+        st = st != MSR_OK ? st : gst;
+    }
     int turn = pass == MSR_GPT_FORWARD ? k == last : k == 0;
     if (st == MSR_OK && turn)
         st = msr_params_prefetch(tr->epf, (size_t)k);
+    /* the gradients: the backward's first after a forward's last; after
+     * the step's last backward the norm's first */
+    if (st == MSR_OK && turn && tr->egf != NULL && (pass == MSR_GPT_FORWARD || tr->dp->last_micro))
+        st = msr_params_prefetch(tr->egf, (size_t)k);
+    return st;
+}
+
+/* A store of the experts' blocks, each put first from fill (the
+ * parameters' initial values; NULL: zeros). */
+static msr_status_t store_make(msr_trainer_t *tr, const char *kind, int seed, msr_params_t **st_p)
+{
+    msr_moe_t *moe = tr->model->moe;
+    float *tmp = msr_calloc(tr->ed_per + 1, sizeof(float));
+    if (tmp == NULL)
+        return msr_err(MSR_ERR_NO_MEMORY, "train: out of memory for a block of the experts");
+    msr_status_t st =
+        msr_params_create_as(&tr->cfg.par.params_offload, kind, tr->ed_per, (size_t)held(tr), st_p);
+    /* seeded a block at a time: the same numbers as the whole store's */
+    for (int k = 0; k < held(tr) && st == MSR_OK; k++) {
+        if (seed)
+            msr_moe_init_range(moe, tr->cfg.seed, (size_t)k * tr->ed_per, tr->ed_per, tmp);
+        st = msr_params_put(*st_p, (size_t)k, tmp);
+    }
+    msr_free(tmp);
+    if (st == MSR_OK) /* the first forward's (or backward's) first block */
+        st = msr_params_prefetch(*st_p, seed ? 0 : (size_t)(held(tr) - 1));
     return st;
 }
 
 msr_status_t msr_train_experts_disk(msr_trainer_t *tr)
 {
     msr_moe_t *moe = tr->model->moe;
-    int held = msr_moe_held(moe);
-    tr->ed_at = tr->ed_cur = -1;
+    tr->ed_at = tr->ed_pc.k = tr->ed_gc.k = -1;
     if (!msr_device_is_host(msr_moe_device(moe)))
         return msr_err(MSR_ERR_UNSUPPORTED,
                        "train: the experts' parameters offload from host memory, not %s's",
@@ -109,28 +186,31 @@ msr_status_t msr_train_experts_disk(msr_trainer_t *tr)
     msr_status_t st = msr_moe_store_external(moe);
     if (st != MSR_OK)
         return st;
-    size_t count = (size_t)held * tr->ed_per;
-    tr->ed_grads = msr_calloc(count + 1, sizeof(float));
-    float *tmp = msr_malloc(tr->ed_per * sizeof(float) + 1);
-    if (tr->ed_grads == NULL || tmp == NULL) {
-        msr_free(tmp);
+    size_t count = (size_t)held(tr) * tr->ed_per;
+    /* the gradients in a file too under their offload, where no replica
+     * sums them (each rank's are its experts' whole sums) */
+    int gdisk = tr->cfg.par.grads_offload.mode == MSR_OFFLOAD_DISK && tr->rep_size == 1;
+    if (gdisk) {
+        tr->ed_fresh = msr_calloc((size_t)held(tr) + 1, 1);
+        if (tr->ed_fresh == NULL)
+            return msr_err(MSR_ERR_NO_MEMORY, "train: out of memory");
+        memset(tr->ed_fresh, 1, (size_t)held(tr));
+    } else if ((tr->ed_grads = msr_calloc(count + 1, sizeof(float))) == NULL) {
         return msr_err(MSR_ERR_NO_MEMORY, "train: out of memory for %zu expert elements' gradients",
                        count);
     }
-    st = msr_params_create_as(&tr->cfg.par.params_offload, "experts-params", tr->ed_per,
-                              (size_t)held, &tr->epf);
-    /* seeded a block at a time: the same numbers as the whole store's */
-    for (int k = 0; k < held && st == MSR_OK; k++) {
-        msr_moe_init_range(moe, tr->cfg.seed, (size_t)k * tr->ed_per, tr->ed_per, tmp);
-        st = msr_params_put(tr->epf, (size_t)k, tmp);
-    }
-    msr_free(tmp);
-    if (st == MSR_OK) /* the first forward's first block */
-        st = msr_params_prefetch(tr->epf, 0);
-    if (st != MSR_OK)
+    if ((st = store_make(tr, "experts-params", 1, &tr->epf)) != MSR_OK)
         return st;
-    MSR_INFO("offload: the experts' parameters of %d blocks of %zu elements in %s (%s)", held,
+    MSR_INFO("offload: the experts' parameters of %d blocks of %zu elements in %s (%s)", held(tr),
              tr->ed_per, msr_params_path(tr->epf), msr_params_engine(tr->epf));
+    if (gdisk) {
+        if ((st = store_make(tr, "experts-grads", 0, &tr->egf)) != MSR_OK)
+            return st;
+        MSR_INFO("offload: the experts' gradients in %s", msr_params_path(tr->egf));
+    } else if (tr->cfg.par.grads_offload.mode == MSR_OFFLOAD_DISK) {
+        MSR_INFO("offload: the experts' gradients stay resident: %d replicas sum them",
+                 tr->rep_size);
+    }
     msr_dp_extra_t x = {ed_acquire, ed_release, tr};
     msr_dp_set_extra(tr->dp, &x);
     return MSR_OK;
@@ -138,20 +218,52 @@ msr_status_t msr_train_experts_disk(msr_trainer_t *tr)
 
 void msr_train_experts_disk_free(msr_trainer_t *tr)
 {
-    msr_params_destroy(tr->epf); /* waits for what is in flight: the buffers go with it */
-    tr->epf = NULL;
-    tr->ed_buf = tr->ed_cbuf = NULL;
-    tr->ed_cur = tr->ed_at = -1;
+    /* each waits for what is in flight: the buffers go with it */
+    msr_params_destroy(tr->epf);
+    msr_params_destroy(tr->egf);
+    tr->epf = tr->egf = NULL;
+    tr->ed_buf = tr->ed_gbuf = NULL;
+    tr->ed_pc = tr->ed_gc = (msr_train_ecur_t){-1, NULL, 0};
+    tr->ed_at = -1;
     msr_free(tr->ed_grads);
     msr_free(tr->ed_hold);
+    msr_free(tr->ed_fresh);
     tr->ed_grads = tr->ed_hold = NULL;
+    tr->ed_fresh = NULL;
+}
+
+void msr_train_experts_disk_zero(msr_trainer_t *tr)
+{
+    if (tr->ed_grads != NULL)
+        memset(tr->ed_grads, 0, (size_t)held(tr) * tr->ed_per * sizeof(float));
+    else if (tr->egf != NULL)
+        memset(tr->ed_fresh, 1, (size_t)held(tr));
+}
+
+msr_status_t msr_train_experts_disk_sumsq(msr_trainer_t *tr, double *sumsq_p)
+{
+    double sumsq = 0.0;
+    msr_status_t st = MSR_OK;
+    for (int k = 0; k < held(tr) && st == MSR_OK; k++) { /* element order, as in memory */
+        if ((st = gcursor_to(tr, k)) != MSR_OK)
+            break;
+        const float *g = tr->ed_gc.buf;
+        for (size_t i = 0; i < tr->ed_per; i++)
+            sumsq += (double)g[i] * g[i];
+    }
+    msr_status_t cst = cur_to(tr->egf, &tr->ed_gc, held(tr), held(tr));
+    if (st == MSR_OK && cst == MSR_OK) /* the update's first block */
+        cst = msr_params_prefetch(tr->egf, 0);
+    *sumsq_p = sumsq;
+    return st != MSR_OK ? st : cst;
 }
 
 /* ---- the update, a block at a time ---- */
 
 /* Shard elements [off, off + n) updated (their moments at m and v, or in
- * the optimizer's arrays when NULL) with the cursor walking the blocks
- * they fall in, each one written back when the cursor leaves it. */
+ * the optimizer's arrays when NULL) with the cursors walking the blocks
+ * they fall in, each one's parameters written back when the cursor
+ * leaves it. */
 static msr_status_t update_span(msr_trainer_t *tr, size_t off, size_t n, float *m, float *v)
 {
     msr_adamw_t *opt = tr->eopt;
@@ -162,13 +274,15 @@ static msr_status_t update_span(msr_trainer_t *tr, size_t off, size_t n, float *
         size_t in = off - (size_t)k * per, take = MSR_MIN(e - off, per - in);
         if ((st = cursor_to(tr, k)) != MSR_OK)
             break;
-        const float *g = tr->ed_grads + off;
+        if (tr->egf != NULL && (st = gcursor_to(tr, k)) != MSR_OK)
+            break;
+        const float *g = tr->egf != NULL ? tr->ed_gc.buf + in : tr->ed_grads + off;
         if (m != NULL)
-            msr_adamw_update_moments(opt, off, take, tr->ed_cbuf + in, g, m, v);
+            msr_adamw_update_moments(opt, off, take, tr->ed_pc.buf + in, g, m, v);
         else
-            msr_adamw_update_moments(opt, off, take, tr->ed_cbuf + in, g, opt->m + off,
+            msr_adamw_update_moments(opt, off, take, tr->ed_pc.buf + in, g, opt->m + off,
                                      opt->v + off);
-        tr->ed_dirty = 1;
+        tr->ed_pc.dirty = 1;
         if (m != NULL) {
             m += take;
             v += take;
@@ -192,6 +306,8 @@ msr_status_t msr_train_experts_disk_update(msr_trainer_t *tr, float lr, float gr
     msr_status_t cst = msr_train_experts_cursor_end(tr);
     if (st == MSR_OK && cst == MSR_OK) /* the next forward's first block */
         cst = msr_params_prefetch(tr->epf, 0);
+    if (st == MSR_OK && cst == MSR_OK && tr->egf != NULL) /* the next backward's */
+        cst = msr_params_prefetch(tr->egf, (size_t)(held(tr) - 1));
     return st != MSR_OK ? st : cst;
 }
 
@@ -227,8 +343,8 @@ msr_status_t msr_train_experts_disk_load(msr_trainer_t *tr, size_t s, size_t n, 
         size_t in = s - (size_t)k * per, take = MSR_MIN(e - s, per - in);
         if ((st = cursor_to(tr, k)) != MSR_OK)
             break;
-        memcpy(tr->ed_cbuf + in, src, take * sizeof(float));
-        tr->ed_dirty = 1;
+        memcpy(tr->ed_pc.buf + in, src, take * sizeof(float));
+        tr->ed_pc.dirty = 1;
         src += take;
         s += take;
     }
@@ -239,14 +355,13 @@ msr_status_t msr_train_experts_hold(msr_trainer_t *tr)
 {
     if (tr->epf == NULL || tr->ed_hold != NULL)
         return MSR_OK;
-    int held = msr_moe_held(tr->model->moe);
-    size_t count = (size_t)held * tr->ed_per;
+    size_t count = (size_t)held(tr) * tr->ed_per;
     msr_status_t st = msr_train_experts_cursor_end(tr);
     if (st != MSR_OK)
         return st;
     if ((tr->ed_hold = msr_malloc(count * sizeof(float) + 1)) == NULL)
         return msr_err(MSR_ERR_NO_MEMORY, "train: out of memory for %zu expert parameters", count);
-    for (int k = 0; k < held && st == MSR_OK; k++)
+    for (int k = 0; k < held(tr) && st == MSR_OK; k++)
         st = msr_params_get(tr->epf, (size_t)k, tr->ed_hold + (size_t)k * tr->ed_per);
     if (st != MSR_OK)
         msr_train_experts_drop(tr);
@@ -274,7 +389,7 @@ msr_status_t msr_trainer_experts_load_end(msr_trainer_t *tr, int write)
     msr_status_t st = MSR_OK;
     if (tr->epf == NULL || tr->ed_hold == NULL)
         return MSR_OK;
-    for (int k = 0; write && k < msr_moe_held(tr->model->moe) && st == MSR_OK; k++)
+    for (int k = 0; write && k < held(tr) && st == MSR_OK; k++)
         st = msr_params_put(tr->epf, (size_t)k, tr->ed_hold + (size_t)k * tr->ed_per);
     msr_train_experts_drop(tr);
     if (st == MSR_OK && write) /* the next forward's first block */

@@ -58,8 +58,10 @@ int msr_train_experts_held_block(const msr_trainer_t *tr, int s);
  * (train_experts_disk.c, train.h's epf), for experts without ZeRO
  * replicas' shards (ZeRO 0, or no replicas): disk sets the store
  * external, makes the file and seeds it a block at a time (the numbers
- * msr_moe_init_params gives), keeps the gradients resident and has dp's
- * hooks read each block around its passes (local; errors: the store's,
+ * msr_moe_init_params gives), keeps the gradients resident (or, under
+ * the gradients' disk offload without replicas, in a second file, each
+ * block read and written back around its backward) and has dp's hooks
+ * read each block around its passes (local; errors: the store's,
  * MSR_ERR_NO_MEMORY, MSR_ERR_UNSUPPORTED for experts outside host
  * memory; what it made left to disk_free). disk_update runs the experts'
  * AdamW over the store a block at a time (each read, updated, written
@@ -73,6 +75,13 @@ int msr_train_experts_held_block(const msr_trainer_t *tr, int s);
  * (for an in-memory snapshot), drop frees them. */
 msr_status_t msr_train_experts_disk(msr_trainer_t *tr);
 void msr_train_experts_disk_free(msr_trainer_t *tr);
+/* A step's start: the experts' gradients zero (in their file: each
+ * block's taken as zeros at its first read of the step). */
+void msr_train_experts_disk_zero(msr_trainer_t *tr);
+/* The squared norm of the experts' gradients in their file (tr->egf),
+ * read a block at a time in element order (the sum in memory's order).
+ * Errors: the store's. */
+msr_status_t msr_train_experts_disk_sumsq(msr_trainer_t *tr, double *sumsq_p);
 msr_status_t msr_train_experts_disk_update(msr_trainer_t *tr, float lr, float grad_scale);
 msr_status_t msr_train_experts_spans(msr_trainer_t *tr, size_t s, size_t n, msr_dp_blk_t *blk,
                                      msr_dp_span_fn fn, void *arg);

@@ -55,19 +55,18 @@ static int check_zero(const msr_plan_layout_t *l, char *why, size_t why_len)
 
 /* The gradients' offload, as train_gpt allows it: the gradient shard of
  * ZeRO 2-3 beside the optimizer's offload, under data parallel alone (the
- * norm over the file does not count tensor-parallel slices apart) and a
- * dense model (the experts' gradients are not offloaded). */
-static int check_grads_offload(const msr_plan_model_t *m, const msr_plan_layout_t *l, char *why,
-                               size_t why_len)
+ * norm over the file does not count tensor-parallel slices apart), with
+ * or without experts over ep (their gradients move beside their
+ * parameters where no replica sums them: plan_mem.c rank_experts). */
+static int check_grads_offload(const msr_plan_layout_t *l, char *why, size_t why_len)
 {
     if (!(l->offload & MSR_PLAN_OFFLOAD_GRADS))
         return 0;
     const char *no =
         !(l->offload & MSR_PLAN_OFFLOAD_OPTIM) ? "without the optimizer's offload"
         : l->zero < 2 ? "below ZeRO 2 (no gradient shard: the flat gradients are whole)"
-        : l->tp > 1 || l->pp > 1 || msr_plan_cp(l) > 1 || msr_plan_ep(l) > 1 || m->experts > 0
-            ? "under tp, pp, cp, ep or experts (data parallel alone)"
-            : NULL;
+        : l->tp > 1 || l->pp > 1 || msr_plan_cp(l) > 1 ? "under tp, pp or cp (data parallel alone)"
+                                                       : NULL;
     if (no != NULL)
         BAD("the gradients' offload puts the gradient shard of ZeRO 2 or 3 on disk beside the "
             "optimizer's, under data parallel alone: not %s",
@@ -76,15 +75,14 @@ static int check_grads_offload(const msr_plan_model_t *m, const msr_plan_layout_
 }
 
 /* The offloads train_gpt takes, on the layouts it takes them on. */
-static int check_offload(const msr_plan_model_t *m, const msr_plan_layout_t *l, char *why,
-                         size_t why_len)
+static int check_offload(const msr_plan_layout_t *l, char *why, size_t why_len)
 {
     if (l->offload & ~(MSR_PLAN_OFFLOAD_OPTIM | MSR_PLAN_OFFLOAD_ACTS | MSR_PLAN_OFFLOAD_PARAMS |
                        MSR_PLAN_OFFLOAD_GRADS))
         BAD("offload %d: only the optimizer, the activations, the parameters and the gradients "
             "offload",
             l->offload);
-    if (check_grads_offload(m, l, why, why_len) != 0)
+    if (check_grads_offload(l, why, why_len) != 0)
         return -1;
     if ((l->offload & MSR_PLAN_OFFLOAD_ACTS) && l->recompute != MSR_PLAN_RC_FULL)
         BAD("the activations' offload spills full recompute's block inputs: recompute %s",
@@ -161,7 +159,7 @@ int msr_plan_check(const msr_plan_model_t *m, const msr_plan_layout_t *l, char *
         BAD("ep %d does not divide dp %d: the expert-parallel groups are cut from the "
             "data-parallel group",
             ep, l->dp);
-    if (check_offload(m, l, why, why_len) != 0)
+    if (check_offload(l, why, why_len) != 0)
         return -1;
     /* a step's kept activations, bounded the same way */
     double C = m->channels, T = m->seq, F = m->arch == MSR_PLAN_LLAMA ? m->ffn : 4.0 * C;

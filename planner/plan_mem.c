@@ -277,6 +277,7 @@ static void rank_experts(const msr_plan_model_t *m, const msr_plan_layout_t *l,
     }
     o->experts_held = held;
     o->expert_params = resident * fw;
+    o->expert_grads = resident * fw;
     /* under the parameters' offload, the experts' own file but where ZeRO
      * shares them over replicas (train.c experts_state): a store of a
      * block per MoE block, read for each pass and the update */
@@ -286,8 +287,16 @@ static void rank_experts(const msr_plan_model_t *m, const msr_plan_layout_t *l,
         o->expert_params = msr_plan_offload_params_bytes(per * MSR_PLAN_F32, blocks);
         o->offload_eparam_r = blocks * slot * (2 * (uint64_t)l->micros + 1);
         o->offload_eparam_w = blocks * slot;
+        /* and their gradients under the gradients' offload where no
+         * replica sums them: a store of their own, each block read and
+         * written back around each backward, read by the norm and the
+         * update */
+        if ((l->offload & MSR_PLAN_OFFLOAD_GRADS) && reps == 1) {
+            o->expert_grads = o->expert_params;
+            o->offload_eparam_r += blocks * slot * ((uint64_t)l->micros + 2);
+            o->offload_eparam_w += blocks * slot * (uint64_t)l->micros;
+        }
     }
-    o->expert_grads = resident * fw;
     o->expert_shard = hi - lo;
     o->expert_optim = 2 * (hi - lo) * MSR_PLAN_F32;
     if ((l->offload & MSR_PLAN_OFFLOAD_OPTIM) && hi > lo) { /* a file of their own */

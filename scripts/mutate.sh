@@ -5158,10 +5158,10 @@ test: ^test_parallel_plan_offload_io$|^test_parallel_plan_report_offload$
 file: parallel/train_experts_disk.c
 test: ^test_parallel_train_gpt_offload_moe$
 <<<
-        tr->ed_dirty = 1;
+        tr->ed_pc.dirty = 1;
         if (m != NULL) {
 ===
-        tr->ed_dirty = 0;
+        tr->ed_pc.dirty = 0;
         if (m != NULL) {
 >>>
 
@@ -5169,20 +5169,20 @@ test: ^test_parallel_train_gpt_offload_moe$
 file: parallel/train_experts_disk.c
 test: ^test_parallel_train_gpt_offload_moe$
 <<<
-        memcpy(tr->ed_cbuf + in, src, take * sizeof(float));
-        tr->ed_dirty = 1;
+        memcpy(tr->ed_pc.buf + in, src, take * sizeof(float));
+        tr->ed_pc.dirty = 1;
 ===
-        memcpy(tr->ed_cbuf + in, src, take * sizeof(float));
-        tr->ed_dirty = 0;
+        memcpy(tr->ed_pc.buf + in, src, take * sizeof(float));
+        tr->ed_pc.dirty = 0;
 >>>
 
 @ experts_disk.block_gradients_of_block_0
 file: parallel/train_experts_disk.c
 test: ^test_parallel_train_gpt_offload_moe$
 <<<
-    msr_moe_set_block(tr->model->moe, k, tr->ed_buf, tr->ed_grads + (size_t)k * tr->ed_per);
+    float *g = tr->ed_grads != NULL ? tr->ed_grads + (size_t)k * tr->ed_per : NULL;
 ===
-    msr_moe_set_block(tr->model->moe, k, tr->ed_buf, tr->ed_grads);
+    float *g = tr->ed_grads != NULL ? tr->ed_grads : NULL;
 >>>
 
 @ experts_disk.no_turn_prefetch
@@ -5213,12 +5213,59 @@ test: ^test_parallel_train_gpt_offload_moe$
 >>>
 
 @ experts_disk.grads_not_zeroed
+file: parallel/train_experts_disk.c
+test: ^test_parallel_train_gpt_offload_moe$
+<<<
+        memset(tr->ed_grads, 0, (size_t)held(tr) * tr->ed_per * sizeof(float));
+===
+        memset(tr->ed_grads, 0, 0 * (size_t)held(tr) * tr->ed_per * sizeof(float));
+>>>
+
+@ experts_disk.file_grads_not_zeroed
+file: parallel/train_experts_disk.c
+test: ^test_parallel_train_gpt_offload_moe$
+<<<
+    else if (tr->egf != NULL)
+        memset(tr->ed_fresh, 1, (size_t)held(tr));
+===
+    else if (tr->egf != NULL)
+        memset(tr->ed_fresh, 0, (size_t)held(tr));
+>>>
+
+@ experts_disk.file_grads_not_written_back
+file: parallel/train_experts_disk.c
+test: ^test_parallel_train_gpt_offload_moe$
+<<<
+        msr_status_t gst = msr_params_release(tr->egf, (size_t)k, gbuf, 1);
+===
+        msr_status_t gst = msr_params_release(tr->egf, (size_t)k, gbuf, 0);
+>>>
+
+@ experts_disk.file_grads_under_replicas
+file: parallel/train_experts_disk.c
+equivalent: the gradients' offload takes ZeRO 2-3 only (dp_offload.c msr_dp_grads_attach refuses it below), where replicas keep the experts' parameters resident so msr_train_experts_disk is not reached: rep_size is 1 whenever the test is made; it stands for a gradients' offload below ZeRO 2
+<<<
+    int gdisk = tr->cfg.par.grads_offload.mode == MSR_OFFLOAD_DISK && tr->rep_size == 1;
+===
+    int gdisk = tr->cfg.par.grads_offload.mode == MSR_OFFLOAD_DISK;
+>>>
+
+@ experts_disk.file_grads_norm_skipped
 file: parallel/train.c
 test: ^test_parallel_train_gpt_offload_moe$
 <<<
-        memset(tr->ed_grads, 0, msr_moe_count(model->moe) * sizeof(float));
+    if (tr->egf != NULL) { /* read back a block at a time */
 ===
-        memset(tr->ed_grads, 0, 0 * msr_moe_count(model->moe) * sizeof(float));
+    if (tr->egf == NULL && tr->egf != NULL) { /* read back a block at a time */
+>>>
+
+@ plan_offload.experts_grads_store_under_replicas
+file: planner/plan_mem.c
+equivalent: plan_check takes the gradients' offload at ZeRO 2-3 only, where the branch around it is left with replicas: reps is 1 whenever the test is made (as the runtime's experts_disk.file_grads_under_replicas)
+<<<
+        if ((l->offload & MSR_PLAN_OFFLOAD_GRADS) && reps == 1) {
+===
+        if ((l->offload & MSR_PLAN_OFFLOAD_GRADS)) {
 >>>
 
 @ experts_disk.on_under_zero_replicas

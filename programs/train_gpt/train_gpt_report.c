@@ -54,6 +54,18 @@ msr_status_t train_gpt_moe_report(msr_trainer_t *tr, const job_t *job, uint64_t 
     return st;
 }
 
+/* A parameter store's counters and what it keeps, on one line. */
+static void store_line(int rank, const char *what, const msr_params_t *p)
+{
+    const msr_params_stats_t *ps = msr_params_stats(p);
+    fprintf(stderr,
+            "train_gpt: rank %d %s: %llu written, %llu read back, %llu not read ahead; %zu bytes "
+            "resident (%s, %s)\n",
+            rank, what, (unsigned long long)ps->writes, (unsigned long long)ps->reads,
+            (unsigned long long)ps->misses, msr_params_resident(p), msr_params_path(p),
+            msr_params_engine(p));
+}
+
 /* One line per rank: bytes held and where the time went. */
 void train_gpt_report(const msr_trainer_t *tr, const job_t *job)
 {
@@ -83,12 +95,7 @@ void train_gpt_report(const msr_trainer_t *tr, const job_t *job)
     const msr_params_t *po = msr_dp_params_store(tr->dp);
     if (po != NULL) {
         const msr_params_stats_t *ps = msr_params_stats(po);
-        fprintf(stderr,
-                "train_gpt: rank %d parameter offload: %llu written, %llu read back, %llu not "
-                "read ahead; %zu bytes resident (%s, %s)\n",
-                job->rank, (unsigned long long)ps->writes, (unsigned long long)ps->reads,
-                (unsigned long long)ps->misses, msr_params_resident(po), msr_params_path(po),
-                msr_params_engine(po));
+        store_line(job->rank, "parameter offload", po);
         if (ps->restore_peak > 0) /* a resume's: below ZeRO-3 about two blocks */
             fprintf(stderr,
                     "train_gpt: rank %d restore: the parameters' blocks held %llu bytes at most "
@@ -117,15 +124,10 @@ void train_gpt_report(const msr_trainer_t *tr, const job_t *job)
                 job->rank, msr_moe_local_experts(tr->model->moe), tr->cfg.model.moe.experts,
                 eb.params, eb.grads, eb.optim, eb.work);
     }
-    if (tr->epf != NULL) {
-        const msr_params_stats_t *es = msr_params_stats(tr->epf);
-        fprintf(stderr,
-                "train_gpt: rank %d experts' parameter offload: %llu written, %llu read back, "
-                "%llu not read ahead; %zu bytes resident (%s, %s)\n",
-                job->rank, (unsigned long long)es->writes, (unsigned long long)es->reads,
-                (unsigned long long)es->misses, msr_params_resident(tr->epf),
-                msr_params_path(tr->epf), msr_params_engine(tr->epf));
-    }
+    if (tr->epf != NULL)
+        store_line(job->rank, "experts' parameter offload", tr->epf);
+    if (tr->egf != NULL)
+        store_line(job->rank, "experts' gradient offload", tr->egf);
     if (tr->mp != NULL) {
         const msr_mp_stats_t *ms = msr_mp_stats(tr->mp);
         double steps = ms->steps > 0 ? (double)ms->steps : 1.0;

@@ -84,11 +84,11 @@ refuse "grads=disk needs optimizer=disk beside it" "${m[@]}" --offload params,gr
 refuse "'grads=host' is not grads" "${m[@]}" --offload optimizer,grads=host
 refuse "grads named twice" "${m[@]}" --offload optimizer,grads,grads=disk:/g
 refuse "not below ZeRO 2" "${m[@]}" --offload optimizer,grads --fix dp=4,tp=1,pp=1,sp=0,zero=1
-refuse "not under tp, pp, cp, ep" "${m[@]}" --offload optimizer,grads \
+refuse "not under tp, pp or cp" "${m[@]}" --offload optimizer,grads \
     --fix dp=2,tp=2,pp=1,sp=0,zero=2
-refuse "not under tp, pp, cp, ep" "${m[@]}" --offload optimizer,grads \
+refuse "not under tp, pp or cp" "${m[@]}" --offload optimizer,grads \
     --fix dp=2,tp=1,pp=2,sp=0,zero=3
-refuse "not under tp, pp, cp, ep" "${m[@]}" --offload optimizer,grads \
+refuse "not under tp, pp or cp" "${m[@]}" --offload optimizer,grads \
     --fix dp=2,tp=1,pp=1,cp=2,sp=0,zero=2
 for z in 2 3; do
     "$bin/plan_gpt" "${m[@]}" --offload 'grads=disk:/a,b,optimizer=disk:/c' \

@@ -210,4 +210,16 @@ check 4 dp=1,tp=1,pp=4,sp=0,zero=0,recompute=none,micro_batch=1,ep=1,$s=1f1b "${
 pboth --offload-chunk 4096
 check 4 dp=4,tp=1,pp=1,sp=0,zero=1,recompute=none,micro_batch=1,ep=2 "${PO[@]}" --ep 2 \
     --zero 1 --bucket-mb 0.02 --offload-chunk 4096
+# and its experts' gradients in a file of their own under grads=disk
+# where no replica sums them (one process at ZeRO 2; ep 2 x dp 2 at
+# ZeRO 2), resident with replicas (dp 2 at ZeRO 2)
+world=1
+gparams --offload-chunk 4096
+check 4 dp=1,tp=1,pp=1,sp=0,zero=2,recompute=none,micro_batch=2,ep=1 "${GP[@]}" --zero 2 \
+    --offload-chunk 4096
+world=2
+check 4 dp=2,tp=1,pp=1,sp=0,zero=2,recompute=none,micro_batch=1,ep=2 "${GP[@]}" --ep 2 \
+    --zero 2 --bucket-mb 0.02 --offload-chunk 4096
+check 4 dp=2,tp=1,pp=1,sp=0,zero=2,recompute=none,micro_batch=1,ep=1 "${GP[@]}" --zero 2 \
+    --bucket-mb 0.02 --offload-chunk 4096
 echo "ok: $checked layouts, every rank's count equals the plan"

@@ -78,6 +78,24 @@ offload_run ck-async 2 --dp 2 --ep 2 "${PO[@]}" --steps 2 --ckpt-every 1 --ckpt-
 offload_run ck-async 2 --dp 2 --ep 2 --ckpt-every 1 --ckpt-dir "$work/ck" --resume
 cmp -s "$work/ep.log" "$work/ck-async.log" ||
     fail "resumed from an async save: $(diff "$work/ep.log" "$work/ck-async.log" | head -4)"
+# under grads=disk too (ZeRO 2) the experts' gradients go to a file of
+# their own where no replica sums them (ep = dp, or one process): each
+# block read and written back around each backward, read by the norm and
+# the update, all read ahead; with replicas (ep 1 of dp 2) they stay
+G=(--offload "$pdisk,optimizer=disk:$work/off,grads=disk:$work/off" --offload-chunk 4096)
+same one-z2 1 4 --zero 2 -- "${G[@]}"
+same ep-z2 2 2 --dp 2 --ep 2 --zero 2 -- "${G[@]}"
+grep -q "rank 0 experts' gradient offload: 18 written, 32 read back, 0 not read ahead" \
+    "$work/ep-z2-off.out" ||
+    fail "ep-z2-off: the experts' gradients: $(grep "experts'" "$work/ep-z2-off.out")"
+same z2 2 2 --dp 2 --zero 2 --bucket-mb 0.02 -- "${G[@]}"
+! grep -q "experts' gradient offload" "$work/z2-off.out" ||
+    fail "z2-off: the experts' gradients left memory with 2 replicas summing them"
+rm -rf "$work/ck" "$work/ck-g.log"
+offload_run ck-g 2 --dp 2 --ep 2 --zero 2 "${G[@]}" --steps 2 --ckpt-every 2 --ckpt-dir "$work/ck"
+offload_run ck-g 2 --dp 2 --ep 2 --zero 2 "${G[@]}" --ckpt-every 2 --ckpt-dir "$work/ck" --resume
+cmp -s "$work/ep-z2.log" "$work/ck-g.log" ||
+    fail "resumed with the experts' gradients in their file: $(diff "$work/ep-z2.log" "$work/ck-g.log" | head -4)"
 # a block of the experts longer than a checkpoint's piece (2^20 floats:
 # 8 experts of 128 channels, 1,053,696) is saved in two pieces, the
 # second from inside the block, and restored so
