@@ -119,12 +119,14 @@ static const msr_opt_t specs[] = {
              "activations=disk:DIR (with --recompute full): each block's "
              "input in a file per rank under DIR, written after its forward, read back ahead of "
              "its backward; params=disk:DIR (CPU ranks): each block's parameters (under --zero 3 "
-             "the rank's share; a MoE model's experts stay resident) in a file per rank under DIR, "
+             "the rank's share; a MoE model's experts' in a second file where no ZeRO replica "
+             "shares them) in a file per rank under DIR, "
              "read ahead of the block's forward and "
              "backward and dropped after, updated a block at a time; grads=disk:DIR (with "
              "optimizer=disk, --zero 2 or 3, data parallel alone): the rank's gradient shard in a "
              "file per rank under DIR, written as each bucket is reduced, read back in chunks by "
-             "the update; several: comma-separated (none)"),
+             "the update (a MoE model's experts' beside their parameters' file, where no replica "
+             "sums them); several: comma-separated (none)"),
     OPT_INT("offload-chunk", offload_chunk, MSR_OFFLOAD_CHUNK_MIN, MSR_OFFLOAD_CHUNK_MAX,
             "--offload optimizer=disk: bytes per chunk (m and v of chunk/8 elements); "
             "optimizer=host on --device cuda: bytes of gradients a chunk moves; a multiple "
