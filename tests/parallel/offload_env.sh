@@ -21,6 +21,10 @@
 #   without skipped when $work/NAME.log is there), 4 steps bitwise, each of
 #   the N ranks reading each of the 4 blocks ahead (M micro-batches a
 #   step; M 0: not counted), no file left
+#   offload_export_init NAME N ARGS...: --export-safetensors and then
+#   --init-from of that file, 2 steps each on N ranks with ARGS, without
+#   the parameter offload and with it: the same file, the same losses,
+#   losses other than the exporting run's, no file left
 source "$(dirname "${BASH_SOURCE[0]}")/job_env.sh"
 bin="$MSRUN_BUILD/bin"
 job_test_setup
@@ -64,6 +68,25 @@ offload_same() {
     cmp -s "$work/$name.log" "$work/$name-off.log" ||
         fail "$name with the offload differs: $(diff "$work/$name.log" "$work/$name-off.log" | head -4)"
     [[ $m -eq 0 ]] || offload_read_ahead "$name-off" "${n#m}" "$m"
+}
+offload_export_init() {
+    local name=$1 n=$2 o
+    shift 2
+    local -a off=()
+    for o in 0 1; do
+        offload_run "$name-st$o" "$n" "$@" "${off[@]}" --steps 2 \
+            --export-safetensors "$work/$name-st$o.st"
+        offload_run "$name-init$o" "$n" "$@" "${off[@]}" --steps 2 \
+            --init-from "$work/$name-st0.st"
+        off=("${params[@]}")
+    done
+    cmp -s "$work/$name-st0.st" "$work/$name-st1.st" ||
+        fail "$name: --export-safetensors with the offload differs"
+    cmp -s "$work/$name-init0.log" "$work/$name-init1.log" ||
+        fail "$name: --init-from with the offload differs"
+    ! cmp -s "$work/$name-init0.log" "$work/$name-st0.log" ||
+        fail "$name: --init-from gave the exporting run's losses"
+    offload_none_left "$name-init1"
 }
 # Stopped at step 2 and resumed with the offload on then off, off then on:
 # each resumed run's losses bitwise those of run REF. Usage:

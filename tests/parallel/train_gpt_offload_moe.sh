@@ -108,20 +108,7 @@ cmp -s "$work/pc.log" "$work/pc-ck.log" ||
     fail "a block of the experts in two pieces: $(diff "$work/pc.log" "$work/pc-ck.log" | head -4)"
 # --export-safetensors and --init-from read and write the blocks in their
 # files: the same file and the same losses as without the offload
-for o in 0 1; do
-    args=(--dp 2 --ep 2 --steps 2 --export-safetensors "$work/st$o.st")
-    [[ $o -eq 0 ]] || args+=("${params[@]}")
-    offload_run "st$o" 2 "${args[@]}"
-done
-cmp -s "$work/st0.st" "$work/st1.st" || fail "--export-safetensors with the offload differs"
-for o in 0 1; do
-    args=(--dp 2 --ep 2 --steps 2 --init-from "$work/st0.st")
-    [[ $o -eq 0 ]] || args+=("${params[@]}")
-    offload_run "init$o" 2 "${args[@]}"
-done
-cmp -s "$work/init0.log" "$work/init1.log" || fail "--init-from with the offload differs"
-! cmp -s "$work/init0.log" "$work/st0.log" || fail "--init-from: the seed's losses"
-offload_none_left init1
+offload_export_init ep 2 --dp 2 --ep 2
 # a block of the experts changed underneath while the run goes on: the
 # pass that reads it stops the run naming the file and the block (4
 # experts of 4 channels fit a 4 KiB slot of the file)

@@ -155,18 +155,6 @@ scribble "$work/off" offload chunk 1 "${small[@]}" --channels 8 --heads 2 --step
 # --export-safetensors and --init-from read and write the blocks in their
 # file (ZeRO 0 and 3): the same file and the same losses as without
 for z in 0 3; do
-    for o in 0 1; do
-        args=(--dp 2 --zero "$z" --steps 2 --export-safetensors "$work/st$z$o.st")
-        [[ $o -eq 0 ]] || args+=(--offload "$pdisk")
-        offload_run "st$z$o" 2 "${args[@]}"
-        args=(--dp 2 --zero "$z" --steps 2 --init-from "$work/st${z}0.st")
-        [[ $o -eq 0 ]] || args+=(--offload "$pdisk")
-        offload_run "init$z$o" 2 "${args[@]}"
-    done
-    cmp -s "$work/st${z}0.st" "$work/st${z}1.st" || fail "ZeRO $z: the export with the offload differs"
-    cmp -s "$work/init${z}0.log" "$work/init${z}1.log" ||
-        fail "ZeRO $z: --init-from with the offload differs"
-    ! cmp -s "$work/init${z}0.log" "$work/st${z}0.log" || fail "--init-from: the seed's losses"
+    offload_export_init "z$z" 2 --dp 2 --zero "$z"
 done
-offload_none_left init31
 echo "offload: parameters bitwise equal without it (one, 2 micro-batches, dp 2, resumed, exported, initialised)"
