@@ -144,8 +144,6 @@ int64_t msr_plan_search_offload(const msr_plan_model_t *m, msr_plan_precision_t 
         return n;
     int64_t found = n;
     for (int k = 0; k < 7; k++) {
-        if ((modes[k] & MSR_PLAN_OFFLOAD_GRADS) && m->experts > 0)
-            continue; /* the experts' gradients are not offloaded */
         double best = found > 0 ? (*plans_p)[0].t.step_ms : 0;
         int64_t got = try_mode(m, prec, c, q, modes[k], keep, best, plans_p, pruned, why, why_len);
         if (got < 0)

@@ -5081,15 +5081,6 @@ test: ^test_parallel_plan_offload_io$
     double elems = (double)(l.zero >= 1 ? r.shard_elems : r.part_params) + (double)r.expert_optim / 8;
 >>>
 
-@ plan_offload.auto_skips_experts_moments
-file: planner/plan_offload.c
-test: ^test_parallel_plan_offload_io$
-<<<
-        if ((modes[k] & MSR_PLAN_OFFLOAD_GRADS) && m->experts > 0)
-===
-        if ((modes[k] & MSR_PLAN_OFFLOAD_OPTIM) && m->experts > 0)
->>>
-
 @ model.kernels.ring_fold_past_table
 file: parallel/mp_cp.c
 test: ^test_parallel_mp_cp$

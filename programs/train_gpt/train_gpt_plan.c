@@ -420,8 +420,9 @@ static void auto_explain(const options_t *o, const job_t *job, const msr_plan_mo
             ok ? pred : "not a plan: ", ok ? "" : why);
 }
 
-/* No plan: what was refused, what was over the budget, and for --auto
- * without an offload the way to one. Returns the exit status. */
+/* No plan: what was refused, what was over the budget (without an
+ * offload), and for --auto the way to one, or that --offload-dir's did not
+ * help either. Returns the exit status. */
 static int refuse_none(const options_t *o, const job_t *job, const msr_plan_query_t *q,
                        const msr_plan_cluster_t *c, const msr_plan_pruned_t *pr)
 {
@@ -433,9 +434,9 @@ static int refuse_none(const options_t *o, const job_t *job, const msr_plan_quer
         pr->invalid ? pr->first_invalid : "", pr->invalid ? ")" : "", pr->over_memory, c->mem_gib,
         pr->over_memory ? " (the first " : "", pr->over_memory ? pr->first_over : "",
         pr->over_memory ? ")" : "",
-        o->auto_plan && pr->over_memory && o->offload == NULL
-            ? "; --offload-dir DIR lets --auto offload (none given)"
-            : "");
+        !o->auto_plan || pr->over_memory == 0 || o->offload != NULL ? ""
+        : o->offload_dir == NULL ? "; --offload-dir DIR lets --auto offload (none given)"
+                                 : "; nor with any of --offload-dir's offloads");
 }
 
 /* --auto --offload-dir: plan p's offload into o (as --offload would give

@@ -652,9 +652,9 @@ static void test_grads_time(void)
  * store of their own, its buffers what stays (those of a real store of as
  * many elements, to the byte), every chunk of both files moved a step; the
  * update priced on the same elements as without the offload; --offload
- * auto offloads the moments of a MoE model that fits only so, never its
- * experts' parameters or gradients; the parameters' and the gradients'
- * offloads move the experts' where no replica shares them. */
+ * auto offloads the moments of a MoE model that fits only so; the
+ * parameters' and the gradients' offloads move the experts' where no
+ * replica shares them. */
 static void test_experts(void)
 {
     msr_plan_model_t m = {MSR_PLAN_GPT, 4, 128, 4, 4, 512, 256, 64, 8, 2, 2, 1.25};
@@ -765,6 +765,54 @@ static void test_experts(void)
     MSR_CHECK_MSG(f.off == MSR_PLAN_OFFLOAD_OPTIM, "offload %d", f.off);
 }
 
+/* --offload auto for a MoE model that fits only with everything on disk
+ * (ep = dp: no replica shares the experts, so their parameters and
+ * gradients go to their files too): the gradients' mode is chosen, and
+ * with its I/O priced, the experts' blocks among what it moves. */
+static void test_auto_experts_grads(void)
+{
+    msr_plan_model_t m = {MSR_PLAN_GPT, 8, 128, 4, 4, 512, 256, 64, 8, 1, 2, 1.25};
+    msr_plan_layout_t l = layout(2, 1, 2, MSR_PLAN_RC_FULL, 2, 1);
+    l.ep = 2;
+    l.offload_chunk = 4096;
+    l.offload = MSR_PLAN_OFFLOAD_OPTIM | MSR_PLAN_OFFLOAD_ACTS | MSR_PLAN_OFFLOAD_PARAMS;
+    char why[256] = "";
+    MSR_CHECK_MSG(msr_plan_check(&m, &l, why, sizeof why) == 0, "%s", why);
+    uint64_t p_three = msr_plan_peak(&m, &l, MSR_PLAN_FP32, NULL);
+    l.offload |= MSR_PLAN_OFFLOAD_GRADS;
+    MSR_CHECK_MSG(msr_plan_check(&m, &l, why, sizeof why) == 0, "%s", why);
+    uint64_t p_all = msr_plan_peak(&m, &l, MSR_PLAN_FP32, NULL);
+    msr_plan_rank_t r;
+    msr_plan_rank(&m, &l, MSR_PLAN_FP32, 0, &r);
+    /* the experts' gradients are a store's buffers, not 4 bytes each of
+     * the 4 experts a rank holds in each of the 4 MoE blocks */
+    MSR_CHECK(r.expert_grads > 0 && r.expert_grads == r.expert_params);
+    MSR_CHECK(r.expert_grads < 4 * 4 * 4 * (8 * 128 * 128 + 5 * 128)); /* 8C^2 + 5C an expert */
+    MSR_CHECK_MSG(p_all < p_three, "%" PRIu64 " against %" PRIu64, p_all, p_three);
+    msr_plan_cluster_t c;
+    msr_plan_cluster_default(&c);
+    c.mem_gib = (double)p_all / (1024.0 * 1024.0 * 1024.0);
+    msr_plan_query_t q = auto_query(2, 4, 2, 2);
+    q.fix[MSR_PLAN_FIX_EP] = 2;
+    auto_first_t f;
+    if (auto_first(&m, &c, &q, &f) != 0)
+        return;
+    MSR_CHECK_MSG(f.off & MSR_PLAN_OFFLOAD_GRADS, "offload %d", f.off);
+    /* what it moves counts the experts' two files */
+    msr_plan_t *plans = NULL;
+    msr_plan_pruned_t pr;
+    MSR_CHECK(msr_plan_search_offload(&m, MSR_PLAN_FP32, &c, &q, 0, &plans, &pr, why, sizeof why) >
+              0);
+    if (plans == NULL)
+        return;
+    msr_plan_rank_t a;
+    msr_plan_layout_t pl = plans[0].l;
+    msr_plan_rank(&m, &pl, MSR_PLAN_FP32, 0, &a);
+    MSR_CHECK(a.offload_eparam_r > 0 && a.offload_eparam_w > 0);
+    MSR_CHECK(f.moved > a.offload_eparam_r + a.offload_eparam_w);
+    free(plans);
+}
+
 static const msr_test_t tests[] = {
     {"disk_keys", test_disk_keys, 10},
     {"optim_bytes_real", test_optim_bytes_real, 30},
@@ -779,6 +827,7 @@ static const msr_test_t tests[] = {
     {"grads_time", test_grads_time, 10},
     {"auto_grads", test_auto_grads, 30},
     {"experts", test_experts, 30},
+    {"auto_experts_grads", test_auto_experts_grads, 30},
 };
 
 int main(int argc, char **argv)

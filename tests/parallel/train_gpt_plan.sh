@@ -220,6 +220,27 @@ grep -q "^train_gpt: rank 0 zero 2: .* grads $((3 * 65536 + 5 * ((3233280 + 1638
     "$work/err" || fail "--auto --offload-dir: the gradient shard not offloaded: $(cat "$work/err")"
 grep -q "^step 1 loss" "$work/out" || fail "--auto --offload-dir, ZeRO 2: no step: $(cat "$work/out")"
 [[ -z "$(ls -A "$work/off")" ]] || fail "--auto --offload-dir left $(ls "$work/off")"
+# a MoE model in one process (no replica shares its experts) on 0.025
+# GiB: --auto adds the gradients' mode, the experts' parameters and
+# gradients go to their files beside the blocks' (each of the 8 MoE blocks
+# written at the start and by the update, read for the forward, the
+# backward and the update), and it trains; on 0.01 GiB not even that fits
+sed 's/^mem_gib = .*/mem_gib = 0.025/' "$work/cluster" >"$work/c25"
+moe=(--layers 8 --channels 128 --heads 4 --seq 32 --global-batch 2 --steps 1 --experts 4
+    --moe-every 1 --zero 2 --auto --offload-dir "$work/off" --offload-chunk 65536)
+timeout 60 "$bin/train_gpt" "${moe[@]}" --cluster "$work/c25" --report >"$work/out" 2>"$work/err" ||
+    fail "--auto --offload-dir, MoE: $(cat "$work/err")"
+grep -q "^train_gpt: --auto: offload: optimizer,params,grads (--offload optimizer=disk:$work/off,params=disk:$work/off,grads=disk:$work/off): no layout fits in 0.025 GiB per rank without it" \
+    "$work/err" || fail "--auto --offload-dir, MoE: not the gradients': $(cat "$work/err")"
+for what in parameter gradient; do
+    grep -q "^train_gpt: rank 0 experts' $what offload: 16 written, 24 read back, 0 not read ahead" \
+        "$work/err" || fail "--auto --offload-dir, MoE: the experts' ${what}s: $(cat "$work/err")"
+done
+grep -q "^step 1 loss" "$work/out" || fail "--auto --offload-dir, MoE: no step: $(cat "$work/out")"
+[[ -z "$(ls -A "$work/off")" ]] || fail "--auto --offload-dir left $(ls "$work/off")"
+sed 's/^mem_gib = .*/mem_gib = 0.01/' "$work/cluster" >"$work/c10"
+refuse "over 0.01 GiB per rank .*; nor with any of --offload-dir's offloads" "${moe[@]}" \
+    --cluster "$work/c10"
 refuse "--calibrate measures and exits" --calibrate "$work/c" --auto
 refuse "not with --device cuda" --auto --device cuda
 refuse "the job's 1 ranks do not divide into dp 2" --auto --dp 2
