@@ -416,6 +416,13 @@ void msr_dp_memory(const msr_dp_t *dp, msr_dp_memory_t *mem);
  * (offload.h, offload_params.h), MSR_ERR_NO_MEMORY. */
 msr_status_t msr_dp_offload_hold(msr_dp_t *dp, int read, int moments);
 msr_status_t msr_dp_offload_drop(msr_dp_t *dp, int write);
+/* n parameters from src over flat elements [lo, lo + n) (below ZeRO-3):
+ * in the flat buffer, or after msr_dp_offload_hold with read 0 into the
+ * block of their file that holds them, a block at a time as a restore
+ * fills them (a block entered for the first time starts as zeros).
+ * Errors: the store's (offload_params.h), MSR_ERR_INVALID_ARG for a range
+ * outside the flat buffer (or none: ZeRO-3). */
+msr_status_t msr_dp_params_fill(msr_dp_t *dp, size_t lo, size_t n, const float *src);
 /* The moments of shard elements [moff, moff + n) into m and v (n floats
  * each, the caller's): from the file a chunk at a time when they are
  * offloaded and not held, else from opt->m and opt->v. Errors: the

@@ -296,6 +296,17 @@ msr_status_t msr_dp_params_load(msr_dp_t *dp, size_t lo, size_t n, const float *
     return MSR_OK;
 }
 
+msr_status_t msr_dp_params_fill(msr_dp_t *dp, size_t lo, size_t n, const float *src)
+{
+    if (dp->pload_buf != NULL && dp->pz_off == NULL)
+        return msr_dp_params_load(dp, lo, n, src);
+    if (dp->model->params == NULL || lo > dp->model->num_params || n > dp->model->num_params - lo)
+        return msr_err(MSR_ERR_INVALID_ARG, "dp: flat parameters [%zu, %zu) of %zu", lo, lo + n,
+                       dp->model->params != NULL ? dp->model->num_params : 0);
+    memcpy(dp->model->params + lo, src, n * sizeof(float));
+    return MSR_OK;
+}
+
 msr_status_t msr_dp_params_load_shard(msr_dp_t *dp, size_t s, size_t n, const float *src)
 {
     size_t L = (size_t)dp->pnb, lo = dp->pz_off[0], hi = dp->pz_off[L], e = s + n;

@@ -251,24 +251,34 @@ msr_train_expert_bytes_t msr_trainer_expert_bytes(const msr_trainer_t *tr);
  * the group calls it, between steps). Errors: the communicator's. */
 msr_status_t msr_trainer_experts_whole(msr_trainer_t *tr, float *out);
 
-/* For a load of the experts' parameters from elsewhere (--init-from),
- * below ZeRO-3 with replicas: load_begin gives the store to write
- * (msr_moe_params's layout; with the parameters in their file, the
- * blocks read into a buffer of the trainer's), load_end puts it in
- * place (write 1: every block written back to the file; 0: dropped) and
- * frees the buffer. Errors: the store's (offload_params.h),
- * MSR_ERR_NO_MEMORY. */
 /* The blocks' parameters under their disk offload held in the model's
- * buffers (the flat buffer; ZeRO-3: the shard) for a caller that reads or
- * writes them there whole (--export-safetensors, --init-from): hold reads
+ * buffers (the flat buffer; ZeRO-3: the shard) for a caller that reads
+ * them there whole (--export-safetensors): hold reads
  * them from their file, drop writes them back (write 1) and gives the
  * memory back. Nothing without the offload. Errors: the store's
  * (offload_params.h), MSR_ERR_NO_MEMORY. */
 msr_status_t msr_trainer_blocks_hold(msr_trainer_t *tr);
 msr_status_t msr_trainer_blocks_drop(msr_trainer_t *tr, int write);
 
-msr_status_t msr_trainer_experts_load_begin(msr_trainer_t *tr, float **params_p);
-msr_status_t msr_trainer_experts_load_end(msr_trainer_t *tr, int write);
+/* --init-from's writes, never holding the offloaded blocks whole:
+ * fill_begin readies the blocks' restore path (a block of the flat
+ * parameters at a time, msr_dp_offload_hold with read 0; ZeRO-3's shard
+ * then loads through msr_dp_load_piece as a restore's); fill writes n
+ * floats from src over elements [lo, lo + n) of the flat parameters
+ * (experts 0, below ZeRO-3) or of the experts' (experts 1, msr_moe_params's
+ * layout, but ZeRO-3's shards with replicas): in place, or into the block
+ * of their file that holds them, one block held (a block entered for the
+ * first time starts as zeros: every element is expected to be written);
+ * fill_through says whether they go through a file (for a caller that
+ * reads the source into a buffer of its own first); fill_end writes the
+ * last blocks back (write 1; 0: they are dropped) and reads ahead what
+ * the next forward reads first. Only copies without the offload. Errors:
+ * the stores' (offload_params.h), MSR_ERR_NO_MEMORY. */
+msr_status_t msr_trainer_fill_begin(msr_trainer_t *tr);
+int msr_trainer_fill_through(const msr_trainer_t *tr, int experts);
+msr_status_t msr_trainer_fill(msr_trainer_t *tr, int experts, size_t lo, size_t n,
+                              const float *src);
+msr_status_t msr_trainer_fill_end(msr_trainer_t *tr, int write);
 
 /* All parameters (P floats) into out; collective under ZeRO-3. */
 msr_status_t msr_trainer_params(msr_trainer_t *tr, float *out);

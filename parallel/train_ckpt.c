@@ -14,6 +14,7 @@
 #include "model/err_call.h"
 #include "model/moe.h"
 #include "msrun/checkpoint.h"
+#include "parallel/offload_params.h"
 
 static int range_push(range_list_t *l, msr_tckpt_range_t x, size_t moff, int experts, size_t es)
 {
@@ -103,6 +104,40 @@ msr_status_t msr_trainer_blocks_hold(msr_trainer_t *tr)
 msr_status_t msr_trainer_blocks_drop(msr_trainer_t *tr, int write)
 {
     return msr_dp_offload_drop(tr->dp, write);
+}
+
+msr_status_t msr_trainer_fill_begin(msr_trainer_t *tr)
+{
+    return msr_dp_offload_hold(tr->dp, 0, 0);
+}
+
+int msr_trainer_fill_through(const msr_trainer_t *tr, int experts)
+{
+    return experts ? tr->epf != NULL : msr_dp_params_block_floats(tr->dp) > 0;
+}
+
+msr_status_t msr_trainer_fill(msr_trainer_t *tr, int experts, size_t lo, size_t n, const float *src)
+{
+    if (experts && tr->epf != NULL)
+        return msr_train_experts_disk_load(tr, lo, n, src);
+    if (!experts)
+        return msr_dp_params_fill(tr->dp, lo, n, src);
+    memcpy(msr_moe_params(tr->model->moe) + lo, src, n * sizeof(float));
+    return MSR_OK;
+}
+
+msr_status_t msr_trainer_fill_end(msr_trainer_t *tr, int write)
+{
+    msr_status_t st = MSR_OK;
+    if (tr->epf != NULL) {
+        if (!write)
+            tr->ed_pc.dirty = 0; /* the block it was filling: dropped */
+        st = msr_train_experts_cursor_end(tr);
+        if (st == MSR_OK && write) /* the next forward's first block */
+            st = msr_params_prefetch(tr->epf, 0);
+    }
+    msr_status_t dst = msr_dp_offload_drop(tr->dp, write);
+    return st != MSR_OK ? st : dst;
 }
 
 /* Writes the moments of l's offloaded ranges over their places in payload

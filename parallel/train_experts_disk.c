@@ -373,26 +373,3 @@ void msr_train_experts_drop(msr_trainer_t *tr)
     msr_free(tr->ed_hold);
     tr->ed_hold = NULL;
 }
-
-msr_status_t msr_trainer_experts_load_begin(msr_trainer_t *tr, float **params_p)
-{
-    *params_p = msr_moe_params(tr->model->moe);
-    if (tr->epf == NULL)
-        return MSR_OK;
-    msr_status_t st = msr_train_experts_hold(tr);
-    *params_p = tr->ed_hold;
-    return st;
-}
-
-msr_status_t msr_trainer_experts_load_end(msr_trainer_t *tr, int write)
-{
-    msr_status_t st = MSR_OK;
-    if (tr->epf == NULL || tr->ed_hold == NULL)
-        return MSR_OK;
-    for (int k = 0; write && k < held(tr) && st == MSR_OK; k++)
-        st = msr_params_put(tr->epf, (size_t)k, tr->ed_hold + (size_t)k * tr->ed_per);
-    msr_train_experts_drop(tr);
-    if (st == MSR_OK && write) /* the next forward's first block */
-        st = msr_params_prefetch(tr->epf, 0);
-    return st;
-}

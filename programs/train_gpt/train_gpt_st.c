@@ -186,13 +186,29 @@ static msr_status_t for_runs(const msr_gpt_tensor_t *t, run_fn fn, void *arg)
 typedef struct load_arg {
     const msr_st_file_t *f;
     const msr_st_tensor_t *st;
-    float *dst; /* the local tensor's first element */
+    float *dst; /* the local tensor's first element, or NULL: through tr */
+    msr_trainer_t *tr;
+    int experts;   /* an expert's tensor (msr_trainer_fill's experts) */
+    size_t offset; /* the local tensor's first element's, for the fill */
+    float *buf;    /* LOAD_PIECE floats, for the fill */
 } load_arg_t;
+
+/* What a load through the trainer reads from the file at once. */
+#define LOAD_PIECE ((size_t)1 << 18)
 
 static msr_status_t load_run(void *arg, size_t lo, uint64_t first, uint64_t n)
 {
     load_arg_t *a = arg;
-    return msr_st_read_f32(a->f, a->st, first, n, a->dst + lo);
+    if (a->dst != NULL)
+        return msr_st_read_f32(a->f, a->st, first, n, a->dst + lo);
+    msr_status_t st = MSR_OK;
+    for (uint64_t at = 0; at < n && st == MSR_OK; at += LOAD_PIECE) {
+        size_t c = (size_t)MSR_MIN(n - at, (uint64_t)LOAD_PIECE);
+        st = msr_st_read_f32(a->f, a->st, first + at, c, a->buf);
+        if (st == MSR_OK)
+            st = msr_trainer_fill(a->tr, a->experts, a->offset + lo + (size_t)at, c, a->buf);
+    }
+    return st;
 }
 
 /* Every tensor of the whole model is in f with its shape and a dtype we
@@ -262,38 +278,40 @@ static msr_status_t load_expert_shards(msr_trainer_t *tr, const msr_gpt_tensor_t
     return st;
 }
 
-/* This rank's slices of every tensor it holds, out of f. */
+/* This rank's slices of every tensor it holds, out of f: in place, or
+ * where the offloads keep them (msr_trainer_fill, a piece at a time),
+ * between msr_trainer_fill_begin and _end. */
 static int load_slices(msr_trainer_t *tr, const msr_st_file_t *f, const char *path)
 {
     const msr_gpt_t *m = tr->model;
     int n_flat = m->num_tensors, n_exp = 0;
     const msr_gpt_tensor_t *experts = m->moe != NULL ? msr_moe_tensors(m->moe, &n_exp) : NULL;
-    float *ebase = NULL; /* the experts' store, or their file's blocks held for the load */
-    msr_status_t hst = n_exp > 0 && !tr->ez ? msr_trainer_experts_load_begin(tr, &ebase) : MSR_OK;
-    if (hst != MSR_OK) {
-        fprintf(stderr, "train_gpt: --init-from %s: %s\n", path, msr_err_msg_or(hst));
-        return -1;
-    }
-    for (int i = m->params != NULL ? 0 : n_flat; i < n_flat + n_exp; i++) {
-        const msr_gpt_tensor_t *t = i < n_flat ? &m->tensors[i] : &experts[i - n_flat];
-        float *base = i < n_flat ? m->params : ebase;
-        char name[MSR_ST_NAME_MAX + 1];
-        file_name(&m->cfg, t->name, name, sizeof name);
-        load_arg_t a = {f, msr_st_find(f, name), base + t->offset};
-        msr_err_clear();
-        msr_status_t st =
-            i >= n_flat && tr->ez ? load_expert_shards(tr, t, f, a.st) : for_runs(t, load_run, &a);
-        if (st != MSR_OK) {
-            fprintf(stderr, "train_gpt: --init-from %s: %s\n", path, msr_err_msg_or(st));
-            if (n_exp > 0 && !tr->ez)
-                (void)msr_trainer_experts_load_end(tr, 0);
+    float *buf = NULL;
+    if (msr_trainer_fill_through(tr, 0) || msr_trainer_fill_through(tr, 1)) {
+        if ((buf = msr_malloc(LOAD_PIECE * sizeof *buf)) == NULL) {
+            fprintf(stderr, "train_gpt: --init-from %s: out of memory\n", path);
             return -1;
         }
     }
-    if (n_exp > 0 && !tr->ez && (hst = msr_trainer_experts_load_end(tr, 1)) != MSR_OK) {
-        fprintf(stderr, "train_gpt: --init-from %s: %s\n", path, msr_err_msg_or(hst));
-        return -1;
+    for (int i = m->params != NULL ? 0 : n_flat; i < n_flat + n_exp; i++) {
+        int ex = i >= n_flat;
+        const msr_gpt_tensor_t *t = ex ? &experts[i - n_flat] : &m->tensors[i];
+        float *base = ex ? msr_moe_params(m->moe) : m->params;
+        char name[MSR_ST_NAME_MAX + 1];
+        file_name(&m->cfg, t->name, name, sizeof name);
+        int through = msr_trainer_fill_through(tr, ex);
+        load_arg_t a = {
+            f, msr_st_find(f, name), through ? NULL : base + t->offset, tr, ex, t->offset, buf};
+        msr_err_clear();
+        msr_status_t st =
+            ex && tr->ez ? load_expert_shards(tr, t, f, a.st) : for_runs(t, load_run, &a);
+        if (st != MSR_OK) {
+            fprintf(stderr, "train_gpt: --init-from %s: %s\n", path, msr_err_msg_or(st));
+            msr_free(buf);
+            return -1;
+        }
     }
+    msr_free(buf);
     return 0;
 }
 
@@ -354,15 +372,15 @@ int train_gpt_st_init(msr_trainer_t *tr, const job_t *job, msr_comm_t *comm, con
     else if (st != MSR_OK)
         fprintf(stderr, "train_gpt: --init-from: %s\n", msr_err_msg_or(st));
     int bad = st != MSR_OK || check_file(f, &nm, path) != 0;
-    /* the blocks' parameters out of their file, if there, for the load to
-     * write over; written back after it */
-    msr_status_t hst = bad ? MSR_OK : msr_trainer_blocks_hold(tr);
+    /* the blocks in their files filled a block at a time, as a restore
+     * fills them (never held whole) */
+    msr_status_t hst = bad ? MSR_OK : msr_trainer_fill_begin(tr);
     if (hst != MSR_OK)
         fprintf(stderr, "train_gpt: --init-from %s: %s\n", path, msr_err_msg_or(hst));
     int failed = bad || hst != MSR_OK || load_slices(tr, f, path) != 0;
     if (tr->model->params == NULL && load_owned(tr, f, path, failed) != 0)
         failed = 1;
-    if ((hst = msr_trainer_blocks_drop(tr, !failed)) != MSR_OK && !failed) {
+    if ((hst = msr_trainer_fill_end(tr, !failed)) != MSR_OK && !failed) {
         fprintf(stderr, "train_gpt: --init-from %s: %s\n", path, msr_err_msg_or(hst));
         failed = 1;
     }

@@ -24,7 +24,8 @@
 #   offload_export_init NAME N ARGS...: --export-safetensors and then
 #   --init-from of that file, 2 steps each on N ranks with ARGS, without
 #   the parameter offload and with it: the same file, the same losses,
-#   losses other than the exporting run's, no file left
+#   losses other than the exporting run's, no file left; the init with it
+#   filled the blocks one at a time (offload_restore_bounded's 1 block)
 source "$(dirname "${BASH_SOURCE[0]}")/job_env.sh"
 bin="$MSRUN_BUILD/bin"
 job_test_setup
@@ -76,7 +77,7 @@ offload_export_init() {
     for o in 0 1; do
         offload_run "$name-st$o" "$n" "$@" "${off[@]}" --steps 2 \
             --export-safetensors "$work/$name-st$o.st"
-        offload_run "$name-init$o" "$n" "$@" "${off[@]}" --steps 2 \
+        offload_run "$name-init$o" "$n" "$@" "${off[@]}" --steps 2 --report \
             --init-from "$work/$name-st0.st"
         off=("${params[@]}")
     done
@@ -87,6 +88,7 @@ offload_export_init() {
     ! cmp -s "$work/$name-init0.log" "$work/$name-st0.log" ||
         fail "$name: --init-from gave the exporting run's losses"
     offload_none_left "$name-init1"
+    offload_restore_bounded "$name-init1" 1
 }
 # Stopped at step 2 and resumed with the offload on then off, off then on:
 # each resumed run's losses bitwise those of run REF. Usage:
