@@ -251,6 +251,16 @@ msr_train_expert_bytes_t msr_trainer_expert_bytes(const msr_trainer_t *tr);
  * the group calls it, between steps). Errors: the communicator's. */
 msr_status_t msr_trainer_experts_whole(msr_trainer_t *tr, float *out);
 
+/* The experts' parameters of elements [s, s + n) (msr_moe_params's
+ * layout, below ZeRO-3 with replicas) handed to fn a span at a time, in
+ * order: in place, or with them in their file (params=disk) a block's
+ * read through its store into blk->buf (block_floats floats, 0 without
+ * the file; blk->k SIZE_MAX at first: a block read once for the spans
+ * that fall in it). Errors: fn's, the store's (offload_params.h). */
+size_t msr_trainer_experts_block_floats(const msr_trainer_t *tr);
+msr_status_t msr_trainer_experts_spans(msr_trainer_t *tr, size_t s, size_t n, msr_dp_blk_t *blk,
+                                       msr_dp_span_fn fn, void *arg);
+
 /* The blocks' parameters under their disk offload held in the model's
  * buffers (the flat buffer; ZeRO-3: the shard) for a caller that reads
  * them there whole (--export-safetensors): hold reads

@@ -334,6 +334,19 @@ msr_status_t msr_train_experts_spans(msr_trainer_t *tr, size_t s, size_t n, msr_
     return st;
 }
 
+size_t msr_trainer_experts_block_floats(const msr_trainer_t *tr)
+{
+    return tr->epf != NULL ? tr->ed_per : 0;
+}
+
+msr_status_t msr_trainer_experts_spans(msr_trainer_t *tr, size_t s, size_t n, msr_dp_blk_t *blk,
+                                       msr_dp_span_fn fn, void *arg)
+{
+    if (tr->epf == NULL)
+        return fn(arg, msr_moe_params(tr->model->moe) + s, n);
+    return msr_train_experts_spans(tr, s, n, blk, fn, arg);
+}
+
 msr_status_t msr_train_experts_disk_load(msr_trainer_t *tr, size_t s, size_t n, const float *src)
 {
     size_t per = tr->ed_per, e = s + n;

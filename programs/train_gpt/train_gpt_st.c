@@ -401,30 +401,66 @@ int train_gpt_st_init(msr_trainer_t *tr, const job_t *job, msr_comm_t *comm, con
 
 /* ---- --export-safetensors ---- */
 
+/* Where an export reads a rank's parameters: the flat ones at params
+ * and the experts' at experts, in place (gathered, or resident); or,
+ * where params (experts) is NULL, through the trainer a span at a time
+ * out of the blocks in their file (blk, eblk: a block each). */
+typedef struct export_src {
+    msr_trainer_t *tr;
+    const float *params, *experts;
+    msr_dp_blk_t blk, eblk;
+} export_src_t;
+
 typedef struct save_arg {
     msr_st_writer_t *w;
     int k; /* the tensor's index in the file */
     const float *src;
+    export_src_t *from; /* src NULL: through it, at offset */
+    int experts;
+    size_t offset;
+    uint64_t at; /* the next span's first element in the file's tensor */
 } save_arg_t;
+
+static msr_status_t save_span(void *arg, const float *p, size_t n)
+{
+    save_arg_t *a = arg;
+    msr_status_t st = msr_st_write_f32(a->w, a->k, a->at, n, p);
+    a->at += n;
+    return st;
+}
 
 static msr_status_t save_run(void *arg, size_t lo, uint64_t first, uint64_t n)
 {
     save_arg_t *a = arg;
-    return msr_st_write_f32(a->w, a->k, first, n, a->src + lo);
+    if (a->src != NULL)
+        return msr_st_write_f32(a->w, a->k, first, n, a->src + lo);
+    export_src_t *f = a->from;
+    a->at = first;
+    return a->experts
+               ? msr_trainer_experts_spans(f->tr, a->offset + lo, (size_t)n, &f->eblk, save_span, a)
+               : msr_dp_params_spans(f->tr->dp, f->tr->model->params + a->offset + lo, (size_t)n,
+                                     &f->blk, save_span, a);
 }
 
-/* Writes tensors t[0..n) (their elements at base) into w where nm places
- * them. */
+/* Writes tensors t[0..n) into w where nm places them: their elements at
+ * base, or (base NULL) read from f (the experts' if experts, else the
+ * flat ones). */
 static msr_status_t write_tensors(const msr_gpt_config_t *cfg, const msr_gpt_tensor_t *t, int n,
-                                  const float *base, const names_t *nm, msr_st_writer_t *w,
-                                  int tp_rank)
+                                  const float *base, export_src_t *f, int experts,
+                                  const names_t *nm, msr_st_writer_t *w, int tp_rank)
 {
     for (int i = 0; i < n; i++) {
         if (t[i].tp_replicated ? tp_rank != 0 : !t[i].tp_first)
             continue; /* held by several tp ranks: written by the first */
         char name[MSR_ST_NAME_MAX + 1];
         file_name(cfg, t[i].name, name, sizeof name);
-        save_arg_t a = {w, names_find(nm, name), base + t[i].offset};
+        save_arg_t a = {w,
+                        names_find(nm, name),
+                        base != NULL ? base + t[i].offset : NULL,
+                        f,
+                        experts,
+                        t[i].offset,
+                        0};
         msr_status_t st = for_runs(&t[i], save_run, &a);
         if (st != MSR_OK)
             return st;
@@ -438,20 +474,32 @@ static msr_status_t write_tensors(const msr_gpt_config_t *cfg, const msr_gpt_ten
  * each head's), a MoE model's experts from the first rank of each
  * replica group that holds them (context-parallel rank 0). */
 static msr_status_t write_slices(const msr_trainer_t *tr, const names_t *nm, msr_st_writer_t *w,
-                                 const float *params, const float *experts)
+                                 export_src_t *f)
 {
     const msr_mesh_t *mesh = tr->mesh;
     int tp_rank = mesh != NULL ? mesh->tp_rank : 0, cp0 = mesh == NULL || mesh->cp_rank == 0;
     msr_status_t st = MSR_OK;
     if (cp0 && (mesh == NULL || mesh->dp_rank == 0))
-        st = write_tensors(&tr->cfg.model, tr->model->tensors, tr->model->num_tensors, params, nm,
-                           w, tp_rank);
+        st = write_tensors(&tr->cfg.model, tr->model->tensors, tr->model->num_tensors, f->params, f,
+                           0, nm, w, tp_rank);
     if (st == MSR_OK && tr->model->moe != NULL && cp0 && tr->rep_rank == 0) {
         int n;
         const msr_gpt_tensor_t *t = msr_moe_tensors(tr->model->moe, &n);
-        st = write_tensors(&tr->cfg.model, t, n, experts, nm, w, 0);
+        st = write_tensors(&tr->cfg.model, t, n, f->experts, f, 1, nm, w, 0);
     }
     return st;
+}
+
+/* The buffers of f's reads through the trainer: a block of each file. */
+static msr_status_t export_bufs(export_src_t *f)
+{
+    size_t bn = f->params == NULL ? msr_dp_params_block_floats(f->tr->dp) : 0;
+    size_t en = f->experts == NULL ? msr_trainer_experts_block_floats(f->tr) : 0;
+    if (bn > 0 && (f->blk.buf = msr_malloc(bn * sizeof(float))) == NULL)
+        return msr_err(MSR_ERR_NO_MEMORY, "out of memory for a block of the parameters");
+    if (en > 0 && (f->eblk.buf = msr_malloc(en * sizeof(float))) == NULL)
+        return msr_err(MSR_ERR_NO_MEMORY, "out of memory for a block of the experts");
+    return MSR_OK;
 }
 
 int train_gpt_st_export(msr_trainer_t *tr, const job_t *job, msr_comm_t *comm, const char *path)
@@ -459,25 +507,35 @@ int train_gpt_st_export(msr_trainer_t *tr, const job_t *job, msr_comm_t *comm, c
     names_t nm = {NULL, 0};
     msr_st_writer_t *w = NULL;
     float *gathered = NULL, *gathered_experts = NULL;
-    const float *params = tr->model->params;
-    int rc = 1;
+    /* below ZeRO-3 the blocks in their file are read a block at a time
+     * (NULL: through the trainer), as are the experts' in theirs */
+    export_src_t from = {tr,
+                         msr_dp_params_block_floats(tr->dp) > 0 ? NULL : tr->model->params,
+                         NULL,
+                         {NULL, SIZE_MAX, 0},
+                         {NULL, SIZE_MAX, 0}};
+    int rc = 1, held = tr->model->params == NULL;
     msr_err_clear();
     msr_status_t st = model_names(&tr->cfg.model, &nm);
-    if (st == MSR_OK) /* the blocks' parameters out of their file, if there */
+    if (st == MSR_OK && held) { /* ZeRO-3: the shard's blocks in, then gathered */
         st = msr_trainer_blocks_hold(tr);
-    if (st == MSR_OK && params == NULL) { /* ZeRO-3: gathered for the export */
-        gathered = msr_malloc(tr->model->num_params * sizeof *gathered + 1);
-        st = gathered == NULL ? MSR_ERR_NO_MEMORY : msr_trainer_params(tr, gathered);
-        params = gathered;
+        gathered = st == MSR_OK ? msr_malloc(tr->model->num_params * sizeof *gathered + 1) : NULL;
+        st = st != MSR_OK       ? st
+             : gathered == NULL ? MSR_ERR_NO_MEMORY
+                                : msr_trainer_params(tr, gathered);
+        from.params = gathered;
     }
-    const float *experts = tr->model->moe != NULL ? msr_moe_params(tr->model->moe) : NULL;
-    if (st == MSR_OK && (tr->ez || tr->epf != NULL)) { /* shards or a file's: gathered too */
+    if (tr->model->moe != NULL && tr->epf == NULL)
+        from.experts = msr_moe_params(tr->model->moe);
+    if (st == MSR_OK && tr->ez) { /* ZeRO-3's shards with replicas: gathered */
         size_t ec = msr_moe_count(tr->model->moe);
         gathered_experts = msr_malloc(ec * sizeof(float) + 1);
         st = gathered_experts == NULL ? MSR_ERR_NO_MEMORY
                                       : msr_trainer_experts_whole(tr, gathered_experts);
-        experts = gathered_experts;
+        from.experts = gathered_experts;
     }
+    if (st == MSR_OK)
+        st = export_bufs(&from);
     /* rank 0 lays the file out first; the others open what it made */
     if (st == MSR_OK && job->rank == 0)
         st = msr_st_writer_open(path, nm.t, nm.n, 1, &w);
@@ -486,7 +544,7 @@ int train_gpt_st_export(msr_trainer_t *tr, const job_t *job, msr_comm_t *comm, c
     if (job->rank != 0)
         st = msr_st_writer_open(path, nm.t, nm.n, 0, &w);
     if (st == MSR_OK)
-        st = write_slices(tr, &nm, w, params, experts);
+        st = write_slices(tr, &nm, w, &from);
     if (st == MSR_OK && job->rank != 0) {
         st = msr_st_writer_close(w, 0); /* durable before rank 0 commits */
         w = NULL;
@@ -515,8 +573,10 @@ out:
         msr_st_writer_close(w, 0);
     msr_free(gathered);
     msr_free(gathered_experts);
+    msr_free(from.blk.buf);
+    msr_free(from.eblk.buf);
     msr_free(nm.t);
-    if (msr_trainer_blocks_drop(tr, 0) != MSR_OK && rc == 0) {
+    if (held && msr_trainer_blocks_drop(tr, 0) != MSR_OK && rc == 0) {
         fprintf(stderr, "train_gpt: --export-safetensors %s: %s\n", path, msr_last_error());
         rc = 1;
     }
@@ -587,7 +647,7 @@ static msr_status_t write_grads(const msr_trainer_t *tr, const char *path, doubl
         st = msr_st_writer_open(path, nm.t, nm.n, 1, &w);
     if (st == MSR_OK)
         st = write_tensors(&tr->cfg.model, tr->model->tensors, tr->model->num_tensors,
-                           tr->model->grads, &nm, w, 0);
+                           tr->model->grads, NULL, 0, &nm, w, 0);
     float lossf = (float)loss;
     if (st == MSR_OK)
         st = msr_st_write_f32(w, nm.n - 1, 0, 1, &lossf);
