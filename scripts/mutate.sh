@@ -5194,15 +5194,6 @@ test: ^test_parallel_train_gpt_offload_moe$
         st = fn(arg, blk->buf, take);
 >>>
 
-@ experts_disk.init_not_put_back
-file: parallel/train_experts_disk.c
-test: ^test_parallel_train_gpt_offload_moe$
-<<<
-        st = msr_params_put(tr->epf, (size_t)k, tr->ed_hold + (size_t)k * tr->ed_per);
-===
-        st = k < 0 ? msr_params_put(tr->epf, (size_t)k, tr->ed_hold) : MSR_OK;
->>>
-
 @ experts_disk.grads_not_zeroed
 file: parallel/train_experts_disk.c
 test: ^test_parallel_train_gpt_offload_moe$
@@ -5301,5 +5292,65 @@ equivalent: tr->epf is made only under the parameters' disk offload, whose block
     if (s->l.offloaded || msr_dp_params_block_floats(tr->dp) > 0 || tr->epf != NULL) {
 ===
     if (s->l.offloaded || msr_dp_params_block_floats(tr->dp) > 0) {
+>>>
+@ init_from.flat_blocks_not_filled
+file: parallel/dp_offload.c
+test: ^test_parallel_train_gpt_offload_params$
+<<<
+    if (dp->pload_buf != NULL && dp->pz_off == NULL)
+        return msr_dp_params_load(dp, lo, n, src);
+===
+    if (dp->pload_buf != NULL && dp->pz_off != NULL)
+        return msr_dp_params_load(dp, lo, n, src);
+>>>
+
+@ init_from.experts_not_through_store
+file: parallel/train_ckpt.c
+test: ^test_parallel_train_gpt_offload_moe$
+<<<
+    if (experts && tr->epf != NULL)
+        return msr_train_experts_disk_load(tr, lo, n, src);
+===
+    if (experts && tr->epf == NULL)
+        return msr_train_experts_disk_load(tr, lo, n, src);
+>>>
+
+@ init_from.experts_last_block_dropped
+file: parallel/train_ckpt.c
+test: ^test_parallel_train_gpt_offload_moe$
+<<<
+        if (!write)
+            tr->ed_pc.dirty = 0; /* the block it was filling: dropped */
+===
+        tr->ed_pc.dirty = 0; /* the block it was filling: dropped */
+>>>
+
+@ export.flat_blocks_read_in_place
+file: programs/train_gpt/train_gpt_st.c
+test: ^test_parallel_train_gpt_offload_params$
+<<<
+                         msr_dp_params_block_floats(tr->dp) > 0 ? NULL : tr->model->params,
+===
+                         tr->model->params,
+>>>
+
+@ export.experts_read_in_place
+file: programs/train_gpt/train_gpt_st.c
+equivalent: with the experts in their file their store is external (model/moe.c store_alloc), so msr_moe_params is NULL and the export reads through the trainer either way; the check says so rather than lean on it
+<<<
+    if (tr->model->moe != NULL && tr->epf == NULL)
+        from.experts = msr_moe_params(tr->model->moe);
+===
+    if (tr->model->moe != NULL)
+        from.experts = msr_moe_params(tr->model->moe);
+>>>
+
+@ export.experts_block_buffer_short
+file: programs/train_gpt/train_gpt_st.c
+test: ^test_parallel_train_gpt_offload_moe$
+<<<
+    size_t en = f->experts == NULL ? msr_trainer_experts_block_floats(f->tr) : 0;
+===
+    size_t en = f->experts == NULL ? msr_trainer_experts_block_floats(f->tr) / 2 : 0;
 >>>
 __END__
