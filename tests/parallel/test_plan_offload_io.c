@@ -530,6 +530,16 @@ static int auto_first(msr_plan_model_t *m, msr_plan_cluster_t *c, msr_plan_query
     return 0;
 }
 
+/* auto_first under a default cluster (into *c) whose budget is peak
+ * bytes a rank. */
+static int auto_at(msr_plan_model_t *m, uint64_t peak, msr_plan_cluster_t *c, msr_plan_query_t *q,
+                   auto_first_t *f)
+{
+    msr_plan_cluster_default(c);
+    c->mem_gib = (double)peak / (1024.0 * 1024.0 * 1024.0);
+    return auto_first(m, c, q, f);
+}
+
 /* --offload auto under a budget that only the blocks' parameters on disk
  * meet (beside the optimizer's moments and full recompute's inputs):
  * the plan offloads them, and says none fit without. */
@@ -544,11 +554,9 @@ static void test_auto_params(void)
     uint64_t p_all = msr_plan_peak(&m, &l, MSR_PLAN_FP32, NULL);
     MSR_CHECK_MSG(p_all < p_two, "%" PRIu64 " against %" PRIu64, p_all, p_two);
     msr_plan_cluster_t c;
-    msr_plan_cluster_default(&c);
-    c.mem_gib = (double)p_all / (1024.0 * 1024.0 * 1024.0);
     msr_plan_query_t q = auto_query(1, 2, -1, 0);
     auto_first_t f;
-    if (auto_first(&m, &c, &q, &f) != 0)
+    if (auto_at(&m, p_all, &c, &q, &f) != 0)
         return;
     MSR_CHECK_MSG(f.off & MSR_PLAN_OFFLOAD_PARAMS, "offload %d", f.off);
     /* a budget a quarter under: not even with every offload */
@@ -578,11 +586,9 @@ static void test_auto_grads(void)
     uint64_t p_all = msr_plan_peak(&m, &l, MSR_PLAN_FP32, NULL);
     MSR_CHECK_MSG(p_all < p_three, "%" PRIu64 " against %" PRIu64, p_all, p_three);
     msr_plan_cluster_t c;
-    msr_plan_cluster_default(&c);
-    c.mem_gib = (double)p_all / (1024.0 * 1024.0 * 1024.0);
     msr_plan_query_t q = auto_query(2, 4, 2, 2);
     auto_first_t f;
-    if (auto_first(&m, &c, &q, &f) != 0)
+    if (auto_at(&m, p_all, &c, &q, &f) != 0)
         return;
     int off = f.off;
     MSR_CHECK_MSG(off & MSR_PLAN_OFFLOAD_GRADS, "offload %d", off);
@@ -790,12 +796,10 @@ static void test_auto_experts_grads(void)
     MSR_CHECK(r.expert_grads < 4 * 4 * 4 * (8 * 128 * 128 + 5 * 128)); /* 8C^2 + 5C an expert */
     MSR_CHECK_MSG(p_all < p_three, "%" PRIu64 " against %" PRIu64, p_all, p_three);
     msr_plan_cluster_t c;
-    msr_plan_cluster_default(&c);
-    c.mem_gib = (double)p_all / (1024.0 * 1024.0 * 1024.0);
     msr_plan_query_t q = auto_query(2, 4, 2, 2);
     q.fix[MSR_PLAN_FIX_EP] = 2;
     auto_first_t f;
-    if (auto_first(&m, &c, &q, &f) != 0)
+    if (auto_at(&m, p_all, &c, &q, &f) != 0)
         return;
     MSR_CHECK_MSG(f.off & MSR_PLAN_OFFLOAD_GRADS, "offload %d", f.off);
     /* what it moves counts the experts' two files */
