@@ -530,6 +530,16 @@ static int auto_first(msr_plan_model_t *m, msr_plan_cluster_t *c, msr_plan_query
     return 0;
 }
 
+/* The plans an --offload auto search of q under c finds (fp32, all of
+ * them) into *plans_p; their count, or -1. */
+static int64_t search_all(msr_plan_model_t *m, msr_plan_cluster_t *c, msr_plan_query_t *q,
+                          msr_plan_t **plans_p)
+{
+    msr_plan_pruned_t pr;
+    char why[256] = "";
+    return msr_plan_search_offload(m, MSR_PLAN_FP32, c, q, 0, plans_p, &pr, why, sizeof why);
+}
+
 /* auto_first under a default cluster (into *c) whose budget is peak
  * bytes a rank. */
 static int auto_at(msr_plan_model_t *m, uint64_t peak, msr_plan_cluster_t *c, msr_plan_query_t *q,
@@ -561,11 +571,8 @@ static void test_auto_params(void)
     MSR_CHECK_MSG(f.off & MSR_PLAN_OFFLOAD_PARAMS, "offload %d", f.off);
     /* a budget a quarter under: not even with every offload */
     msr_plan_t *plans = NULL;
-    msr_plan_pruned_t pr;
-    char why[256] = "";
     c.mem_gib *= 0.75;
-    MSR_CHECK(msr_plan_search_offload(&m, MSR_PLAN_FP32, &c, &q, 0, &plans, &pr, why, sizeof why) ==
-              0);
+    MSR_CHECK(search_all(&m, &c, &q, &plans) == 0);
     MSR_CHECK(plans == NULL);
 }
 
@@ -594,7 +601,6 @@ static void test_auto_grads(void)
     MSR_CHECK_MSG(off & MSR_PLAN_OFFLOAD_GRADS, "offload %d", off);
     MSR_CHECK(f.saved > 0 && f.moved > 0);
     msr_plan_t *plans = NULL;
-    msr_plan_pruned_t pr;
     char name[64];
     /* the first mode that fits: the moments', the blocks' and the shard
      * (the block inputs' 6 buffers outweigh what they save on this model) */
@@ -604,8 +610,7 @@ static void test_auto_grads(void)
     MSR_CHECK(strcmp(msr_plan_offload_name(0, name, sizeof name), "none") == 0);
     /* ZeRO 1 has no gradient shard to offload: nothing fits */
     q.fix[MSR_PLAN_FIX_ZERO] = 1;
-    MSR_CHECK(msr_plan_search_offload(&m, MSR_PLAN_FP32, &c, &q, 0, &plans, &pr, why, sizeof why) ==
-              0);
+    MSR_CHECK(search_all(&m, &c, &q, &plans) == 0);
     MSR_CHECK(plans == NULL);
 }
 
@@ -804,11 +809,10 @@ static void test_auto_experts_grads(void)
     MSR_CHECK_MSG(f.off & MSR_PLAN_OFFLOAD_GRADS, "offload %d", f.off);
     /* what it moves counts the experts' two files */
     msr_plan_t *plans = NULL;
-    msr_plan_pruned_t pr;
-    MSR_CHECK(msr_plan_search_offload(&m, MSR_PLAN_FP32, &c, &q, 0, &plans, &pr, why, sizeof why) >
-              0);
-    if (plans == NULL)
+    if (search_all(&m, &c, &q, &plans) <= 0 || plans == NULL) {
+        MSR_CHECK(plans != NULL);
         return;
+    }
     msr_plan_rank_t a;
     msr_plan_layout_t pl = plans[0].l;
     msr_plan_rank(&m, &pl, MSR_PLAN_FP32, 0, &a);
