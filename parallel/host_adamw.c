@@ -84,6 +84,8 @@ msr_status_t msr_host_adamw_set(msr_host_adamw_t *h, const float *params, const 
     memcpy(h->opt->m, m, bytes);
     memcpy(h->opt->v, v, bytes);
     h->opt->t = t;
+    if (params_dev == NULL)
+        return MSR_OK;
     msr_status_t st = msr_device_copy(h->dev, params_dev, h->params, bytes, MSR_DEVICE_H2D, h->up);
     if (st == MSR_OK)
         st = msr_device_stream_sync(h->dev, h->up);
@@ -127,4 +129,13 @@ msr_status_t msr_host_adamw_step(msr_host_adamw_t *h, float *params_dev, const f
     if (st == MSR_OK)
         st = dst != MSR_OK ? dst : ust;
     return st == MSR_OK ? MSR_OK : msr_err_call(st, "host_adamw: a step's copies");
+}
+
+void msr_host_adamw_step_host(msr_host_adamw_t *h, const float *grads, float lr, float grad_scale)
+{
+    msr_adamw_begin(h->opt, lr, grad_scale);
+    for (size_t off = 0; off < h->count; off += h->chunk) {
+        size_t n = h->count - off < h->chunk ? h->count - off : h->chunk;
+        msr_adamw_update_range(h->opt, off, n, h->params + off, grads + off);
+    }
 }

@@ -59,8 +59,9 @@ void msr_host_adamw_destroy(msr_host_adamw_t *h);
 
 /* The state from a checkpoint: master parameters, moments (count floats
  * each, copied) and AdamW's step count t; then the master parameters are
- * copied to params_dev (count floats on the device) and the call waits
- * for it. Errors: the device's. */
+ * copied to params_dev (count floats on the device; NULL: nowhere, for
+ * parameters that live in host memory) and the call waits for it.
+ * Errors: the device's. */
 msr_status_t msr_host_adamw_set(msr_host_adamw_t *h, const float *params, const float *m,
                                 const float *v, uint64_t t, float *params_dev);
 
@@ -72,5 +73,12 @@ msr_status_t msr_host_adamw_set(msr_host_adamw_t *h, const float *params, const 
  * is not to go on from it. */
 msr_status_t msr_host_adamw_step(msr_host_adamw_t *h, float *params_dev, const float *grads_dev,
                                  float lr, float grad_scale);
+
+/* One step as msr_host_adamw_step's, for parameters whose master copy is
+ * the only one (`--offload params=host`: the device fetches its blocks
+ * from it): the gradients are grads (count floats in host memory) and
+ * nothing is copied. The update runs over the same chunks, so its bits
+ * are msr_host_adamw_step's. */
+void msr_host_adamw_step_host(msr_host_adamw_t *h, const float *grads, float lr, float grad_scale);
 
 #endif

@@ -88,9 +88,37 @@ extern "C" msr_status_t msr_cuda_device_count(int *count_p)
     return MSR_OK;
 }
 
+static size_t up64(size_t n)
+{
+    return (n + 63) / 64 * 64;
+}
+
+/* Where the device's parameters and gradients go: the whole flat buffer,
+ * or with the blocks in host memory the embeddings, the final norm and
+ * two block slots, each at its flat offset's place modulo 64 floats (a
+ * slot one block and 64 floats, so any block's place fits). */
+static void layout_params(msr_cuda_gpt_t *md)
+{
+    int L = md->cfg.layers;
+    size_t fin = msr_cuda_gpt_seg_offset(md, L + 1);
+    md->block_n = msr_cuda_gpt_seg_offset(md, 2) - msr_cuda_gpt_seg_offset(md, 1);
+    md->slot_block[0] = md->slot_block[1] = -1;
+    md->resident_stale = 1;
+    md->grads_zero = 1;
+    if (md->host_params == NULL) {
+        md->final_at = fin;
+        md->dev_count = md->num_params;
+        return;
+    }
+    md->final_at = up64(msr_cuda_gpt_seg_offset(md, 1)) + fin % 64;
+    md->slot_at[0] = up64(md->final_at + (md->num_params - fin));
+    md->slot_at[1] = md->slot_at[0] + up64(md->block_n) + 64;
+    md->dev_count = md->slot_at[1] + up64(md->block_n) + 64;
+}
+
 static msr_status_t create_device_parts(msr_cuda_gpt_t *md)
 {
-    size_t P = md->num_params, N = (size_t)md->max_batch * md->cfg.max_seq;
+    size_t P = md->dev_count, N = (size_t)md->max_batch * md->cfg.max_seq;
     CU(cudaSetDevice(md->device));
     CU(cudaStreamCreateWithFlags(&md->stream, cudaStreamNonBlocking));
     BLAS(cublasCreate(&md->blas));
@@ -99,8 +127,16 @@ static msr_status_t create_device_parts(msr_cuda_gpt_t *md)
     BLAS(cublasSetMathMode(md->blas, CUBLAS_DEFAULT_MATH));
     CU(cudaMalloc((void **)&md->params, P * sizeof(float)));
     CU(cudaMalloc((void **)&md->grads, P * sizeof(float)));
-    CU(cudaMalloc((void **)&md->m, P * sizeof(float)));
-    CU(cudaMalloc((void **)&md->v, P * sizeof(float)));
+    if (md->host_params != NULL) { /* the optimizer is the caller's, on the host */
+        CU(cudaStreamCreateWithFlags(&md->xfer, cudaStreamNonBlocking));
+        cudaEvent_t *ev[] = {md->p_ready, md->p_free, md->g_ready, md->g_done};
+        for (int k = 0; k < 4; k++)
+            for (int j = 0; j < 2; j++)
+                CU(cudaEventCreateWithFlags(&ev[k][j], cudaEventDisableTiming));
+    } else {
+        CU(cudaMalloc((void **)&md->m, P * sizeof(float)));
+        CU(cudaMalloc((void **)&md->v, P * sizeof(float)));
+    }
     msr_gpt_carve_t count = {NULL, 0, 64};
     layout_acts(md, &count);
     md->mem_count = count.used;
@@ -113,8 +149,10 @@ static msr_status_t create_device_parts(msr_cuda_gpt_t *md)
     CU(cudaMalloc((void **)&md->d_partials, SUMSQ_BLOCKS * sizeof(double)));
     TRY(msr_cuda_gpt_zero(md, md->params, P));
     TRY(msr_cuda_gpt_zero(md, md->grads, P));
-    TRY(msr_cuda_gpt_zero(md, md->m, P));
-    TRY(msr_cuda_gpt_zero(md, md->v, P));
+    if (md->m != NULL) {
+        TRY(msr_cuda_gpt_zero(md, md->m, P));
+        TRY(msr_cuda_gpt_zero(md, md->v, P));
+    }
     TRY(msr_cuda_gpt_zero(md, md->mem, md->mem_count));
     fill_k<<<msr_cuda_gpt_grid_for(N), THREADS, 0, md->stream>>>(md->ones, 1.0f, N);
     LAUNCHED("fill");
@@ -122,9 +160,9 @@ static msr_status_t create_device_parts(msr_cuda_gpt_t *md)
     return MSR_OK;
 }
 
-extern "C" msr_status_t msr_cuda_gpt_create(const msr_gpt_config_t *cfg, int max_batch, int device,
-                                            const msr_gpt_tensor_t *tensors, int n,
-                                            msr_cuda_gpt_t **model_p)
+static msr_status_t create_in(const msr_gpt_config_t *cfg, int max_batch, int device,
+                              const msr_gpt_tensor_t *tensors, int n, float *host_params,
+                              float *host_grads, msr_cuda_gpt_t **model_p)
 {
     if (msr_gpt_config_check(cfg) != MSR_OK)
         return msr_err_prefix(MSR_ERR_CONFIG, "gpt_cuda");
@@ -142,6 +180,9 @@ extern "C" msr_status_t msr_cuda_gpt_create(const msr_gpt_config_t *cfg, int max
     md->max_batch = max_batch;
     md->device = device;
     md->num_params = P;
+    md->host_params = host_params;
+    md->host_grads = host_grads;
+    layout_params(md);
     size_t N = (size_t)max_batch * cfg->max_seq;
     md->acts.blocks =
         (msr_gpt_block_acts_t *)msr_calloc((size_t)cfg->layers, sizeof(msr_gpt_block_acts_t));
@@ -175,6 +216,24 @@ err_destroy:
     return st;
 }
 
+extern "C" msr_status_t msr_cuda_gpt_create(const msr_gpt_config_t *cfg, int max_batch, int device,
+                                            const msr_gpt_tensor_t *tensors, int n,
+                                            msr_cuda_gpt_t **model_p)
+{
+    return create_in(cfg, max_batch, device, tensors, n, NULL, NULL, model_p);
+}
+
+extern "C" msr_status_t msr_cuda_gpt_create_offload(const msr_gpt_config_t *cfg, int max_batch,
+                                                    int device, const msr_gpt_tensor_t *tensors,
+                                                    int n, float *host_params, float *host_grads,
+                                                    msr_cuda_gpt_t **model_p)
+{
+    if (host_params == NULL || host_grads == NULL)
+        return msr_err(MSR_ERR_INVALID_ARG,
+                       "gpt_cuda: the blocks in host memory need host parameters and gradients");
+    return create_in(cfg, max_batch, device, tensors, n, host_params, host_grads, model_p);
+}
+
 extern "C" void msr_cuda_gpt_destroy(msr_cuda_gpt_t *md)
 {
     if (md == NULL)
@@ -183,6 +242,15 @@ extern "C" void msr_cuda_gpt_destroy(msr_cuda_gpt_t *md)
         /* best effort: nothing may be in flight when the buffers go */
         (void)cudaStreamSynchronize(md->stream);
     }
+    if (md->xfer != NULL)
+        (void)cudaStreamSynchronize(md->xfer);
+    cudaEvent_t *ev[] = {md->p_ready, md->p_free, md->g_ready, md->g_done};
+    for (int k = 0; k < 4; k++)
+        for (int j = 0; j < 2; j++)
+            if (ev[k][j] != NULL)
+                cudaEventDestroy(ev[k][j]);
+    if (md->xfer != NULL)
+        cudaStreamDestroy(md->xfer);
     cudaFree(md->fa_stats);
     cudaFree(md->bf_hold);
     cudaFree(md->bf_slot[1]);
@@ -219,7 +287,7 @@ extern "C" size_t msr_cuda_gpt_num_params(const msr_cuda_gpt_t *md)
 extern "C" size_t msr_cuda_gpt_device_bytes(const msr_cuda_gpt_t *md)
 {
     size_t N = (size_t)md->max_batch * md->cfg.max_seq, per = md->m != NULL ? 4 : 2;
-    return (per * md->num_params + md->mem_count + md->fa_count) * sizeof(float) +
+    return (per * md->dev_count + md->mem_count + md->fa_count) * sizeof(float) +
            (5 * N + 1) * sizeof(int) + SUMSQ_BLOCKS * sizeof(double) +
            (2 * md->bf_cap + md->bf_hold_cap) * sizeof(__nv_bfloat16);
 }
@@ -328,7 +396,18 @@ static msr_status_t moments_gone(const msr_cuda_gpt_t *md, const char *what)
 
 extern "C" float *msr_cuda_gpt_params_device(msr_cuda_gpt_t *md)
 {
-    return md->params;
+    return md->host_params != NULL ? NULL : md->params;
+}
+
+extern "C" int msr_cuda_gpt_offloaded(const msr_cuda_gpt_t *md)
+{
+    return md->host_params != NULL;
+}
+
+extern "C" void msr_cuda_gpt_host_params_changed(msr_cuda_gpt_t *md)
+{
+    md->slot_block[0] = md->slot_block[1] = -1;
+    md->resident_stale = 1;
 }
 
 extern "C" void *msr_cuda_gpt_stream(msr_cuda_gpt_t *md)
@@ -338,7 +417,7 @@ extern "C" void *msr_cuda_gpt_stream(msr_cuda_gpt_t *md)
 
 extern "C" float *msr_cuda_gpt_grads_device(msr_cuda_gpt_t *md)
 {
-    return md->grads;
+    return md->host_params != NULL ? NULL : md->grads;
 }
 
 msr_status_t msr_cuda_gpt_copy_sync(msr_cuda_gpt_t *md, void *dst, const void *src, size_t bytes,
@@ -351,20 +430,37 @@ msr_status_t msr_cuda_gpt_copy_sync(msr_cuda_gpt_t *md, void *dst, const void *s
 
 extern "C" msr_status_t msr_cuda_gpt_set_params(msr_cuda_gpt_t *md, const float *host)
 {
-    return msr_cuda_gpt_copy_sync(md, md->params, host, md->num_params * sizeof(float),
-                                  cudaMemcpyHostToDevice);
+    if (md->host_params == NULL)
+        return msr_cuda_gpt_copy_sync(md, md->params, host, md->num_params * sizeof(float),
+                                      cudaMemcpyHostToDevice);
+    TRY(msr_cuda_gpt_sync(md)); /* no copy in flight reads them */
+    if (host != md->host_params)
+        memcpy(md->host_params, host, md->num_params * sizeof(float));
+    msr_cuda_gpt_host_params_changed(md);
+    return MSR_OK;
 }
 
 extern "C" msr_status_t msr_cuda_gpt_get_params(msr_cuda_gpt_t *md, float *host)
 {
-    return msr_cuda_gpt_copy_sync(md, host, md->params, md->num_params * sizeof(float),
-                                  cudaMemcpyDeviceToHost);
+    if (md->host_params == NULL)
+        return msr_cuda_gpt_copy_sync(md, host, md->params, md->num_params * sizeof(float),
+                                      cudaMemcpyDeviceToHost);
+    TRY(msr_cuda_gpt_sync(md));
+    memcpy(host, md->host_params, md->num_params * sizeof(float));
+    return MSR_OK;
 }
 
 extern "C" msr_status_t msr_cuda_gpt_get_grads(msr_cuda_gpt_t *md, float *host)
 {
-    return msr_cuda_gpt_copy_sync(md, host, md->grads, md->num_params * sizeof(float),
-                                  cudaMemcpyDeviceToHost);
+    size_t bytes = md->num_params * sizeof(float);
+    if (md->host_params == NULL)
+        return msr_cuda_gpt_copy_sync(md, host, md->grads, bytes, cudaMemcpyDeviceToHost);
+    TRY(msr_cuda_gpt_sync(md));
+    if (md->grads_zero) /* host_grads still hold an earlier step's */
+        memset(host, 0, bytes);
+    else
+        memcpy(host, md->host_grads, bytes);
+    return MSR_OK;
 }
 
 extern "C" msr_status_t msr_cuda_gpt_set_moments(msr_cuda_gpt_t *md, const float *m, const float *v)
@@ -387,12 +483,22 @@ extern "C" msr_status_t msr_cuda_gpt_get_moments(msr_cuda_gpt_t *md, float *m, f
 
 extern "C" msr_status_t msr_cuda_gpt_zero_grad(msr_cuda_gpt_t *md)
 {
-    return msr_cuda_gpt_zero(md, md->grads, md->num_params);
+    md->grads_zero = 1;
+    if (md->host_params == NULL)
+        return msr_cuda_gpt_zero(md, md->grads, md->dev_count);
+    /* the resident gradients only: the copy stream may still be copying a
+     * slot out, and each slot is readied before its backward anyway */
+    int L = md->cfg.layers;
+    size_t fin = msr_cuda_gpt_seg_offset(md, L + 1);
+    TRY(msr_cuda_gpt_zero(md, md->grads, msr_cuda_gpt_seg_offset(md, 1)));
+    return msr_cuda_gpt_zero(md, md->grads + md->final_at, md->num_params - fin);
 }
 
 extern "C" msr_status_t msr_cuda_gpt_sync(msr_cuda_gpt_t *md)
 {
     CU(cudaStreamSynchronize(md->stream));
+    if (md->xfer != NULL)
+        CU(cudaStreamSynchronize(md->xfer));
     return MSR_OK;
 }
 
@@ -431,8 +537,49 @@ __global__ static void adamw_k(float *p, const float *g, float *m, float *v, siz
     }
 }
 
+/* sumsq_k's sums on the host, in its order (every product of two
+ * floats is exact in double, so only the order of the adds matters): each
+ * of its threads' grid-stride share, in order, each block's tree of
+ * halves, the blocks in order. The threads' sums advance together, one
+ * grid's width of x at a time, so x is read in order (each thread's share
+ * alone would read one float every 1 MiB). acc: one double per thread of
+ * the grid. */
+static double sumsq_host(const float *x, size_t n, double *acc)
+{
+    size_t width = (size_t)SUMSQ_BLOCKS * THREADS;
+    memset(acc, 0, width * sizeof(double));
+    for (size_t lo = 0; lo < n; lo += width) {
+        size_t m = n - lo < width ? n - lo : width;
+        const float *xs = x + lo;
+        for (size_t j = 0; j < m; j++)
+            acc[j] += (double)xs[j] * (double)xs[j];
+    }
+    double total = 0.0;
+    for (size_t b = 0; b < SUMSQ_BLOCKS; b++) {
+        double *t = acc + b * THREADS;
+        for (size_t k = THREADS / 2; k > 0; k /= 2)
+            for (size_t i = 0; i < k; i++)
+                t[i] += t[i + k];
+        total += t[0];
+    }
+    return total;
+}
+
 extern "C" msr_status_t msr_cuda_gpt_grad_sumsq(msr_cuda_gpt_t *md, double *sumsq_p)
 {
+    if (md->host_params != NULL) {
+        TRY(msr_cuda_gpt_sync(md));
+        if (md->grads_zero) {
+            *sumsq_p = 0.0;
+            return MSR_OK;
+        }
+        double *acc = (double *)msr_malloc((size_t)SUMSQ_BLOCKS * THREADS * sizeof(double));
+        if (acc == NULL)
+            return msr_err(MSR_ERR_NO_MEMORY, "gpt_cuda: out of host memory for a sum of squares");
+        *sumsq_p = sumsq_host(md->host_grads, md->num_params, acc);
+        msr_free(acc);
+        return MSR_OK;
+    }
     sumsq_k<<<SUMSQ_BLOCKS, THREADS, 0, md->stream>>>(md->d_partials, md->grads, md->num_params);
     LAUNCHED("sumsq");
     TRY(msr_cuda_gpt_copy_sync(md, md->h_partials, md->d_partials, SUMSQ_BLOCKS * sizeof(double),

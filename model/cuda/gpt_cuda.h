@@ -52,6 +52,53 @@ msr_status_t msr_cuda_gpt_create(const msr_gpt_config_t *cfg, int max_batch, int
                                  const msr_gpt_tensor_t *tensors, int n, msr_cuda_gpt_t **model_p);
 void msr_cuda_gpt_destroy(msr_cuda_gpt_t *model);
 
+/* As msr_cuda_gpt_create, with the blocks' parameters and gradients in
+ * host memory (`--offload params=host`, ZeRO-Infinity's parameter offload
+ * to the CPU): host_params and host_grads are the caller's, num_params
+ * floats each in the flat layout, pinned (the device interface's host
+ * memory or cudaHostAlloc), outliving the model. host_params is the
+ * master the model reads; host_grads gets the gradients. The device keeps
+ * the embeddings, the final norm and two slots of a block's parameters
+ * and of its gradients (the slot of block l is l & 1), so it holds
+ * 8 * (P - (L - 2) * block) bytes of them (plus 3 * 64 floats of places)
+ * where the other holds 16 * P, and no moments: the optimizer is the
+ * caller's (parallel/host_adamw.h).
+ *
+ * On a second stream, forward copies block l + 1's parameters in while
+ * block l computes, and backward block l - 1's while block l computes
+ * (the last two blocks of forward are still there); after block l's
+ * backward its gradients are copied out to host_grads, and its slot is
+ * readied for block l - 2: zeros in the first backward after zero_grad,
+ * else block l - 2's gradients so far copied back in, which its backward
+ * adds to, so micro-batches accumulate as on the device. The embeddings'
+ * and the final norm's gradients are copied out at the end of every
+ * backward, and their parameters in at the first forward after
+ * msr_cuda_gpt_host_params_changed. Every kernel and product reads and
+ * writes the same values at the same alignment (each slot places a block
+ * at its flat offset modulo 64 floats), so losses, logits and gradients
+ * are msr_cuda_gpt_create's, bitwise.
+ *
+ * Differences in the calls: params_device and grads_device answer NULL
+ * and backward_ex refuses a ready callback (MSR_ERR_INVALID_ARG); the
+ * moments' calls and msr_cuda_gpt_adamw answer MSR_ERR_INVALID_ARG;
+ * set_params writes host_params, get_params reads it, get_grads and
+ * grad_sumsq read host_grads (sumsq with the device's order of sums, so
+ * the same bits), each after waiting for both streams; sync waits for
+ * both. Errors: as msr_cuda_gpt_create's, MSR_ERR_INVALID_ARG for NULL
+ * buffers. */
+msr_status_t msr_cuda_gpt_create_offload(const msr_gpt_config_t *cfg, int max_batch, int device,
+                                         const msr_gpt_tensor_t *tensors, int n, float *host_params,
+                                         float *host_grads, msr_cuda_gpt_t **model_p);
+
+/* 1 for a model of msr_cuda_gpt_create_offload, else 0. */
+int msr_cuda_gpt_offloaded(const msr_cuda_gpt_t *model);
+
+/* Says that host_params changed (an update on the host): the next forward
+ * copies the embeddings and the final norm in and fetches every block
+ * anew. The caller writes host_params only after msr_cuda_gpt_sync (no
+ * copy in flight reads it). Nothing for a model without offload. */
+void msr_cuda_gpt_host_params_changed(msr_cuda_gpt_t *model);
+
 size_t msr_cuda_gpt_num_params(const msr_cuda_gpt_t *model);
 
 /* The matrix products' precision, as the CPU model's (msr_gpt_set_precision,

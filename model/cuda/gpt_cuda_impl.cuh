@@ -81,7 +81,37 @@ struct msr_cuda_gpt {
 
     int B, T;         /* of the last forward with targets; 0 before */
     int fwd_B, fwd_T; /* of the last forward */
+
+    /* The blocks' parameters and gradients in host memory
+     * (msr_cuda_gpt_create_offload); NULL: all on the device. params and
+     * grads then hold dev_count floats: the embeddings at 0, the final
+     * norm at final_at, and two block slots at slot_at[0] and slot_at[1]
+     * (block l in slot l & 1, at its flat offset's place modulo 64 floats,
+     * so every pointer keeps the alignment it has in the whole buffer) */
+    float *host_params, *host_grads;
+    size_t dev_count; /* floats of params (and of grads) on the device */
+    size_t final_at;  /* the final norm's first element there */
+    size_t slot_at[2];
+    size_t block_n;     /* floats of one block */
+    int slot_block[2];  /* the block whose parameters each slot holds (or is
+                           being copied), -1: none */
+    int resident_stale; /* the embeddings and final norm to copy in at the next forward */
+    int grads_zero;     /* no backward since zero_grad: the slots start at zero */
+    cudaStream_t xfer;  /* the copies in and out */
+    cudaEvent_t p_ready[2], p_free[2]; /* a slot's parameters in; its last reader done */
+    cudaEvent_t g_ready[2], g_done[2]; /* a slot's gradients in; its backward done */
 };
+
+/* The first flat element of segment s (0 embeddings, 1 + l block l, L + 1
+ * final norm), as gpt.h lays them out. */
+static inline size_t msr_cuda_gpt_seg_offset(const msr_cuda_gpt_t *md, int s)
+{
+    size_t C = (size_t)md->cfg.channels;
+    size_t block = 12 * C * C + 13 * C;
+    if (s == 0)
+        return 0;
+    return ((size_t)md->cfg.vocab + (size_t)md->cfg.max_seq) * C + (size_t)(s - 1) * block;
+}
 
 /* A failed CUDA or cuBLAS call's status, with what failed and where in
  * the error text (gpt_cuda.cu). */

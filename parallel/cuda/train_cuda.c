@@ -16,22 +16,49 @@ void msr_cuda_trainer_log_init(const char *prog, int node, int rank)
     msr_log_init(prog, node, rank);
 }
 
-/* --offload optimizer=host: the update on the host over the device's
- * parameters (params: their values, P floats), the device's moments
- * freed. */
+/* --offload optimizer=host: the update on the host, its master copy of
+ * the parameters from params (P floats); with params=host too, the
+ * pinned host memory for the gradients. */
 static msr_status_t host_optimizer(msr_cuda_trainer_t *tr, const float *params)
 {
     const msr_train_config_t *c = &tr->cfg;
+    size_t P = tr->layout->num_params;
     msr_status_t st = msr_device_cuda_create(tr->device, &tr->hdev);
     if (st != MSR_OK)
         return msr_err_call(st, "train_cuda: --offload optimizer=host: the device interface");
-    st = msr_host_adamw_create(tr->hdev, &c->adamw, tr->layout->tensors, tr->layout->num_tensors,
-                               tr->layout->num_params, c->par.offload.chunk_bytes / sizeof(float),
-                               params, &tr->hopt);
+    st = msr_host_adamw_create(tr->hdev, &c->adamw, tr->layout->tensors, tr->layout->num_tensors, P,
+                               c->par.offload.chunk_bytes / sizeof(float), params, &tr->hopt);
     if (st != MSR_OK)
         return msr_err_prefix(st, "train_cuda: --offload optimizer=host");
-    msr_cuda_gpt_free_moments(tr->model);
+    if (c->par.params_offload.mode == MSR_OFFLOAD_HOST &&
+        (st = msr_device_host_alloc(tr->hdev, P * sizeof(float), (void **)&tr->hgrads)) != MSR_OK)
+        return msr_err_call(st,
+                            "train_cuda: --offload params=host: pinned memory for %zu "
+                            "gradients",
+                            P);
     return MSR_OK;
+}
+
+/* The model on the device: with the blocks in host memory (its parameters
+ * the host optimizer's master copy), else whole, from init. */
+static msr_status_t make_model(msr_cuda_trainer_t *tr, const float *init)
+{
+    const msr_train_config_t *cfg = &tr->cfg;
+    const msr_gpt_t *lay = tr->layout;
+    msr_status_t st;
+    if (cfg->par.offload.mode == MSR_OFFLOAD_HOST && (st = host_optimizer(tr, init)) != MSR_OK)
+        return st;
+    if (tr->hgrads != NULL)
+        return msr_cuda_gpt_create_offload(&cfg->model, cfg->micro_batch, tr->device, lay->tensors,
+                                           lay->num_tensors, tr->hopt->params, tr->hgrads,
+                                           &tr->model);
+    st = msr_cuda_gpt_create(&cfg->model, cfg->micro_batch, tr->device, lay->tensors,
+                             lay->num_tensors, &tr->model);
+    if (st == MSR_OK)
+        st = msr_cuda_gpt_set_params(tr->model, init);
+    if (st == MSR_OK && tr->hopt != NULL)
+        msr_cuda_gpt_free_moments(tr->model);
+    return st;
 }
 
 msr_status_t msr_cuda_trainer_create(const msr_train_config_t *cfg, const msr_dataset_t *data,
@@ -44,6 +71,14 @@ msr_status_t msr_cuda_trainer_create(const msr_train_config_t *cfg, const msr_da
     if (cfg->par.offload.mode == MSR_OFFLOAD_DISK)
         return msr_err(MSR_ERR_CONFIG, "train_cuda: the optimizer's state on disk is for CPU "
                                        "ranks (host memory is for GPU ranks)");
+    if (cfg->par.params_offload.mode == MSR_OFFLOAD_DISK ||
+        cfg->par.grads_offload.mode != MSR_OFFLOAD_NONE)
+        return msr_err(MSR_ERR_CONFIG, "train_cuda: parameters and gradients on disk are for CPU "
+                                       "ranks (params=host is for GPU ranks)");
+    if (cfg->par.params_offload.mode == MSR_OFFLOAD_HOST &&
+        cfg->par.offload.mode != MSR_OFFLOAD_HOST)
+        return msr_err(MSR_ERR_CONFIG, "train_cuda: the parameters in host memory are updated "
+                                       "there: params=host needs optimizer=host");
     if (cfg->par.grad_bf16)
         return msr_err(MSR_ERR_CONFIG, "train_cuda: gradients are summed in fp32 on GPU ranks "
                                        "(bf16 sums are for CPU ranks)");
@@ -87,33 +122,27 @@ msr_status_t msr_cuda_trainer_create(const msr_train_config_t *cfg, const msr_da
             goto err_destroy;
         tr->device = 0;
     }
-    st = msr_cuda_gpt_create(&cfg->model, cfg->micro_batch, tr->device, tr->layout->tensors,
-                             tr->layout->num_tensors, &tr->model);
-    if (st != MSR_OK)
-        goto err_destroy;
-    if ((st = msr_cuda_gpt_set_precision(tr->model, cfg->precision)) != MSR_OK)
-        goto err_destroy;
-    tr->fused_attention = msr_cuda_gpt_fused_attention(tr->model);
-    tr->reqs = msr_calloc((size_t)cfg->model.layers + 2, sizeof *tr->reqs);
-    if (tr->reqs == NULL) {
-        st = msr_err(MSR_ERR_NO_MEMORY, "train_cuda: out of memory for %d gradient buckets",
-                     cfg->model.layers + 2);
-        goto err_destroy;
-    }
     size_t P = tr->layout->num_params;
     if ((init = msr_malloc(P * sizeof(float))) == NULL) {
         st = msr_err(MSR_ERR_NO_MEMORY, "train_cuda: out of memory for %zu parameters", P);
         goto err_destroy;
     }
     msr_gpt_init_range(tr->layout, cfg->seed, 0, P, init);
-    if ((st = msr_cuda_gpt_set_params(tr->model, init)) != MSR_OK)
+    if ((st = make_model(tr, init)) != MSR_OK)
         goto err_destroy;
-    if (cfg->par.offload.mode == MSR_OFFLOAD_HOST && (st = host_optimizer(tr, init)) != MSR_OK)
+    if ((st = msr_cuda_gpt_set_precision(tr->model, cfg->precision)) != MSR_OK)
         goto err_destroy;
+    tr->fused_attention = msr_cuda_gpt_fused_attention(tr->model);
+    tr->device_bytes = msr_cuda_gpt_device_bytes(tr->model);
+    tr->reqs = msr_calloc((size_t)cfg->model.layers + 2, sizeof *tr->reqs);
+    if (tr->reqs == NULL) {
+        st = msr_err(MSR_ERR_NO_MEMORY, "train_cuda: out of memory for %d gradient buckets",
+                     cfg->model.layers + 2);
+        goto err_destroy;
+    }
     msr_free(init);
     MSR_DEBUG("train_cuda: rank %d on GPU %d, %zu parameters, %zu bytes of device memory%s%s", rank,
-              tr->device, P, msr_cuda_gpt_device_bytes(tr->model),
-              tr->dcomm != NULL ? ", gradients over " : "",
+              tr->device, P, tr->device_bytes, tr->dcomm != NULL ? ", gradients over " : "",
               tr->dcomm != NULL ? msr_comm_backend(tr->dcomm) : "");
     *tr_p = tr;
     return MSR_OK;
@@ -130,9 +159,12 @@ void msr_cuda_trainer_destroy(msr_cuda_trainer_t *tr)
         return;
     /* the communicator first: its operations read the model's gradients */
     msr_comm_destroy(tr->dcomm);
+    /* the model next: its copies read the host optimizer's parameters */
+    msr_cuda_gpt_destroy(tr->model);
+    if (tr->hgrads != NULL)
+        msr_device_host_free(tr->hdev, tr->hgrads);
     msr_host_adamw_destroy(tr->hopt);
     msr_device_destroy(tr->hdev);
-    msr_cuda_gpt_destroy(tr->model);
     msr_gpt_destroy(tr->layout);
     msr_free(tr->reqs);
     msr_free(tr->targets);
@@ -226,11 +258,14 @@ msr_status_t msr_cuda_trainer_step(msr_cuda_trainer_t *tr, double *loss_p)
         /* the ranks' gradients (each already scaled by 1/(G*T)) are summed
          * in place after the last micro-batch: with overlap, bucket by
          * bucket while its backward goes on, else in one allreduce after */
-        int last = m == c->grad_accum - 1, overlap = tr->dcomm != NULL && c->par.overlap;
+        /* (with the blocks in host memory the host communicator sums
+         * them there after the last backward) */
+        int last = m == c->grad_accum - 1, device_sum = tr->dcomm != NULL && tr->hgrads == NULL;
+        int overlap = device_sum && c->par.overlap;
         tr->nreqs = 0;
         tr->pend_lo = tr->pend_hi = 0;
         st = msr_cuda_gpt_backward_ex(tr->model, dloss, last && overlap ? on_ready : NULL, tr);
-        if (st == MSR_OK && last && tr->dcomm != NULL && !overlap)
+        if (st == MSR_OK && last && device_sum && !overlap)
             st = post_bucket(tr, 0, tr->layout->num_params);
         /* the host waits until every bucket is done on the device (or
          * failed: every request is finished either way) */
@@ -241,6 +276,14 @@ msr_status_t msr_cuda_trainer_step(msr_cuda_trainer_t *tr, double *loss_p)
         if (wst != MSR_OK)
             return msr_err_call(wst, "train_cuda: the allreduce of the gradients");
         loss_sum += loss;
+    }
+    if (tr->hgrads != NULL && tr->comm != NULL) {
+        if ((st = msr_cuda_gpt_sync(tr->model)) != MSR_OK)
+            return st;
+        st = msr_comm_allreduce(tr->comm, MSR_IN_PLACE, tr->hgrads, tr->layout->num_params,
+                                MSR_DTYPE_F32, MSR_OP_SUM);
+        if (st != MSR_OK)
+            return msr_err_call(st, "train_cuda: the allreduce of the gradients in host memory");
     }
     double sumsq;
     if ((st = msr_cuda_gpt_grad_sumsq(tr->model, &sumsq)) != MSR_OK)
@@ -255,7 +298,13 @@ msr_status_t msr_cuda_trainer_step(msr_cuda_trainer_t *tr, double *loss_p)
 
     float lr = msr_cuda_trainer_lr(tr, tr->step);
     uint64_t t = tr->adam_t + 1;
-    if (tr->hopt != NULL) { /* the gradients are final on the device: the update on the host */
+    if (tr->hgrads != NULL) { /* the gradients are in host memory, and the master copy */
+        if ((st = msr_cuda_gpt_sync(tr->model)) != MSR_OK)
+            return st;
+        msr_host_adamw_step_host(tr->hopt, tr->hgrads, lr, scale);
+        msr_cuda_gpt_host_params_changed(tr->model);
+    } else if (tr->hopt !=
+               NULL) { /* the gradients are final on the device: the update on the host */
         if ((st = msr_cuda_gpt_sync(tr->model)) != MSR_OK ||
             (st = msr_host_adamw_step(tr->hopt, msr_cuda_gpt_params_device(tr->model),
                                       msr_cuda_gpt_grads_device(tr->model), lr, scale)) != MSR_OK)
@@ -349,9 +398,14 @@ msr_status_t msr_cuda_trainer_restore(msr_cuda_trainer_t *tr, const char *meta, 
                          "train_cuda: another rank could not read the checkpoint");
         goto out;
     }
-    if (tr->hopt != NULL)
-        st = msr_host_adamw_set(tr->hopt, p, m, v, h.adam_t, msr_cuda_gpt_params_device(tr->model));
-    else if ((st = msr_cuda_gpt_set_params(tr->model, p)) == MSR_OK)
+    if (tr->hopt != NULL) {
+        /* with the blocks in host memory the master copy is what they
+         * read: no copy in flight, and every block fetched anew */
+        if ((st = msr_cuda_gpt_sync(tr->model)) == MSR_OK)
+            st = msr_host_adamw_set(tr->hopt, p, m, v, h.adam_t,
+                                    msr_cuda_gpt_params_device(tr->model));
+        msr_cuda_gpt_host_params_changed(tr->model);
+    } else if ((st = msr_cuda_gpt_set_params(tr->model, p)) == MSR_OK)
         st = msr_cuda_gpt_set_moments(tr->model, m, v);
     if (st != MSR_OK)
         goto out;

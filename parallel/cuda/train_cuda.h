@@ -58,6 +58,12 @@ typedef struct msr_cuda_trainer {
      * on the host, the update there (NULL: on the device) */
     msr_device_t *hdev;
     msr_host_adamw_t *hopt;
+    /* --offload params=host too: the blocks' parameters are hopt's master
+     * copy and their gradients are here (P floats, pinned), the model
+     * fetching each block (gpt_cuda.h, msr_cuda_gpt_create_offload); NULL:
+     * all on the device */
+    float *hgrads;
+    size_t device_bytes; /* the model's device memory (msr_cuda_gpt_device_bytes) */
 } msr_cuda_trainer_t;
 
 /* Creates a trainer at step 0 with the parameters every rank initialises
@@ -71,6 +77,15 @@ typedef struct msr_cuda_trainer {
  * (parallel/host_adamw.h: its moments and the master parameters in host
  * memory, the device's moments freed; chunks of chunk_bytes / 4
  * gradients, 0: its default); MSR_OFFLOAD_DISK is refused.
+ * cfg->par.params_offload.mode MSR_OFFLOAD_HOST (with the optimizer on
+ * the host) keeps the blocks' parameters and gradients in host memory
+ * too (msr_cuda_gpt_create_offload): the host optimizer's master copy is
+ * what the device fetches a block at a time, and the gradients reach host
+ * memory a block at a time during backward; the ranks' gradients are then
+ * summed over comm (the host communicator) after the last backward, and
+ * the update reads them there (msr_host_adamw_step_host). Alone, the
+ * losses and parameters are bitwise those without it; MSR_OFFLOAD_DISK
+ * is refused (disk is for CPU ranks).
  * data and comm must outlive the trainer. Errors: MSR_ERR_CONFIG,
  * MSR_ERR_UNSUPPORTED (no usable GPU), MSR_ERR_NO_MEMORY, gpt_cuda's and
  * the communicators'. Every function here that fails leaves the reason in

@@ -165,8 +165,8 @@ int train_gpt_run_cuda(const options_t *o, const msr_train_config_t *cfg, const 
     if (job->rank == 0)
         fprintf(stderr,
                 "train_gpt: model of %zu parameters (layers %d channels %d heads %d seq %d); "
-                "batch %llu = micro %d x accum %d x dp %d; on GPU %d%s%s%s%s%s; data: %s; loss "
-                "in nats per byte\n",
+                "batch %llu = micro %d x accum %d x dp %d; on GPU %d%s%s%s%s%s%s; %.1f MB of "
+                "device memory for the model; data: %s; loss in nats per byte\n",
                 train_gpt_model_params(cfg), cfg->model.layers, cfg->model.channels,
                 cfg->model.heads, cfg->model.max_seq, (unsigned long long)G, cfg->micro_batch,
                 cfg->grad_accum, cfg->dp, tr->device, tr->dcomm != NULL ? ", gradients over " : "",
@@ -174,12 +174,15 @@ int train_gpt_run_cuda(const options_t *o, const msr_train_config_t *cfg, const 
                 tr->hopt != NULL ? "; AdamW on the host (its moments and master parameters in "
                                    "host memory)"
                                  : "",
+                tr->hgrads != NULL ? "; the blocks' parameters and gradients in host memory, two "
+                                     "on the GPU at a time"
+                                   : "",
                 cfg->precision == MSR_PRECISION_BF16
                     ? "; bf16 products on cuBLAS (operands rounded to bf16, fp32 sums)"
                     : "",
                 tr->fused_attention ? "; attention fused on the tensor cores (bf16, fp32 sums)"
                                     : "",
-                data->origin);
+                (double)tr->device_bytes / 1e6, data->origin);
     char meta[MSR_TCKPT_META_MAX];
     train_gpt_meta(meta, sizeof meta, cfg, G, data);
     cuda_run_t run = {api, tr};

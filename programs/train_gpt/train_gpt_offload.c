@@ -112,7 +112,8 @@ static int disk_options(const options_t *o, msr_offload_config_t cfg[T_COUNT])
     return 0;
 }
 
-/* What params=disk allows: dp (ZeRO 0-3: under ZeRO-3 each rank's shard
+/* What params=host allows: GPU ranks with the optimizer on the host
+ * (train_cuda.h). What params=disk allows: dp (ZeRO 0-3: under ZeRO-3 each rank's shard
  * of the blocks), tp (with or without sp), cp, pp (each stage the blocks
  * of its part) and ep (a MoE model's blocks without their experts, which
  * stay resident) on CPU ranks, each tp rank its own slices, each cp rank
@@ -121,9 +122,17 @@ static int disk_options(const options_t *o, msr_offload_config_t cfg[T_COUNT])
 static int params_combination(const options_t *o, const msr_offload_config_t cfg[T_COUNT])
 {
     if (cfg[T_PARAMS].mode == MSR_OFFLOAD_HOST) {
-        fprintf(stderr, "train_gpt: --offload params=host: a CPU rank's parameters are in host "
-                        "memory already (use params=disk:DIR)\n");
-        return -1;
+        if (strcmp(o->device, "cuda") != 0) {
+            fprintf(stderr, "train_gpt: --offload params=host: a CPU rank's parameters are in "
+                            "host memory already (use params=disk:DIR)\n");
+            return -1;
+        }
+        if (cfg[T_OPT].mode != MSR_OFFLOAD_HOST) {
+            fprintf(stderr, "train_gpt: --offload params=host keeps a GPU rank's blocks where "
+                            "AdamW updates them: it needs optimizer=host too\n");
+            return -1;
+        }
+        return 0;
     }
     if (cfg[T_PARAMS].mode != MSR_OFFLOAD_DISK)
         return 0;

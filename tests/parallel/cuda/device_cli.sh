@@ -61,6 +61,11 @@ expect 2 "offload-chunk needs --offload optimizer=disk:DIR (or optimizer=host wi
     "${small[@]}" --device cuda --offload-chunk 8192
 expect 2 "not a multiple of 4096" "${small[@]}" --device cuda --offload optimizer=host \
     --offload-chunk 6000
+# the blocks in host memory on GPU ranks: where AdamW runs, so with it
+expect 2 "params=host keeps a GPU rank's blocks where AdamW updates them: it needs optimizer=host" \
+    "${small[@]}" --device cuda --offload params=host
+expect 2 "params=disk covers data, tensor, context, pipeline and expert parallel on CPU ranks" \
+    "${small[@]}" --device cuda --offload "optimizer=host,params=disk:$work"
 # the trainer is a module loaded for --device cuda: a missing one is a
 # failure at run time (exit 1) with dlerror's reason, never a crash
 rc=0

@@ -3,7 +3,8 @@
 # data and global batch; every step's loss must match within 1e-4 relative.
 #   gpu_train_check.sh NP MODE [OPTION...]    MODE: nccl | staged | alone
 # (OPTIONs go to the GPU run only, e.g. --bucket-mb 0.01 for many buckets;
-# but --precision bf16 goes to the CPU's reference too)
+# but --precision bf16 goes to the CPU's reference too, and --layers N sets
+# both models' depth, 2 without it)
 # In bf16 the two compute the same fp32 values up to the order of their
 # sums, which is the layouts' case of tests/parallel/train_gpt_bf16.sh and
 # its derived tolerance: |loss - CPU's| <= loss / 128 a step (2u x loss, u
@@ -20,7 +21,17 @@ set -u
 np=$1
 mode=$2
 shift 2
-extra=("$@")
+extra=()
+layers=2
+while [[ $# -gt 0 ]]; do
+    if [[ $1 == --layers ]]; then
+        layers=$2
+        shift 2
+    else
+        extra+=("$1")
+        shift
+    fi
+done
 build=${MSRUN_BUILD:?MSRUN_BUILD is not set}
 job=gputrain-$np-$$-$RANDOM
 work=$(mktemp -d)
@@ -33,7 +44,7 @@ cleanup() {
 # trap too: only the script's own shell cleans up
 trap '[[ $BASHPID == "$$" ]] && { cleanup; }' EXIT
 
-train=(--layers 2 --channels 64 --heads 4 --seq 32 --micro-batch 2 --global-batch 8
+train=(--layers "$layers" --channels 64 --heads 4 --seq 32 --micro-batch 2 --global-batch 8
     --steps 10 --warmup 2 --corpus-bytes 65536)
 
 # the probe: a process alone sets the GPU up and trains no step
@@ -91,8 +102,13 @@ if [[ $mode != alone ]] && ! grep -q "gradients over $mode" "$work/gpu.out"; the
     echo "FAIL: the job did not choose the $mode device communicator"
     exit 1
 fi
-if [[ " ${extra[*]} " == *" optimizer=host "* ]] && ! grep -q "AdamW on the host" "$work/gpu.out"; then
+if [[ " ${extra[*]} " == *[\ ,]optimizer=host[\ ,]* ]] && ! grep -q "AdamW on the host" "$work/gpu.out"; then
     echo "FAIL: --offload optimizer=host did not put the update on the host"
+    exit 1
+fi
+if [[ " ${extra[*]} " == *[\ ,]params=host[\ ,]* ]] &&
+    ! grep -q "the blocks' parameters and gradients in host memory" "$work/gpu.out"; then
+    echo "FAIL: --offload params=host did not keep the blocks in host memory"
     exit 1
 fi
 # the loss logs hold exact values (%a): bash's printf reads them

@@ -3,7 +3,9 @@
  * at GPT-2's (T 1024, C 768, 12 heads, 2 layers, B 8, GPT-2's vocabulary of
  * 50257), and the losses and parameters of 10 training steps (fp32, within
  * 1e-4 relative); in bf16 at both shapes, with head size 8 (cuBLAS's
- * attention) and over several tiles of the fused attention. Needs a GPU: where this machine has
+ * attention) and over several tiles of the fused attention; the blocks in
+ * host memory (--offload params=host) against the whole model on the
+ * device, bitwise, the model's and the trainer's. Needs a GPU: where this machine has
  * none (no device, or no driver at all) it prints why and exits 77 (ctest counts it skipped); any
  * other CUDA error (an old driver, say) fails it. */
 #include <cuda_runtime.h>
@@ -30,6 +32,9 @@ enum { B_GPT2 = 8 };
  * 200 takes the fused kernel over 4 tiles of 64, the last of 8 rows */
 static const msr_gpt_config_t hs8 = {MSR_GPT_VOCAB, 32, 2, 8, 64};
 static const msr_gpt_config_t tiles = {MSR_GPT_VOCAB, 200, 2, 4, 128};
+/* 4 layers: with the blocks in host memory, each of the two slots holds
+ * two blocks in turn */
+static const msr_gpt_config_t deep = {MSR_GPT_VOCAB, 32, 4, 4, 64};
 
 /* max |a - b| over n, relative to max |b| (at least 1e-30). */
 static double rel_diff(const float *a, const float *b, size_t n)
@@ -251,6 +256,201 @@ static void test_train_10_steps(void)
     msr_dataset_destroy(data);
 }
 
+/* A forward and backward of each of two models on the same micro-batch,
+ * accumulated into their gradients: the same loss, bitwise. */
+static void both_steps(msr_cuda_gpt_t *a, msr_cuda_gpt_t *b, const int *in, const int *tg, int T,
+                       float dloss)
+{
+    double la, lb;
+    MSR_CHECK_MSG(msr_cuda_gpt_forward(a, in, tg, B, T, &la) == MSR_OK, "%s", msr_err_msg());
+    MSR_CHECK_MSG(msr_cuda_gpt_forward(b, in, tg, B, T, &lb) == MSR_OK, "%s", msr_err_msg());
+    MSR_CHECK_MSG(msr_cuda_gpt_backward(a, dloss) == MSR_OK, "%s", msr_err_msg());
+    MSR_CHECK_MSG(msr_cuda_gpt_backward(b, dloss) == MSR_OK, "%s", msr_err_msg());
+    MSR_CHECK_MSG(la == lb, "loss %.17g on the device, %.17g with the blocks in host memory", la,
+                  lb);
+}
+
+/* Both models' logits, gradients and gradient norms: the same bits. */
+static void same_outputs(msr_cuda_gpt_t *a, msr_cuda_gpt_t *b, size_t P, size_t logits)
+{
+    float *x = msr_calloc(P > logits ? P : logits, sizeof(float));
+    float *y = msr_calloc(P > logits ? P : logits, sizeof(float));
+    MSR_CHECK(x != NULL && y != NULL);
+    MSR_CHECK(msr_cuda_gpt_get_logits(a, x) == MSR_OK && msr_cuda_gpt_get_logits(b, y) == MSR_OK);
+    MSR_CHECK_MSG(memcmp(x, y, logits * sizeof(float)) == 0, "the logits differ");
+    MSR_CHECK(msr_cuda_gpt_get_grads(a, x) == MSR_OK && msr_cuda_gpt_get_grads(b, y) == MSR_OK);
+    size_t bad = 0;
+    for (size_t i = 0; i < P; i++)
+        bad += memcmp(&x[i], &y[i], sizeof(float)) != 0;
+    MSR_CHECK_MSG(bad == 0, "%zu of %zu gradients differ", bad, P);
+    double sa, sb;
+    MSR_CHECK(msr_cuda_gpt_grad_sumsq(a, &sa) == MSR_OK &&
+              msr_cuda_gpt_grad_sumsq(b, &sb) == MSR_OK);
+    MSR_CHECK_MSG(sa == sb && sa > 0.0, "sums of squares %.17g and %.17g", sa, sb);
+    msr_free(y);
+    msr_free(x);
+}
+
+static msr_status_t never_ready(void *arg, int seg)
+{
+    (void)arg;
+    (void)seg;
+    return MSR_OK;
+}
+
+/* The blocks in host memory (msr_cuda_gpt_create_offload) against the
+ * whole model on the device, 4 layers so each slot holds two blocks in
+ * turn: two micro-batches accumulated, then the parameters changed (as an
+ * update on the host changes them) and one more: the same losses, logits,
+ * gradients and sums of squares, bitwise; the device holds 8 bytes a
+ * parameter less and 8 a parameter of two blocks fewer (but a few places
+ * of 64 floats). */
+static void offload_blocks_in(msr_precision_t precision)
+{
+    const msr_gpt_config_t *cfg = &deep;
+    int T = cfg->max_seq, N = B * T, V = cfg->vocab, L = cfg->layers;
+    msr_gpt_t *cpu;
+    MSR_CHECK(msr_gpt_create(cfg, B, &cpu) == MSR_OK);
+    msr_gpt_init_params(cpu, 1337);
+    size_t P = cpu->num_params, C = (size_t)cfg->channels, blk = 12 * C * C + 13 * C;
+    float *hp, *hg;
+    MSR_CHECK(cudaMallocHost((void **)&hp, P * sizeof(float)) == cudaSuccess);
+    MSR_CHECK(cudaMallocHost((void **)&hg, P * sizeof(float)) == cudaSuccess);
+    memcpy(hp, cpu->params, P * sizeof(float));
+    msr_cuda_gpt_t *whole, *part;
+    MSR_CHECK(msr_cuda_gpt_create(cfg, B, 0, cpu->tensors, cpu->num_tensors, &whole) == MSR_OK);
+    MSR_CHECK(msr_cuda_gpt_create_offload(cfg, B, 0, cpu->tensors, cpu->num_tensors, NULL, hg,
+                                          &part) == MSR_ERR_INVALID_ARG);
+    MSR_CHECK_MSG(msr_cuda_gpt_create_offload(cfg, B, 0, cpu->tensors, cpu->num_tensors, hp, hg,
+                                              &part) == MSR_OK,
+                  "%s", msr_err_msg());
+    MSR_CHECK(msr_cuda_gpt_set_params(whole, cpu->params) == MSR_OK);
+    MSR_CHECK(msr_cuda_gpt_offloaded(part) && !msr_cuda_gpt_offloaded(whole));
+    MSR_CHECK(msr_cuda_gpt_params_device(part) == NULL && msr_cuda_gpt_grads_device(part) == NULL);
+    size_t bw = msr_cuda_gpt_device_bytes(whole), bp = msr_cuda_gpt_device_bytes(part);
+    size_t fewer = 8 * P + 8 * (size_t)(L - 2) * blk;
+    printf("device bytes: whole %zu, blocks in host memory %zu (%zu fewer; at most %zu)\n", bw, bp,
+           bw - bp, fewer);
+    MSR_CHECK(bw - bp <= fewer && bw - bp >= fewer - 8 * 8 * 64);
+    MSR_CHECK(msr_cuda_gpt_set_precision(whole, precision) == MSR_OK);
+    MSR_CHECK(msr_cuda_gpt_set_precision(part, precision) == MSR_OK);
+    MSR_CHECK(msr_cuda_gpt_set_moments(part, hp, hp) == MSR_ERR_INVALID_ARG);
+
+    int *in = msr_calloc((size_t)N * 4, sizeof(int));
+    float *p2 = msr_calloc(P, sizeof(float)), *g = msr_calloc(P, sizeof(float));
+    MSR_CHECK(in != NULL && p2 != NULL && g != NULL);
+    random_tokens(in, (size_t)N * 4, V, 3);
+    MSR_CHECK(msr_cuda_gpt_zero_grad(whole) == MSR_OK && msr_cuda_gpt_zero_grad(part) == MSR_OK);
+    /* no backward yet: zeros, whatever host_grads held */
+    memset(hg, 0x7f, P * sizeof(float));
+    MSR_CHECK(msr_cuda_gpt_get_grads(part, g) == MSR_OK);
+    for (size_t i = 0; i < P; i++)
+        MSR_CHECK_MSG(g[i] == 0.0f, "gradient %zu is %g before any backward", i, g[i]);
+    float dloss = 1.0f / (float)(2 * N);
+    both_steps(whole, part, in, in + N, T, dloss);
+    both_steps(whole, part, in + 2 * N, in + 3 * N, T, dloss);
+    MSR_CHECK(msr_cuda_gpt_backward_ex(part, dloss, never_ready, NULL) == MSR_ERR_INVALID_ARG);
+    same_outputs(whole, part, P, (size_t)N * V);
+    /* an update on the host: the model must fetch every block anew */
+    for (size_t i = 0; i < P; i++)
+        p2[i] = cpu->params[i] * 0.75f + (float)(i % 7) * 1e-3f;
+    MSR_CHECK(msr_cuda_gpt_set_params(whole, p2) == MSR_OK);
+    MSR_CHECK(msr_cuda_gpt_sync(part) == MSR_OK);
+    memcpy(hp, p2, P * sizeof(float));
+    msr_cuda_gpt_host_params_changed(part);
+    MSR_CHECK(msr_cuda_gpt_zero_grad(whole) == MSR_OK && msr_cuda_gpt_zero_grad(part) == MSR_OK);
+    both_steps(whole, part, in + N, in, T, 1.0f / (float)N);
+    same_outputs(whole, part, P, (size_t)N * V);
+    MSR_CHECK(msr_cuda_gpt_get_params(part, g) == MSR_OK);
+    MSR_CHECK(memcmp(g, p2, P * sizeof(float)) == 0);
+    /* set_params writes the master copy */
+    MSR_CHECK(msr_cuda_gpt_set_params(part, cpu->params) == MSR_OK);
+    MSR_CHECK(memcmp(hp, cpu->params, P * sizeof(float)) == 0);
+    msr_free(g);
+    msr_free(p2);
+    msr_free(in);
+    msr_cuda_gpt_destroy(part);
+    msr_cuda_gpt_destroy(whole);
+    cudaFreeHost(hg);
+    cudaFreeHost(hp);
+    msr_gpt_destroy(cpu);
+}
+
+static void test_offload_blocks(void)
+{
+    offload_blocks_in(MSR_PRECISION_FP32);
+}
+
+static void test_offload_blocks_bf16(void)
+{
+    offload_blocks_in(MSR_PRECISION_BF16);
+}
+
+/* Two GPU trainers with AdamW on the host, the second with the blocks in
+ * host memory too (--offload params=host), 10 steps of 2 micro-batches
+ * with clipping: the same losses, norms, parameters and checkpoint
+ * payloads, bitwise, and less device memory. */
+static void test_train_host_params(void)
+{
+    msr_dataset_t *data;
+    MSR_CHECK(msr_dataset_generate(7, 1 << 16, &data) == MSR_OK);
+    msr_train_config_t cfg = {
+        .model = deep,
+        .micro_batch = B,
+        .grad_accum = 2,
+        .dp = 1,
+        .dp_rank = 0,
+        .seed = 1337,
+        .lr = 1e-3f,
+        .warmup = 3,
+        .grad_clip = 1.0f,
+        .adamw = {0.9, 0.95, 1e-8, 0.1},
+    };
+    msr_train_config_defaults(&cfg);
+    cfg.par.offload.mode = MSR_OFFLOAD_HOST;
+    cfg.par.offload.chunk_bytes = 4096 * sizeof(float);
+    msr_train_config_t hcfg = cfg;
+    hcfg.par.params_offload.mode = MSR_OFFLOAD_HOST;
+    msr_cuda_trainer_t *a, *b;
+    MSR_CHECK_MSG(msr_cuda_trainer_create(&cfg, data, NULL, &a) == MSR_OK, "%s", msr_err_msg());
+    MSR_CHECK_MSG(msr_cuda_trainer_create(&hcfg, data, NULL, &b) == MSR_OK, "%s", msr_err_msg());
+    MSR_CHECK(a->hgrads == NULL && b->hgrads != NULL && msr_cuda_gpt_offloaded(b->model));
+    printf("device bytes: optimizer=host %zu, params=host too %zu\n", a->device_bytes,
+           b->device_bytes);
+    MSR_CHECK(b->device_bytes < a->device_bytes);
+    for (int s = 1; s <= 10; s++) {
+        double la, lb;
+        MSR_CHECK_MSG(msr_cuda_trainer_step(a, &la) == MSR_OK, "%s", msr_err_msg());
+        MSR_CHECK_MSG(msr_cuda_trainer_step(b, &lb) == MSR_OK, "%s", msr_err_msg());
+        printf("step %d loss %.9f %.9f norm %.9f %.9f\n", s, la, lb, a->last_grad_norm,
+               b->last_grad_norm);
+        MSR_CHECK_MSG(la == lb && a->last_grad_norm == b->last_grad_norm,
+                      "step %d: loss %.17g / %.17g, norm %.17g / %.17g", s, la, lb,
+                      a->last_grad_norm, b->last_grad_norm);
+    }
+    size_t P = a->layout->num_params;
+    float *pa = msr_calloc(P, sizeof(float)), *pb = msr_calloc(P, sizeof(float));
+    MSR_CHECK(pa != NULL && pb != NULL);
+    MSR_CHECK(msr_cuda_gpt_get_params(a->model, pa) == MSR_OK);
+    MSR_CHECK(msr_cuda_gpt_get_params(b->model, pb) == MSR_OK);
+    MSR_CHECK_MSG(memcmp(pa, pb, P * sizeof(float)) == 0, "the parameters differ after 10 steps");
+    void *sa, *sb;
+    size_t na, nb;
+    MSR_CHECK(msr_cuda_trainer_snapshot(a, "m", &sa, &na) == MSR_OK);
+    MSR_CHECK(msr_cuda_trainer_snapshot(b, "m", &sb, &nb) == MSR_OK);
+    MSR_CHECK_MSG(na == nb && memcmp(sa, sb, na) == 0, "the checkpoint payloads differ");
+    msr_free(sb);
+    msr_free(sa);
+    msr_free(pb);
+    msr_free(pa);
+    msr_cuda_trainer_destroy(b);
+    msr_cuda_trainer_destroy(a);
+    /* params=host without the optimizer on the host is refused */
+    hcfg.par.offload.mode = MSR_OFFLOAD_NONE;
+    MSR_CHECK(msr_cuda_trainer_create(&hcfg, data, NULL, &b) == MSR_ERR_CONFIG);
+    msr_dataset_destroy(data);
+}
+
 static const msr_test_t tests[] = {
     {"forward_backward", test_forward_backward, 60},
     {"forward_backward_bf16", test_forward_backward_bf16, 60},
@@ -259,6 +459,9 @@ static const msr_test_t tests[] = {
     {"gpt2_shape", test_gpt2_shape, 540},
     {"gpt2_shape_bf16", test_gpt2_shape_bf16, 540},
     {"train_10_steps", test_train_10_steps, 120},
+    {"offload_blocks", test_offload_blocks, 60},
+    {"offload_blocks_bf16", test_offload_blocks_bf16, 60},
+    {"train_host_params", test_train_host_params, 120},
 };
 
 /* Asks CUDA for a device, in a child (msr_test_run_in_child): the runner
