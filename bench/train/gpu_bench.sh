@@ -25,6 +25,9 @@
 # Peaks (dense, per GPU) are read from the GPU's name or from
 # MSRUN_PEAK_FP32_TFLOPS / MSRUN_PEAK_BF16_TFLOPS.
 #
+# MSRUN_GPU_BENCH_OFFLOAD=1 adds the fp32 run with --offload
+# optimizer=host and with optimizer=host,params=host (below).
+#
 # MSRUN_GPU_BENCH_NP="2 4" also runs that many ranks under msrun on the
 # GPUs there are (ranks sharing a GPU stage the gradients through host
 # memory); the global batch grows with the ranks.
@@ -81,11 +84,28 @@ row() { # NAME RANKS GPUS [bf16]: reads train_gpt's summary line from $tmp/err
 }
 "$bin/train_gpt" "${shape[@]}" >"$tmp/out" 2>"$tmp/err" || { cat "$tmp/err" >&2; exit 1; }
 row "train_gpt --device cuda alone (fp32)" 1 1
+cp "$tmp/err" "$tmp/err.fp32"
 "$bin/train_gpt" "${shape[@]}" --precision bf16 >"$tmp/out" 2>"$tmp/err" || {
     cat "$tmp/err" >&2
     exit 1
 }
 row "train_gpt --device cuda alone (bf16 products)" 1 1 bf16
+# MSRUN_GPU_BENCH_OFFLOAD=1: the fp32 run again with AdamW on the host
+# (--offload optimizer=host), then with the blocks there too
+# (params=host: two blocks on the GPU at a time), and each run's device
+# memory for the model after the table
+mem=()
+if [[ -n ${MSRUN_GPU_BENCH_OFFLOAD:-} ]]; then
+    mem+=("fp32: $(grep -o '[0-9.]* MB of device memory' "$tmp/err.fp32" | head -n 1)")
+    for off in optimizer=host optimizer=host,params=host; do
+        "$bin/train_gpt" "${shape[@]}" --offload "$off" >"$tmp/out" 2>"$tmp/err" || {
+            cat "$tmp/err" >&2
+            exit 1
+        }
+        row "train_gpt --device cuda alone (fp32, --offload $off)" 1 1
+        mem+=("$off: $(grep -o '[0-9.]* MB of device memory' "$tmp/err" | head -n 1)")
+    done
+fi
 gpus=$(nvidia-smi -L 2>/dev/null | wc -l)
 [[ $gpus -ge 1 ]] || gpus=1
 for np in ${MSRUN_GPU_BENCH_NP:-}; do
@@ -94,6 +114,9 @@ for np in ${MSRUN_GPU_BENCH_NP:-}; do
         "${shape[@]}" >"$tmp/out" 2>"$tmp/err" || { cat "$tmp/err" >&2; exit 1; }
     row "msrun, $np ranks on $used GPU(s), $(grep -o 'gradients over [a-z]*' "$tmp/err" |
         head -n 1 | cut -d' ' -f3)" "$np" "$used"
+done
+for m in "${mem[@]}"; do
+    echo "device memory for the model, $m"
 done
 echo
 echo "llm.c's published figures for GPT-2 124M (vocabulary 50304 padded, bf16, cuDNN flash"
