@@ -397,6 +397,16 @@ msr_status_t msr_dp_update(msr_dp_t *dp, float lr, float max_norm, double loss_l
  * ZeRO-3 (gathers every segment). */
 msr_status_t msr_dp_gather_params(msr_dp_t *dp, float *out);
 
+/* Under ZeRO-3, every segment's parameters gathered in turn (an offloaded
+ * shard's blocks read in forward's order) and handed to fn with their
+ * first flat element, then dropped: the whole model is never held.
+ * Collective: every rank of the group calls it, and a rank whose fn fails
+ * stops there (so fn should note its failure and return MSR_OK where the
+ * others must go on). Errors: MSR_ERR_INVALID_ARG below ZeRO-3, fn's, the
+ * communicator's. */
+typedef msr_status_t (*msr_dp_seg_fn)(void *arg, size_t offset, const float *p, size_t n);
+msr_status_t msr_dp_gather_each(msr_dp_t *dp, msr_dp_seg_fn fn, void *arg);
+
 void msr_dp_memory(const msr_dp_t *dp, msr_dp_memory_t *mem);
 
 /* ---- the optimizer's moments offloaded (dp_offload.c, parallel/offload.h) ----

@@ -265,6 +265,13 @@ msr_status_t msr_dp_update(msr_dp_t *dp, float lr, float max_norm, double loss_l
     return MSR_OK;
 }
 
+/* msr_dp_seg_fn of msr_dp_gather_params: the segment into out. */
+static msr_status_t copy_seg(void *arg, size_t offset, const float *p, size_t n)
+{
+    memcpy((float *)arg + offset, p, n * sizeof(float));
+    return MSR_OK;
+}
+
 msr_status_t msr_dp_gather_params(msr_dp_t *dp, float *out)
 {
     if (dp->params_off != NULL && dp->cfg.zero <= 2)
@@ -274,11 +281,20 @@ msr_status_t msr_dp_gather_params(msr_dp_t *dp, float *out)
         memcpy(out, dp->model->params, dp->model->num_params * sizeof(float));
         return MSR_OK;
     }
+    return msr_dp_gather_each(dp, copy_seg, out);
+}
+
+msr_status_t msr_dp_gather_each(msr_dp_t *dp, msr_dp_seg_fn fn, void *arg)
+{
+    if (dp->cfg.zero != 3)
+        return msr_err(MSR_ERR_INVALID_ARG, "dp: segments are gathered under ZeRO-3 only (%d)",
+                       dp->cfg.zero);
+    dp->pdir = 1; /* an offloaded shard's blocks read in forward's order */
     for (int s = 0; s < dp->num_segs; s++) {
         msr_status_t st = msr_dp_seg_ready(dp, s);
         if (st == MSR_OK)
-            memcpy(out + dp->model->segments[s].offset, dp->model->segments[s].params,
-                   msr_dp_seg_count(dp, s) * sizeof(float));
+            st = fn(arg, dp->model->segments[s].offset, dp->model->segments[s].params,
+                    msr_dp_seg_count(dp, s));
         msr_status_t dst = msr_dp_seg_drop(dp, s);
         if (st == MSR_OK && dst != MSR_OK)
             st = msr_dp_comm_failed("parameter gather of segment", s, dst);

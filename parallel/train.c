@@ -647,3 +647,8 @@ msr_status_t msr_trainer_params(msr_trainer_t *tr, float *out)
 {
     return msr_dp_gather_params(tr->dp, out);
 }
+
+msr_status_t msr_trainer_params_each(msr_trainer_t *tr, msr_dp_seg_fn fn, void *arg)
+{
+    return msr_dp_gather_each(tr->dp, fn, arg);
+}

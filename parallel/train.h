@@ -293,6 +293,10 @@ msr_status_t msr_trainer_fill_end(msr_trainer_t *tr, int write);
 /* All parameters (P floats) into out; collective under ZeRO-3. */
 msr_status_t msr_trainer_params(msr_trainer_t *tr, float *out);
 
+/* Under ZeRO-3, each segment's parameters gathered and handed to fn in
+ * turn, never the whole model (msr_dp_gather_each); collective. */
+msr_status_t msr_trainer_params_each(msr_trainer_t *tr, msr_dp_seg_fn fn, void *arg);
+
 /* This rank's checkpoint payload (ckpt.h) after tr->step steps: the flat
  * elements it owns with their parameters and moments, in the whole model's
  * numbering (parallel/ckpt_map.h: its owned local ranges cut into the

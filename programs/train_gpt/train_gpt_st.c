@@ -442,14 +442,16 @@ static msr_status_t save_run(void *arg, size_t lo, uint64_t first, uint64_t n)
                                      &f->blk, save_span, a);
 }
 
-/* Writes tensors t[0..n) into w where nm places them: their elements at
- * base, or (base NULL) read from f (the experts' if experts, else the
- * flat ones). */
+/* Writes the tensors of t[0..n) whose first element is in [lo, hi) into
+ * w where nm places them: their elements at base, or (base NULL) read
+ * from f (the experts' if experts, else the flat ones). */
 static msr_status_t write_tensors(const msr_gpt_config_t *cfg, const msr_gpt_tensor_t *t, int n,
-                                  const float *base, export_src_t *f, int experts,
-                                  const names_t *nm, msr_st_writer_t *w, int tp_rank)
+                                  size_t lo, size_t hi, const float *base, export_src_t *f,
+                                  int experts, const names_t *nm, msr_st_writer_t *w, int tp_rank)
 {
     for (int i = 0; i < n; i++) {
+        if (t[i].offset < lo || t[i].offset >= hi)
+            continue;
         if (t[i].tp_replicated ? tp_rank != 0 : !t[i].tp_first)
             continue; /* held by several tp ranks: written by the first */
         char name[MSR_ST_NAME_MAX + 1];
@@ -468,26 +470,60 @@ static msr_status_t write_tensors(const msr_gpt_config_t *cfg, const msr_gpt_ten
     return MSR_OK;
 }
 
-/* This rank's slices into w (params: its flat parameters): the flat
- * tensors from data- and context-parallel rank 0 (tp-replicated ones from
- * tp rank 0 only, a Llama's replicated kv heads from the first rank of
- * each head's), a MoE model's experts from the first rank of each
- * replica group that holds them (context-parallel rank 0). */
-static msr_status_t write_slices(const msr_trainer_t *tr, const names_t *nm, msr_st_writer_t *w,
-                                 export_src_t *f)
+/* Whether this rank writes the flat tensors: data- and context-parallel
+ * rank 0 (tp-replicated ones from tp rank 0 only, a Llama's replicated kv
+ * heads from the first rank of each head's). */
+static int writes_flat(const msr_trainer_t *tr)
 {
     const msr_mesh_t *mesh = tr->mesh;
-    int tp_rank = mesh != NULL ? mesh->tp_rank : 0, cp0 = mesh == NULL || mesh->cp_rank == 0;
+    return mesh == NULL || (mesh->cp_rank == 0 && mesh->dp_rank == 0);
+}
+
+static int tp_rank_of(const msr_trainer_t *tr)
+{
+    return tr->mesh != NULL ? tr->mesh->tp_rank : 0;
+}
+
+/* This rank's slices into w (params: its flat parameters, unless flat is
+ * 0: written already): the flat tensors where writes_flat says, a MoE
+ * model's experts from the first rank of each replica group that holds
+ * them (context-parallel rank 0). */
+static msr_status_t write_slices(const msr_trainer_t *tr, const names_t *nm, msr_st_writer_t *w,
+                                 export_src_t *f, int flat)
+{
+    const msr_mesh_t *mesh = tr->mesh;
+    int cp0 = mesh == NULL || mesh->cp_rank == 0;
     msr_status_t st = MSR_OK;
-    if (cp0 && (mesh == NULL || mesh->dp_rank == 0))
-        st = write_tensors(&tr->cfg.model, tr->model->tensors, tr->model->num_tensors, f->params, f,
-                           0, nm, w, tp_rank);
+    if (flat && writes_flat(tr))
+        st = write_tensors(&tr->cfg.model, tr->model->tensors, tr->model->num_tensors, 0, SIZE_MAX,
+                           f->params, f, 0, nm, w, tp_rank_of(tr));
     if (st == MSR_OK && tr->model->moe != NULL && cp0 && tr->rep_rank == 0) {
         int n;
         const msr_gpt_tensor_t *t = msr_moe_tensors(tr->model->moe, &n);
-        st = write_tensors(&tr->cfg.model, t, n, f->experts, f, 1, nm, w, 0);
+        st = write_tensors(&tr->cfg.model, t, n, 0, SIZE_MAX, f->experts, f, 1, nm, w, 0);
     }
     return st;
+}
+
+/* ZeRO-3's walk (msr_trainer_params_each): each gathered segment's
+ * tensors written as it comes, by the ranks that write the flat ones; a
+ * failed write is kept and the walk goes on, since every rank of the
+ * group takes part in every gather. */
+typedef struct seg_writer {
+    const msr_trainer_t *tr;
+    const names_t *nm;
+    msr_st_writer_t *w;
+    msr_status_t st;
+} seg_writer_t;
+
+static msr_status_t write_seg(void *arg, size_t offset, const float *p, size_t n)
+{
+    seg_writer_t *s = arg;
+    const msr_trainer_t *tr = s->tr;
+    if (s->st == MSR_OK && writes_flat(tr))
+        s->st = write_tensors(&tr->cfg.model, tr->model->tensors, tr->model->num_tensors, offset,
+                              offset + n, p - offset, NULL, 0, s->nm, s->w, tp_rank_of(tr));
+    return MSR_OK;
 }
 
 /* The buffers of f's reads through the trainer: a block of each file. */
@@ -506,7 +542,7 @@ int train_gpt_st_export(msr_trainer_t *tr, const job_t *job, msr_comm_t *comm, c
 {
     names_t nm = {NULL, 0};
     msr_st_writer_t *w = NULL;
-    float *gathered = NULL, *gathered_experts = NULL;
+    float *gathered_experts = NULL;
     /* below ZeRO-3 the blocks in their file are read a block at a time
      * (NULL: through the trainer), as are the experts' in theirs */
     export_src_t from = {tr,
@@ -517,14 +553,8 @@ int train_gpt_st_export(msr_trainer_t *tr, const job_t *job, msr_comm_t *comm, c
     int rc = 1, held = tr->model->params == NULL;
     msr_err_clear();
     msr_status_t st = model_names(&tr->cfg.model, &nm);
-    if (st == MSR_OK && held) { /* ZeRO-3: the shard's blocks in, then gathered */
+    if (st == MSR_OK && held) /* ZeRO-3: the shard's blocks in, each segment gathered below */
         st = msr_trainer_blocks_hold(tr);
-        gathered = st == MSR_OK ? msr_malloc(tr->model->num_params * sizeof *gathered + 1) : NULL;
-        st = st != MSR_OK       ? st
-             : gathered == NULL ? MSR_ERR_NO_MEMORY
-                                : msr_trainer_params(tr, gathered);
-        from.params = gathered;
-    }
     if (tr->model->moe != NULL && tr->epf == NULL)
         from.experts = msr_moe_params(tr->model->moe);
     if (st == MSR_OK && tr->ez) { /* ZeRO-3's shards with replicas: gathered */
@@ -543,8 +573,14 @@ int train_gpt_st_export(msr_trainer_t *tr, const job_t *job, msr_comm_t *comm, c
         goto out;
     if (job->rank != 0)
         st = msr_st_writer_open(path, nm.t, nm.n, 0, &w);
+    if (st == MSR_OK && held) { /* ZeRO-3: a segment at a time */
+        seg_writer_t sw = {tr, &nm, w, MSR_OK};
+        st = msr_trainer_params_each(tr, write_seg, &sw);
+        if (st == MSR_OK)
+            st = sw.st;
+    }
     if (st == MSR_OK)
-        st = write_slices(tr, &nm, w, &from);
+        st = write_slices(tr, &nm, w, &from, !held);
     if (st == MSR_OK && job->rank != 0) {
         st = msr_st_writer_close(w, 0); /* durable before rank 0 commits */
         w = NULL;
@@ -571,7 +607,6 @@ out:
         msr_st_writer_abort(w); /* removes the temporary file */
     else if (w != NULL)
         msr_st_writer_close(w, 0);
-    msr_free(gathered);
     msr_free(gathered_experts);
     msr_free(from.blk.buf);
     msr_free(from.eblk.buf);
@@ -646,7 +681,7 @@ static msr_status_t write_grads(const msr_trainer_t *tr, const char *path, doubl
     if (st == MSR_OK)
         st = msr_st_writer_open(path, nm.t, nm.n, 1, &w);
     if (st == MSR_OK)
-        st = write_tensors(&tr->cfg.model, tr->model->tensors, tr->model->num_tensors,
+        st = write_tensors(&tr->cfg.model, tr->model->tensors, tr->model->num_tensors, 0, SIZE_MAX,
                            tr->model->grads, NULL, 0, &nm, w, 0);
     float lossf = (float)loss;
     if (st == MSR_OK)
