@@ -3170,6 +3170,15 @@ test: ^test_parallel_safetensors_cli$
         if (names_find(nm, all[i].name) < 0 && i < 0) {
 >>>
 
+@ safetensors.zero3_segment_misplaced
+file: programs/train_gpt/train_gpt_st.c
+test: ^test_parallel_ckpt_export$
+<<<
+                              offset + n, p - offset, NULL, 0, s->nm, s->w, tp_rank_of(tr));
+===
+                              offset + n, p, NULL, 0, s->nm, s->w, tp_rank_of(tr));
+>>>
+
 @ safetensors.head_copy_not_synced
 file: programs/train_gpt/train_gpt_st.c
 test: ^test_parallel_safetensors_cli$

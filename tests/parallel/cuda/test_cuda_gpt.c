@@ -204,12 +204,12 @@ static void test_gpt2_shape(void)
     one_step(&gpt2, B_GPT2, 1e-5, 1e-3);
 }
 
-static void test_train_10_steps(void)
+/* The trainers' settings here: micro-batches of B, 2 a step, one process,
+ * warm-up and clipping. */
+static msr_train_config_t train_config(const msr_gpt_config_t *model)
 {
-    msr_dataset_t *data;
-    MSR_CHECK(msr_dataset_generate(7, 1 << 16, &data) == MSR_OK);
     msr_train_config_t cfg = {
-        .model = shape,
+        .model = *model,
         .micro_batch = B,
         .grad_accum = 2,
         .dp = 1,
@@ -221,6 +221,14 @@ static void test_train_10_steps(void)
         .adamw = {0.9, 0.95, 1e-8, 0.1},
     };
     msr_train_config_defaults(&cfg);
+    return cfg;
+}
+
+static void test_train_10_steps(void)
+{
+    msr_dataset_t *data;
+    MSR_CHECK(msr_dataset_generate(7, 1 << 16, &data) == MSR_OK);
+    msr_train_config_t cfg = train_config(&shape);
     msr_trainer_t *cpu;
     msr_cuda_trainer_t *gpu;
     MSR_CHECK(msr_trainer_create(&cfg, data, NULL, &cpu) == MSR_OK);
@@ -394,19 +402,7 @@ static void test_train_host_params(void)
 {
     msr_dataset_t *data;
     MSR_CHECK(msr_dataset_generate(7, 1 << 16, &data) == MSR_OK);
-    msr_train_config_t cfg = {
-        .model = deep,
-        .micro_batch = B,
-        .grad_accum = 2,
-        .dp = 1,
-        .dp_rank = 0,
-        .seed = 1337,
-        .lr = 1e-3f,
-        .warmup = 3,
-        .grad_clip = 1.0f,
-        .adamw = {0.9, 0.95, 1e-8, 0.1},
-    };
-    msr_train_config_defaults(&cfg);
+    msr_train_config_t cfg = train_config(&deep);
     cfg.par.offload.mode = MSR_OFFLOAD_HOST;
     cfg.par.offload.chunk_bytes = 4096 * sizeof(float);
     msr_train_config_t hcfg = cfg;
