@@ -4681,6 +4681,26 @@ test: ^test_parallel_host_adamw$
     msr_status_t ust = MSR_OK;
 >>>
 
+@ host_adamw.step_host_chunk_misread
+file: parallel/host_adamw.c
+test: ^test_parallel_host_adamw$
+<<<
+        msr_adamw_update_range(h->opt, off, n, h->params + off, grads + off);
+===
+        msr_adamw_update_range(h->opt, off, n, h->params + off, grads);
+>>>
+
+@ host_adamw.set_copies_to_no_device
+file: parallel/host_adamw.c
+test: ^test_parallel_host_adamw$
+<<<
+    if (params_dev == NULL)
+        return MSR_OK;
+===
+    if (params_dev == NULL && h->count == 0)
+        return MSR_OK;
+>>>
+
 @ host_adamw.one_buffer
 file: parallel/host_adamw.c
 test: ^test_parallel_host_adamw$

@@ -3,8 +3,10 @@
  * runs queued work only when it is waited for (tests/comm/device_fake.c),
  * every step gives msr_adamw_update's parameters, moments and t over the
  * whole buffer, bitwise, for chunks that divide the buffer, miss it by
- * one either way, hold one element or all of them; a state set from a
- * checkpoint goes on as the run it came from; bad arguments and every
+ * one either way, hold one element or all of them, and so does the step
+ * over gradients in host memory (params=host); a state set from a
+ * checkpoint goes on as the run it came from, with or without a device
+ * copy; bad arguments and every
  * allocation failed in turn are a status, never a crash or a leak. */
 #include <stdio.h>
 #include <string.h>
@@ -99,12 +101,52 @@ static void run_against(const msr_device_t *dev, size_t count, size_t chunk)
     msr_free(ref);
 }
 
+/* msr_host_adamw_step_host (--offload params=host: the gradients in host
+ * memory, nothing copied): count elements, chunk at a time, 3 steps
+ * against msr_adamw_update, bitwise; nothing moved. */
+static void run_host(size_t count, size_t chunk)
+{
+    msr_gpt_tensor_t t[2];
+    table(count, t);
+    size_t bytes = count * sizeof(float);
+    float *ref = msr_malloc(bytes), *g = msr_malloc(bytes);
+    MSR_CHECK(ref != NULL && g != NULL);
+    for (size_t i = 0; i < count; i++)
+        ref[i] = value(i, 0, 0);
+    msr_adamw_t *opt = NULL;
+    MSR_CHECK_OK(msr_adamw_create(&ac, t, 2, 0, count, &opt));
+    msr_host_adamw_t *h = NULL;
+    MSR_CHECK_OK(msr_host_adamw_create(msr_device_cpu(), &ac, t, 2, count, chunk, ref, &h));
+    for (int step = 1; step <= 3; step++) {
+        for (size_t i = 0; i < count; i++)
+            g[i] = value(i, step, 1);
+        float lr = 1e-2f / (float)step, scale = step == 2 ? 0.5f : 1.0f;
+        msr_adamw_update(opt, ref, g, lr, scale);
+        msr_host_adamw_step_host(h, g, lr, scale);
+        MSR_CHECK_MSG(memcmp(h->params, ref, bytes) == 0 && memcmp(h->opt->m, opt->m, bytes) == 0 &&
+                          memcmp(h->opt->v, opt->v, bytes) == 0 && h->opt->t == opt->t,
+                      "count %zu chunk %zu step %d: the state differs", count, chunk, step);
+    }
+    MSR_CHECK_EQ(h->chunks_moved, 0);
+    msr_host_adamw_destroy(h);
+    msr_adamw_destroy(opt);
+    msr_free(g);
+    msr_free(ref);
+}
+
+static const size_t cases[][2] = {
+    {1, 1},  {1, 0},  {2, 1},   {7, 1},   {7, 7},   {7, 8},    {64, 8},
+    {63, 8}, {65, 8}, {65, 64}, {65, 65}, {65, 66}, {1000, 3}, {4099, 1024},
+};
+
+static void test_step_host(void)
+{
+    for (size_t k = 0; k < sizeof cases / sizeof cases[0]; k++)
+        run_host(cases[k][0], cases[k][1]);
+}
+
 static void sweep(const msr_device_t *dev)
 {
-    static const size_t cases[][2] = {
-        {1, 1},  {1, 0},  {2, 1},   {7, 1},   {7, 7},   {7, 8},    {64, 8},
-        {63, 8}, {65, 8}, {65, 64}, {65, 65}, {65, 66}, {1000, 3}, {4099, 1024},
-    };
     for (size_t k = 0; k < sizeof cases / sizeof cases[0]; k++)
         run_against(dev, cases[k][0], cases[k][1]);
 }
@@ -158,6 +200,13 @@ static void test_set(void)
     MSR_CHECK(b->opt->t == 4 && a->opt->t == 4);
     MSR_CHECK(memcmp(a->params, b->params, bytes) == 0);
     MSR_CHECK(memcmp(a->opt->m, b->opt->m, bytes) == 0 && memcmp(a->opt->v, b->opt->v, bytes) == 0);
+    /* with no device copy (params=host: the master copy is the only one) */
+    msr_host_adamw_t *c = NULL;
+    MSR_CHECK_OK(msr_host_adamw_create(dev, &ac, t, 2, count, 9, p, &c));
+    MSR_CHECK_OK(msr_host_adamw_set(c, a->params, a->opt->m, a->opt->v, a->opt->t, NULL));
+    MSR_CHECK(c->opt->t == 4 && memcmp(c->params, a->params, bytes) == 0 &&
+              memcmp(c->opt->v, a->opt->v, bytes) == 0);
+    msr_host_adamw_destroy(c);
     msr_device_free(dev, gd);
     msr_device_free(dev, pb);
     msr_device_free(dev, pa);
@@ -216,11 +265,9 @@ static void test_alloc_failures(void)
 }
 
 static const msr_test_t tests[] = {
-    {"cpu", test_cpu, 60},
-    {"deferred", test_deferred, 60},
-    {"set", test_set, 60},
-    {"bad_args", test_bad_args, 30},
-    {"alloc_failures", test_alloc_failures, 60},
+    {"step_host", test_step_host, 30}, {"cpu", test_cpu, 60},
+    {"deferred", test_deferred, 60},   {"set", test_set, 60},
+    {"bad_args", test_bad_args, 30},   {"alloc_failures", test_alloc_failures, 60},
 };
 
 int main(int argc, char **argv)
