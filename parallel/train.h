@@ -251,6 +251,16 @@ msr_train_expert_bytes_t msr_trainer_expert_bytes(const msr_trainer_t *tr);
  * the group calls it, between steps). Errors: the communicator's. */
 msr_status_t msr_trainer_experts_whole(msr_trainer_t *tr, float *out);
 
+/* Under ZeRO-3 with replicas, each held block of this rank's experts
+ * all-gathered over the replica group in turn and handed to fn (its
+ * first element in the store's order, a host copy of the block, its
+ * count) before the next: never the whole store. Collective over the
+ * group as msr_trainer_experts_whole; a rank whose fn fails stops there,
+ * so fn should note a failure and return MSR_OK where the others go on.
+ * Errors: MSR_ERR_INVALID_ARG without such shards, MSR_ERR_NO_MEMORY,
+ * fn's, the communicator's. */
+msr_status_t msr_trainer_experts_each(msr_trainer_t *tr, msr_dp_seg_fn fn, void *arg);
+
 /* The experts' parameters of elements [s, s + n) (msr_moe_params's
  * layout, below ZeRO-3 with replicas) handed to fn a span at a time, in
  * order: in place, or with them in their file (params=disk) a block's

@@ -432,6 +432,34 @@ msr_train_expert_bytes_t msr_trainer_expert_bytes(const msr_trainer_t *tr)
     return b;
 }
 
+/* ZeRO-3's experts with replicas a held block at a time: each gathered
+ * over the replica group and copied out to the host, to out + k * per
+ * (fn NULL: out is the whole store) or to out itself (a block's buffer),
+ * then handed to fn. */
+static msr_status_t ez_walk(msr_trainer_t *tr, float *out, msr_dp_seg_fn fn, void *arg)
+{
+    const msr_device_t *dev = ez_dev(tr);
+    msr_status_t st = slots_forget(tr); /* a load may have changed the shards */
+    for (int s = 0; s < tr->model->num_segments && st == MSR_OK; s++) {
+        int k = held_block(tr, s); /* each held block is one segment's */
+        if (k < 0)
+            continue;
+        if ((st = ez_acquire(tr, s, MSR_GPT_FORWARD)) != MSR_OK)
+            return st;
+        size_t at = (size_t)k * tr->ez_per;
+        float *dst = fn != NULL ? out : out + at;
+        st = msr_device_copy(dev, dst, tr->ez_slot[slot_of(tr, k)], tr->ez_per * sizeof(float),
+                             MSR_DEVICE_D2H, NULL);
+        if (st == MSR_OK)
+            st = msr_device_stream_sync(dev, NULL);
+        msr_status_t rst = ez_release(tr, s, MSR_GPT_FORWARD);
+        st = st != MSR_OK ? ez_check(tr, st, "a block of the experts out") : rst;
+        if (st == MSR_OK && fn != NULL)
+            st = fn(arg, at, dst, tr->ez_per);
+    }
+    return st;
+}
+
 msr_status_t msr_trainer_experts_whole(msr_trainer_t *tr, float *out)
 {
     msr_moe_t *moe = tr->model->moe;
@@ -450,19 +478,18 @@ msr_status_t msr_trainer_experts_whole(msr_trainer_t *tr, float *out)
             cst = msr_device_stream_sync(dev, NULL);
         return ez_check(tr, cst, "the experts' parameters out");
     }
-    msr_status_t st = slots_forget(tr); /* a load may have changed the shards */
-    for (int s = 0; s < tr->model->num_segments && st == MSR_OK; s++) {
-        int k = held_block(tr, s); /* each held block is one segment's */
-        if (k < 0)
-            continue;
-        if ((st = ez_acquire(tr, s, MSR_GPT_FORWARD)) != MSR_OK)
-            return st;
-        st = msr_device_copy(dev, out + (size_t)k * tr->ez_per, tr->ez_slot[slot_of(tr, k)],
-                             tr->ez_per * sizeof(float), MSR_DEVICE_D2H, NULL);
-        if (st == MSR_OK)
-            st = msr_device_stream_sync(dev, NULL);
-        msr_status_t rst = ez_release(tr, s, MSR_GPT_FORWARD);
-        st = st != MSR_OK ? ez_check(tr, st, "a block of the experts out") : rst;
-    }
+    return ez_walk(tr, out, NULL, NULL);
+}
+
+msr_status_t msr_trainer_experts_each(msr_trainer_t *tr, msr_dp_seg_fn fn, void *arg)
+{
+    if (!tr->ez)
+        return msr_err(MSR_ERR_INVALID_ARG, "train: the experts are gathered a block at a time "
+                                            "under ZeRO-3 with replicas only");
+    float *buf = msr_malloc(tr->ez_per * sizeof(float) + 1);
+    if (buf == NULL)
+        return msr_err(MSR_ERR_NO_MEMORY, "train: out of memory for a block of the experts");
+    msr_status_t st = ez_walk(tr, buf, fn, arg);
+    msr_free(buf);
     return st;
 }

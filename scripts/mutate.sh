@@ -3102,9 +3102,10 @@ test: ^test_parallel_safetensors_cli$
 file: programs/train_gpt/train_gpt_st.c
 test: ^test_parallel_safetensors_cli$
 <<<
-    if (st == MSR_OK && tr->model->moe != NULL && cp0 && tr->rep_rank == 0) {
+    return tr->model->moe != NULL && (mesh == NULL || mesh->cp_rank == 0) && tr->rep_rank == 0;
 ===
-    if (st == MSR_OK && tr->model->moe != NULL && cp0 && tr->rep_rank >= 0 && mesh->dp_rank == 0) {
+    return tr->model->moe != NULL && (mesh == NULL || mesh->cp_rank == 0) && tr->rep_rank >= 0 &&
+           (mesh == NULL || mesh->dp_rank == 0);
 >>>
 
 @ safetensors.overlap_accepted
@@ -3174,9 +3175,18 @@ test: ^test_parallel_safetensors_cli$
 file: programs/train_gpt/train_gpt_st.c
 test: ^test_parallel_ckpt_export$
 <<<
-                              offset + n, p - offset, NULL, 0, s->nm, s->w, tp_rank_of(tr));
+    s->st = write_tensors(&tr->cfg.model, t, nt, offset, offset + n, p - offset, NULL, s->experts,
 ===
-                              offset + n, p, NULL, 0, s->nm, s->w, tp_rank_of(tr));
+    s->st = write_tensors(&tr->cfg.model, t, nt, offset, offset + n, p, NULL, s->experts,
+>>>
+
+@ train_experts.each_block_misplaced
+file: parallel/train_experts.c
+test: ^test_parallel_ckpt_export$
+<<<
+            st = fn(arg, at, dst, tr->ez_per);
+===
+            st = fn(arg, 0, dst, tr->ez_per);
 >>>
 
 @ safetensors.head_copy_not_synced

@@ -484,20 +484,25 @@ static int tp_rank_of(const msr_trainer_t *tr)
     return tr->mesh != NULL ? tr->mesh->tp_rank : 0;
 }
 
-/* This rank's slices into w (params: its flat parameters, unless flat is
- * 0: written already): the flat tensors where writes_flat says, a MoE
- * model's experts from the first rank of each replica group that holds
- * them (context-parallel rank 0). */
-static msr_status_t write_slices(const msr_trainer_t *tr, const names_t *nm, msr_st_writer_t *w,
-                                 export_src_t *f, int flat)
+/* Whether this rank writes a MoE model's experts: the first rank of each
+ * replica group that holds them (context-parallel rank 0). */
+static int writes_experts(const msr_trainer_t *tr)
 {
     const msr_mesh_t *mesh = tr->mesh;
-    int cp0 = mesh == NULL || mesh->cp_rank == 0;
+    return tr->model->moe != NULL && (mesh == NULL || mesh->cp_rank == 0) && tr->rep_rank == 0;
+}
+
+/* This rank's slices into w from f: the flat tensors where writes_flat
+ * says (flat 0: written already), the experts' where writes_experts says
+ * (experts 0: written already). */
+static msr_status_t write_slices(const msr_trainer_t *tr, const names_t *nm, msr_st_writer_t *w,
+                                 export_src_t *f, int flat, int experts)
+{
     msr_status_t st = MSR_OK;
     if (flat && writes_flat(tr))
         st = write_tensors(&tr->cfg.model, tr->model->tensors, tr->model->num_tensors, 0, SIZE_MAX,
                            f->params, f, 0, nm, w, tp_rank_of(tr));
-    if (st == MSR_OK && tr->model->moe != NULL && cp0 && tr->rep_rank == 0) {
+    if (st == MSR_OK && experts && writes_experts(tr)) {
         int n;
         const msr_gpt_tensor_t *t = msr_moe_tensors(tr->model->moe, &n);
         st = write_tensors(&tr->cfg.model, t, n, 0, SIZE_MAX, f->experts, f, 1, nm, w, 0);
@@ -505,14 +510,15 @@ static msr_status_t write_slices(const msr_trainer_t *tr, const names_t *nm, msr
     return st;
 }
 
-/* ZeRO-3's walk (msr_trainer_params_each): each gathered segment's
- * tensors written as it comes, by the ranks that write the flat ones; a
- * failed write is kept and the walk goes on, since every rank of the
- * group takes part in every gather. */
+/* ZeRO-3's walks (msr_trainer_params_each, msr_trainer_experts_each):
+ * each gathered segment's (block's) tensors written as it comes, by the
+ * ranks that write them; a failed write is kept and the walk goes on,
+ * since every rank of the group takes part in every gather. */
 typedef struct seg_writer {
     const msr_trainer_t *tr;
     const names_t *nm;
     msr_st_writer_t *w;
+    int experts;
     msr_status_t st;
 } seg_writer_t;
 
@@ -520,10 +526,25 @@ static msr_status_t write_seg(void *arg, size_t offset, const float *p, size_t n
 {
     seg_writer_t *s = arg;
     const msr_trainer_t *tr = s->tr;
-    if (s->st == MSR_OK && writes_flat(tr))
-        s->st = write_tensors(&tr->cfg.model, tr->model->tensors, tr->model->num_tensors, offset,
-                              offset + n, p - offset, NULL, 0, s->nm, s->w, tp_rank_of(tr));
+    if (s->st != MSR_OK || !(s->experts ? writes_experts(tr) : writes_flat(tr)))
+        return MSR_OK;
+    int nt = tr->model->num_tensors;
+    const msr_gpt_tensor_t *t =
+        s->experts ? msr_moe_tensors(tr->model->moe, &nt) : tr->model->tensors;
+    s->st = write_tensors(&tr->cfg.model, t, nt, offset, offset + n, p - offset, NULL, s->experts,
+                          s->nm, s->w, s->experts ? 0 : tp_rank_of(tr));
     return MSR_OK;
+}
+
+/* A ZeRO-3 walk of the flat parameters (experts 0) or of the experts'
+ * shards (experts 1) into w. */
+static msr_status_t write_walk(msr_trainer_t *tr, const names_t *nm, msr_st_writer_t *w,
+                               int experts)
+{
+    seg_writer_t sw = {tr, nm, w, experts, MSR_OK};
+    msr_status_t st = experts ? msr_trainer_experts_each(tr, write_seg, &sw)
+                              : msr_trainer_params_each(tr, write_seg, &sw);
+    return st != MSR_OK ? st : sw.st;
 }
 
 /* The buffers of f's reads through the trainer: a block of each file. */
@@ -542,7 +563,6 @@ int train_gpt_st_export(msr_trainer_t *tr, const job_t *job, msr_comm_t *comm, c
 {
     names_t nm = {NULL, 0};
     msr_st_writer_t *w = NULL;
-    float *gathered_experts = NULL;
     /* below ZeRO-3 the blocks in their file are read a block at a time
      * (NULL: through the trainer), as are the experts' in theirs */
     export_src_t from = {tr,
@@ -557,13 +577,6 @@ int train_gpt_st_export(msr_trainer_t *tr, const job_t *job, msr_comm_t *comm, c
         st = msr_trainer_blocks_hold(tr);
     if (tr->model->moe != NULL && tr->epf == NULL)
         from.experts = msr_moe_params(tr->model->moe);
-    if (st == MSR_OK && tr->ez) { /* ZeRO-3's shards with replicas: gathered */
-        size_t ec = msr_moe_count(tr->model->moe);
-        gathered_experts = msr_malloc(ec * sizeof(float) + 1);
-        st = gathered_experts == NULL ? MSR_ERR_NO_MEMORY
-                                      : msr_trainer_experts_whole(tr, gathered_experts);
-        from.experts = gathered_experts;
-    }
     if (st == MSR_OK)
         st = export_bufs(&from);
     /* rank 0 lays the file out first; the others open what it made */
@@ -573,14 +586,14 @@ int train_gpt_st_export(msr_trainer_t *tr, const job_t *job, msr_comm_t *comm, c
         goto out;
     if (job->rank != 0)
         st = msr_st_writer_open(path, nm.t, nm.n, 0, &w);
-    if (st == MSR_OK && held) { /* ZeRO-3: a segment at a time */
-        seg_writer_t sw = {tr, &nm, w, MSR_OK};
-        st = msr_trainer_params_each(tr, write_seg, &sw);
-        if (st == MSR_OK)
-            st = sw.st;
-    }
+    /* ZeRO-3: a segment at a time; its experts' shards with replicas a
+     * block at a time */
+    if (st == MSR_OK && held)
+        st = write_walk(tr, &nm, w, 0);
+    if (st == MSR_OK && tr->ez)
+        st = write_walk(tr, &nm, w, 1);
     if (st == MSR_OK)
-        st = write_slices(tr, &nm, w, &from, !held);
+        st = write_slices(tr, &nm, w, &from, !held, !tr->ez);
     if (st == MSR_OK && job->rank != 0) {
         st = msr_st_writer_close(w, 0); /* durable before rank 0 commits */
         w = NULL;
@@ -607,7 +620,6 @@ out:
         msr_st_writer_abort(w); /* removes the temporary file */
     else if (w != NULL)
         msr_st_writer_close(w, 0);
-    msr_free(gathered_experts);
     msr_free(from.blk.buf);
     msr_free(from.eblk.buf);
     msr_free(nm.t);

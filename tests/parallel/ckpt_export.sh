@@ -3,7 +3,7 @@
 # "msrun ckpt export"): the weights of a tp 2 x pp 2 checkpoint and of a
 # dp 2 ZeRO-3 one equal, byte for byte, what the training run exported at
 # that step and what a one-process resume exports, and so do a MoE model's
-# (tp 2, ep 2); --step picks an older step; train_gpt --init-from the export
+# (tp 2, ep 2; and dp 2 ZeRO-3, its experts sharded over replicas); --step picks an older step; train_gpt --init-from the export
 # computes the resume's loss (1e-5); MSRUN_ and MSR_ variables are ignored.
 # No checkpoint, a step that is not there, a damaged piece, a FILE that
 # cannot be written: exit 2 naming the file, FILE left as it was, no
@@ -75,6 +75,13 @@ cp -r "$W/z" "$W/z1"
 train 1 --corpus-bytes 8192 --global-batch 4 --steps 0 --resume --ckpt-dir "$W/z1" \
     --export-safetensors "$W/zr.st"
 same "$W/zr.st" "$W/ze.st" "ZeRO-3: a one-process resume's export and msrun ckpt export"
+
+# ZeRO-3 with a MoE model: the flat parameters a segment at a time, the
+# experts' shards (replicated over dp 2) a block at a time, two blocks
+train 2 --corpus-bytes 8192 --global-batch 4 --experts 4 --top-k 2 --moe-every 1 --zero 3 \
+    --steps 2 --ckpt-dir "$W/mz" --export-safetensors "$W/mztrain.st"
+export_ 0 "$W/mz" --safetensors "$W/mze.st"
+same "$W/mztrain.st" "$W/mze.st" "MoE ZeRO-3: the run's own export and msrun ckpt export"
 
 # a Mixture-of-Experts model saved by tp 2 x dp 2 with ep 2
 train 4 --corpus-bytes 8192 --global-batch 4 --experts 4 --top-k 2 --moe-every 2 --tp 2 \
