@@ -48,7 +48,9 @@ ReturnToService=2
 JobCompType=jobcomp/none
 AccountingStorageType=accounting_storage/none
 JobAcctGatherType=jobacct_gather/none
-KillWait=5
+# Slurm's default: scancel's SIGKILL comes 30 s after its SIGTERM, so
+# msrun's own --grace_period (5 s) for its workers fits before it
+KillWait=30
 InactiveLimit=0
 NodeName=n[1-2] NodeHostname=$host NodeAddr=127.0.0.1 Port=$((port + 1))-$((port + 2)) CPUs=2 State=UNKNOWN
 PartitionName=msrt Nodes=n[1-2] Default=YES MaxTime=INFINITE State=UP
