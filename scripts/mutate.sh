@@ -3099,7 +3099,7 @@ test: ^test_parallel_safetensors_cli$
 >>>
 
 @ safetensors.experts_from_every_replica
-file: programs/train_gpt/train_gpt_st.c
+file: programs/train_gpt/train_gpt_st_export.c
 test: ^test_parallel_safetensors_cli$
 <<<
     return tr->model->moe != NULL && (mesh == NULL || mesh->cp_rank == 0) && tr->rep_rank == 0;
@@ -3166,13 +3166,13 @@ test: ^test_parallel_safetensors_cli$
 file: programs/train_gpt/train_gpt_st.c
 test: ^test_parallel_safetensors_cli$
 <<<
-        if (names_find(nm, all[i].name) < 0) {
+        if (train_gpt_st_names_find(nm, all[i].name) < 0) {
 ===
-        if (names_find(nm, all[i].name) < 0 && i < 0) {
+        if (train_gpt_st_names_find(nm, all[i].name) < 0 && i < 0) {
 >>>
 
 @ safetensors.zero3_segment_misplaced
-file: programs/train_gpt/train_gpt_st.c
+file: programs/train_gpt/train_gpt_st_export.c
 test: ^test_parallel_ckpt_export$
 <<<
     s->st = write_tensors(&tr->cfg.model, t, nt, offset, offset + n, p - offset, NULL, s->experts,
@@ -5365,7 +5365,7 @@ test: ^test_parallel_train_gpt_offload_moe$
 >>>
 
 @ export.flat_blocks_read_in_place
-file: programs/train_gpt/train_gpt_st.c
+file: programs/train_gpt/train_gpt_st_export.c
 test: ^test_parallel_train_gpt_offload_params$
 <<<
                          msr_dp_params_block_floats(tr->dp) > 0 ? NULL : tr->model->params,
@@ -5374,7 +5374,7 @@ test: ^test_parallel_train_gpt_offload_params$
 >>>
 
 @ export.experts_read_in_place
-file: programs/train_gpt/train_gpt_st.c
+file: programs/train_gpt/train_gpt_st_export.c
 equivalent: with the experts in their file their store is external (model/moe.c store_alloc), so msr_moe_params is NULL and the export reads through the trainer either way; the check says so rather than lean on it
 <<<
     if (tr->model->moe != NULL && tr->epf == NULL)
@@ -5385,7 +5385,7 @@ equivalent: with the experts in their file their store is external (model/moe.c 
 >>>
 
 @ export.experts_block_buffer_short
-file: programs/train_gpt/train_gpt_st.c
+file: programs/train_gpt/train_gpt_st_export.c
 test: ^test_parallel_train_gpt_offload_moe$
 <<<
     size_t en = f->experts == NULL ? msr_trainer_experts_block_floats(f->tr) : 0;

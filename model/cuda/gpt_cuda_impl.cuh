@@ -164,6 +164,25 @@ static inline unsigned msr_cuda_gpt_grid_rows(size_t rows)
  * this model's shape on its GPU (gpt_cuda_pass.cu). */
 int msr_cuda_gpt_flash_ok(const msr_cuda_gpt_t *md);
 
+/* The blocks in host memory (gpt_cuda_offload.cu); each does nothing for
+ * a model whose blocks are on the device, except block_at. Block l's
+ * parameters (grads 0) or gradients (grads 1) on the device. */
+float *msr_cuda_gpt_block_at(const msr_cuda_gpt_t *md, int grads, int l);
+/* Block l's parameters into its slot on the copy stream (nothing when
+ * there already or l is not a block). */
+msr_status_t msr_cuda_gpt_params_in(msr_cuda_gpt_t *md, int l);
+/* Around block l's work on the model's stream: wait for its slot's
+ * parameters (and in backward its gradients); the slot free after. */
+msr_status_t msr_cuda_gpt_block_begin(msr_cuda_gpt_t *md, int l, int backward);
+msr_status_t msr_cuda_gpt_block_end(msr_cuda_gpt_t *md, int l);
+/* Block l's gradient slot readied (zeros, or its sums so far copied in);
+ * its gradients out to host memory after its backward. */
+msr_status_t msr_cuda_gpt_grads_in(msr_cuda_gpt_t *md, int l);
+msr_status_t msr_cuda_gpt_grads_out(msr_cuda_gpt_t *md, int l);
+/* The embeddings' and final norm's parameters in (grads 0) or gradients
+ * out (grads 1) on the model's stream. */
+msr_status_t msr_cuda_gpt_resident_copy(msr_cuda_gpt_t *md, int grads);
+
 /* Zeroes n floats at p on the model's stream (gpt_cuda_pass.cu). */
 msr_status_t msr_cuda_gpt_zero(msr_cuda_gpt_t *md, float *p, size_t n);
 /* Copies and waits for the copy (gpt_cuda.cu). */

@@ -401,112 +401,12 @@ static msr_status_t group_tokens(msr_cuda_gpt_t *md, const int *inputs, int N)
     return MSR_OK;
 }
 
-/* ---- the blocks in host memory (msr_cuda_gpt_create_offload) ---- */
-
-/* Block l's parameters (grads 0) or gradients (grads 1) on the device:
- * in the whole buffer, or in slot l & 1 at the block's flat offset's
- * place modulo 64 floats. */
-static float *block_at(const msr_cuda_gpt_t *md, int grads, int l)
-{
-    float *base = grads ? md->grads : md->params;
-    size_t off = msr_cuda_gpt_seg_offset(md, 1 + l);
-    if (md->host_params == NULL)
-        return base + off;
-    return base + md->slot_at[l & 1] + off % 64;
-}
-
-/* Queues block l's parameters into its slot on the copy stream, once the
- * slot's last reader is done; nothing when they are there already, l is
- * not a block or the blocks are on the device. */
-static msr_status_t params_in(msr_cuda_gpt_t *md, int l)
-{
-    if (md->host_params == NULL || l < 0 || l >= md->cfg.layers)
-        return MSR_OK;
-    int s = l & 1;
-    if (md->slot_block[s] == l)
-        return MSR_OK;
-    CU(cudaStreamWaitEvent(md->xfer, md->p_free[s], 0));
-    CU(cudaMemcpyAsync(block_at(md, 0, l), md->host_params + msr_cuda_gpt_seg_offset(md, 1 + l),
-                       md->block_n * sizeof(float), cudaMemcpyHostToDevice, md->xfer));
-    CU(cudaEventRecord(md->p_ready[s], md->xfer));
-    md->slot_block[s] = l;
-    return MSR_OK;
-}
-
-/* Around block l's work on the model's stream: it waits for the slot's
- * parameters (and in backward its gradients), and the slot is free after. */
-static msr_status_t block_begin(msr_cuda_gpt_t *md, int l, int backward)
-{
-    if (md->host_params == NULL)
-        return MSR_OK;
-    CU(cudaStreamWaitEvent(md->stream, md->p_ready[l & 1], 0));
-    if (backward)
-        CU(cudaStreamWaitEvent(md->stream, md->g_ready[l & 1], 0));
-    return MSR_OK;
-}
-
-static msr_status_t block_end(msr_cuda_gpt_t *md, int l)
-{
-    if (md->host_params == NULL)
-        return MSR_OK;
-    CU(cudaEventRecord(md->p_free[l & 1], md->stream));
-    return MSR_OK;
-}
-
-/* Readies block l's gradient slot on the copy stream (behind the copy out
- * of the block it held): zeros in the first backward since zero_grad, else
- * the block's gradients so far, which its backward adds to. */
-static msr_status_t grads_in(msr_cuda_gpt_t *md, int l)
-{
-    if (md->host_params == NULL || l < 0)
-        return MSR_OK;
-    size_t bytes = md->block_n * sizeof(float);
-    float *slot = block_at(md, 1, l);
-    if (md->grads_zero)
-        CU(cudaMemsetAsync(slot, 0, bytes, md->xfer));
-    else
-        CU(cudaMemcpyAsync(slot, md->host_grads + msr_cuda_gpt_seg_offset(md, 1 + l), bytes,
-                           cudaMemcpyHostToDevice, md->xfer));
-    CU(cudaEventRecord(md->g_ready[l & 1], md->xfer));
-    return MSR_OK;
-}
-
-/* Block l's gradients out to host memory once its backward is done. */
-static msr_status_t grads_out(msr_cuda_gpt_t *md, int l)
-{
-    if (md->host_params == NULL)
-        return MSR_OK;
-    CU(cudaEventRecord(md->g_done[l & 1], md->stream));
-    CU(cudaStreamWaitEvent(md->xfer, md->g_done[l & 1], 0));
-    CU(cudaMemcpyAsync(md->host_grads + msr_cuda_gpt_seg_offset(md, 1 + l), block_at(md, 1, l),
-                       md->block_n * sizeof(float), cudaMemcpyDeviceToHost, md->xfer));
-    return MSR_OK;
-}
-
-/* The resident segments (the embeddings and the final norm) between the
- * device and host memory on the model's stream: parameters in (grads 0),
- * gradients out (grads 1). */
-static msr_status_t resident_copy(msr_cuda_gpt_t *md, int grads)
-{
-    int L = md->cfg.layers;
-    size_t emb = msr_cuda_gpt_seg_offset(md, 1), fin = msr_cuda_gpt_seg_offset(md, L + 1);
-    size_t fin_n = md->num_params - fin;
-    float *dev = grads ? md->grads : md->params, *host = grads ? md->host_grads : md->host_params;
-    cudaMemcpyKind kind = grads ? cudaMemcpyDeviceToHost : cudaMemcpyHostToDevice;
-    CU(cudaMemcpyAsync(grads ? host : dev, grads ? dev : host, emb * sizeof(float), kind,
-                       md->stream));
-    CU(cudaMemcpyAsync(grads ? host + fin : dev + md->final_at,
-                       grads ? dev + md->final_at : host + fin, fin_n * sizeof(float), kind,
-                       md->stream));
-    return MSR_OK;
-}
-
 static msr_status_t block_forward(msr_cuda_gpt_t *md, int l, const float *in, int B, int T)
 {
     int C = md->cfg.channels, NH = md->cfg.heads, N = B * T;
     size_t NC = (size_t)N * C;
     msr_gpt_block_params_t p;
-    msr_gpt_block_point(&md->cfg, block_at(md, 0, l), &p);
+    msr_gpt_block_point(&md->cfg, msr_cuda_gpt_block_at(md, 0, l), &p);
     msr_gpt_block_acts_t *a = &md->acts.blocks[l];
     float *proj = md->acts.proj; /* (N, C) */
 
@@ -557,7 +457,7 @@ extern "C" msr_status_t msr_cuda_gpt_forward(msr_cuda_gpt_t *md, const int *inpu
                            md->stream));
 
     if (md->host_params != NULL && md->resident_stale) {
-        TRY(resident_copy(md, 0));
+        TRY(msr_cuda_gpt_resident_copy(md, 0));
         md->resident_stale = 0;
     }
     const float *wte = md->params;          /* (V, C) */
@@ -568,12 +468,12 @@ extern "C" msr_status_t msr_cuda_gpt_forward(msr_cuda_gpt_t *md, const int *inpu
     const float *x = acts->encoded; /* (B,T,C) */
     /* with the blocks in host memory, block l + 1's parameters come in
      * while block l computes */
-    TRY(params_in(md, 0));
+    TRY(msr_cuda_gpt_params_in(md, 0));
     for (int l = 0; l < L; l++) {
-        TRY(params_in(md, l + 1));
-        TRY(block_begin(md, l, 0));
+        TRY(msr_cuda_gpt_params_in(md, l + 1));
+        TRY(msr_cuda_gpt_block_begin(md, l, 0));
         TRY(block_forward(md, l, x, B, T));
-        TRY(block_end(md, l));
+        TRY(msr_cuda_gpt_block_end(md, l));
         x = acts->blocks[l].res3;
     }
     const float *lnfw = md->params + md->final_at; /* (C) */
@@ -619,8 +519,8 @@ static msr_status_t block_backward(msr_cuda_gpt_t *md, int l, const float *in, f
     int C = md->cfg.channels, NH = md->cfg.heads, N = B * T;
     size_t NC = (size_t)N * C;
     msr_gpt_block_params_t p, g;
-    msr_gpt_block_point(&md->cfg, block_at(md, 0, l), &p);
-    msr_gpt_block_point(&md->cfg, block_at(md, 1, l), &g);
+    msr_gpt_block_point(&md->cfg, msr_cuda_gpt_block_at(md, 0, l), &p);
+    msr_gpt_block_point(&md->cfg, msr_cuda_gpt_block_at(md, 1, l), &g);
     const msr_gpt_block_acts_t *a = &md->acts.blocks[l];
     msr_gpt_work_t *w = &md->work;
     TRY(msr_cuda_gpt_zero(md, w->dln, NC));
@@ -694,17 +594,17 @@ extern "C" msr_status_t msr_cuda_gpt_backward_ex(msr_cuda_gpt_t *md, float dloss
      * readied first, then while block l computes, block l - 1's parameters
      * come in; after it, its gradients go out and its slot is readied for
      * block l - 2 */
-    TRY(params_in(md, L - 1));
-    TRY(grads_in(md, L - 1));
-    TRY(grads_in(md, L - 2));
+    TRY(msr_cuda_gpt_params_in(md, L - 1));
+    TRY(msr_cuda_gpt_grads_in(md, L - 1));
+    TRY(msr_cuda_gpt_grads_in(md, L - 2));
     for (int l = L - 1; l >= 0; l--) {
         const float *in = l == 0 ? acts->encoded : acts->blocks[l - 1].res3;
-        TRY(params_in(md, l - 1));
-        TRY(block_begin(md, l, 1));
+        TRY(msr_cuda_gpt_params_in(md, l - 1));
+        TRY(msr_cuda_gpt_block_begin(md, l, 1));
         TRY(block_backward(md, l, in, w->dres, B, T));
-        TRY(block_end(md, l));
-        TRY(grads_out(md, l));
-        TRY(grads_in(md, l - 2));
+        TRY(msr_cuda_gpt_block_end(md, l));
+        TRY(msr_cuda_gpt_grads_out(md, l));
+        TRY(msr_cuda_gpt_grads_in(md, l - 2));
         READY(1 + l);
     }
     /* embeddings: dwte gets the rows of dres by token, dwpe (maxT,C) the
@@ -717,7 +617,7 @@ extern "C" msr_status_t msr_cuda_gpt_backward_ex(msr_cuda_gpt_t *md, float dloss
     LAUNCHED("encoder_backward");
     TRY(colsum_add(md, dwpe, w->dres, B, T * C));
     if (md->host_params != NULL) {
-        TRY(resident_copy(md, 1));
+        TRY(msr_cuda_gpt_resident_copy(md, 1));
         md->grads_zero = 0;
     }
     READY(0);

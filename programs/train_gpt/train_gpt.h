@@ -49,7 +49,7 @@ typedef struct options {
     int plan, plan_all, auto_plan;
     int recalibrate; /* measure again, not reusing the calibration cache */
     int64_t explain;
-    /* safetensors (train_gpt_st.c): --export-safetensors, --init-from,
+    /* safetensors (train_gpt_st.c, train_gpt_st_export.c): --export-safetensors, --init-from,
      * --dump-logits */
     const char *export_st, *init_from, *dump_logits;
     /* token data, validation and epochs (train_gpt_data.c) */
@@ -145,7 +145,7 @@ int train_gpt_run_cuda(const options_t *o, const msr_train_config_t *cfg, const 
 int train_gpt_arch_check(options_t *o);
 /* The model's architecture fields of cfg from checked options. */
 void train_gpt_arch_config(const options_t *o, msr_gpt_config_t *cfg);
-/* --dump-grads (train_gpt_st.c): rank 0 writes the gradient of the mean
+/* --dump-grads (train_gpt_st_export.c): rank 0 writes the gradient of the mean
  * loss of the --dump-logits batch (targets: each token's next in the
  * data) at the model's current weights, as safetensors under the export's
  * names, with the loss as the 1-element tensor "loss". Returns 0, else
@@ -188,7 +188,8 @@ void train_gpt_report(const msr_trainer_t *tr, const job_t *job);
 int train_gpt_generate(const options_t *o, const msr_train_config_t *cfg, const msr_dataset_t *data,
                        const job_t *job);
 
-/* ---- safetensors (programs/train_gpt/train_gpt_st.c, docs/checkpoint.md) ---- */
+/* ---- safetensors (programs/train_gpt/train_gpt_st.c, train_gpt_st_export.c,
+ * docs/checkpoint.md) ---- */
 
 /* Refuses what --export-safetensors, --init-from and --dump-logits cannot
  * do in this run (a part of the model for --dump-logits, --device cuda). Returns 0, or -1 with the
@@ -401,7 +402,7 @@ int train_gpt_plan(options_t *o, const job_t *job, int *done_p);
 int train_gpt_arch_check(options_t *o);
 /* The model's architecture fields of cfg from checked options. */
 void train_gpt_arch_config(const options_t *o, msr_gpt_config_t *cfg);
-/* --dump-grads (train_gpt_st.c): rank 0 writes the gradient of the mean
+/* --dump-grads (train_gpt_st_export.c): rank 0 writes the gradient of the mean
  * loss of the --dump-logits batch (targets: each token's next in the
  * data) at the model's current weights, as safetensors under the export's
  * names, with the loss as the 1-element tensor "loss". Returns 0, else

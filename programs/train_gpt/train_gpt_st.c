@@ -1,17 +1,13 @@
-/* train_gpt's safetensors side (train_gpt.h): --export-safetensors writes
- * the whole model's weights from whatever layout trains it, --init-from
- * loads them into any layout, --dump-logits writes a fixed batch's logits
- * for the PyTorch check. The names and layouts are docs/checkpoint.md's
+/* train_gpt's safetensors side (train_gpt.h): --init-from loads the
+ * whole model's weights into any layout, --dump-logits writes a fixed
+ * batch's logits for the PyTorch check, and the names both sides share
+ * (train_gpt_st.h); --export-safetensors and --dump-grads are
+ * train_gpt_st_export.c's. The names and layouts are docs/checkpoint.md's
  * "safetensors names": the model's tensor table (model/gpt.h).
  *
- * Export: each rank pwrites its own rows into the one file whose header
- * rank 0 wrote first, rather than gathering the model on one rank: no rank
- * holds more than its part, the bytes cross no network (but for ZeRO-3,
- * which gathers its flat parameters as a step does), and the writes go on
- * in parallel. The file must be on a filesystem every writing rank sees
- * (one node, or a shared one). Load: every rank checks the whole header,
- * then preads the runs of its own slices (under ZeRO-3, of the flat pieces
- * it owns). */
+ * Load: every rank checks the whole header, then preads the runs of its
+ * own slices (under ZeRO-3, of the flat pieces it owns). The file must be
+ * on a filesystem every rank sees (one node, or a shared one). */
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -22,6 +18,7 @@
 #include "model/moe.h"
 #include "model/safetensors.h"
 #include "programs/train_gpt/train_gpt.h"
+#include "programs/train_gpt/train_gpt_st.h"
 
 int train_gpt_st_check(const options_t *o)
 {
@@ -57,7 +54,7 @@ int train_gpt_st_check(const options_t *o)
  * (docs/checkpoint.md "safetensors names"), so that transformers'
  * LlamaForCausalLM reads the file as it is (its rotary convention is the
  * model's, rotate_half). */
-static void file_name(const msr_gpt_config_t *cfg, const char *name, char *out, size_t len)
+void train_gpt_st_file_name(const msr_gpt_config_t *cfg, const char *name, char *out, size_t len)
 {
     static const struct {
         const char *ours, *hf;
@@ -89,12 +86,7 @@ static void file_name(const msr_gpt_config_t *cfg, const char *name, char *out, 
  * flat-buffer order, then a MoE model's experts in the whole model's
  * expert numbering (model/moe.h): "h<l>.e<e>.fcw" (4C, C), ".fcb" (4C),
  * ".fcprojw" (C, 4C), ".fcprojb" (C). */
-typedef struct names {
-    msr_st_tensor_t *t;
-    int n;
-} names_t;
-
-static void name_add(names_t *nm, const char *name, int rows, int cols)
+void train_gpt_st_name_add(names_t *nm, const char *name, int rows, int cols)
 {
     msr_st_tensor_t *t = &nm->t[nm->n++];
     snprintf(t->name, sizeof t->name, "%s", name);
@@ -103,7 +95,7 @@ static void name_add(names_t *nm, const char *name, int rows, int cols)
     t->shape[1] = cols > 0 ? (uint64_t)cols : 0;
 }
 
-static msr_status_t model_names(const msr_gpt_config_t *cfg, names_t *nm)
+msr_status_t train_gpt_st_model_names(const msr_gpt_config_t *cfg, names_t *nm)
 {
     msr_gpt_part_t all = {1, 0, 1, 0, 1, NULL};
     msr_gpt_t *whole = NULL;
@@ -119,8 +111,8 @@ static msr_status_t model_names(const msr_gpt_config_t *cfg, names_t *nm)
     for (int i = 0; nm->t != NULL && i < whole->num_tensors; i++) {
         const msr_gpt_tensor_t *w = &whole->tensors[i];
         char name[MSR_ST_NAME_MAX + 1];
-        file_name(cfg, w->name, name, sizeof name);
-        name_add(nm, name, w->shape[0], w->ndim == 2 ? w->shape[1] : 0);
+        train_gpt_st_file_name(cfg, w->name, name, sizeof name);
+        train_gpt_st_name_add(nm, name, w->shape[0], w->ndim == 2 ? w->shape[1] : 0);
     }
     static const char *const mlp[4] = {"fcw", "fcb", "fcprojw", "fcprojb"};
     for (int l = 0; nm->t != NULL && l < cfg->layers; l++) {
@@ -128,7 +120,10 @@ static msr_status_t model_names(const msr_gpt_config_t *cfg, names_t *nm)
             for (int k = 0; k < 4; k++) {
                 char name[MSR_ST_NAME_MAX + 1];
                 snprintf(name, sizeof name, "h%d.e%d.%s", l, e, mlp[k]);
-                name_add(nm, name, k == 0 || k == 1 ? 4 * C : C, k == 0 ? C : k == 2 ? 4 * C : 0);
+                train_gpt_st_name_add(nm, name, k == 0 || k == 1 ? 4 * C : C,
+                                      k == 0   ? C
+                                      : k == 2 ? 4 * C
+                                               : 0);
             }
         }
     }
@@ -137,7 +132,7 @@ static msr_status_t model_names(const msr_gpt_config_t *cfg, names_t *nm)
 }
 
 /* The index of name in nm, or -1. */
-static int names_find(const names_t *nm, const char *name)
+int train_gpt_st_names_find(const names_t *nm, const char *name)
 {
     for (int i = 0; i < nm->n; i++)
         if (strcmp(nm->t[i].name, name) == 0)
@@ -146,7 +141,7 @@ static int names_find(const names_t *nm, const char *name)
 }
 
 /* Whether any rank of comm failed (failed: this rank's), agreed by all. */
-static int any_failed(msr_comm_t *comm, int failed)
+int train_gpt_st_any_failed(msr_comm_t *comm, int failed)
 {
     int32_t f = failed ? 1 : 0, all = f;
     if (comm != NULL && msr_comm_allreduce(comm, &f, &all, 1, MSR_DTYPE_I32, MSR_OP_MAX) != MSR_OK)
@@ -154,13 +149,9 @@ static int any_failed(msr_comm_t *comm, int failed)
     return all != 0;
 }
 
-/* What one run of consecutive elements does: local [lo, lo + n) is whole
- * tensor [first, first + n). */
-typedef msr_status_t (*run_fn)(void *arg, size_t lo, uint64_t first, uint64_t n);
-
 /* Calls fn for each run of local tensor t whose elements are consecutive
  * in the whole tensor (a row, or several rows, or all of it). */
-static msr_status_t for_runs(const msr_gpt_tensor_t *t, run_fn fn, void *arg)
+msr_status_t train_gpt_st_for_runs(const msr_gpt_tensor_t *t, train_gpt_st_run_fn fn, void *arg)
 {
     size_t cols = (size_t)t->shape[1], rows = (size_t)t->shape[0];
     size_t run_lo = 0;
@@ -250,7 +241,7 @@ static int check_file(const msr_st_file_t *f, const names_t *nm, const char *pat
     int n;
     const msr_st_tensor_t *all = msr_st_tensors(f, &n);
     for (int i = 0; i < n; i++) {
-        if (names_find(nm, all[i].name) < 0) {
+        if (train_gpt_st_names_find(nm, all[i].name) < 0) {
             fprintf(stderr,
                     "train_gpt: --init-from %s: tensor '%s' is not one of this model's "
                     "(another model's weights?)\n",
@@ -298,13 +289,13 @@ static int load_slices(msr_trainer_t *tr, const msr_st_file_t *f, const char *pa
         const msr_gpt_tensor_t *t = ex ? &experts[i - n_flat] : &m->tensors[i];
         float *base = ex ? msr_moe_params(m->moe) : m->params;
         char name[MSR_ST_NAME_MAX + 1];
-        file_name(&m->cfg, t->name, name, sizeof name);
+        train_gpt_st_file_name(&m->cfg, t->name, name, sizeof name);
         int through = msr_trainer_fill_through(tr, ex);
         load_arg_t a = {
             f, msr_st_find(f, name), through ? NULL : base + t->offset, tr, ex, t->offset, buf};
         msr_err_clear();
-        msr_status_t st =
-            ex && tr->ez ? load_expert_shards(tr, t, f, a.st) : for_runs(t, load_run, &a);
+        msr_status_t st = ex && tr->ez ? load_expert_shards(tr, t, f, a.st)
+                                       : train_gpt_st_for_runs(t, load_run, &a);
         if (st != MSR_OK) {
             fprintf(stderr, "train_gpt: --init-from %s: %s\n", path, msr_err_msg_or(st));
             msr_free(buf);
@@ -326,7 +317,7 @@ static msr_status_t read_flat(const msr_gpt_t *m, const msr_st_file_t *f, size_t
         size_t a = lo > t->offset ? lo : t->offset;
         size_t b = lo + n < t->offset + t->count ? lo + n : t->offset + t->count;
         char name[MSR_ST_NAME_MAX + 1];
-        file_name(&m->cfg, t->name, name, sizeof name);
+        train_gpt_st_file_name(&m->cfg, t->name, name, sizeof name);
         if (a < b)
             st = msr_st_read_f32(f, msr_st_find(f, name), a - t->offset, b - a, dst + (a - lo));
     }
@@ -366,7 +357,7 @@ int train_gpt_st_init(msr_trainer_t *tr, const job_t *job, msr_comm_t *comm, con
     names_t nm = {NULL, 0};
     msr_st_file_t *f = NULL;
     msr_err_clear();
-    msr_status_t st = model_names(&tr->cfg.model, &nm);
+    msr_status_t st = train_gpt_st_model_names(&tr->cfg.model, &nm);
     if (st == MSR_OK && (st = msr_st_open(path, &f)) != MSR_OK)
         fprintf(stderr, "train_gpt: --init-from %s: %s\n", path, msr_err_msg_or(st));
     else if (st != MSR_OK)
@@ -386,7 +377,7 @@ int train_gpt_st_init(msr_trainer_t *tr, const job_t *job, msr_comm_t *comm, con
     }
     msr_st_close(f);
     msr_free(nm.t);
-    if (any_failed(comm, failed))
+    if (train_gpt_st_any_failed(comm, failed))
         return bad || failed ? EXIT_BAD_INPUT : 1;
     /* the last stage's copy of wte for the head follows the first's */
     if (tr->mp != NULL && (st = msr_mp_sync_tied(tr->mp)) != MSR_OK) {
@@ -397,237 +388,6 @@ int train_gpt_st_init(msr_trainer_t *tr, const job_t *job, msr_comm_t *comm, con
     if (job->rank == 0)
         fprintf(stderr, "train_gpt: initialised from %s (%d tensors)\n", path, nm.n);
     return 0;
-}
-
-/* ---- --export-safetensors ---- */
-
-/* Where an export reads a rank's parameters: the flat ones at params
- * and the experts' at experts, in place (gathered, or resident); or,
- * where params (experts) is NULL, through the trainer a span at a time
- * out of the blocks in their file (blk, eblk: a block each). */
-typedef struct export_src {
-    msr_trainer_t *tr;
-    const float *params, *experts;
-    msr_dp_blk_t blk, eblk;
-} export_src_t;
-
-typedef struct save_arg {
-    msr_st_writer_t *w;
-    int k; /* the tensor's index in the file */
-    const float *src;
-    export_src_t *from; /* src NULL: through it, at offset */
-    int experts;
-    size_t offset;
-    uint64_t at; /* the next span's first element in the file's tensor */
-} save_arg_t;
-
-static msr_status_t save_span(void *arg, const float *p, size_t n)
-{
-    save_arg_t *a = arg;
-    msr_status_t st = msr_st_write_f32(a->w, a->k, a->at, n, p);
-    a->at += n;
-    return st;
-}
-
-static msr_status_t save_run(void *arg, size_t lo, uint64_t first, uint64_t n)
-{
-    save_arg_t *a = arg;
-    if (a->src != NULL)
-        return msr_st_write_f32(a->w, a->k, first, n, a->src + lo);
-    export_src_t *f = a->from;
-    a->at = first;
-    return a->experts
-               ? msr_trainer_experts_spans(f->tr, a->offset + lo, (size_t)n, &f->eblk, save_span, a)
-               : msr_dp_params_spans(f->tr->dp, f->tr->model->params + a->offset + lo, (size_t)n,
-                                     &f->blk, save_span, a);
-}
-
-/* Writes the tensors of t[0..n) whose first element is in [lo, hi) into
- * w where nm places them: their elements at base, or (base NULL) read
- * from f (the experts' if experts, else the flat ones). */
-static msr_status_t write_tensors(const msr_gpt_config_t *cfg, const msr_gpt_tensor_t *t, int n,
-                                  size_t lo, size_t hi, const float *base, export_src_t *f,
-                                  int experts, const names_t *nm, msr_st_writer_t *w, int tp_rank)
-{
-    for (int i = 0; i < n; i++) {
-        if (t[i].offset < lo || t[i].offset >= hi)
-            continue;
-        if (t[i].tp_replicated ? tp_rank != 0 : !t[i].tp_first)
-            continue; /* held by several tp ranks: written by the first */
-        char name[MSR_ST_NAME_MAX + 1];
-        file_name(cfg, t[i].name, name, sizeof name);
-        save_arg_t a = {w,
-                        names_find(nm, name),
-                        base != NULL ? base + t[i].offset : NULL,
-                        f,
-                        experts,
-                        t[i].offset,
-                        0};
-        msr_status_t st = for_runs(&t[i], save_run, &a);
-        if (st != MSR_OK)
-            return st;
-    }
-    return MSR_OK;
-}
-
-/* Whether this rank writes the flat tensors: data- and context-parallel
- * rank 0 (tp-replicated ones from tp rank 0 only, a Llama's replicated kv
- * heads from the first rank of each head's). */
-static int writes_flat(const msr_trainer_t *tr)
-{
-    const msr_mesh_t *mesh = tr->mesh;
-    return mesh == NULL || (mesh->cp_rank == 0 && mesh->dp_rank == 0);
-}
-
-static int tp_rank_of(const msr_trainer_t *tr)
-{
-    return tr->mesh != NULL ? tr->mesh->tp_rank : 0;
-}
-
-/* Whether this rank writes a MoE model's experts: the first rank of each
- * replica group that holds them (context-parallel rank 0). */
-static int writes_experts(const msr_trainer_t *tr)
-{
-    const msr_mesh_t *mesh = tr->mesh;
-    return tr->model->moe != NULL && (mesh == NULL || mesh->cp_rank == 0) && tr->rep_rank == 0;
-}
-
-/* This rank's slices into w from f: the flat tensors where writes_flat
- * says (flat 0: written already), the experts' where writes_experts says
- * (experts 0: written already). */
-static msr_status_t write_slices(const msr_trainer_t *tr, const names_t *nm, msr_st_writer_t *w,
-                                 export_src_t *f, int flat, int experts)
-{
-    msr_status_t st = MSR_OK;
-    if (flat && writes_flat(tr))
-        st = write_tensors(&tr->cfg.model, tr->model->tensors, tr->model->num_tensors, 0, SIZE_MAX,
-                           f->params, f, 0, nm, w, tp_rank_of(tr));
-    if (st == MSR_OK && experts && writes_experts(tr)) {
-        int n;
-        const msr_gpt_tensor_t *t = msr_moe_tensors(tr->model->moe, &n);
-        st = write_tensors(&tr->cfg.model, t, n, 0, SIZE_MAX, f->experts, f, 1, nm, w, 0);
-    }
-    return st;
-}
-
-/* ZeRO-3's walks (msr_trainer_params_each, msr_trainer_experts_each):
- * each gathered segment's (block's) tensors written as it comes, by the
- * ranks that write them; a failed write is kept and the walk goes on,
- * since every rank of the group takes part in every gather. */
-typedef struct seg_writer {
-    const msr_trainer_t *tr;
-    const names_t *nm;
-    msr_st_writer_t *w;
-    int experts;
-    msr_status_t st;
-} seg_writer_t;
-
-static msr_status_t write_seg(void *arg, size_t offset, const float *p, size_t n)
-{
-    seg_writer_t *s = arg;
-    const msr_trainer_t *tr = s->tr;
-    if (s->st != MSR_OK || !(s->experts ? writes_experts(tr) : writes_flat(tr)))
-        return MSR_OK;
-    int nt = tr->model->num_tensors;
-    const msr_gpt_tensor_t *t =
-        s->experts ? msr_moe_tensors(tr->model->moe, &nt) : tr->model->tensors;
-    s->st = write_tensors(&tr->cfg.model, t, nt, offset, offset + n, p - offset, NULL, s->experts,
-                          s->nm, s->w, s->experts ? 0 : tp_rank_of(tr));
-    return MSR_OK;
-}
-
-/* A ZeRO-3 walk of the flat parameters (experts 0) or of the experts'
- * shards (experts 1) into w. */
-static msr_status_t write_walk(msr_trainer_t *tr, const names_t *nm, msr_st_writer_t *w,
-                               int experts)
-{
-    seg_writer_t sw = {tr, nm, w, experts, MSR_OK};
-    msr_status_t st = experts ? msr_trainer_experts_each(tr, write_seg, &sw)
-                              : msr_trainer_params_each(tr, write_seg, &sw);
-    return st != MSR_OK ? st : sw.st;
-}
-
-/* The buffers of f's reads through the trainer: a block of each file. */
-static msr_status_t export_bufs(export_src_t *f)
-{
-    size_t bn = f->params == NULL ? msr_dp_params_block_floats(f->tr->dp) : 0;
-    size_t en = f->experts == NULL ? msr_trainer_experts_block_floats(f->tr) : 0;
-    if (bn > 0 && (f->blk.buf = msr_malloc(bn * sizeof(float))) == NULL)
-        return msr_err(MSR_ERR_NO_MEMORY, "out of memory for a block of the parameters");
-    if (en > 0 && (f->eblk.buf = msr_malloc(en * sizeof(float))) == NULL)
-        return msr_err(MSR_ERR_NO_MEMORY, "out of memory for a block of the experts");
-    return MSR_OK;
-}
-
-int train_gpt_st_export(msr_trainer_t *tr, const job_t *job, msr_comm_t *comm, const char *path)
-{
-    names_t nm = {NULL, 0};
-    msr_st_writer_t *w = NULL;
-    /* below ZeRO-3 the blocks in their file are read a block at a time
-     * (NULL: through the trainer), as are the experts' in theirs */
-    export_src_t from = {tr,
-                         msr_dp_params_block_floats(tr->dp) > 0 ? NULL : tr->model->params,
-                         NULL,
-                         {NULL, SIZE_MAX, 0},
-                         {NULL, SIZE_MAX, 0}};
-    int rc = 1, held = tr->model->params == NULL;
-    msr_err_clear();
-    msr_status_t st = model_names(&tr->cfg.model, &nm);
-    if (st == MSR_OK && held) /* ZeRO-3: the shard's blocks in, each segment gathered below */
-        st = msr_trainer_blocks_hold(tr);
-    if (tr->model->moe != NULL && tr->epf == NULL)
-        from.experts = msr_moe_params(tr->model->moe);
-    if (st == MSR_OK)
-        st = export_bufs(&from);
-    /* rank 0 lays the file out first; the others open what it made */
-    if (st == MSR_OK && job->rank == 0)
-        st = msr_st_writer_open(path, nm.t, nm.n, 1, &w);
-    if (any_failed(comm, st != MSR_OK))
-        goto out;
-    if (job->rank != 0)
-        st = msr_st_writer_open(path, nm.t, nm.n, 0, &w);
-    /* ZeRO-3: a segment at a time; its experts' shards with replicas a
-     * block at a time */
-    if (st == MSR_OK && held)
-        st = write_walk(tr, &nm, w, 0);
-    if (st == MSR_OK && tr->ez)
-        st = write_walk(tr, &nm, w, 1);
-    if (st == MSR_OK)
-        st = write_slices(tr, &nm, w, &from, !held, !tr->ez);
-    if (st == MSR_OK && job->rank != 0) {
-        st = msr_st_writer_close(w, 0); /* durable before rank 0 commits */
-        w = NULL;
-    }
-    if (any_failed(comm, st != MSR_OK))
-        goto out;
-    if (job->rank == 0) {
-        st = msr_st_writer_close(w, 1);
-        w = NULL;
-    }
-    if (any_failed(comm, st != MSR_OK))
-        goto out;
-    rc = 0;
-    if (job->rank == 0)
-        fprintf(stderr, "train_gpt: exported %d tensors to %s\n", nm.n, path);
-
-out:
-    if (rc != 0 && st != MSR_OK)
-        fprintf(stderr, "train_gpt: --export-safetensors %s: %s: %s\n", path, msr_status_str(st),
-                msr_err_msg_or(st));
-    else if (rc != 0 && job->rank == 0)
-        fprintf(stderr, "train_gpt: --export-safetensors %s: another rank failed\n", path);
-    if (w != NULL && job->rank == 0)
-        msr_st_writer_abort(w); /* removes the temporary file */
-    else if (w != NULL)
-        msr_st_writer_close(w, 0);
-    msr_free(from.blk.buf);
-    msr_free(from.eblk.buf);
-    msr_free(nm.t);
-    if (held && msr_trainer_blocks_drop(tr, 0) != MSR_OK && rc == 0) {
-        fprintf(stderr, "train_gpt: --export-safetensors %s: %s\n", path, msr_last_error());
-        rc = 1;
-    }
-    return rc;
 }
 
 /* ---- --dump-logits ---- */
@@ -678,65 +438,4 @@ int train_gpt_st_dump_logits(msr_trainer_t *tr, const job_t *job, const msr_data
     }
     msr_free(tokens);
     return rc;
-}
-
-/* ---- --dump-grads ---- */
-
-/* The model's tensors' gradients and the loss into a new file at path. */
-static msr_status_t write_grads(const msr_trainer_t *tr, const char *path, double loss)
-{
-    names_t nm = {NULL, 0};
-    msr_st_writer_t *w = NULL;
-    msr_status_t st = model_names(&tr->cfg.model, &nm);
-    if (st == MSR_OK)
-        name_add(&nm, "loss", 1, 0); /* model_names leaves a spare entry for it */
-    if (st == MSR_OK)
-        st = msr_st_writer_open(path, nm.t, nm.n, 1, &w);
-    if (st == MSR_OK)
-        st = write_tensors(&tr->cfg.model, tr->model->tensors, tr->model->num_tensors, 0, SIZE_MAX,
-                           tr->model->grads, NULL, 0, &nm, w, 0);
-    float lossf = (float)loss;
-    if (st == MSR_OK)
-        st = msr_st_write_f32(w, nm.n - 1, 0, 1, &lossf);
-    if (st == MSR_OK) {
-        st = msr_st_writer_close(w, 1);
-        w = NULL;
-    }
-    msr_st_writer_abort(w);
-    msr_free(nm.t);
-    return st;
-}
-
-int train_gpt_st_dump_grads(msr_trainer_t *tr, const job_t *job, const msr_dataset_t *data,
-                            const char *path)
-{
-    if (job->rank != 0)
-        return 0;
-    int B = tr->cfg.micro_batch, T = tr->cfg.model.max_seq;
-    size_t N = (size_t)B * (size_t)T;
-    int *tokens = msr_malloc(2 * N * sizeof *tokens);
-    if (tokens == NULL || tr->model->grads == NULL) {
-        fprintf(stderr, "train_gpt: --dump-grads: out of memory, or no flat gradients\n");
-        msr_free(tokens);
-        return 1;
-    }
-    int *targets = tokens + N;
-    for (size_t i = 0; i < N; i++) {
-        tokens[i] = msr_dataset_token(data, i % data->size);
-        targets[i] = msr_dataset_token(data, (i + 1) % data->size);
-    }
-    double loss = 0.0;
-    msr_err_clear();
-    msr_gpt_zero_grad(tr->model);
-    msr_status_t st = msr_gpt_forward(tr->model, tokens, targets, B, T, NULL, &loss);
-    if (st == MSR_OK)
-        st = msr_gpt_backward(tr->model, 1.0f / (float)N, NULL);
-    if (st == MSR_OK && (st = write_grads(tr, path, loss)) != MSR_OK)
-        fprintf(stderr, "train_gpt: --dump-grads %s: %s: %s\n", path, msr_status_str(st),
-                msr_err_msg_or(st));
-    else if (st != MSR_OK)
-        fprintf(stderr, "train_gpt: --dump-grads: the forward and backward passes: %s: %s\n",
-                msr_status_str(st), msr_err_msg_or(st));
-    msr_free(tokens);
-    return st == MSR_OK ? 0 : 1;
 }
