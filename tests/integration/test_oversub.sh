@@ -35,7 +35,9 @@ wait_for "generation 0: started 64 workers" "$TMP/err" 90 ||
 sleep $((timeout + 2))
 touch "$TMP/stop"
 wait_pid "$BG_PID" 40
-expect_not_in "was lost" "$TMP/err" "the coordinator lost the node"
+# the coordinator's "was lost" (an embedded one logs it at info level, not
+# shown) or msrun's own "the coordinator declared this node lost"
+expect_not_in 'was lost\|declared.*lost' "$TMP/err" "the coordinator lost the node"
 expect_code 0 "64 spinning workers on one core"
 no_leftovers "after the oversubscribed job"
 ok "64 spinning workers on one core: the node kept its heartbeat"
