@@ -31,6 +31,11 @@ def parse_size(s):
 
 
 SIZES = [parse_size(s) for s in os.environ.get("SIZES", "8,1K,64K,1M,4M,16M,64M").split(",")]
+COLLECTIVES = ("all_reduce", "broadcast", "reduce", "all_gather", "reduce_scatter", "all_to_all")
+OPS = [o.strip() for o in os.environ.get("OPS", ",".join(COLLECTIVES)).split(",") if o.strip()]
+for o in OPS:
+    if o not in COLLECTIVES:
+        sys.exit("torch_bench.py: OPS names %r; the collectives are %s" % (o, ", ".join(COLLECTIVES)))
 
 
 def human(n):
@@ -109,7 +114,7 @@ def bench_collectives(pg_msrun, n, rank):
         print("### np=%d: collectives, float32, us per call (the slowest rank's)\n" % n)
         print("| collective | size | msrun us | Gloo us | Gloo / msrun |")
         print("|---|---:|---:|---:|---:|")
-    for name in ("all_reduce", "broadcast", "reduce", "all_gather", "reduce_scatter", "all_to_all"):
+    for name in OPS:
         for size in SIZES:
             count = max(n, size // 4)
             count -= count % n

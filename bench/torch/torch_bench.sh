@@ -9,7 +9,8 @@
 # Environment: CPUS (taskset -c list for the whole job; default: every CPU
 # this shell may use), SIZES (comma-separated, K/M suffixes), ROUNDS (3),
 # TARGET_S (0.1: seconds per timed batch), DDP_STEPS (5), WHAT (all,
-# collectives or ddp).
+# collectives or ddp), OPS (comma-separated collectives: all_reduce,
+# broadcast, reduce, all_gather, reduce_scatter, all_to_all; default all).
 set -euo pipefail
 here=$(cd "$(dirname "$0")/../.." && pwd)
 build=${1:-$here/build}
