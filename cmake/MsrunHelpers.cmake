@@ -63,6 +63,10 @@ function(msrun_target_setup target)
     target_compile_options(${target} PRIVATE -fsanitize=${MSRUN_SANITIZE} -fno-omit-frame-pointer
       -fno-sanitize-recover=all)
     target_link_options(${target} PRIVATE -fsanitize=${MSRUN_SANITIZE})
+    if(_type STREQUAL "EXECUTABLE" AND MSRUN_SANITIZE MATCHES "address")
+      # the runtime's defaults for this project (why: the file's comment)
+      target_sources(${target} PRIVATE ${PROJECT_SOURCE_DIR}/cmake/sanitizer_options.c)
+    endif()
   endif()
 endfunction()
 
