@@ -24,7 +24,7 @@ coord() { # coord FILE [options...]: a coordinator on FILE, in the background
     shift
     env MSRUN_TEST_MARKER="$MARKER" "$MSRUN" coordinator --bind "127.0.0.1:$port" \
         --token "$TOKEN" --worker_num 1 --local_worker_num 1 --max_restarts 0 \
-        --state_file "$file" --log_level warn "$@" 2>"$TMP/err" &
+        --state_file "$file" --log_level warn "$@" >>"$TMP/coord.out" 2>"$TMP/err" &
     COORD=$!
 }
 
@@ -33,10 +33,17 @@ stop_coord() {
     wait_pid "$COORD" 20
 }
 
-# count FILE [options...]: "keys K counter C" of a coordinator resumed from FILE
+# count FILE [options...]: "keys K counter C" of a coordinator resumed from FILE.
+# Run in $(...): a fail here ends only that subshell, so the coordinator is
+# stopped first (its stdout is a file, never the substitution's pipe, which
+# a coordinator left running would hold open) and the caller's own check
+# fails on the empty answer.
 count() {
     coord "$@"
-    env MSRUN_TEST_MARKER="$MARKER" "$CLIENT" count 100 >"$TMP/out" || fail "count on $1"
+    if ! env MSRUN_TEST_MARKER="$MARKER" "$CLIENT" count 100 >"$TMP/out"; then
+        stop_coord
+        fail "count on $1"
+    fi
     stop_coord
     cat "$TMP/out"
 }
