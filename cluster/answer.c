@@ -103,7 +103,9 @@ void msr_coord_answers_release(msr_coord_t *c, const char *why)
 /* Saves what changed and releases the answers that waited for it. */
 void msr_coord_commit(msr_coord_t *c)
 {
+    uint64_t start = msr_now_ns();
     msr_status_t st = msr_coord_persist_save(c);
+    msr_coord_deaf(c, start, msr_now_ns());
     if (st != MSR_OK)
         c->retry_save_at = msr_now_ns() + 100 * 1000000ull; /* not a busy loop */
     else

@@ -376,6 +376,12 @@ void msr_coord_wake_heartbeats(msr_coord_t *c);
  * quarter of the node timeout, c->next_check). */
 void msr_coord_check_nodes(msr_coord_t *c, uint64_t now);
 
+/* The coordinator's loop took no call from `from` to `to` (a save that
+ * waited on etcd or a disk): that time is not counted as any node's
+ * silence. A heartbeat sent meanwhile waits in the server's queue, and a
+ * node answered just before could not call again. */
+void msr_coord_deaf(msr_coord_t *c, uint64_t from, uint64_t to);
+
 /* ---- generation.c: the job's state and generations ---- */
 
 /* Ends the running generation after a failure: a new one if restarts

@@ -562,6 +562,21 @@ void msr_coord_heartbeats_init(msr_coord_t *c)
     msr_held_calls_handle(&c->held, MSR_HELD_HEARTBEAT, &hb);
 }
 
+void msr_coord_deaf(msr_coord_t *c, uint64_t from, uint64_t to)
+{
+    if (to <= from)
+        return;
+    uint64_t d = to - from;
+    for (size_t i = 0; i < c->nnodes; i++) {
+        node_t *n = c->nodes[i];
+        if (!n->alive || n->hb)
+            continue; /* a held heartbeat is answered at its deadline, not judged */
+        n->last_seen += d;
+        if (n->suspect_until)
+            n->suspect_until += d;
+    }
+}
+
 void msr_coord_check_nodes(msr_coord_t *c, uint64_t now)
 {
     if (now < c->next_check)

@@ -35,7 +35,8 @@ sleep 5
 kill -CONT "$ETCD_PID"
 before=$(acks)
 for ((i = 0; i < 200 && $(acks) <= before; i++)); do sleep 0.05; done
-[ "$(acks)" -gt "$before" ] || fail "no write acknowledged after etcd answered again"
+[ "$(acks)" -gt "$before" ] ||
+    fail "no write acknowledged after etcd answered again: $(tail -n 20 "$TMP"/n*.log)"
 touch "$TMP/w0/stop" "$TMP/w1/stop"
 for n in n0 n1; do
     wait_pid "${P[$n]}" 60

@@ -16,6 +16,7 @@
 
 #include "base/time.h"
 #include "base/status.h"
+#include "cluster/coord_internal.h"
 #include "msrun/store.h"
 #include "tests/unit_rdzv/test_coord.h"
 
@@ -301,6 +302,60 @@ static void test_node_lost(void)
     MSR_CHECK(strstr(r->message, "lost") != NULL);
     msr_tcall_reset(&c);
     msr_coord_destroy(co);
+}
+
+/* Is the job failed (a node lost) after its two nodes' last calls, then
+ * stall_ms in which the coordinator took no call (told with
+ * msr_coord_deaf when deaf), then heard_ms of listening? With broke,
+ * node b's connection broke after its call (a grace of the node timeout,
+ * 300 ms, instead of the timeout). */
+static int lost_after(int deaf, int broke, uint64_t stall_ms, uint64_t heard_ms)
+{
+    const uint64_t ms = 1000000ull;
+    tc_job_node_timeout_ms = 300;
+    msr_coord_t *co = tc_make_coord(2, 1, 0);
+    tc_job_node_timeout_ms = LONG_NODE_TIMEOUT_MS;
+    const char *a = tc_join(co, 0, 2, 1, -1);
+    const char *b = tc_join(co, 1, 2, 1, -1);
+    tcall_t c = {0}, held = {0};
+    tc_beat(co, &c, a, 0, 0);
+    tc_beat(co, &c, b, 0, 0);
+    if (broke) {
+        Msr__HeartbeatRequest r = MSR__HEARTBEAT_REQUEST__INIT;
+        r.node_id = (char *)b;
+        r.known_state = MSR__JOB_STATE__JOB_RUNNING;
+        r.ready_generation = 0;
+        r.wait_ms = 5000;
+        tc_call(co, &held, MSR_RPC_HEARTBEAT, &r.base);
+        MSR_CHECK(!held.answered);
+        msr_coord_cancel(co, &held);
+    }
+    uint64_t t0 = msr_now_ns();
+    if (deaf)
+        msr_coord_deaf(co, t0, t0 + stall_ms * ms);
+    msr_coord_check_nodes(co, t0 + (stall_ms + heard_ms) * ms);
+    int lost = msr_coord_state(co) == MSR_JOB_FAILED;
+    msr_tcall_reset(&c);
+    msr_tcall_reset(&held);
+    msr_coord_destroy(co);
+    return lost;
+}
+
+/* A save that waited on etcd for seconds held the coordinator's loop: a
+ * node answered just before could not call again, and one lost for it
+ * was the coordinator's own stall (fault_etcd_silent). That time counts
+ * as no node's silence; the time after it does (node timeout 300 ms). */
+static void test_node_deaf(void)
+{
+    MSR_CHECK(lost_after(0, 0, 3000, 100)); /* the stall, counted, loses them */
+    MSR_CHECK(!lost_after(1, 0, 3000, 100));
+    MSR_CHECK(!lost_after(1, 0, 3000, 150));
+    MSR_CHECK(lost_after(1, 0, 3000, 450)); /* heard nothing for longer than 300 ms */
+    MSR_CHECK(!lost_after(0, 0, 0, 100));
+    /* a broken connection's grace is shifted the same way */
+    MSR_CHECK(lost_after(0, 1, 3000, 100));
+    MSR_CHECK(!lost_after(1, 1, 3000, 100));
+    MSR_CHECK(lost_after(1, 1, 3000, 450));
 }
 
 static void test_elastic(void)
@@ -602,6 +657,7 @@ static const msr_test_t tests[] = {
     {"root_cause_after_peer_lost", test_root_cause_after_peer_lost, 10},
     {"restarts_exhausted", test_restarts_exhausted, 10},
     {"node_lost", test_node_lost, 10},
+    {"node_deaf", test_node_deaf, 10},
     {"elastic", test_elastic, 20},
     {"elastic_join_hold", test_elastic_join_hold, 20},
     {"elastic_join_hold_option", test_elastic_join_hold_option, 20},
