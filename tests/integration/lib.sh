@@ -94,11 +94,6 @@ fail() {
 
 ok() { echo "ok   $*"; }
 
-# lsan_fatal FILE: the stderr in FILE ends in LeakSanitizer's own failure
-# (its tracer died at exit: "LeakSanitizer has encountered a fatal error"),
-# which says nothing of the program: a read-only step may be run again
-lsan_fatal() { grep -q "LeakSanitizer has encountered a fatal error" "$1"; }
-
 # a TCP port free on loopback right now
 # free_port [N]: N free ports (see scripts/free_port.py for why not bind(0)'s),
 # claimed for this test's shell until it exits, so that no test running
