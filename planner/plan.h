@@ -207,8 +207,13 @@ typedef struct msr_plan_rank {
     uint64_t offload_eparam_r; /* the experts' parameters in their file (the parameters'
                                 * offload without ZeRO replicas of them): bytes it reads a
                                 * step (each block's slot once a pass and once in the
-                                * update), and writes (once, the update's; 0: none) */
+                                * update), and writes (once, the update's; 0: none); with
+                                * their gradients' file too, its reads (M + 2 a block) and
+                                * writes (M) added */
     uint64_t offload_eparam_w; /* (its writes) */
+    uint64_t offload_eparam_b; /* of them, one pass over the experts' blocks (every held
+                                * MoE block's slot once; 0: none) */
+    uint64_t offload_egrads_b; /* the same of their gradients' file (0: resident) */
     uint64_t total;            /* the kinds above at once: the state, comm, work and shm, plus
                                 * the larger of activations with the temporaries alive beside
                                 * them in backward, and the temporaries after backward (the

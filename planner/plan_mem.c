@@ -285,6 +285,7 @@ static void rank_experts(const msr_plan_model_t *m, const msr_plan_layout_t *l,
         uint64_t slot =
             msr_plan_ceil_div(per * MSR_PLAN_F32, MSR_PLAN_OFFLOAD_ALIGN) * MSR_PLAN_OFFLOAD_ALIGN;
         o->expert_params = msr_plan_offload_params_bytes(per * MSR_PLAN_F32, blocks);
+        o->offload_eparam_b = blocks * slot;
         o->offload_eparam_r = blocks * slot * (2 * (uint64_t)l->micros + 1);
         o->offload_eparam_w = blocks * slot;
         /* and their gradients under the gradients' offload where no
@@ -293,6 +294,7 @@ static void rank_experts(const msr_plan_model_t *m, const msr_plan_layout_t *l,
          * update */
         if ((l->offload & MSR_PLAN_OFFLOAD_GRADS) && reps == 1) {
             o->expert_grads = o->expert_params;
+            o->offload_egrads_b = blocks * slot;
             o->offload_eparam_r += blocks * slot * ((uint64_t)l->micros + 2);
             o->offload_eparam_w += blocks * slot * (uint64_t)l->micros;
         }

@@ -393,6 +393,29 @@ static void stage_dp(const msr_plan_model_t *m, const msr_plan_layout_t *lp,
     o->optim = msr_plan_price(c, opt);
 }
 
+/* The experts' files' I/O a step, ms, by where it happens
+ * (parallel/train_experts_disk.c): each micro-batch's forward reads every
+ * held MoE block's parameters and its backward reads them again; with
+ * their gradients in a file too, each backward reads and writes back each
+ * block's gradients (the step's first reads them as well, then zeroes
+ * them), the norm reads them once more, a block at a time with nothing to
+ * hide behind, and the update reads both and writes the parameters. The
+ * passes' I/O hides behind the passes' compute, the update's behind
+ * AdamW's, as the blocks' do. */
+typedef struct experts_io {
+    double fwd, bwd, norm, upd;
+} experts_io_t;
+
+static void experts_io(const msr_plan_rank_t *r, const msr_plan_cluster_t *c, int micros,
+                       experts_io_t *o)
+{
+    double b = (double)r->offload_eparam_b, g = (double)r->offload_egrads_b, n = micros;
+    o->fwd = msr_plan_disk_ms(c, n * b, 0);
+    o->bwd = msr_plan_disk_ms(c, n * (b + g), n * g);
+    o->norm = msr_plan_disk_ms(c, g, 0);
+    o->upd = msr_plan_disk_ms(c, b + g, b);
+}
+
 /* The offloads' disk I/O on pipeline stage s, ms a step: all of it
  * (*io_p) and what compute does not hide (*exposed_p). The optimizer's
  * chunks are read ahead and written behind while AdamW updates the one
@@ -432,17 +455,12 @@ static void stage_offload(const msr_plan_model_t *m, const msr_plan_layout_t *l,
      * stage's blocks, which either offload counts (0 when neither moves) */
     double nf = (double)r.offload_acts_n > n ? (double)r.offload_acts_n : n;
     double gio = msr_plan_disk_ms(c, (double)r.offload_grads_r, (double)r.offload_grads_w);
-    /* the experts' blocks: read for each pass beside the blocks', hidden
-     * by the same compute; the update's read and write beside the moments' */
-    double eio = msr_plan_disk_ms(c, (double)r.offload_eparam_r, (double)r.offload_eparam_w);
-    double eupd = r.offload_eparam_w > 0
-                      ? msr_plan_disk_ms(c, (double)r.offload_eparam_w, (double)r.offload_eparam_w)
-                      : 0;
-    double epass = (eio - eupd) / 2; /* a forward's reads, and a backward's */
-    *io_p = oio + spill + fetch + 2 * pread + pupd + gio + eio;
-    *exposed_p = firsts + gio + msr_plan_io_exposed_ms(optim, oio + pupd + eupd) +
-                 msr_plan_io_exposed_ms(nf * sc.fwd, spill + pread + epass) +
-                 msr_plan_io_exposed_ms(nf * sc.bwd, fetch + pread + epass);
+    experts_io_t e;
+    experts_io(&r, c, l->micros, &e);
+    *io_p = oio + spill + fetch + 2 * pread + pupd + gio + e.fwd + e.bwd + e.norm + e.upd;
+    *exposed_p = firsts + gio + e.norm + msr_plan_io_exposed_ms(optim, oio + pupd + e.upd) +
+                 msr_plan_io_exposed_ms(nf * sc.fwd, spill + pread + e.fwd) +
+                 msr_plan_io_exposed_ms(nf * sc.bwd, fetch + pread + e.bwd);
 }
 
 void msr_plan_time(const msr_plan_model_t *m, const msr_plan_layout_t *lay,

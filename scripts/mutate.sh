@@ -1763,9 +1763,27 @@ test: ^test_parallel_plan_offload_io$
 file: planner/plan_time.c
 test: ^test_parallel_plan_offload_io$
 <<<
-                 msr_plan_io_exposed_ms(nf * sc.bwd, fetch + pread + epass);
+                 msr_plan_io_exposed_ms(nf * sc.bwd, fetch + pread + e.bwd);
 ===
-                 msr_plan_io_exposed_ms(nf * sc.fwd, fetch + pread + epass);
+                 msr_plan_io_exposed_ms(nf * sc.fwd, fetch + pread + e.bwd);
+>>>
+
+@ plan.offload.experts_norm_hidden
+file: planner/plan_time.c
+test: ^test_parallel_plan_offload_experts$
+<<<
+    *exposed_p = firsts + gio + e.norm + msr_plan_io_exposed_ms(optim, oio + pupd + e.upd) +
+===
+    *exposed_p = firsts + gio + msr_plan_io_exposed_ms(optim, oio + pupd + e.upd + e.norm) +
+>>>
+
+@ plan.offload.experts_grads_io_in_update
+file: planner/plan_time.c
+test: ^test_parallel_plan_offload_experts$
+<<<
+    o->bwd = msr_plan_disk_ms(c, n * (b + g), n * g);
+===
+    o->bwd = msr_plan_disk_ms(c, n * b, 0);
 >>>
 
 @ plan.offload.params_first_reads_free
@@ -5095,7 +5113,7 @@ test: ^test_parallel_train_gpt_offload_experts$
 
 @ plan_mem.experts_offload_not_counted
 file: planner/plan_mem.c
-test: ^test_parallel_plan_offload_io$|^test_parallel_plan_report_offload$
+test: ^test_parallel_plan_offload_experts$|^test_parallel_plan_report_offload$
 <<<
         o->expert_optim = msr_plan_offload_optim_bytes(hi - lo, l->offload_chunk);
 ===
@@ -5104,7 +5122,7 @@ test: ^test_parallel_plan_offload_io$|^test_parallel_plan_report_offload$
 
 @ plan_mem.experts_offload_io_not_priced
 file: planner/plan_mem.c
-test: ^test_parallel_plan_offload_io$
+test: ^test_parallel_plan_offload_experts$
 <<<
         o->offload_optim_io += msr_plan_offload_optim_io(hi - lo, l->offload_chunk);
 ===
@@ -5113,7 +5131,7 @@ test: ^test_parallel_plan_offload_io$
 
 @ plan_time.experts_update_from_resident_bytes
 file: planner/plan_time.c
-test: ^test_parallel_plan_offload_io$
+test: ^test_parallel_plan_offload_experts$
 <<<
     double elems = (double)(l.zero >= 1 ? r.shard_elems : r.part_params) + (double)r.expert_shard;
 ===
@@ -5178,7 +5196,7 @@ test: ^test_parallel_train_gpt_offload_moe$
 
 @ plan_offload.params_slot_dense_block
 file: planner/plan_part.c
-test: ^test_parallel_plan_offload_io$|^test_parallel_plan_report_offload$
+test: ^test_parallel_plan_offload_experts$|^test_parallel_plan_report_offload$
 <<<
     uint64_t most = p->blocks > p->moe_blocks ? p->block : 0;
 ===

@@ -1,10 +1,10 @@
 # What the offload checks (offload_check.sh, offload_params_check.sh,
-# offload_grads_check.sh) share, sourced once each has set build, dir and
-# steps from its arguments: the model and its micro-batch, the binaries, a
-# scratch folder ($tmp) and the offload directory (a new one unless DIR
-# was given; both removed at the end), and this machine calibrated with
-# that directory into $tmp/cluster (the calibration's output in
-# $tmp/calib).
+# offload_grads_check.sh, offload_experts_check.sh) share, sourced once
+# each has set build, dir and steps from its arguments: the model and its
+# micro-batch, the binaries, a scratch folder ($tmp) and the offload
+# directory (a new one unless DIR was given; both removed at the end), and
+# this machine calibrated with that directory into $tmp/cluster (the
+# calibration's output in $tmp/calib).
 model=(--layers 4 --channels 256 --heads 4 --seq 64)
 mb=2
 train="$build/bin/train_gpt" plan="$build/bin/plan_gpt"

@@ -15,6 +15,7 @@
 #include "parallel/offload_params.h"
 #include "planner/plan.h"
 #include "tests/runner.h"
+#include "tests/parallel/plan_offload_lib.h"
 
 static void test_disk_keys(void)
 {
@@ -199,15 +200,6 @@ static void test_grads_real(void)
     int gone = rmdir(dir);
     MSR_CHECK_MSG(bad[0] == '\0', "%s", bad);
     MSR_CHECK_EQ(gone, 0);
-}
-
-static msr_plan_layout_t layout(int dp, int pp, int zero, int rc, int b, int micros)
-{
-    msr_plan_layout_t l;
-    memset(&l, 0, sizeof l);
-    l.dp = dp, l.tp = 1, l.pp = pp, l.zero = zero, l.recompute = rc;
-    l.micro_batch = b, l.micros = micros, l.schedule = MSR_PLAN_1F1B, l.chunks = 1;
-    return l;
 }
 
 /* The rank's counts: the moments of its shard (never the master weights:
@@ -422,22 +414,6 @@ static void test_params_overlap(void)
     MSR_CHECK_MSG(zslot < slot && zslot >= slot / 2 - 4096, "%" PRIu64 " of %" PRIu64, zslot, slot);
 }
 
-/* An exhaustive search's query over world ranks for a global batch of
- * gb: dp fixed (-1: free), ZeRO zero, micro-batches of 2 under 1F1B, the
- * optimizer's offload in chunks of 4096 bytes. */
-static msr_plan_query_t auto_query(int world, int gb, int dp, int zero)
-{
-    msr_plan_query_t q;
-    memset(&q, 0, sizeof q);
-    q.world = world, q.global_batch = gb, q.search = MSR_PLAN_SEARCH_EXHAUSTIVE;
-    for (int k = 0; k < MSR_PLAN_FIX_N; k++)
-        q.fix[k] = -1;
-    q.fix[MSR_PLAN_FIX_DP] = dp, q.fix[MSR_PLAN_FIX_ZERO] = zero;
-    q.fix[MSR_PLAN_FIX_MICRO_BATCH] = 2, q.fix[MSR_PLAN_FIX_SCHEDULE] = MSR_PLAN_1F1B;
-    q.offload_chunk = 4096;
-    return q;
-}
-
 /* --offload auto: an offload when nothing fits without it, or when its
  * plan is faster than those that do (the layout it lets in outruns its
  * I/O); none when it is not, or when nothing is over the budget (it would
@@ -497,57 +473,6 @@ static void test_auto_faster(void)
     MSR_CHECK(msr_plan_search_offload(&m, MSR_PLAN_FP32, &c, &q, 0, &plans, &pr, why, sizeof why) ==
               0);
     MSR_CHECK(plans == NULL && pr.over_memory > 0);
-}
-
-/* The first plan of an --offload auto search (auto_first): its offload,
- * its I/O and what the step pays of it, the bytes it saves and moves. */
-typedef struct auto_first {
-    int off;
-    double io, paid;
-    uint64_t saved, moved;
-} auto_first_t;
-
-/* Searches q under c with the offloads; checks that a plan came, one that
- * needed them ("no layout fits in", none without), its I/O priced; its
- * figures in *f. -1 when none came. */
-static int auto_first(msr_plan_model_t *m, msr_plan_cluster_t *c, msr_plan_query_t *q,
-                      auto_first_t *f)
-{
-    msr_plan_t *plans = NULL;
-    msr_plan_pruned_t pr;
-    char why[256] = "";
-    int64_t n = msr_plan_search_offload(m, MSR_PLAN_FP32, c, q, 0, &plans, &pr, why, sizeof why);
-    MSR_CHECK_MSG(n > 0, "%s", why);
-    if (n <= 0)
-        return -1;
-    msr_plan_offload_why(&plans[0], &pr, c, why, sizeof why);
-    f->off = plans[0].l.offload;
-    f->io = plans[0].t.offload_io_ms, f->paid = plans[0].t.offload_ms;
-    msr_plan_offload_cost(m, MSR_PLAN_FP32, &plans[0], &f->saved, &f->moved);
-    free(plans);
-    MSR_CHECK_MSG(strstr(why, "no layout fits in") != NULL, "%s", why);
-    MSR_CHECK(pr.no_offload_ms == 0 && f->io > 0 && f->paid > 0);
-    return 0;
-}
-
-/* The plans an --offload auto search of q under c finds (fp32, all of
- * them) into *plans_p; their count, or -1. */
-static int64_t search_all(msr_plan_model_t *m, msr_plan_cluster_t *c, msr_plan_query_t *q,
-                          msr_plan_t **plans_p)
-{
-    msr_plan_pruned_t pr;
-    char why[256] = "";
-    return msr_plan_search_offload(m, MSR_PLAN_FP32, c, q, 0, plans_p, &pr, why, sizeof why);
-}
-
-/* auto_first under a default cluster (into *c) whose budget is peak
- * bytes a rank. */
-static int auto_at(msr_plan_model_t *m, uint64_t peak, msr_plan_cluster_t *c, msr_plan_query_t *q,
-                   auto_first_t *f)
-{
-    msr_plan_cluster_default(c);
-    c->mem_gib = (double)peak / (1024.0 * 1024.0 * 1024.0);
-    return auto_first(m, c, q, f);
 }
 
 /* --offload auto under a budget that only the blocks' parameters on disk
@@ -659,168 +584,6 @@ static void test_grads_time(void)
     }
 }
 
-/* A MoE model under the optimizer's offload: the experts' moments in a
- * store of their own, its buffers what stays (those of a real store of as
- * many elements, to the byte), every chunk of both files moved a step; the
- * update priced on the same elements as without the offload; --offload
- * auto offloads the moments of a MoE model that fits only so; the
- * parameters' and the gradients' offloads move the experts' where no
- * replica shares them. */
-static void test_experts(void)
-{
-    msr_plan_model_t m = {MSR_PLAN_GPT, 4, 128, 4, 4, 512, 256, 64, 8, 2, 2, 1.25};
-    msr_plan_layout_t l = layout(2, 1, 1, MSR_PLAN_RC_NONE, 2, 1);
-    l.offload_chunk = 4096;
-    char why[256] = "";
-    msr_plan_rank_t base, r;
-    msr_plan_rank(&m, &l, MSR_PLAN_FP32, 1, &base);
-    MSR_CHECK(base.expert_shard > 0 && base.expert_optim == 8 * base.expert_shard);
-    MSR_CHECK(base.offload_optim_io == 0);
-    l.offload = MSR_PLAN_OFFLOAD_OPTIM;
-    MSR_CHECK_MSG(msr_plan_check(&m, &l, why, sizeof why) == 0, "%s", why);
-    msr_plan_rank(&m, &l, MSR_PLAN_FP32, 1, &r);
-    MSR_CHECK_EQ(r.expert_shard, base.expert_shard);
-    MSR_CHECK_EQ(r.expert_optim, msr_plan_offload_optim_bytes(r.expert_shard, 4096));
-    MSR_CHECK(r.expert_optim < base.expert_optim);
-    MSR_CHECK_EQ(r.offload_optim_io, msr_plan_offload_optim_io(r.shard_elems, 4096) +
-                                         msr_plan_offload_optim_io(r.expert_shard, 4096));
-    /* a real store of the experts' elements keeps what the plan counts */
-    const char *t = getenv("TMPDIR");
-    char dir[512];
-    snprintf(dir, sizeof dir, "%s/plan_offload_io.XXXXXX", t != NULL && t[0] != '\0' ? t : "/tmp");
-    MSR_CHECK(mkdtemp(dir) != NULL);
-    msr_offload_config_t cfg = {MSR_OFFLOAD_DISK, dir, 4096, MSR_OFFLOAD_IO_THREADS, 0, 0};
-    msr_offload_t *off = NULL;
-    MSR_CHECK_EQ(msr_offload_create_as(&cfg, "experts", r.expert_shard, &off), MSR_OK);
-    if (off != NULL) {
-        MSR_CHECK_EQ((uint64_t)msr_offload_resident(off), r.expert_optim);
-        MSR_CHECK(strstr(msr_offload_path(off), "/msrun-experts-rank0-") != NULL);
-    }
-    msr_offload_destroy(off);
-    MSR_CHECK_EQ(rmdir(dir), 0);
-    /* the update: the same elements, offloaded or not (a disk fast enough
-     * to hide the I/O) */
-    msr_plan_cluster_t c;
-    msr_plan_cluster_default(&c);
-    c.disk_read_gbs = c.disk_write_gbs = 1e9;
-    msr_plan_time_t tb, to;
-    l.offload = 0;
-    msr_plan_time(&m, &l, MSR_PLAN_FP32, &c, &tb);
-    l.offload = MSR_PLAN_OFFLOAD_OPTIM;
-    msr_plan_time(&m, &l, MSR_PLAN_FP32, &c, &to);
-    MSR_CHECK_MSG(to.optim_ms == tb.optim_ms, "%g ms against %g", to.optim_ms, tb.optim_ms);
-    /* the parameters' offload is taken (the blocks' in a store of the
-     * larger block, a MoE one here: the experts stay with their own), the
-     * gradients' stays refused with experts */
-    l.offload = MSR_PLAN_OFFLOAD_OPTIM | MSR_PLAN_OFFLOAD_PARAMS;
-    MSR_CHECK_MSG(msr_plan_check(&m, &l, why, sizeof why) == 0, "%s", why);
-    msr_plan_rank_t p;
-    msr_plan_rank(&m, &l, MSR_PLAN_FP32, 1, &p);
-    MSR_CHECK_EQ(p.expert_params, base.expert_params);
-    uint64_t slot, blocks;
-    msr_plan_offload_params_io(&m, &l, 1, &slot, &blocks);
-    MSR_CHECK_EQ(blocks, 4);
-    /* one MoE block of 2 and one dense one (gpt.c's tensor table): 4C^2 +
-     * 8C + E C (the router: E = 8 experts) and 12C^2 + 13C floats; the
-     * slot holds the larger, in 4 KiB pages */
-    uint64_t C = 128, moe = 4 * C * C + 8 * C + 8 * C, dense = 12 * C * C + 13 * C;
-    uint64_t big = dense > moe ? dense : moe;
-    MSR_CHECK_EQ(slot, (big * 4 + 4095) / 4096 * 4096);
-    MSR_CHECK_EQ(p.params,
-                 base.params - 2 * (moe + dense) * 4 + (uint64_t)msr_params_resident_of(big, 4));
-    /* the gradients' offload is taken too: with 2 replicas summing them
-     * (ep 1 of dp 2) the experts' stay resident; at ep 2 of dp 2 (no
-     * replica) the parameters and the gradients each go to a store of a
-     * MoE block's experts (4 of 8 here, 2 MoE blocks), each block read for
-     * both passes of each micro-batch and by the update, the gradients
-     * read and written around each backward and read by the norm too */
-    l.offload = MSR_PLAN_OFFLOAD_OPTIM | MSR_PLAN_OFFLOAD_GRADS;
-    l.zero = 2;
-    MSR_CHECK_MSG(msr_plan_check(&m, &l, why, sizeof why) == 0, "%s", why);
-    msr_plan_rank(&m, &l, MSR_PLAN_FP32, 1, &p);
-    MSR_CHECK_EQ(p.expert_grads, base.expert_grads);
-    MSR_CHECK(p.offload_eparam_r == 0 && p.offload_eparam_w == 0);
-    l.offload |= MSR_PLAN_OFFLOAD_PARAMS;
-    msr_plan_rank(&m, &l, MSR_PLAN_FP32, 1, &p);
-    MSR_CHECK_EQ(p.expert_params, base.expert_params);
-    l.ep = 2;
-    MSR_CHECK_MSG(msr_plan_check(&m, &l, why, sizeof why) == 0, "%s", why);
-    msr_plan_rank(&m, &l, MSR_PLAN_FP32, 1, &p);
-    uint64_t per = 4 * (8 * C * C + 5 * C), eslot = (per * 4 + 4095) / 4096 * 4096;
-    MSR_CHECK_EQ(p.expert_params, (uint64_t)msr_params_resident_of(per, 2));
-    MSR_CHECK_EQ(p.expert_grads, p.expert_params);
-    MSR_CHECK_EQ(p.offload_eparam_r, 2 * eslot * ((2 * 1 + 1) + (1 + 2))); /* 1 micro-batch */
-    MSR_CHECK_EQ(p.offload_eparam_w, 2 * eslot * (1 + 1));
-    /* the time model moves them at the disk's rates */
-    msr_plan_cluster_default(&c);
-    c.disk_read_gbs = 2, c.disk_write_gbs = 0.5;
-    msr_plan_time_t te, tn;
-    msr_plan_time(&m, &l, MSR_PLAN_FP32, &c, &te);
-    l.ep = 1;
-    msr_plan_time(&m, &l, MSR_PLAN_FP32, &c, &tn);
-    MSR_CHECK_MSG(te.offload_io_ms > tn.offload_io_ms, "%g ms against %g", te.offload_io_ms,
-                  tn.offload_io_ms);
-    l.zero = 1;
-    /* --offload auto: a budget that only the moments' offload meets
-     * (under full recompute, the lowest activations; ep 1: at ep 2 the
-     * experts would be fewer a rank) */
-    l.offload = MSR_PLAN_OFFLOAD_OPTIM;
-    l.recompute = MSR_PLAN_RC_FULL;
-    msr_plan_cluster_default(&c);
-    c.mem_gib = (double)msr_plan_peak(&m, &l, MSR_PLAN_FP32, NULL) / (1024.0 * 1024.0 * 1024.0);
-    msr_plan_query_t q = auto_query(2, 4, 2, 1);
-    q.fix[MSR_PLAN_FIX_EP] = 1;
-    auto_first_t f;
-    if (auto_first(&m, &c, &q, &f) != 0)
-        return;
-    MSR_CHECK_MSG(f.off == MSR_PLAN_OFFLOAD_OPTIM, "offload %d", f.off);
-}
-
-/* --offload auto for a MoE model that fits only with everything on disk
- * (ep = dp: no replica shares the experts, so their parameters and
- * gradients go to their files too): the gradients' mode is chosen, and
- * with its I/O priced, the experts' blocks among what it moves. */
-static void test_auto_experts_grads(void)
-{
-    msr_plan_model_t m = {MSR_PLAN_GPT, 8, 128, 4, 4, 512, 256, 64, 8, 1, 2, 1.25};
-    msr_plan_layout_t l = layout(2, 1, 2, MSR_PLAN_RC_FULL, 2, 1);
-    l.ep = 2;
-    l.offload_chunk = 4096;
-    l.offload = MSR_PLAN_OFFLOAD_OPTIM | MSR_PLAN_OFFLOAD_ACTS | MSR_PLAN_OFFLOAD_PARAMS;
-    char why[256] = "";
-    MSR_CHECK_MSG(msr_plan_check(&m, &l, why, sizeof why) == 0, "%s", why);
-    uint64_t p_three = msr_plan_peak(&m, &l, MSR_PLAN_FP32, NULL);
-    l.offload |= MSR_PLAN_OFFLOAD_GRADS;
-    MSR_CHECK_MSG(msr_plan_check(&m, &l, why, sizeof why) == 0, "%s", why);
-    uint64_t p_all = msr_plan_peak(&m, &l, MSR_PLAN_FP32, NULL);
-    msr_plan_rank_t r;
-    msr_plan_rank(&m, &l, MSR_PLAN_FP32, 0, &r);
-    /* the experts' gradients are a store's buffers, not 4 bytes each of
-     * the 4 experts a rank holds in each of the 4 MoE blocks */
-    MSR_CHECK(r.expert_grads > 0 && r.expert_grads == r.expert_params);
-    MSR_CHECK(r.expert_grads < 4 * 4 * 4 * (8 * 128 * 128 + 5 * 128)); /* 8C^2 + 5C an expert */
-    MSR_CHECK_MSG(p_all < p_three, "%" PRIu64 " against %" PRIu64, p_all, p_three);
-    msr_plan_cluster_t c;
-    msr_plan_query_t q = auto_query(2, 4, 2, 2);
-    q.fix[MSR_PLAN_FIX_EP] = 2;
-    auto_first_t f;
-    if (auto_at(&m, p_all, &c, &q, &f) != 0)
-        return;
-    MSR_CHECK_MSG(f.off & MSR_PLAN_OFFLOAD_GRADS, "offload %d", f.off);
-    /* what it moves counts the experts' two files */
-    msr_plan_t *plans = NULL;
-    if (search_all(&m, &c, &q, &plans) <= 0 || plans == NULL) {
-        MSR_CHECK(plans != NULL);
-        return;
-    }
-    msr_plan_rank_t a;
-    msr_plan_layout_t pl = plans[0].l;
-    msr_plan_rank(&m, &pl, MSR_PLAN_FP32, 0, &a);
-    MSR_CHECK(a.offload_eparam_r > 0 && a.offload_eparam_w > 0);
-    MSR_CHECK(f.moved > a.offload_eparam_r + a.offload_eparam_w);
-    free(plans);
-}
-
 static const msr_test_t tests[] = {
     {"disk_keys", test_disk_keys, 10},
     {"optim_bytes_real", test_optim_bytes_real, 30},
@@ -834,8 +597,6 @@ static const msr_test_t tests[] = {
     {"auto_params", test_auto_params, 30},
     {"grads_time", test_grads_time, 10},
     {"auto_grads", test_auto_grads, 30},
-    {"experts", test_experts, 30},
-    {"auto_experts_grads", test_auto_experts_grads, 30},
 };
 
 int main(int argc, char **argv)
