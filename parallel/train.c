@@ -189,10 +189,11 @@ static msr_status_t experts_state(msr_trainer_t *tr)
     tr->rep_size = tr->rep_comm != NULL ? msr_comm_size(tr->rep_comm) : 1;
     tr->rep_rank = tr->rep_comm != NULL ? msr_comm_rank(tr->rep_comm) : 0;
     /* under the parameters' disk offload the experts' go to a file of
-     * their own but where ZeRO shares them out over replicas: there they
-     * stay resident (ZeRO-3's shards, ZeRO 1-2's gathered store) */
+     * their own (under ZeRO-3 with replicas each rank's shares of them)
+     * but where ZeRO 1-2 shares them out over replicas: there they stay
+     * resident (the gathered store) */
     int disk = tr->cfg.par.params_offload.mode == MSR_OFFLOAD_DISK && msr_moe_held(moe) > 0;
-    if (disk && tr->cfg.par.zero > 0 && tr->rep_size > 1) {
+    if (disk && tr->cfg.par.zero > 0 && tr->cfg.par.zero < 3 && tr->rep_size > 1) {
         MSR_INFO("offload: the experts' parameters stay resident: ZeRO %d over %d replicas",
                  tr->cfg.par.zero, tr->rep_size);
         disk = 0;

@@ -141,8 +141,11 @@ typedef struct msr_trainer {
      * kept until the slot is needed or the shards change. In its backward
      * a block's gradients go to ez_gfull (as many), which the block's
      * release reduce-scatters into ez_grads. ez_at: the block in use now
-     * (-1: none) */
-    int ez, ez_at;
+     * (-1: none). Under the parameters' disk offload the shards are in
+     * store epf instead (ez_params NULL; train_experts_disk.c), ez_guess
+     * the block it reads ahead at a pass's end for the next pass's first
+     * gather, not taken yet (-1: none) */
+    int ez, ez_at, ez_guess;
     size_t ez_per, ez_blk, ez_lo, ez_n;
     float *ez_params, *ez_grads, *ez_gfull;
     float *ez_slot[MSR_TRAIN_EZ_SLOTS];

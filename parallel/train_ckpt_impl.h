@@ -70,7 +70,8 @@ static inline msr_tckpt_range_t expert_range_at(msr_trainer_t *tr, int k, size_t
         s = (size_t)k * tr->ez_n;
         lo = whole_flat(tr) + msr_moe_global_lo(moe, k) + tr->ez_lo;
         n = tr->ez_n;
-        p = tr->ez_params + s;
+        /* the shares in their file: as below */
+        p = tr->epf == NULL ? tr->ez_params + s : tr->ed_hold != NULL ? tr->ed_hold + s : NULL;
     } else {
         size_t a = MSR_MAX((size_t)k * per, tr->eshard_lo);
         size_t b = MSR_MIN((size_t)(k + 1) * per, tr->eshard_hi);

@@ -83,16 +83,41 @@ static int slot_of(const msr_trainer_t *tr, int k)
     return -1;
 }
 
+/* This rank's share of block k into mine (ez_n floats): from the shards
+ * in memory, or from their file (tr->epf), whose block k + dir starts
+ * reading (dir: the pass's direction, where the next gather goes). */
+static msr_status_t share_in(msr_trainer_t *tr, int k, int dir, float *mine)
+{
+    if (tr->epf == NULL)
+        return msr_device_copy(ez_dev(tr), mine, tr->ez_params + (size_t)k * tr->ez_n,
+                               tr->ez_n * sizeof(float), MSR_DEVICE_D2D, NULL);
+    float *buf;
+    if (tr->ez_guess == k)
+        tr->ez_guess = -1;
+    msr_status_t st = msr_train_experts_cursor_end(tr); /* a restore's, if left */
+    if (st == MSR_OK && (st = msr_params_acquire(tr->epf, (size_t)k, dir, &buf)) == MSR_OK) {
+        memcpy(mine, buf, tr->ez_n * sizeof(float));
+        st = msr_params_release(tr->epf, (size_t)k, buf, 0);
+    }
+    if (st != MSR_OK)
+        return msr_err_call(
+            st, "train: this rank's share of MoE block %d's experts from their file", k);
+    return MSR_OK;
+}
+
 /* Starts gathering block k into slot i: this rank's shard copied in,
  * padded to ez_blk, the allgather over the replica group started (ahead:
- * a prefetch, for the trace). */
-static msr_status_t slot_start(msr_trainer_t *tr, int i, int k, int ahead)
+ * a prefetch, for the trace; dir: the pass's direction). */
+static msr_status_t slot_start(msr_trainer_t *tr, int i, int k, int ahead, int dir)
 {
     size_t blk = tr->ez_blk;
     const msr_device_t *dev = ez_dev(tr);
     float *mine = tr->ez_slot[i] + (size_t)tr->rep_rank * blk;
-    msr_status_t st = msr_device_copy(dev, mine, tr->ez_params + (size_t)k * tr->ez_n,
-                                      tr->ez_n * sizeof(float), MSR_DEVICE_D2D, NULL);
+    msr_status_t st = share_in(tr, k, dir, mine);
+    if (st != MSR_OK && tr->epf != NULL) {
+        tr->ez_slot_k[i] = -1;
+        return st;
+    }
     if (st == MSR_OK)
         st = msr_device_memset(dev, mine + tr->ez_n, 0, (blk - tr->ez_n) * sizeof(float), NULL);
     if (st == MSR_OK)
@@ -178,6 +203,32 @@ static int next_block(const msr_trainer_t *tr, int s, msr_gpt_pass_t pass)
     return -1;
 }
 
+/* With the shares in their file: at the end of pass's blocks (block k
+ * its last), the file's read of the block the next pass most likely
+ * gathers first started: the update's first after the step's last
+ * backward, else the first one from k the other way that no slot holds
+ * (the backward's after a forward: the block under the two gathered; the
+ * next micro-batch's forward's after a backward). One such guess is in
+ * flight at most (ez_guess), so that a wrong one (a pipeline's next pass
+ * going the same way) holds one of the store's buffers at most until a
+ * pass or the update takes it: a wrong guess costs a read, never a
+ * result. */
+static msr_status_t turn_prefetch(msr_trainer_t *tr, int k, msr_gpt_pass_t pass)
+{
+    if (tr->epf == NULL || tr->ez_guess >= 0)
+        return MSR_OK;
+    int back = pass == MSR_GPT_FORWARD ? -1 : 1, b = -1;
+    if (pass == MSR_GPT_BACKWARD && tr->dp->last_micro)
+        b = 0;
+    for (int t = k + back; b < 0 && t >= 0 && t < msr_moe_held(tr->model->moe); t += back)
+        if (slot_of(tr, t) < 0)
+            b = t;
+    if (b < 0)
+        return MSR_OK;
+    tr->ez_guess = b;
+    return msr_params_prefetch(tr->epf, (size_t)b);
+}
+
 /* Points block k's experts at its gathered slot (gathered now unless it
  * was prefetched or kept) and, for a backward, their gradients at
  * ez_gfull, zeroed; then starts the next block's gather, which runs while
@@ -194,8 +245,9 @@ static msr_status_t ez_acquire(void *arg, int s, msr_gpt_pass_t pass)
                        tr->ez_at);
     }
     msr_status_t st = MSR_OK;
+    int way = pass == MSR_GPT_FORWARD ? 1 : -1; /* where the file reads ahead */
     if ((i = slot_of(tr, k)) < 0 && (st = slot_take(tr, -1, &i)) == MSR_OK)
-        st = slot_start(tr, i, k, 0);
+        st = slot_start(tr, i, k, 0, way);
     if (st != MSR_OK || (st = slot_wait(tr, i)) != MSR_OK)
         return st;
     float *g = NULL;
@@ -212,10 +264,12 @@ static msr_status_t ez_acquire(void *arg, int s, msr_gpt_pass_t pass)
     msr_moe_set_block(tr->model->moe, k, tr->ez_slot[i], g);
     tr->ez_at = k;
     int next = next_block(tr, s, pass), j;
-    if (next < 0 || slot_of(tr, next) >= 0)
+    if (next < 0)
+        return turn_prefetch(tr, k, pass);
+    if (slot_of(tr, next) >= 0)
         return MSR_OK;
     if ((st = slot_take(tr, k, &j)) == MSR_OK)
-        st = slot_start(tr, j, next, 1);
+        st = slot_start(tr, j, next, 1, way);
     return st;
 }
 
@@ -255,23 +309,32 @@ static msr_status_t shard_make(msr_trainer_t *tr)
     msr_status_t st = msr_moe_store_external(moe);
     if (st != MSR_OK)
         return st;
+    /* under the parameters' disk offload the shares go to a file */
+    int disk = tr->cfg.par.params_offload.mode == MSR_OFFLOAD_DISK && tr->ez_n > 0;
     int slots_ok = 1;
     for (int i = 0; i < MSR_TRAIN_EZ_SLOTS; i++)
         slots_ok &= (tr->ez_slot[i] = ez_alloc(tr, all)) != NULL;
-    tr->ez_params = ez_alloc(tr, shard + 1);
+    if (!disk)
+        tr->ez_params = ez_alloc(tr, shard + 1);
     tr->ez_grads = ez_alloc(tr, shard + 1);
     tr->ez_gfull = ez_alloc(tr, all);
     msr_adamw_range_t *own = msr_calloc((size_t)held + 1, sizeof *own);
-    if (!slots_ok || tr->ez_params == NULL || tr->ez_grads == NULL || tr->ez_gfull == NULL ||
-        own == NULL) {
+    if (!slots_ok || (!disk && tr->ez_params == NULL) || tr->ez_grads == NULL ||
+        tr->ez_gfull == NULL || own == NULL) {
         msr_free(own);
         return msr_err(MSR_ERR_NO_MEMORY, "train: out of memory for %zu expert elements' shards",
                        shard);
     }
     for (int k = 0; k < held; k++) {
         size_t lo = (size_t)k * per + tr->ez_lo;
-        msr_moe_init_range(moe, tr->cfg.seed, lo, tr->ez_n, tr->ez_params + (size_t)k * tr->ez_n);
+        if (!disk)
+            msr_moe_init_range(moe, tr->cfg.seed, lo, tr->ez_n,
+                               tr->ez_params + (size_t)k * tr->ez_n);
         own[k] = (msr_adamw_range_t){lo, lo + tr->ez_n};
+    }
+    if (disk && (st = msr_train_experts_disk_shards(tr)) != MSR_OK) {
+        msr_free(own);
+        return st;
     }
     int n;
     const msr_gpt_tensor_t *t = msr_moe_tensors(moe, &n);
@@ -283,7 +346,7 @@ static msr_status_t shard_make(msr_trainer_t *tr)
 msr_status_t msr_train_experts_shard_local(msr_trainer_t *tr)
 {
     tr->ez = 1;
-    tr->ez_at = -1;
+    tr->ez_at = tr->ez_guess = -1;
     for (int i = 0; i < MSR_TRAIN_EZ_SLOTS; i++)
         tr->ez_slot_k[i] = -1;
     tr->ez_per =
@@ -464,7 +527,7 @@ msr_status_t msr_trainer_experts_whole(msr_trainer_t *tr, float *out)
 {
     msr_moe_t *moe = tr->model->moe;
     const msr_device_t *dev = ez_dev(tr);
-    if (tr->epf != NULL) { /* out is the host's, and so are the blocks */
+    if (tr->epf != NULL && !tr->ez) { /* out is the host's, and so are the blocks */
         msr_status_t st = msr_train_experts_cursor_end(tr);
         for (int k = 0; k < msr_moe_held(moe) && st == MSR_OK; k++)
             st = msr_params_get(tr->epf, (size_t)k, out + (size_t)k * tr->ed_per);

@@ -30,6 +30,13 @@ static int held(const msr_trainer_t *tr)
     return msr_moe_held(tr->model->moe);
 }
 
+/* The experts' gradients kept in memory, in the shard space: ed_grads,
+ * or ZeRO-3's shards (ez_grads) with the shards' parameters in the file. */
+static const float *resident_grads(const msr_trainer_t *tr)
+{
+    return tr->ez ? tr->ez_grads : tr->ed_grads;
+}
+
 /* Cursor c over store st at block k (held; k == held: none), the one it
  * held before given back (written back when changed). */
 static msr_status_t cur_to(msr_params_t *st, msr_train_ecur_t *c, int k, int held_n)
@@ -152,9 +159,12 @@ static msr_status_t ed_release(void *arg, int s, msr_gpt_pass_t pass)
     return st;
 }
 
-/* A store of the experts' blocks, each put first from fill (the
- * parameters' initial values; NULL: zeros). */
-static msr_status_t store_make(msr_trainer_t *tr, const char *kind, int seed, msr_params_t **st_p)
+/* A store of the experts' blocks of ed_per floats, each put first with
+ * the parameters' initial values (seed; else zeros): block k's are the
+ * store's elements [k * stride + lo, + ed_per) (the whole block's, or
+ * under ZeRO-3 with replicas this rank's share of it). */
+static msr_status_t store_make(msr_trainer_t *tr, const char *kind, int seed, size_t stride,
+                               size_t lo, msr_params_t **st_p)
 {
     msr_moe_t *moe = tr->model->moe;
     float *tmp = msr_calloc(tr->ed_per + 1, sizeof(float));
@@ -165,7 +175,7 @@ static msr_status_t store_make(msr_trainer_t *tr, const char *kind, int seed, ms
     /* seeded a block at a time: the same numbers as the whole store's */
     for (int k = 0; k < held(tr) && st == MSR_OK; k++) {
         if (seed)
-            msr_moe_init_range(moe, tr->cfg.seed, (size_t)k * tr->ed_per, tr->ed_per, tmp);
+            msr_moe_init_range(moe, tr->cfg.seed, (size_t)k * stride + lo, tr->ed_per, tmp);
         st = msr_params_put(*st_p, (size_t)k, tmp);
     }
     msr_free(tmp);
@@ -199,12 +209,12 @@ msr_status_t msr_train_experts_disk(msr_trainer_t *tr)
         return msr_err(MSR_ERR_NO_MEMORY, "train: out of memory for %zu expert elements' gradients",
                        count);
     }
-    if ((st = store_make(tr, "experts-params", 1, &tr->epf)) != MSR_OK)
+    if ((st = store_make(tr, "experts-params", 1, tr->ed_per, 0, &tr->epf)) != MSR_OK)
         return st;
     MSR_INFO("offload: the experts' parameters of %d blocks of %zu elements in %s (%s)", held(tr),
              tr->ed_per, msr_params_path(tr->epf), msr_params_engine(tr->epf));
     if (gdisk) {
-        if ((st = store_make(tr, "experts-grads", 0, &tr->egf)) != MSR_OK)
+        if ((st = store_make(tr, "experts-grads", 0, tr->ed_per, 0, &tr->egf)) != MSR_OK)
             return st;
         MSR_INFO("offload: the experts' gradients in %s", msr_params_path(tr->egf));
     } else if (tr->cfg.par.grads_offload.mode == MSR_OFFLOAD_DISK) {
@@ -213,6 +223,26 @@ msr_status_t msr_train_experts_disk(msr_trainer_t *tr)
     }
     msr_dp_extra_t x = {ed_acquire, ed_release, tr};
     msr_dp_set_extra(tr->dp, &x);
+    return MSR_OK;
+}
+
+msr_status_t msr_train_experts_disk_shards(msr_trainer_t *tr)
+{
+    tr->ed_at = tr->ed_pc.k = tr->ed_gc.k = -1;
+    if (!msr_device_is_host(msr_moe_device(tr->model->moe)))
+        return msr_err(MSR_ERR_UNSUPPORTED,
+                       "train: the experts' parameters offload from host memory, not %s's",
+                       msr_device_name(msr_moe_device(tr->model->moe)));
+    tr->ed_per = tr->ez_n;
+    msr_status_t st = store_make(tr, "experts-params", 1, tr->ez_per, tr->ez_lo, &tr->epf);
+    if (st != MSR_OK)
+        return st;
+    MSR_INFO("offload: this rank's shares of the experts' parameters of %d blocks of %zu "
+             "elements in %s (%s)",
+             held(tr), tr->ed_per, msr_params_path(tr->epf), msr_params_engine(tr->epf));
+    if (tr->cfg.par.grads_offload.mode == MSR_OFFLOAD_DISK)
+        MSR_INFO("offload: the experts' gradients stay resident: %d replicas sum them",
+                 tr->rep_size);
     return MSR_OK;
 }
 
@@ -276,7 +306,7 @@ static msr_status_t update_span(msr_trainer_t *tr, size_t off, size_t n, float *
             break;
         if (tr->egf != NULL && (st = gcursor_to(tr, k)) != MSR_OK)
             break;
-        const float *g = tr->egf != NULL ? tr->ed_gc.buf + in : tr->ed_grads + off;
+        const float *g = tr->egf != NULL ? tr->ed_gc.buf + in : resident_grads(tr) + off;
         if (m != NULL)
             msr_adamw_update_moments(opt, off, take, tr->ed_pc.buf + in, g, m, v);
         else
@@ -301,6 +331,7 @@ static msr_status_t update_chunk(void *arg, size_t off, size_t n, float *m, floa
 msr_status_t msr_train_experts_disk_update(msr_trainer_t *tr, float lr, float grad_scale)
 {
     msr_adamw_begin(tr->eopt, lr, grad_scale);
+    tr->ez_guess = -1; /* the walk below takes every block's read */
     msr_status_t st = tr->eoff != NULL ? msr_offload_step(tr->eoff, update_chunk, tr)
                                        : update_span(tr, 0, tr->eopt->count, NULL, NULL);
     msr_status_t cst = msr_train_experts_cursor_end(tr);
@@ -336,7 +367,7 @@ msr_status_t msr_train_experts_spans(msr_trainer_t *tr, size_t s, size_t n, msr_
 
 size_t msr_trainer_experts_block_floats(const msr_trainer_t *tr)
 {
-    return tr->epf != NULL ? tr->ed_per : 0;
+    return tr->epf != NULL && !tr->ez ? tr->ed_per : 0;
 }
 
 msr_status_t msr_trainer_experts_spans(msr_trainer_t *tr, size_t s, size_t n, msr_dp_blk_t *blk,

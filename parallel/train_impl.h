@@ -74,6 +74,13 @@ int msr_train_experts_held_block(const msr_trainer_t *tr, int s);
  * back (after a restore). hold reads the whole parameters into ed_hold
  * (for an in-memory snapshot), drop frees them. */
 msr_status_t msr_train_experts_disk(msr_trainer_t *tr);
+/* The same under ZeRO-3 with replicas (train_experts.c's shard_make,
+ * ez_n > 0): store epf holds this rank's shares of the blocks (ed_per =
+ * ez_n, the shard space's block k at k * ez_n, as ez_params would), each
+ * read for the block's gathers (train_experts.c's slot_start) and a block
+ * at a time by the update, a checkpoint and a restore through the same
+ * cursors; the gradients' shards stay in ez_grads (replicas sum them). */
+msr_status_t msr_train_experts_disk_shards(msr_trainer_t *tr);
 void msr_train_experts_disk_free(msr_trainer_t *tr);
 /* A step's start: the experts' gradients zero (in their file: each
  * block's taken as zeros at its first read of the step). */

@@ -261,12 +261,13 @@ static void rank_experts(const msr_plan_model_t *m, const msr_plan_layout_t *l,
     int ep = msr_plan_ep(l), held = m->experts / (ep * l->tp);
     uint64_t fw = runtime ? MSR_PLAN_F32 : (prec == MSR_PLAN_BF16 ? 2 : 4);
     uint64_t per = (uint64_t)held * msr_plan_expert_params(m), blocks = (uint64_t)p->moe_blocks;
-    uint64_t count = blocks * per, resident = count, gather = 0;
+    uint64_t count = blocks * per, resident = count, gather = 0, n = per;
     uint64_t cp = (uint64_t)msr_plan_cp(l), reps = (uint64_t)(l->dp / ep) * cp, lo = 0, hi = count;
     uint64_t rrank = (uint64_t)(o->dp_rank / ep) * cp + (uint64_t)o->cp_rank;
     if (l->zero >= 3 && reps > 1 && blocks > 0) { /* each block sharded */
         uint64_t blk = msr_plan_ceil_div(per, reps), a = msr_plan_min_u64(per, rrank * blk);
-        hi = blocks * (msr_plan_min_u64(per, a + blk) - a);
+        n = msr_plan_min_u64(per, a + blk) - a; /* this rank's share of a block */
+        hi = blocks * n;
         resident = hi;
         gather = 3 * blk * reps;
     } else if (l->zero >= 1 && reps > 1) {
@@ -279,12 +280,16 @@ static void rank_experts(const msr_plan_model_t *m, const msr_plan_layout_t *l,
     o->expert_params = resident * fw;
     o->expert_grads = resident * fw;
     /* under the parameters' offload, the experts' own file but where ZeRO
-     * shares them over replicas (train.c experts_state): a store of a
-     * block per MoE block, read for each pass and the update */
-    if ((l->offload & MSR_PLAN_OFFLOAD_PARAMS) && blocks > 0 && !(l->zero >= 1 && reps > 1)) {
+     * 1-2 shares them over replicas (train.c experts_state): a store of a
+     * block per MoE block (under ZeRO-3 with replicas, this rank's share
+     * of it), read for each pass and the update (under ZeRO-3 a pass's
+     * blocks still in the gathers' slots are not read again: an upper
+     * bound there) */
+    int gathered = l->zero >= 1 && l->zero < 3 && reps > 1;
+    if ((l->offload & MSR_PLAN_OFFLOAD_PARAMS) && blocks > 0 && n > 0 && !gathered) {
         uint64_t slot =
-            msr_plan_ceil_div(per * MSR_PLAN_F32, MSR_PLAN_OFFLOAD_ALIGN) * MSR_PLAN_OFFLOAD_ALIGN;
-        o->expert_params = msr_plan_offload_params_bytes(per * MSR_PLAN_F32, blocks);
+            msr_plan_ceil_div(n * MSR_PLAN_F32, MSR_PLAN_OFFLOAD_ALIGN) * MSR_PLAN_OFFLOAD_ALIGN;
+        o->expert_params = msr_plan_offload_params_bytes(n * MSR_PLAN_F32, blocks);
         o->offload_eparam_b = blocks * slot;
         o->offload_eparam_r = blocks * slot * (2 * (uint64_t)l->micros + 1);
         o->offload_eparam_w = blocks * slot;

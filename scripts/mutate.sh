@@ -5202,6 +5202,53 @@ test: ^test_parallel_plan_offload_experts$|^test_parallel_plan_report_offload$
 ===
     uint64_t most = p->block;
 >>>
+@ experts_disk.z3_no_turn_prefetch
+file: parallel/train_experts.c
+test: ^test_parallel_train_gpt_offload_moe$
+<<<
+    if (tr->epf == NULL || tr->ez_guess >= 0)
+        return MSR_OK;
+===
+    if (tr->epf != NULL || tr->ez_guess >= 0)
+        return MSR_OK;
+>>>
+
+@ experts_disk.z3_share_of_block_0
+file: parallel/train_experts.c
+test: ^test_parallel_train_gpt_offload_moe$
+<<<
+    if (st == MSR_OK && (st = msr_params_acquire(tr->epf, (size_t)k, dir, &buf)) == MSR_OK) {
+===
+    if (st == MSR_OK && (st = msr_params_acquire(tr->epf, 0, dir, &buf)) == MSR_OK) {
+>>>
+
+@ experts_disk.z3_seeded_from_block_start
+file: parallel/train_experts_disk.c
+test: ^test_parallel_train_gpt_offload_moe$
+<<<
+    msr_status_t st = store_make(tr, "experts-params", 1, tr->ez_per, tr->ez_lo, &tr->epf);
+===
+    msr_status_t st = store_make(tr, "experts-params", 1, tr->ez_per, 0, &tr->epf);
+>>>
+
+@ experts_disk.z3_init_piece_misplaced
+file: programs/train_gpt/train_gpt_st.c
+test: ^test_parallel_train_gpt_offload_moe$
+<<<
+                st = msr_trainer_fill(tr, 1, at, c, buf);
+===
+                st = msr_trainer_fill(tr, 1, at - (a - lo), c, buf);
+>>>
+
+@ plan.experts_z3_shares_resident
+file: planner/plan_mem.c
+test: ^test_parallel_plan_report_offload$
+<<<
+        n = msr_plan_min_u64(per, a + blk) - a; /* this rank's share of a block */
+===
+        n = per + 0 * (msr_plan_min_u64(per, a + blk) - a);
+>>>
+
 @ experts_disk.update_not_written_back
 file: parallel/train_experts_disk.c
 test: ^test_parallel_train_gpt_offload_moe$
@@ -5311,9 +5358,9 @@ equivalent: plan_check takes the gradients' offload at ZeRO 2-3 only, where the 
 file: parallel/train.c
 test: ^test_parallel_train_gpt_offload_moe$
 <<<
-    if (disk && tr->cfg.par.zero > 0 && tr->rep_size > 1) {
+    if (disk && tr->cfg.par.zero > 0 && tr->cfg.par.zero < 3 && tr->rep_size > 1) {
 ===
-    if (disk && tr->cfg.par.zero > 2 && tr->rep_size > 1) {
+    if (disk && tr->cfg.par.zero > 2 && tr->cfg.par.zero < 3 && tr->rep_size > 1) {
 >>>
 
 @ experts_disk.export_blocks_not_held
@@ -5329,18 +5376,18 @@ test: ^test_parallel_train_gpt_offload_params$
 file: planner/plan_mem.c
 test: ^test_parallel_plan_report_offload$
 <<<
-    if ((l->offload & MSR_PLAN_OFFLOAD_PARAMS) && blocks > 0 && !(l->zero >= 1 && reps > 1)) {
+    int gathered = l->zero >= 1 && l->zero < 3 && reps > 1;
 ===
-    if ((l->offload & MSR_PLAN_OFFLOAD_PARAMS) && blocks > 0) {
+    int gathered = 0;
 >>>
 
 @ plan_offload.experts_store_one_buffer_short
 file: planner/plan_mem.c
 test: ^test_parallel_plan_report_offload$
 <<<
-        o->expert_params = msr_plan_offload_params_bytes(per * MSR_PLAN_F32, blocks);
+        o->expert_params = msr_plan_offload_params_bytes(n * MSR_PLAN_F32, blocks);
 ===
-        o->expert_params = msr_plan_offload_params_bytes(per * MSR_PLAN_F32, blocks) - slot;
+        o->expert_params = msr_plan_offload_params_bytes(n * MSR_PLAN_F32, blocks) - slot;
 >>>
 @ experts_disk.snapshot_not_streamed
 file: parallel/train_ckpt_save.c

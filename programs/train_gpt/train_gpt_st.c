@@ -253,18 +253,28 @@ static int check_file(const msr_st_file_t *f, const names_t *nm, const char *pat
 }
 
 /* Under ZeRO-3 with expert replicas (parallel/train.h ez): the parts of
- * expert tensor t (named name in f) in this rank's shards of the blocks. */
+ * expert tensor t (named name in f) in this rank's shards of the blocks,
+ * in place or, with the shards in their file (msr_trainer_fill_through),
+ * through buf (LOAD_PIECE floats) a piece at a time. */
 static msr_status_t load_expert_shards(msr_trainer_t *tr, const msr_gpt_tensor_t *t,
-                                       const msr_st_file_t *f, const msr_st_tensor_t *ft)
+                                       const msr_st_file_t *f, const msr_st_tensor_t *ft,
+                                       float *buf)
 {
     msr_status_t st = MSR_OK;
+    int through = msr_trainer_fill_through(tr, 1);
     for (int k = 0; k < msr_moe_held(tr->model->moe) && st == MSR_OK; k++) {
         size_t lo = (size_t)k * tr->ez_per + tr->ez_lo, hi = lo + tr->ez_n;
         size_t a = lo > t->offset ? lo : t->offset;
         size_t b = hi < t->offset + t->count ? hi : t->offset + t->count;
-        if (a < b)
-            st = msr_st_read_f32(f, ft, a - t->offset, b - a,
-                                 tr->ez_params + (size_t)k * tr->ez_n + (a - lo));
+        size_t at = (size_t)k * tr->ez_n + (a - lo); /* in the shard space */
+        if (a < b && !through)
+            st = msr_st_read_f32(f, ft, a - t->offset, b - a, tr->ez_params + at);
+        for (size_t c; through && a < b && st == MSR_OK; a += c, at += c) {
+            c = b - a < LOAD_PIECE ? b - a : LOAD_PIECE;
+            st = msr_st_read_f32(f, ft, a - t->offset, c, buf);
+            if (st == MSR_OK)
+                st = msr_trainer_fill(tr, 1, at, c, buf);
+        }
     }
     return st;
 }
@@ -294,7 +304,7 @@ static int load_slices(msr_trainer_t *tr, const msr_st_file_t *f, const char *pa
         load_arg_t a = {
             f, msr_st_find(f, name), through ? NULL : base + t->offset, tr, ex, t->offset, buf};
         msr_err_clear();
-        msr_status_t st = ex && tr->ez ? load_expert_shards(tr, t, f, a.st)
+        msr_status_t st = ex && tr->ez ? load_expert_shards(tr, t, f, a.st, buf)
                                        : train_gpt_st_for_runs(t, load_run, &a);
         if (st != MSR_OK) {
             fprintf(stderr, "train_gpt: --init-from %s: %s\n", path, msr_err_msg_or(st));

@@ -10,7 +10,8 @@
 # interleaved; the gradient shard of ZeRO 2 and 3 beside the moments, with
 # and without the blocks' parameters, on one process and dp 2, and in
 # bf16; a MoE model's experts' moments beside the flat buffer's, and its
-# blocks' parameters, of two sizes),
+# blocks' parameters, of two sizes, and its experts' own, ZeRO 3's shares
+# of them over replicas too),
 # train_gpt --report runs under msrun and every
 # rank's parameter, gradient and optimizer bytes, shard, buckets, work
 # space, activation peak and frame sizes must equal plan_gpt --offload
@@ -210,9 +211,15 @@ check 4 dp=1,tp=1,pp=4,sp=0,zero=0,recompute=none,micro_batch=1,ep=1,$s=1f1b "${
 pboth --offload-chunk 4096
 check 4 dp=4,tp=1,pp=1,sp=0,zero=1,recompute=none,micro_batch=1,ep=2 "${PO[@]}" --ep 2 \
     --zero 1 --bucket-mb 0.02 --offload-chunk 4096
+# ZeRO 3 with 2 replicas of the experts: each rank's shares of them in
+# their file, with the moments in theirs too
+world=2
+pboth --offload-chunk 4096
+check 4 dp=2,tp=1,pp=1,sp=0,zero=3,recompute=none,micro_batch=1,ep=1 "${PO[@]}" --zero 3 \
+    --bucket-mb 0.02 --zero-min-bytes 0 --offload-chunk 4096
 # and its experts' gradients in a file of their own under grads=disk
 # where no replica sums them (one process at ZeRO 2; ep 2 x dp 2 at
-# ZeRO 2), resident with replicas (dp 2 at ZeRO 2)
+# ZeRO 2), resident with replicas (dp 2 at ZeRO 2 and 3)
 world=1
 gparams --offload-chunk 4096
 check 4 dp=1,tp=1,pp=1,sp=0,zero=2,recompute=none,micro_batch=2,ep=1 "${GP[@]}" --zero 2 \
@@ -222,4 +229,6 @@ check 4 dp=2,tp=1,pp=1,sp=0,zero=2,recompute=none,micro_batch=1,ep=2 "${GP[@]}" 
     --zero 2 --bucket-mb 0.02 --offload-chunk 4096
 check 4 dp=2,tp=1,pp=1,sp=0,zero=2,recompute=none,micro_batch=1,ep=1 "${GP[@]}" --zero 2 \
     --bucket-mb 0.02 --offload-chunk 4096
+check 4 dp=2,tp=1,pp=1,sp=0,zero=3,recompute=none,micro_batch=2,ep=1 "${GP[@]}" --zero 3 \
+    --bucket-mb 0.02 --zero-min-bytes 0 --offload-chunk 4096
 echo "ok: $checked layouts, every rank's count equals the plan"

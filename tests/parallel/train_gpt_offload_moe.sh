@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # train_gpt --offload params=disk:DIR with a MoE model (docs/model.md
 # "Offload"): its blocks are of two sizes (a MoE block has the router in
-# place of the MLP; its experts are apart, in a file of their own where no
-# ZeRO stage shares them over replicas, else resident), so the store's
+# place of the MLP; its experts are apart, in a file of their own where
+# ZeRO 1-2 does not share them over replicas (ZeRO 3's shares of them
+# too), else resident), so the store's
 # blocks are the larger's and a dense block's fill part of one. Every layout gives bitwise the losses of the same layout without
 # offload, each rank reading every block back ahead of its forward, its
 # backward and its update: one process (with the moments offloaded too,
@@ -39,18 +40,31 @@ echo "8 blocks: rank 0's parameters $a bytes resident without, $b with"
 # store; each of the 4 blocks read once a pass (4 micro-batches) and once
 # in the update, all ahead
 ebytes() { sed -n "s/.*rank 0 experts: .* params \([0-9]*\) grads.*/\1/p" "$work/$1.out"; }
-a=$(ebytes big) b=$(ebytes big-off)
-[[ $a =~ ^[0-9]+$ && $b =~ ^[0-9]+$ && $b -lt $a ]] ||
-    fail "8 blocks: rank 0's experts' parameters: '$b' bytes offloaded, '$a' without"
-grep -q "rank 0 experts' parameter offload: 8 written, 36 read back, 0 not read ahead" \
-    "$work/big-off.out" || fail "big-off: the experts' blocks: $(grep "experts'" "$work/big-off.out")"
-echo "8 blocks: rank 0's experts' parameters $a bytes resident without, $b with"
+# fewer_experts NAME WHAT COUNTS: run NAME-off keeps fewer bytes of the
+# experts' parameters on rank 0 than run NAME, whose file's COUNTS
+# ("W written, R read back") it reports, every read ahead
+fewer_experts() {
+    local a b
+    a=$(ebytes "$1") b=$(ebytes "$1-off")
+    [[ $a =~ ^[0-9]+$ && $b =~ ^[0-9]+$ && $b -lt $a ]] ||
+        fail "$1: rank 0's $2: '$b' bytes offloaded, '$a' without"
+    grep -q "rank 0 experts' parameter offload: $3, 0 not read ahead" "$work/$1-off.out" ||
+        fail "$1-off: the $2: $(grep "experts'" "$work/$1-off.out")"
+    echo "$1: rank 0's $2 $a bytes resident without, $b with"
+}
+fewer_experts big "experts' parameters" "8 written, 36 read back"
 PO=(--offload "$pdisk,optimizer=disk:$work/off" --offload-chunk 4096)
 same one 1 4 -- "${params[@]}"
 same one-po 1 4 -- "${PO[@]}"
 same zero1 2 2 --dp 2 --zero 1 --bucket-mb 0.02 -- "${params[@]}"
 same zero1-po 2 2 --dp 2 --zero 1 --bucket-mb 0.02 -- "${PO[@]}"
 same zero3 2 2 --dp 2 --zero 3 --bucket-mb 0.02 --zero-min-bytes 0 -- "${params[@]}"
+# ZeRO 3 over 2 replicas: each rank's shares of the experts in their
+# file, each of the 2 blocks' read for the step's first gather (the two
+# gathers' slots keep both after it) and by the update, all ahead
+lines=$(grep -c "rank [01] experts' parameter offload: 10 written, 16 read back, 0 not read ahead" \
+    "$work/zero3-off.out" || true)
+[[ $lines -eq 2 ]] || fail "zero3-off: the experts' shares: $(grep "experts'" "$work/zero3-off.out")"
 same ep 2 2 --dp 2 --ep 2 --zero 1 -- "${params[@]}"
 same tp 4 2 --tp 2 --sp --dp 2 -- "${params[@]}"
 same cp 2 4 --cp 2 -- "${params[@]}"
@@ -68,6 +82,24 @@ offload_restore_bounded ck-off-on 2
 grep -q "rank 1 experts' parameter offload: 10 written, .* 0 not read ahead" "$work/ep-off.out" ||
     fail "ep-off: the experts' blocks: $(grep "experts'" "$work/ep-off.out")"
 offload_resume_both ep --dp 2 --ep 2 --zero 1
+# ZeRO 3's shares, with 8 blocks: fewer bytes than the shards, and a
+# pass's blocks past the two gathered read ahead where it turns (4 MoE
+# blocks, 2 micro-batches: 4 + 2 + 2 + 2 read for the passes, 4 for the
+# update)
+z3=(--dp 2 --zero 3 --zero-min-bytes 0 --layers 8 --steps 1 --report)
+offload_run z3big 2 "${z3[@]}"
+offload_run z3big-off 2 "${z3[@]}" "${params[@]}"
+fewer_experts z3big "experts' shares" "8 written, 14 read back"
+# stopped and resumed with the shares in their file, on then off and off
+# then on, and saved by a thread's reads with the moments in theirs too
+offload_resume_both zero3 --dp 2 --zero 3 --bucket-mb 0.02 --zero-min-bytes 0
+rm -rf "$work/ck" "$work/ck-z3.log"
+offload_run ck-z3 2 --dp 2 --zero 3 --bucket-mb 0.02 --zero-min-bytes 0 "${PO[@]}" --steps 2 \
+    --ckpt-every 1 --ckpt-async --ckpt-dir "$work/ck"
+offload_run ck-z3 2 --dp 2 --zero 3 --bucket-mb 0.02 --zero-min-bytes 0 "${PO[@]}" \
+    --ckpt-every 2 --ckpt-dir "$work/ck" --resume
+cmp -s "$work/zero3.log" "$work/ck-z3.log" ||
+    fail "ZeRO 3 resumed from an async save: $(diff "$work/zero3.log" "$work/ck-z3.log" | head -4)"
 # the experts' moments in their file too, saved a thread's reads from the
 # files while the next step computes
 offload_run ep-po 2 --dp 2 --ep 2 "${PO[@]}"
@@ -109,9 +141,10 @@ cmp -s "$work/pc.log" "$work/pc-ck.log" ||
 # --export-safetensors and --init-from read and write the blocks in their
 # files: the same file and the same losses as without the offload
 offload_export_init ep 2 --dp 2 --ep 2
+offload_export_init z3 2 --dp 2 --zero 3 --zero-min-bytes 0
 # a block of the experts changed underneath while the run goes on: the
 # pass that reads it stops the run naming the file and the block (4
 # experts of 4 channels fit a 4 KiB slot of the file)
 scribble "$work/off" experts-params block 1 "${small[@]}" --channels 4 --heads 1 \
     --moe-every 1 --steps 1000000 --offload "$pdisk"
-echo "offload: a MoE model's blocks and experts bitwise equal without it (one, ZeRO 1 and 3, ep, tp, cp, pp, bf16; resumed, async, exported, initialised)"
+echo "offload: a MoE model's blocks and experts bitwise equal without it (one, ZeRO 1 and 3, ep, tp, cp, pp, bf16; resumed, async, exported, initialised; ZeRO 3's shares of the experts too)"
