@@ -189,32 +189,27 @@ static msr_status_t experts_state(msr_trainer_t *tr)
     tr->rep_size = tr->rep_comm != NULL ? msr_comm_size(tr->rep_comm) : 1;
     tr->rep_rank = tr->rep_comm != NULL ? msr_comm_rank(tr->rep_comm) : 0;
     /* under the parameters' disk offload the experts' go to a file of
-     * their own (under ZeRO-3 with replicas each rank's shares of them)
-     * but where ZeRO 1-2 shares them out over replicas: there they stay
-     * resident (the gathered store) */
+     * their own (under ZeRO-3 with replicas each rank's shares of them) */
     int disk = tr->cfg.par.params_offload.mode == MSR_OFFLOAD_DISK && msr_moe_held(moe) > 0;
-    if (disk && tr->cfg.par.zero > 0 && tr->cfg.par.zero < 3 && tr->rep_size > 1) {
-        MSR_INFO("offload: the experts' parameters stay resident: ZeRO %d over %d replicas",
-                 tr->cfg.par.zero, tr->rep_size);
-        disk = 0;
-    }
     if (tr->cfg.par.zero >= 3 && tr->rep_size > 1 && msr_moe_held(moe) > 0)
         return msr_train_experts_shard_local(tr);
-    if (disk) {
-        if ((st = msr_train_experts_disk(tr)) != MSR_OK)
-            return st;
-    } else {
-        msr_moe_init_params(moe, tr->cfg.seed);
-    }
     tr->eshard_lo = 0;
     tr->eshard_hi = count;
     if (tr->cfg.par.zero > 0 && tr->rep_size > 1) {
         tr->eblk = (count + (size_t)tr->rep_size - 1) / (size_t)tr->rep_size;
         tr->eshard_lo = MSR_MIN(count, (size_t)tr->rep_rank * tr->eblk);
         tr->eshard_hi = MSR_MIN(count, tr->eshard_lo + tr->eblk);
-        if ((tr->escratch = msr_calloc(tr->eblk * (size_t)tr->rep_size, sizeof(float))) == NULL)
+        /* (in their file: reduced in place and gathered a block at a time) */
+        if (!disk &&
+            (tr->escratch = msr_calloc(tr->eblk * (size_t)tr->rep_size, sizeof(float))) == NULL)
             return msr_err(MSR_ERR_NO_MEMORY, "train: out of memory for %zu expert elements",
                            tr->eblk * (size_t)tr->rep_size);
+    }
+    if (disk) {
+        if ((st = msr_train_experts_disk(tr)) != MSR_OK)
+            return st;
+    } else {
+        msr_moe_init_params(moe, tr->cfg.seed);
     }
     int n;
     const msr_gpt_tensor_t *t = msr_moe_tensors(moe, &n);
@@ -235,7 +230,7 @@ static msr_status_t experts_create(msr_trainer_t *tr)
 static float *expert_grad_shard(msr_trainer_t *tr)
 {
     return tr->escratch != NULL ? tr->escratch + (size_t)tr->rep_rank * tr->eblk
-           : tr->epf != NULL    ? tr->ed_grads
+           : tr->epf != NULL    ? tr->ed_grads + (size_t)tr->rep_rank * tr->eblk
                                 : msr_moe_grads(tr->model->moe);
 }
 
@@ -243,6 +238,8 @@ static float *expert_grad_shard(msr_trainer_t *tr)
  * blocks of the parameters. */
 msr_status_t msr_train_experts_gather(msr_trainer_t *tr)
 {
+    if (tr->ed_gath != NULL) /* in their file: a block at a time */
+        return msr_train_experts_disk_gather(tr);
     if (tr->escratch == NULL)
         return MSR_OK;
     float *p = msr_moe_params(tr->model->moe);
@@ -265,12 +262,16 @@ static msr_status_t experts_reduce(msr_trainer_t *tr)
     msr_moe_t *moe = tr->model->moe;
     float *g = tr->epf != NULL ? tr->ed_grads : msr_moe_grads(moe);
     size_t n = msr_moe_count(moe);
-    if (tr->escratch != NULL) { /* ZeRO: each replica gets its block's sum */
-        memcpy(tr->escratch, g, n * sizeof(float));
-        memset(tr->escratch + n, 0, (tr->eblk * (size_t)tr->rep_size - n) * sizeof(float));
+    if (tr->eblk > 0) { /* ZeRO: each replica gets its block's sum */
+        float *all = g; /* in their file: ed_grads, padded, in place */
+        if (tr->escratch != NULL) {
+            all = tr->escratch;
+            memcpy(all, g, n * sizeof(float));
+            memset(all + n, 0, (tr->eblk * (size_t)tr->rep_size - n) * sizeof(float));
+        }
         float *mine = expert_grad_shard(tr);
-        msr_status_t st = msr_comm_reduce_scatter(tr->rep_comm, tr->escratch, mine, tr->eblk,
-                                                  MSR_DTYPE_F32, MSR_OP_SUM);
+        msr_status_t st =
+            msr_comm_reduce_scatter(tr->rep_comm, all, mine, tr->eblk, MSR_DTYPE_F32, MSR_OP_SUM);
         if (st != MSR_OK)
             return msr_err_call(st, "train: the reduce-scatter of %zu expert gradients", n);
         double sumsq = 0.0; /* every element in exactly one replica's block */

@@ -164,10 +164,18 @@ typedef struct msr_trainer {
      * the block (ed_gbuf; ed_fresh[k]: block k's are this step's zeros,
      * not read yet), read by the norm and the update (cursor ed_gc).
      * ed_hold: the whole parameters, read for an in-memory snapshot (NULL
-     * but then) */
+     * but then). Under ZeRO 1-2 with replicas (eblk > 0) the store holds
+     * the whole blocks as above and ed_grads is eblk * rep_size floats
+     * (the tail zero), reduce-scattered in place: this rank's block of
+     * the sums at rep_rank * eblk; the update walks the shard [eshard_lo,
+     * eshard_hi) through the cursor and every block gets the other
+     * replicas' owned elements in turn (blocks below ed_gk done) through
+     * ed_gath (rep_size * min(eblk, ed_per) floats), in place of
+     * escratch (NULL) */
     msr_params_t *epf, *egf;
     size_t ed_per;
-    float *ed_grads, *ed_buf, *ed_gbuf, *ed_hold;
+    float *ed_grads, *ed_buf, *ed_gbuf, *ed_hold, *ed_gath;
+    int ed_gk;
     uint8_t *ed_fresh;
     int ed_at;
     msr_train_ecur_t ed_pc, ed_gc;

@@ -301,9 +301,10 @@ static void experts_load(msr_trainer_t *tr, const msr_tckpt_range_t *r, uint8_t 
         size_t at = s + (lo - mine.lo); /* in the shard */
         size_t from = lo - r->lo, n = hi - lo;
         if (tr->epf != NULL) { /* into their file's blocks, a block at a time */
-            msr_status_t st = tr->eload_st != MSR_OK
-                                  ? tr->eload_st
-                                  : msr_train_experts_disk_load(tr, at, n, r->params + from);
+            msr_status_t st =
+                tr->eload_st != MSR_OK
+                    ? tr->eload_st
+                    : msr_train_experts_disk_load(tr, tr->eshard_lo + at, n, r->params + from);
             if (st != MSR_OK) {
                 tr->eload_st = st;
                 continue;

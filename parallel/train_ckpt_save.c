@@ -92,7 +92,8 @@ static msr_status_t stream_piece(save_stream_t *s, const saved_range_t *x, uint6
     stream_array(s, c);
     msr_status_t st =
         x->experts && s->tr->epf != NULL
-            ? msr_train_experts_spans(s->tr, x->es + at, c, &s->eblk, stream_out, s)
+            ? msr_train_experts_spans(s->tr, s->tr->eshard_lo + x->es + at, c, &s->eblk, stream_out,
+                                      s)
             : msr_dp_params_spans(s->tr->dp, x->r.params + at, c, &s->blk, stream_out, s);
     const float *m = NULL, *v = NULL;
     if (x->moff == NO_MOFF) {

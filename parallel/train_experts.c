@@ -484,6 +484,8 @@ msr_train_expert_bytes_t msr_trainer_expert_bytes(const msr_trainer_t *tr)
     b.params = b.grads = resident * f;
     if (tr->epf != NULL) /* the store's buffers and table */
         b.params = msr_params_resident(tr->epf);
+    if (tr->ed_gath != NULL) /* reduce-scattered in place: padded */
+        b.grads = MSR_MAX(resident, tr->eblk * (size_t)tr->rep_size) * f;
     if (tr->egf != NULL)
         b.grads = msr_params_resident(tr->egf);
     b.optim = tr->eoff != NULL ? msr_offload_resident(tr->eoff) : 2 * shard * f;
@@ -492,6 +494,8 @@ msr_train_expert_bytes_t msr_trainer_expert_bytes(const msr_trainer_t *tr)
         b.work += (MSR_TRAIN_EZ_SLOTS + 1) * tr->ez_blk * (size_t)tr->rep_size * f;
     else if (tr->escratch != NULL) /* the store's blocks, reduced and gathered */
         b.work += tr->eblk * (size_t)tr->rep_size * f;
+    else if (tr->ed_gath != NULL) /* in their file: a block's parts gathered */
+        b.work += (size_t)tr->rep_size * MSR_MIN(tr->eblk, tr->ed_per) * f;
     return b;
 }
 

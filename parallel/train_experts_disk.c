@@ -30,11 +30,19 @@ static int held(const msr_trainer_t *tr)
     return msr_moe_held(tr->model->moe);
 }
 
-/* The experts' gradients kept in memory, in the shard space: ed_grads,
- * or ZeRO-3's shards (ez_grads) with the shards' parameters in the file. */
+/* The experts' gradients kept in memory, in the shard space: ed_grads
+ * (under ZeRO 1-2 with replicas this rank's block of their sums), or
+ * ZeRO-3's shards (ez_grads) with the shards' parameters in the file. */
 static const float *resident_grads(const msr_trainer_t *tr)
 {
-    return tr->ez ? tr->ez_grads : tr->ed_grads;
+    return tr->ez ? tr->ez_grads : tr->ed_grads + (size_t)tr->rep_rank * tr->eblk;
+}
+
+/* ZeRO 1-2 with replicas: the floats of the per-block gather, a part of
+ * each replica's (no rank's owned elements of a block are more). */
+static size_t gath_floats(const msr_trainer_t *tr)
+{
+    return (size_t)tr->rep_size * MSR_MIN(tr->eblk, tr->ed_per);
 }
 
 /* Cursor c over store st at block k (held; k == held: none), the one it
@@ -205,10 +213,16 @@ msr_status_t msr_train_experts_disk(msr_trainer_t *tr)
         if (tr->ed_fresh == NULL)
             return msr_err(MSR_ERR_NO_MEMORY, "train: out of memory");
         memset(tr->ed_fresh, 1, (size_t)held(tr));
-    } else if ((tr->ed_grads = msr_calloc(count + 1, sizeof(float))) == NULL) {
-        return msr_err(MSR_ERR_NO_MEMORY, "train: out of memory for %zu expert elements' gradients",
-                       count);
+    } else {
+        /* under ZeRO 1-2 with replicas reduce-scattered in place (the
+         * tail past count zero), and gathered a block at a time */
+        size_t all = MSR_MAX(count, tr->eblk * (size_t)tr->rep_size);
+        if ((tr->ed_grads = msr_calloc(all + 1, sizeof(float))) == NULL)
+            return msr_err(MSR_ERR_NO_MEMORY,
+                           "train: out of memory for %zu expert elements' gradients", all);
     }
+    if (tr->eblk > 0 && (tr->ed_gath = msr_calloc(gath_floats(tr) + 1, sizeof(float))) == NULL)
+        return msr_err(MSR_ERR_NO_MEMORY, "train: out of memory for the experts' gather");
     if ((st = store_make(tr, "experts-params", 1, tr->ed_per, 0, &tr->epf)) != MSR_OK)
         return st;
     MSR_INFO("offload: the experts' parameters of %d blocks of %zu elements in %s (%s)", held(tr),
@@ -258,7 +272,8 @@ void msr_train_experts_disk_free(msr_trainer_t *tr)
     msr_free(tr->ed_grads);
     msr_free(tr->ed_hold);
     msr_free(tr->ed_fresh);
-    tr->ed_grads = tr->ed_hold = NULL;
+    msr_free(tr->ed_gath);
+    tr->ed_grads = tr->ed_hold = tr->ed_gath = NULL;
     tr->ed_fresh = NULL;
 }
 
@@ -290,19 +305,72 @@ msr_status_t msr_train_experts_disk_sumsq(msr_trainer_t *tr, double *sumsq_p)
 
 /* ---- the update, a block at a time ---- */
 
+/* Replica r's owned elements in block k, [*lo_p, *lo_p + return) in the
+ * block (ZeRO 1-2's blocks of eblk elements of the flat experts). */
+static size_t owned_in(const msr_trainer_t *tr, int r, int k, size_t *lo_p)
+{
+    size_t count = (size_t)held(tr) * tr->ed_per, b = (size_t)k * tr->ed_per;
+    size_t lo = MSR_MIN(count, (size_t)r * tr->eblk), hi = MSR_MIN(count, lo + tr->eblk);
+    lo = MSR_MAX(lo, b);
+    hi = MSR_MIN(hi, b + tr->ed_per);
+    *lo_p = lo < hi ? lo - b : 0;
+    return lo < hi ? hi - lo : 0;
+}
+
+/* Blocks [ed_gk, k) get the other replicas' owned elements: each taken
+ * by the cursor (read unless it holds it), this rank's part and the
+ * others' exchanged through ed_gath, and marked to be written back, in
+ * order on every replica (the allgathers in lockstep, whatever the
+ * shards cover). */
+static msr_status_t gather_to(msr_trainer_t *tr, int k)
+{
+    size_t m = MSR_MIN(tr->eblk, tr->ed_per), lo;
+    msr_status_t st = MSR_OK;
+    for (; tr->ed_gath != NULL && tr->ed_gk < k && st == MSR_OK; tr->ed_gk++) {
+        int j = tr->ed_gk;
+        if ((st = cursor_to(tr, j)) != MSR_OK)
+            break;
+        float *buf = tr->ed_pc.buf, *mine = tr->ed_gath + (size_t)tr->rep_rank * m;
+        size_t n = owned_in(tr, tr->rep_rank, j, &lo);
+        memcpy(mine, buf + lo, n * sizeof(float));
+        st = msr_comm_allgather(tr->rep_comm, MSR_IN_PLACE, tr->ed_gath, m, MSR_DTYPE_F32);
+        if (st != MSR_OK) {
+            st = msr_err_call(st, "train: the allgather of MoE block %d's experts", j);
+            break;
+        }
+        for (int r = 0; r < tr->rep_size; r++)
+            if (r != tr->rep_rank && (n = owned_in(tr, r, j, &lo)) > 0)
+                memcpy(buf + lo, tr->ed_gath + (size_t)r * m, n * sizeof(float));
+        tr->ed_pc.dirty = 1;
+    }
+    return st;
+}
+
+msr_status_t msr_train_experts_disk_gather(msr_trainer_t *tr)
+{
+    tr->ed_gk = 0;
+    msr_status_t st = gather_to(tr, held(tr));
+    msr_status_t cst = msr_train_experts_cursor_end(tr);
+    if (st == MSR_OK && cst == MSR_OK) /* the next forward's first block */
+        cst = msr_params_prefetch(tr->epf, 0);
+    return st != MSR_OK ? st : cst;
+}
+
 /* Shard elements [off, off + n) updated (their moments at m and v, or in
  * the optimizer's arrays when NULL) with the cursors walking the blocks
- * they fall in, each one's parameters written back when the cursor
- * leaves it. */
+ * they fall in (the shard's element i is the store's eshard_lo + i),
+ * each one's parameters written back when the cursor leaves it, under
+ * ZeRO 1-2 with replicas after the blocks before it are gathered. */
 static msr_status_t update_span(msr_trainer_t *tr, size_t off, size_t n, float *m, float *v)
 {
     msr_adamw_t *opt = tr->eopt;
     size_t per = tr->ed_per, e = off + n;
     msr_status_t st = MSR_OK;
     while (off < e && st == MSR_OK) {
-        int k = (int)(off / per);
-        size_t in = off - (size_t)k * per, take = MSR_MIN(e - off, per - in);
-        if ((st = cursor_to(tr, k)) != MSR_OK)
+        size_t at = tr->eshard_lo + off; /* in the store */
+        int k = (int)(at / per);
+        size_t in = at - (size_t)k * per, take = MSR_MIN(e - off, per - in);
+        if ((st = gather_to(tr, k)) != MSR_OK || (st = cursor_to(tr, k)) != MSR_OK)
             break;
         if (tr->egf != NULL && (st = gcursor_to(tr, k)) != MSR_OK)
             break;
@@ -332,8 +400,11 @@ msr_status_t msr_train_experts_disk_update(msr_trainer_t *tr, float lr, float gr
 {
     msr_adamw_begin(tr->eopt, lr, grad_scale);
     tr->ez_guess = -1; /* the walk below takes every block's read */
+    tr->ed_gk = 0;
     msr_status_t st = tr->eoff != NULL ? msr_offload_step(tr->eoff, update_chunk, tr)
                                        : update_span(tr, 0, tr->eopt->count, NULL, NULL);
+    if (st == MSR_OK) /* the blocks past the shard's */
+        st = gather_to(tr, held(tr));
     msr_status_t cst = msr_train_experts_cursor_end(tr);
     if (st == MSR_OK && cst == MSR_OK) /* the next forward's first block */
         cst = msr_params_prefetch(tr->epf, 0);

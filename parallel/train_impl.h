@@ -81,6 +81,11 @@ msr_status_t msr_train_experts_disk(msr_trainer_t *tr);
  * at a time by the update, a checkpoint and a restore through the same
  * cursors; the gradients' shards stay in ez_grads (replicas sum them). */
 msr_status_t msr_train_experts_disk_shards(msr_trainer_t *tr);
+/* Under ZeRO 1-2 with replicas (ed_gath): every block of the file gets
+ * the other replicas' owned elements, in order, each read, gathered and
+ * written back (after a restore; collective over tr->rep_comm; errors:
+ * the store's, the communicator's). */
+msr_status_t msr_train_experts_disk_gather(msr_trainer_t *tr);
 void msr_train_experts_disk_free(msr_trainer_t *tr);
 /* A step's start: the experts' gradients zero (in their file: each
  * block's taken as zeros at its first read of the step). */

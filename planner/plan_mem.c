@@ -263,7 +263,7 @@ static void rank_experts(const msr_plan_model_t *m, const msr_plan_layout_t *l,
     uint64_t per = (uint64_t)held * msr_plan_expert_params(m), blocks = (uint64_t)p->moe_blocks;
     uint64_t count = blocks * per, resident = count, gather = 0, n = per;
     uint64_t cp = (uint64_t)msr_plan_cp(l), reps = (uint64_t)(l->dp / ep) * cp, lo = 0, hi = count;
-    uint64_t rrank = (uint64_t)(o->dp_rank / ep) * cp + (uint64_t)o->cp_rank;
+    uint64_t rrank = (uint64_t)(o->dp_rank / ep) * cp + (uint64_t)o->cp_rank, zblk = 0;
     if (l->zero >= 3 && reps > 1 && blocks > 0) { /* each block sharded */
         uint64_t blk = msr_plan_ceil_div(per, reps), a = msr_plan_min_u64(per, rrank * blk);
         n = msr_plan_min_u64(per, a + blk) - a; /* this rank's share of a block */
@@ -271,22 +271,27 @@ static void rank_experts(const msr_plan_model_t *m, const msr_plan_layout_t *l,
         resident = hi;
         gather = 3 * blk * reps;
     } else if (l->zero >= 1 && reps > 1) {
-        uint64_t blk = msr_plan_ceil_div(count, reps);
-        lo = msr_plan_min_u64(count, rrank * blk);
-        hi = msr_plan_min_u64(count, lo + blk);
-        gather = blk * reps;
+        zblk = msr_plan_ceil_div(count, reps);
+        lo = msr_plan_min_u64(count, rrank * zblk);
+        hi = msr_plan_min_u64(count, lo + zblk);
+        gather = zblk * reps;
     }
     o->experts_held = held;
     o->expert_params = resident * fw;
     o->expert_grads = resident * fw;
-    /* under the parameters' offload, the experts' own file but where ZeRO
-     * 1-2 shares them over replicas (train.c experts_state): a store of a
-     * block per MoE block (under ZeRO-3 with replicas, this rank's share
-     * of it), read for each pass and the update (under ZeRO-3 a pass's
-     * blocks still in the gathers' slots are not read again: an upper
-     * bound there) */
-    int gathered = l->zero >= 1 && l->zero < 3 && reps > 1;
-    if ((l->offload & MSR_PLAN_OFFLOAD_PARAMS) && blocks > 0 && n > 0 && !gathered) {
+    /* under the parameters' offload, the experts' own file
+     * (train_experts_disk.c): a store of a block per MoE block (under
+     * ZeRO-3 with replicas, this rank's share of it), read for each pass
+     * and the update (under ZeRO-3 a pass's blocks still in the gathers'
+     * slots are not read again: an upper bound there); under ZeRO 1-2
+     * with replicas the gradients reduce-scattered in place (padded to
+     * the replicas' blocks) and the update's gather a block's parts at a
+     * time */
+    if ((l->offload & MSR_PLAN_OFFLOAD_PARAMS) && blocks > 0 && n > 0) {
+        if (zblk > 0) {
+            o->expert_grads = msr_plan_max_u64(count, zblk * reps) * MSR_PLAN_F32;
+            gather = reps * msr_plan_min_u64(zblk, per);
+        }
         uint64_t slot =
             msr_plan_ceil_div(n * MSR_PLAN_F32, MSR_PLAN_OFFLOAD_ALIGN) * MSR_PLAN_OFFLOAD_ALIGN;
         o->expert_params = msr_plan_offload_params_bytes(n * MSR_PLAN_F32, blocks);

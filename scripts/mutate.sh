@@ -5249,6 +5249,42 @@ test: ^test_parallel_plan_report_offload$
         n = per + 0 * (msr_plan_min_u64(per, a + blk) - a);
 >>>
 
+@ experts_disk.z12_gather_part_misplaced
+file: parallel/train_experts_disk.c
+test: ^test_parallel_train_gpt_offload_moe$
+<<<
+                memcpy(buf + lo, tr->ed_gath + (size_t)r * m, n * sizeof(float));
+===
+                memcpy(buf, tr->ed_gath + (size_t)r * m, n * sizeof(float));
+>>>
+
+@ experts_disk.z12_restore_at_shard_space
+file: parallel/train_ckpt.c
+test: ^test_parallel_train_gpt_offload_moe$
+<<<
+                    : msr_train_experts_disk_load(tr, tr->eshard_lo + at, n, r->params + from);
+===
+                    : msr_train_experts_disk_load(tr, at, n, r->params + from);
+>>>
+
+@ experts_disk.z12_saved_at_shard_space
+file: parallel/train_ckpt_save.c
+test: ^test_parallel_train_gpt_offload_moe$
+<<<
+            ? msr_train_experts_spans(s->tr, s->tr->eshard_lo + x->es + at, c, &s->eblk, stream_out,
+===
+            ? msr_train_experts_spans(s->tr, x->es + at, c, &s->eblk, stream_out,
+>>>
+
+@ experts_disk.z12_update_at_shard_space
+file: parallel/train_experts_disk.c
+test: ^test_parallel_train_gpt_offload_moe$
+<<<
+        size_t at = tr->eshard_lo + off; /* in the store */
+===
+        size_t at = off; /* in the store */
+>>>
+
 @ experts_disk.update_not_written_back
 file: parallel/train_experts_disk.c
 test: ^test_parallel_train_gpt_offload_moe$
@@ -5354,13 +5390,15 @@ equivalent: plan_check takes the gradients' offload at ZeRO 2-3 only, where the 
         if ((l->offload & MSR_PLAN_OFFLOAD_GRADS)) {
 >>>
 
-@ experts_disk.on_under_zero_replicas
-file: parallel/train.c
+@ experts_disk.z12_blocks_past_shard_not_gathered
+file: parallel/train_experts_disk.c
 test: ^test_parallel_train_gpt_offload_moe$
 <<<
-    if (disk && tr->cfg.par.zero > 0 && tr->cfg.par.zero < 3 && tr->rep_size > 1) {
+    if (st == MSR_OK) /* the blocks past the shard's */
+        st = gather_to(tr, held(tr));
 ===
-    if (disk && tr->cfg.par.zero > 2 && tr->cfg.par.zero < 3 && tr->rep_size > 1) {
+    if (st == MSR_OK) /* the blocks past the shard's */
+        st = MSR_OK;
 >>>
 
 @ experts_disk.export_blocks_not_held
@@ -5372,13 +5410,13 @@ test: ^test_parallel_train_gpt_offload_params$
     return tr == NULL ? msr_dp_offload_hold(tr->dp, 1, 0) : MSR_OK;
 >>>
 
-@ plan_offload.experts_store_under_replicas
+@ plan_offload.experts_z12_gather_whole_block
 file: planner/plan_mem.c
 test: ^test_parallel_plan_report_offload$
 <<<
-    int gathered = l->zero >= 1 && l->zero < 3 && reps > 1;
+            gather = reps * msr_plan_min_u64(zblk, per);
 ===
-    int gathered = 0;
+            gather = zblk * reps;
 >>>
 
 @ plan_offload.experts_store_one_buffer_short

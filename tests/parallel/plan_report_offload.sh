@@ -211,9 +211,15 @@ check 4 dp=1,tp=1,pp=4,sp=0,zero=0,recompute=none,micro_batch=1,ep=1,$s=1f1b "${
 pboth --offload-chunk 4096
 check 4 dp=4,tp=1,pp=1,sp=0,zero=1,recompute=none,micro_batch=1,ep=2 "${PO[@]}" --ep 2 \
     --zero 1 --bucket-mb 0.02 --offload-chunk 4096
-# ZeRO 3 with 2 replicas of the experts: each rank's shares of them in
-# their file, with the moments in theirs too
+# ZeRO 1 and 3 with 2 replicas of the experts: their blocks in their
+# file (ZeRO 1: gathered a block at a time, the gradients reduced in
+# place; ZeRO 3: each rank's shares), with the moments in theirs too
 world=2
+# (3 MoE blocks: a replica's block of the experts is 1.5 MoE blocks, so
+# the gather's part is the MoE block's)
+params
+check 6 dp=2,tp=1,pp=1,sp=0,zero=1,recompute=none,micro_batch=1,ep=1 "${P[@]}" --zero 1 \
+    --bucket-mb 0.02
 pboth --offload-chunk 4096
 check 4 dp=2,tp=1,pp=1,sp=0,zero=3,recompute=none,micro_batch=1,ep=1 "${PO[@]}" --zero 3 \
     --bucket-mb 0.02 --zero-min-bytes 0 --offload-chunk 4096

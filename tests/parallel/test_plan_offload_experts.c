@@ -20,8 +20,8 @@
  * many elements, to the byte), every chunk of both files moved a step; the
  * update priced on the same elements as without the offload; --offload
  * auto offloads the moments of a MoE model that fits only so; the
- * parameters' and the gradients' offloads move the experts' where no
- * replica shares them. */
+ * parameters' offload moves the experts' (whole blocks over replicas
+ * too), the gradients' where no replica sums them. */
 static void test_experts(void)
 {
     msr_plan_model_t m = {MSR_PLAN_GPT, 4, 128, 4, 4, 512, 256, 64, 8, 2, 2, 1.25};
@@ -66,13 +66,16 @@ static void test_experts(void)
     msr_plan_time(&m, &l, MSR_PLAN_FP32, &c, &to);
     MSR_CHECK_MSG(to.optim_ms == tb.optim_ms, "%g ms against %g", to.optim_ms, tb.optim_ms);
     /* the parameters' offload is taken (the blocks' in a store of the
-     * larger block, a MoE one here: the experts stay with their own), the
-     * gradients' stays refused with experts */
+     * larger block, a MoE one here; the experts' in a store of their own,
+     * a MoE block's 8 experts, over the replicas too), the gradients'
+     * stays refused with experts */
     l.offload = MSR_PLAN_OFFLOAD_OPTIM | MSR_PLAN_OFFLOAD_PARAMS;
     MSR_CHECK_MSG(msr_plan_check(&m, &l, why, sizeof why) == 0, "%s", why);
     msr_plan_rank_t p;
     msr_plan_rank(&m, &l, MSR_PLAN_FP32, 1, &p);
-    MSR_CHECK_EQ(p.expert_params, base.expert_params);
+    MSR_CHECK_EQ(p.expert_params,
+                 (uint64_t)msr_params_resident_of(8 * (8 * 128 * 128 + 5 * 128), 2));
+    MSR_CHECK_EQ(p.expert_grads, base.expert_grads);
     uint64_t slot, blocks;
     msr_plan_offload_params_io(&m, &l, 1, &slot, &blocks);
     MSR_CHECK_EQ(blocks, 4);
@@ -85,7 +88,9 @@ static void test_experts(void)
     MSR_CHECK_EQ(p.params,
                  base.params - 2 * (moe + dense) * 4 + (uint64_t)msr_params_resident_of(big, 4));
     /* the gradients' offload is taken too: with 2 replicas summing them
-     * (ep 1 of dp 2) the experts' stay resident; at ep 2 of dp 2 (no
+     * (ep 1 of dp 2) the experts' stay resident (their parameters go to a
+     * store of the whole MoE blocks' experts, 8 here, as without
+     * replicas); at ep 2 of dp 2 (no
      * replica) the parameters and the gradients each go to a store of a
      * MoE block's experts (4 of 8 here, 2 MoE blocks), each block read for
      * both passes of each micro-batch and by the update, the gradients
@@ -98,7 +103,8 @@ static void test_experts(void)
     MSR_CHECK(p.offload_eparam_r == 0 && p.offload_eparam_w == 0);
     l.offload |= MSR_PLAN_OFFLOAD_PARAMS;
     msr_plan_rank(&m, &l, MSR_PLAN_FP32, 1, &p);
-    MSR_CHECK_EQ(p.expert_params, base.expert_params);
+    MSR_CHECK_EQ(p.expert_params, (uint64_t)msr_params_resident_of(8 * (8 * C * C + 5 * C), 2));
+    MSR_CHECK_EQ(p.expert_grads, base.expert_grads);
     l.ep = 2;
     MSR_CHECK_MSG(msr_plan_check(&m, &l, why, sizeof why) == 0, "%s", why);
     msr_plan_rank(&m, &l, MSR_PLAN_FP32, 1, &p);

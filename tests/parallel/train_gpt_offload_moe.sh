@@ -1,9 +1,8 @@
 #!/usr/bin/env bash
 # train_gpt --offload params=disk:DIR with a MoE model (docs/model.md
 # "Offload"): its blocks are of two sizes (a MoE block has the router in
-# place of the MLP; its experts are apart, in a file of their own where
-# ZeRO 1-2 does not share them over replicas (ZeRO 3's shares of them
-# too), else resident), so the store's
+# place of the MLP; its experts are apart, in a file of their own (under
+# ZeRO 3 with replicas each rank's shares of them)), so the store's
 # blocks are the larger's and a dense block's fill part of one. Every layout gives bitwise the losses of the same layout without
 # offload, each rank reading every block back ahead of its forward, its
 # backward and its update: one process (with the moments offloaded too,
@@ -75,10 +74,14 @@ same bf16 2 2 --dp 2 --precision bf16 -- "${params[@]}"
 # run never stopped; the on-off run's restore held at most two blocks
 offload_resume_both zero1 --dp 2 --zero 1 --bucket-mb 0.02 --report
 offload_restore_bounded ck-off-on 2
-# ZeRO 1 over 2 replicas keeps the experts resident; ep 2 among dp 2 has
-# none: its experts in their file, saved from it and restored into it
-! grep -q "experts' parameter offload" "$work/zero1-off.out" ||
-    fail "zero1-off: the experts' parameters left memory under ZeRO 1 with replicas"
+# ZeRO 1 over 2 replicas: the experts in their file too (each block read
+# for each pass and by the update, whose walk gathers the other replica's
+# owned elements into it), restored into it (above) and gathered after;
+# ep 2 among dp 2 has no replicas: its experts in their file, saved from
+# it and restored into it
+lines=$(grep -c "rank [01] experts' parameter offload: 10 written, 40 read back, 0 not read ahead" \
+    "$work/zero1-off.out" || true)
+[[ $lines -eq 2 ]] || fail "zero1-off: the experts' blocks: $(grep "experts'" "$work/zero1-off.out")"
 grep -q "rank 1 experts' parameter offload: 10 written, .* 0 not read ahead" "$work/ep-off.out" ||
     fail "ep-off: the experts' blocks: $(grep "experts'" "$work/ep-off.out")"
 offload_resume_both ep --dp 2 --ep 2 --zero 1
@@ -90,6 +93,15 @@ z3=(--dp 2 --zero 3 --zero-min-bytes 0 --layers 8 --steps 1 --report)
 offload_run z3big 2 "${z3[@]}"
 offload_run z3big-off 2 "${z3[@]}" "${params[@]}"
 fewer_experts z3big "experts' shares" "8 written, 14 read back"
+# and ZeRO 1's whole blocks over 2 replicas (4 + 4 read a micro-batch, 4
+# by the update)
+z1=(--dp 2 --zero 1 --layers 8 --steps 1 --report)
+offload_run z1big 2 "${z1[@]}"
+offload_run z1big-off 2 "${z1[@]}" "${params[@]}"
+fewer_experts z1big "experts' parameters over replicas" "8 written, 20 read back"
+# 3 MoE blocks over 2 replicas: rank 1's block of the experts starts
+# inside the second, whose parts the update's gather puts in place
+same z1odd 2 0 --dp 2 --zero 1 --layers 6 -- "${params[@]}"
 # stopped and resumed with the shares in their file, on then off and off
 # then on, and saved by a thread's reads with the moments in theirs too
 offload_resume_both zero3 --dp 2 --zero 3 --bucket-mb 0.02 --zero-min-bytes 0
@@ -142,9 +154,10 @@ cmp -s "$work/pc.log" "$work/pc-ck.log" ||
 # files: the same file and the same losses as without the offload
 offload_export_init ep 2 --dp 2 --ep 2
 offload_export_init z3 2 --dp 2 --zero 3 --zero-min-bytes 0
+offload_export_init z1 2 --dp 2 --zero 1
 # a block of the experts changed underneath while the run goes on: the
 # pass that reads it stops the run naming the file and the block (4
 # experts of 4 channels fit a 4 KiB slot of the file)
 scribble "$work/off" experts-params block 1 "${small[@]}" --channels 4 --heads 1 \
     --moe-every 1 --steps 1000000 --offload "$pdisk"
-echo "offload: a MoE model's blocks and experts bitwise equal without it (one, ZeRO 1 and 3, ep, tp, cp, pp, bf16; resumed, async, exported, initialised; ZeRO 3's shares of the experts too)"
+echo "offload: a MoE model's blocks and experts bitwise equal without it (one, ZeRO 1 and 3, ep, tp, cp, pp, bf16; resumed, async, exported, initialised; the experts over replicas under ZeRO 1 and 3 too)"
