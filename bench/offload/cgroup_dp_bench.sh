@@ -23,9 +23,10 @@
 #   GRADS=1: a row per stage with the gradient shard on disk too
 #   (grads=disk:DIR): what a rank then keeps of its gradients is a chunk.
 #   EP=N: the expert-parallel degree of a MoE model (--experts E in the
-#   model's options, GPT): at EP = RANKS no replica shares a rank's
-#   experts, so their parameters (and under GRADS their gradients) go to
-#   files of their own beside the blocks'.
+#   model's options, GPT): their parameters go to a file of their own
+#   beside the blocks' (under ZeRO 3 with replicas, EP < RANKS, each
+#   rank's shares of them); at EP = RANKS no replica shares a rank's
+#   experts, and under GRADS their gradients go to a file too.
 # Prints a table; docs/performance.md "A quarter of the state per rank" has
 # results.
 set -euo pipefail
@@ -103,22 +104,25 @@ fi
 # micro-batches a step) is written by each micro-batch, read back by each
 # after the first (to add to), by the norm and by the update. A MoE
 # model's experts: their moments (under ZeRO the share of each of the
-# ranks holding the same experts); where no replica shares them (ep =
-# ranks) their parameters read and written as a block's, and under
-# disk+grads their gradients read and written back around each backward
-# (the first's not read) and read by the norm and the update
+# ranks holding the same experts), their parameters read and written as
+# a block's (under ZeRO 3 with replicas each rank's share of a MoE block:
+# an upper bound there, as a pass's blocks still gathered are not read
+# again), and where no replica shares them (ep = ranks) under disk+grads
+# their gradients read and written back around each backward (the
+# first's not read) and read by the norm and the update
 io_bytes() {
     local share=$blk shard=$(((P - Pe + ranks - 1) / ranks)) acts=0 grd=0 grw=0 m=${3:-1}
-    local reps=$((ranks / ep)) em=$((nmoe * eper)) er=0 ew=0
+    local reps=$((ranks / ep)) em=$((nmoe * eper)) er=0 ew=0 eshare=$eper
     [[ $1 -lt 3 ]] || share=$(((blk + ranks - 1) / ranks))
+    [[ $1 -lt 3 || $reps -eq 1 ]] || eshare=$(((eper + reps - 1) / reps))
     [[ $2 != disk+acts ]] || acts=$((L * ((4 * mbatch * T * C + 4095) / 4096 * 4096)))
     [[ $2 != disk+grads ]] || grd=$(((m + 1) * 4 * shard)) grw=$((m * 4 * shard))
-    local b=$(((4 * share + 4095) / 4096 * 4096)) es=$(((4 * eper + 4095) / 4096 * 4096))
+    local b=$(((4 * share + 4095) / 4096 * 4096)) es=$(((4 * eshare + 4095) / 4096 * 4096))
     if [[ $E -gt 0 ]]; then
-        er=$((8 * ((em + reps - 1) / reps))) ew=$er
-        if [[ $reps -eq 1 ]]; then
-            er=$((er + nmoe * es * (2 * m + 1))) ew=$((ew + nmoe * es))
-            [[ $2 != disk+grads ]] || er=$((er + nmoe * es * (m + 2))) ew=$((ew + nmoe * es * m))
+        er=$((8 * ((em + reps - 1) / reps) + nmoe * es * (2 * m + 1)))
+        ew=$((8 * ((em + reps - 1) / reps) + nmoe * es))
+        if [[ $reps -eq 1 && $2 == disk+grads ]]; then
+            er=$((er + nmoe * es * (m + 2))) ew=$((ew + nmoe * es * m))
         fi
     fi
     echo "$((ranks * ((2 * m + 1) * L * b + 8 * shard + acts + grd + er)))" \
