@@ -145,17 +145,29 @@ static int work_alloc_range(msr_moe_t *moe, int w0, int w1, void **b)
     return 1;
 }
 
+/* Whether layout lay keeps block i's frames: a held block's, or under a
+ * shared layout block 0's for all (when the layout holds any). */
+static int keeps(const msr_moe_t *moe, const msr_moe_layout_t *lay, int i)
+{
+    if (!lay->shared)
+        return lay->held == NULL || lay->held[i];
+    int any = lay->held == NULL;
+    for (int j = 0; j < moe->nslots && !any; j++)
+        any = lay->held[j] != 0;
+    return i == 0 && any;
+}
+
 /* The work space on the state's device: every block's load counts, the
- * frames of the blocks held (held NULL: all), the shared buffers (the
+ * frames of the blocks lay keeps (lay NULL: all), the shared buffers (the
  * cp group's choices under cp), synced. 0 when out of memory: what was
  * made is in the state, for work_free. */
-static int work_make(msr_moe_t *moe, const int *held)
+static int work_make(msr_moe_t *moe, const msr_moe_layout_t *lay)
 {
     void *b[MSR_MOE_WORK_ONCE_END]; /* indexed by the layout's buffer */
     for (int i = 0; i < moe->nslots; i++) {
         if ((moe->stats[i].load = work_alloc(moe, MSR_MOE_WORK_LOAD)) == NULL)
             return 0;
-        for (int f = 0; f < moe->frames && (held == NULL || held[i]); f++) {
+        for (int f = 0; f < moe->frames && (lay == NULL || keeps(moe, lay, i)); f++) {
             if (!work_alloc_range(moe, MSR_MOE_WORK_PROBS, MSR_MOE_WORK_SLOT_END, b))
                 return 0;
             moe->slots[i * moe->frames + f] = (moe_slot_t){.probs = b[MSR_MOE_WORK_PROBS],
@@ -529,7 +541,7 @@ static msr_status_t set_device(msr_moe_t *moe, const msr_moe_layout_t *lay)
     store_free(moe);
     work_free(moe);
     moe->dev = dev;
-    if (!work_make(moe, lay->held)) {
+    if (!work_make(moe, lay)) {
         return msr_err(MSR_ERR_NO_MEMORY, "moe: out of memory for the work space on device %s",
                        msr_device_name(dev));
     }
@@ -548,13 +560,14 @@ msr_status_t msr_moe_set_layout(msr_moe_t *moe, const msr_moe_layout_t *lay)
     if (st != MSR_OK)
         return st;
     for (int i = 0; i < moe->nslots; i++) {
-        if ((lay->held == NULL || lay->held[i]) && moe->slots[i * moe->frames].probs == NULL) {
+        if (keeps(moe, lay, i) && moe->slots[i * moe->frames].probs == NULL) {
             return msr_err(MSR_ERR_CONFIG, "moe: block %d's work space went with an earlier layout",
                            i);
         }
     }
     if ((st = set_device(moe, lay)) != MSR_OK)
         return st;
+    moe->shared = lay->shared != 0;
     moe->ep_comm = ep > 1 ? lay->ep_comm : NULL;
     moe->ep = ep;
     moe->ep_rank = ep > 1 ? msr_comm_rank(lay->ep_comm) : 0;
@@ -574,9 +587,11 @@ msr_status_t msr_moe_set_layout(msr_moe_t *moe, const msr_moe_layout_t *lay)
         if (lay->held == NULL || lay->held[i]) {
             moe->store_of[i] = moe->nheld;
             moe->held[moe->nheld++] = i;
-            continue;
         }
-        /* another stage's block: its frames are never used here */
+        if (keeps(moe, lay, i))
+            continue;
+        /* another stage's block, or every block's in block 0's: its
+         * frames are never used here */
         for (int f = 0; f < moe->frames; f++) {
             for (int w = MSR_MOE_WORK_PROBS; w < MSR_MOE_WORK_SLOT_END; w++)
                 moe->work_bytes -=

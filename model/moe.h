@@ -168,6 +168,12 @@ typedef struct msr_moe_layout {
      * memory is accepted while the experts' kernels run on the CPU
      * (MSR_ERR_UNSUPPORTED, the device named, nothing allocated) */
     const msr_device_t *device;
+    /* the blocks' kept state (routing, inputs, the experts' hidden rows)
+     * in one slot per frame for all of them: every backward of a block
+     * follows a forward of the same block and frame with no other
+     * block's forward between (full recompute re-runs each block's
+     * forward just before its backward); 0: a slot per block and frame */
+    int shared;
 } msr_moe_layout_t;
 
 /* msr_moe_set_ep with tensor parallel and a part of the blocks: the store

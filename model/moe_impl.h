@@ -47,6 +47,7 @@ struct msr_moe {
     int nslots;      /* MoE blocks */
     int frames;      /* forwards kept per block (msr_moe_select) */
     int frame, counting;
+    int shared;             /* every block's kept state in block 0's slots (layout) */
     moe_slot_t *slots;      /* [nslots * frames]: block i's frame f at i * frames + f */
     msr_moe_stats_t *stats; /* [nslots] */
     int *store_of;          /* [nslots] the block's place in the store, -1: not held */

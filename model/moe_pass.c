@@ -37,10 +37,11 @@ static expert_t expert_point(const msr_moe_t *moe, float *base, int e)
 }
 
 /* Block l's slot of the selected frame: l is the (i+1)-th MoE block when
- * l + 1 = (i + 1) * every. */
+ * l + 1 = (i + 1) * every (block 0's for all under a shared layout). */
 static moe_slot_t *slot_of(msr_moe_t *moe, int l)
 {
-    return &moe->slots[((l + 1) / moe->every - 1) * moe->frames + moe->frame];
+    int i = moe->shared ? 0 : (l + 1) / moe->every - 1;
+    return &moe->slots[i * moe->frames + moe->frame];
 }
 
 /* The row block of expert e in the dispatch buffer, -1 when another tp

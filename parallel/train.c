@@ -180,6 +180,9 @@ static msr_status_t experts_state(msr_trainer_t *tr)
         lay.router_once = tr->cfg.mp.sp;
         lay.cp_comm = tr->mesh->cp_comm;
         lay.cp_seq = tr->cfg.model.max_seq / tr->mesh->cp;
+        /* full recompute runs each block's forward again just before its
+         * backward: one slot of kept state for all the blocks */
+        lay.shared = tr->cfg.mp.recompute == MSR_MP_RECOMPUTE_FULL;
     }
     st = msr_moe_set_layout(moe, &lay);
     msr_free(held);

@@ -98,7 +98,9 @@ uint64_t msr_plan_work_bytes(const msr_plan_model_t *m, const msr_plan_layout_t 
  * (a rank's b T / cp of them under cp, the capacity the group's),
  * floats of fw bytes: a slot per MoE block the rank runs and frame (a
  * micro-batch whose routing waits for its backward: one on the whole-model
- * path and under full recompute, else the step's micro-batches), the once
+ * path and under full recompute, else the step's micro-batches; under full
+ * recompute one slot for all the blocks, which run their forward again
+ * just before their backward: model/moe.h's shared layout), the once
  * buffers, the load counters of every MoE block, and under tp without sp
  * on tp ranks but 0 the router's unwanted input gradient. */
 uint64_t msr_plan_moe_work_bytes(const msr_plan_model_t *m, const msr_plan_layout_t *l, int blocks,
@@ -111,8 +113,9 @@ uint64_t msr_plan_moe_work_bytes(const msr_plan_model_t *m, const msr_plan_layou
     msr_layout_moe_dims_t d = msr_layout_moe_dims_cp(N, cp, (uint64_t)m->experts,
                                                      (uint64_t)m->top_k, m->capacity_factor, C, H);
     int frames = msr_plan_whole_path(l) || l->recompute == MSR_PLAN_RC_FULL ? 1 : l->micros;
+    int slots = l->recompute == MSR_PLAN_RC_FULL && blocks > 0 ? 1 : blocks;
     int rdx = l->tp > 1 && !l->sp && tp_rank > 0;
-    return msr_layout_moe_work_bytes(&d, blocks, frames, m->layers / m->moe_every, rdx, fw);
+    return msr_layout_moe_work_bytes(&d, slots, frames, m->layers / m->moe_every, rdx, fw);
 }
 
 /* Walks rank pr's schedule (layout/pipe_order.h, the runtime's order):

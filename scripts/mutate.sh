@@ -5285,6 +5285,33 @@ test: ^test_parallel_train_gpt_offload_moe$
         size_t at = off; /* in the store */
 >>>
 
+@ moe.shared_slots_not_asked
+file: parallel/train.c
+test: ^test_parallel_plan_report$
+<<<
+        lay.shared = tr->cfg.mp.recompute == MSR_MP_RECOMPUTE_FULL;
+===
+        lay.shared = 0;
+>>>
+
+@ plan.moe_shared_slots_per_block
+file: planner/plan_acts.c
+test: ^test_parallel_plan_report$
+<<<
+    int slots = l->recompute == MSR_PLAN_RC_FULL && blocks > 0 ? 1 : blocks;
+===
+    int slots = blocks;
+>>>
+
+@ moe.shared_slot_per_block
+file: model/moe_pass.c
+test: ^test_parallel_moe$
+<<<
+    int i = moe->shared ? 0 : (l + 1) / moe->every - 1;
+===
+    int i = (l + 1) / moe->every - 1;
+>>>
+
 @ experts_disk.update_not_written_back
 file: parallel/train_experts_disk.c
 test: ^test_parallel_train_gpt_offload_moe$

@@ -522,6 +522,52 @@ static void test_external(void)
     msr_moe_destroy(own);
 }
 
+/* A shared layout (full recompute: every block's backward right after its
+ * own forward) keeps every block's state in block 0's slot: the work
+ * space of a layout holding one block, and each block's forward and
+ * backward give bitwise what a slot per block gives. */
+static void test_shared(void)
+{
+    ref_t r;
+    ref_init(&r, 29);
+    round_ref(&r);
+    fl_t f, g;
+    fl_make(&f, &r);
+    fl_make(&g, &r);
+    msr_moe_destroy(f.moe);
+    msr_moe_destroy(g.moe);
+    f.cfg.layers = g.cfg.layers = 3; /* a MoE block in each */
+    msr_moe_t *one;
+    MSR_CHECK_EQ(msr_moe_create(&f.cfg, TN, &f.moe), MSR_OK);
+    MSR_CHECK_EQ(msr_moe_create(&g.cfg, TN, &g.moe), MSR_OK);
+    MSR_CHECK_EQ(msr_moe_create(&g.cfg, TN, &one), MSR_OK);
+    size_t all = msr_moe_work_bytes(f.moe);
+    const int second[3] = {0, 1, 0};
+    msr_moe_layout_t lay = {.held = second};
+    MSR_CHECK_EQ(msr_moe_set_layout(one, &lay), MSR_OK);
+    lay = (msr_moe_layout_t){.shared = 1};
+    MSR_CHECK_EQ(msr_moe_set_layout(g.moe, &lay), MSR_OK);
+    MSR_CHECK_EQ(msr_moe_work_bytes(g.moe), msr_moe_work_bytes(one));
+    MSR_CHECK(msr_moe_work_bytes(g.moe) < all);
+    float x[TN * TC];
+    for (int l = 0; l < 3; l++) {
+        for (int i = 0; i < TN * TC; i++) /* each block its own input */
+            x[i] = f.x[i] * (float)(l + 1);
+        double fa, ga;
+        MSR_CHECK_EQ(msr_moe_forward(f.moe, l, &f.p, x, TN, f.y, &fa), MSR_OK);
+        MSR_CHECK_EQ(msr_moe_forward(g.moe, l, &g.p, x, TN, g.y, &ga), MSR_OK);
+        MSR_CHECK_EQ(msr_moe_backward(f.moe, l, &f.p, &f.g, x, f.dy, f.dx, 0.5f), MSR_OK);
+        MSR_CHECK_EQ(msr_moe_backward(g.moe, l, &g.p, &g.g, x, g.dy, g.dx, 0.5f), MSR_OK);
+        MSR_CHECK(fa == ga);
+        MSR_CHECK(memcmp(f.y, g.y, sizeof f.y) == 0);
+        MSR_CHECK(memcmp(f.dx, g.dx, sizeof f.dx) == 0);
+    }
+    MSR_CHECK(memcmp(f.grads, g.grads, sizeof f.grads) == 0);
+    msr_moe_destroy(one);
+    msr_moe_destroy(g.moe);
+    msr_moe_destroy(f.moe);
+}
+
 /* The load-balancing loss of a micro-batch smaller than an earlier one
  * averages over its own tokens only: the same as a fresh state's. */
 static void test_aux_smaller(void)
@@ -548,7 +594,7 @@ static const msr_test_t tests[] = {
     {"backward", test_backward, 30},       {"model", test_model, 30},
     {"bounds", test_bounds, 10},           {"init", test_init, 10},
     {"layout", test_layout, 10},           {"external", test_external, 10},
-    {"aux_smaller", test_aux_smaller, 10},
+    {"aux_smaller", test_aux_smaller, 10}, {"shared", test_shared, 10},
 };
 
 int main(int argc, char **argv)
