@@ -4718,6 +4718,65 @@ test: ^test_parallel_host_adamw$
         msr_adamw_update_range(h->opt, off, n, h->params + off, grads);
 >>>
 
+@ host_embed.chunk_unwaited
+file: parallel/host_embed.c
+test: ^test_parallel_host_embed$
+<<<
+    if ((st = msr_device_event_sync(he->cfg.dev, he->got[c & 1])) != MSR_OK)
+===
+    if (0 && (st = msr_device_event_sync(he->cfg.dev, he->got[c & 1])) != MSR_OK)
+>>>
+
+@ host_embed.grad_unwaited
+file: parallel/host_embed.c
+test: ^test_parallel_host_embed$
+<<<
+    msr_status_t st = msr_device_event_sync(he->cfg.dev, he->out[b]);
+===
+    msr_status_t st = MSR_OK;
+>>>
+
+@ host_embed.fold_unscaled
+file: parallel/host_embed.c
+test: ^test_parallel_host_embed$
+<<<
+            S[i] = S[i] * expf(M[i] - m[i]) + s[i];
+===
+            S[i] = S[i] + s[i];
+>>>
+
+@ host_embed.chunk_grad_kept
+file: parallel/host_embed.c
+test: ^test_parallel_host_embed$
+<<<
+        k->zero(he->dw[b], (size_t)n * C);
+===
+        if (c < 2)
+            k->zero(he->dw[b], (size_t)n * C);
+>>>
+
+@ host_embed.fold_target_lost
+file: parallel/host_embed.c
+test: ^test_parallel_host_embed$
+<<<
+            M[i] = m[i];
+            Z[i] += z[i];
+===
+            M[i] = m[i];
+            Z[i] = z[i];
+>>>
+
+@ host_embed.last_chunk_not_added
+file: parallel/host_embed.c
+test: ^test_parallel_host_embed$
+<<<
+    if (st == MSR_OK)
+        st = add_grad(he, chunks - 1);
+===
+    if (st == MSR_OK && chunks == 1)
+        st = add_grad(he, chunks - 1);
+>>>
+
 @ host_adamw.set_copies_to_no_device
 file: parallel/host_adamw.c
 test: ^test_parallel_host_adamw$
