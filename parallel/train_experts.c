@@ -274,7 +274,8 @@ static msr_status_t ez_acquire(void *arg, int s, msr_gpt_pass_t pass)
 }
 
 /* After block k's backward: its gradients summed over the replica group,
- * this rank's shard added to ez_grads; the block's pointers dropped. */
+ * this rank's shard added to ez_grads (or to its file's block); the
+ * block's pointers dropped. */
 static msr_status_t ez_release(void *arg, int s, msr_gpt_pass_t pass)
 {
     msr_trainer_t *tr = arg;
@@ -291,6 +292,8 @@ static msr_status_t ez_release(void *arg, int s, msr_gpt_pass_t pass)
         msr_comm_reduce_scatter(tr->rep_comm, tr->ez_gfull, mine, blk, MSR_DTYPE_F32, MSR_OP_SUM);
     if (st != MSR_OK)
         return msr_err_call(st, "train: the reduce-scatter of MoE block %d's expert gradients", k);
+    if (tr->egf != NULL) /* in their file */
+        return msr_train_experts_disk_add(tr, k, mine);
     float *g = tr->ez_grads + (size_t)k * tr->ez_n;
     for (size_t i = 0; i < tr->ez_n; i++)
         g[i] += mine[i];
@@ -311,15 +314,17 @@ static msr_status_t shard_make(msr_trainer_t *tr)
         return st;
     /* under the parameters' disk offload the shares go to a file */
     int disk = tr->cfg.par.params_offload.mode == MSR_OFFLOAD_DISK && tr->ez_n > 0;
+    int gdisk = disk && tr->cfg.par.grads_offload.mode == MSR_OFFLOAD_DISK;
     int slots_ok = 1;
     for (int i = 0; i < MSR_TRAIN_EZ_SLOTS; i++)
         slots_ok &= (tr->ez_slot[i] = ez_alloc(tr, all)) != NULL;
     if (!disk)
         tr->ez_params = ez_alloc(tr, shard + 1);
-    tr->ez_grads = ez_alloc(tr, shard + 1);
+    if (!gdisk)
+        tr->ez_grads = ez_alloc(tr, shard + 1);
     tr->ez_gfull = ez_alloc(tr, all);
     msr_adamw_range_t *own = msr_calloc((size_t)held + 1, sizeof *own);
-    if (!slots_ok || (!disk && tr->ez_params == NULL) || tr->ez_grads == NULL ||
+    if (!slots_ok || (!disk && tr->ez_params == NULL) || (!gdisk && tr->ez_grads == NULL) ||
         tr->ez_gfull == NULL || own == NULL) {
         msr_free(own);
         return msr_err(MSR_ERR_NO_MEMORY, "train: out of memory for %zu expert elements' shards",
@@ -387,9 +392,10 @@ msr_status_t msr_train_experts_shard(msr_trainer_t *tr, msr_comm_t *comm)
 msr_status_t msr_train_experts_zero(msr_trainer_t *tr)
 {
     const msr_device_t *dev = ez_dev(tr);
-    msr_status_t st = msr_device_memset(dev, tr->ez_grads, 0,
-                                        (tr->eshard_hi - tr->eshard_lo) * sizeof(float), NULL);
-    if (st == MSR_OK)
+    msr_status_t st = MSR_OK; /* in their file: each block's first read is zeros */
+    if (tr->ez_grads != NULL &&
+        (st = msr_device_memset(dev, tr->ez_grads, 0,
+                                (tr->eshard_hi - tr->eshard_lo) * sizeof(float), NULL)) == MSR_OK)
         st = msr_device_stream_sync(dev, NULL);
     msr_status_t fst = slots_forget(tr); /* a load may have changed the shards since */
     return st != MSR_OK ? ez_check(tr, st, "the experts' gradients zeroed") : fst;
@@ -399,7 +405,11 @@ msr_status_t msr_train_experts_norm(msr_trainer_t *tr)
 {
     msr_status_t st = slots_forget(tr); /* the update changes the shards next */
     double sumsq = 0.0;                 /* every element in exactly one replica's shard */
-    for (size_t i = 0; i < tr->eshard_hi - tr->eshard_lo; i++)
+    if (tr->egf != NULL) {              /* read back a block at a time, in the same order */
+        msr_status_t gst = msr_train_experts_disk_sumsq(tr, &sumsq);
+        st = st != MSR_OK ? st : gst;
+    }
+    for (size_t i = 0; tr->ez_grads != NULL && i < tr->eshard_hi - tr->eshard_lo; i++)
         sumsq += (double)tr->ez_grads[i] * tr->ez_grads[i];
     tr->dp->extra_sumsq = sumsq;
     return st;

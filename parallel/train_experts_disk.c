@@ -254,10 +254,37 @@ msr_status_t msr_train_experts_disk_shards(msr_trainer_t *tr)
     MSR_INFO("offload: this rank's shares of the experts' parameters of %d blocks of %zu "
              "elements in %s (%s)",
              held(tr), tr->ed_per, msr_params_path(tr->epf), msr_params_engine(tr->epf));
-    if (tr->cfg.par.grads_offload.mode == MSR_OFFLOAD_DISK)
-        MSR_INFO("offload: the experts' gradients stay resident: %d replicas sum them",
-                 tr->rep_size);
+    if (tr->cfg.par.grads_offload.mode != MSR_OFFLOAD_DISK)
+        return MSR_OK;
+    /* the shards of the replicas' sums are this rank's alone: a file too */
+    if ((tr->ed_fresh = msr_calloc((size_t)held(tr) + 1, 1)) == NULL)
+        return msr_err(MSR_ERR_NO_MEMORY, "train: out of memory");
+    memset(tr->ed_fresh, 1, (size_t)held(tr));
+    if ((st = store_make(tr, "experts-grads", 0, tr->ed_per, 0, &tr->egf)) != MSR_OK)
+        return st;
+    MSR_INFO("offload: this rank's shares of the experts' gradients in %s",
+             msr_params_path(tr->egf));
     return MSR_OK;
+}
+
+msr_status_t msr_train_experts_disk_add(msr_trainer_t *tr, int k, const float *src)
+{
+    float *g = NULL;
+    msr_status_t st = msr_params_acquire(tr->egf, (size_t)k, -1, &g);
+    if (st != MSR_OK)
+        return msr_err_call(st, "train: MoE block %d's expert gradients from their file", k);
+    if (tr->ed_fresh[k]) { /* read, but this step's zeros */
+        memset(g, 0, tr->ed_per * sizeof(float));
+        tr->ed_fresh[k] = 0;
+    }
+    for (size_t i = 0; i < tr->ed_per; i++)
+        g[i] += src[i];
+    st = msr_params_release(tr->egf, (size_t)k, g, 1);
+    /* the backward's end: the next one's first block, or after the
+     * step's last the norm's first (the backward reads ahead within) */
+    if (st == MSR_OK && k == 0)
+        st = msr_params_prefetch(tr->egf, tr->dp->last_micro ? 0 : (size_t)(held(tr) - 1));
+    return st;
 }
 
 void msr_train_experts_disk_free(msr_trainer_t *tr)

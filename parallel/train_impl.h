@@ -79,8 +79,15 @@ msr_status_t msr_train_experts_disk(msr_trainer_t *tr);
  * ez_n, the shard space's block k at k * ez_n, as ez_params would), each
  * read for the block's gathers (train_experts.c's slot_start) and a block
  * at a time by the update, a checkpoint and a restore through the same
- * cursors; the gradients' shards stay in ez_grads (replicas sum them). */
+ * cursors. The gradients' shards stay in ez_grads, or under the
+ * gradients' disk offload go to store egf (ez_grads NULL): block k's
+ * share read, added to and written back after each backward of the
+ * block (disk_add), read by the norm and the update. */
 msr_status_t msr_train_experts_disk_shards(msr_trainer_t *tr);
+/* Adds src (ed_per floats: this rank's share of MoE block k's reduced
+ * gradients) into block k of store egf, this step's zeros at its first.
+ * Errors: the store's. */
+msr_status_t msr_train_experts_disk_add(msr_trainer_t *tr, int k, const float *src);
 /* Under ZeRO 1-2 with replicas (ed_gath): every block of the file gets
  * the other replicas' owned elements, in order, each read, gathered and
  * written back (after a restore; collective over tr->rep_comm; errors:

@@ -299,10 +299,11 @@ static void rank_experts(const msr_plan_model_t *m, const msr_plan_layout_t *l,
         o->offload_eparam_r = blocks * slot * (2 * (uint64_t)l->micros + 1);
         o->offload_eparam_w = blocks * slot;
         /* and their gradients under the gradients' offload where no
-         * replica sums them: a store of their own, each block read and
-         * written back around each backward, read by the norm and the
-         * update */
-        if ((l->offload & MSR_PLAN_OFFLOAD_GRADS) && reps == 1) {
+         * replica sums them, or ZeRO-3's shares of the replicas' sums: a
+         * store of their own, each block read and written back around
+         * each backward (under ZeRO 3 after its reduce-scatter), read by
+         * the norm and the update */
+        if ((l->offload & MSR_PLAN_OFFLOAD_GRADS) && (reps == 1 || l->zero >= 3)) {
             o->expert_grads = o->expert_params;
             o->offload_egrads_b = blocks * slot;
             o->offload_eparam_r += blocks * slot * ((uint64_t)l->micros + 2);

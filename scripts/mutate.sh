@@ -5451,7 +5451,7 @@ test: ^test_parallel_train_gpt_offload_moe$
 
 @ experts_disk.file_grads_under_replicas
 file: parallel/train_experts_disk.c
-equivalent: the gradients' offload takes ZeRO 2-3 only (dp_offload.c msr_dp_grads_attach refuses it below), where replicas keep the experts' parameters resident so msr_train_experts_disk is not reached: rep_size is 1 whenever the test is made; it stands for a gradients' offload below ZeRO 2
+test: ^test_parallel_train_gpt_offload_moe$
 <<<
     int gdisk = tr->cfg.par.grads_offload.mode == MSR_OFFLOAD_DISK && tr->rep_size == 1;
 ===
@@ -5469,9 +5469,9 @@ test: ^test_parallel_train_gpt_offload_moe$
 
 @ plan_offload.experts_grads_store_under_replicas
 file: planner/plan_mem.c
-equivalent: plan_check takes the gradients' offload at ZeRO 2-3 only, where the branch around it is left with replicas: reps is 1 whenever the test is made (as the runtime's experts_disk.file_grads_under_replicas)
+test: ^test_parallel_plan_report_offload$
 <<<
-        if ((l->offload & MSR_PLAN_OFFLOAD_GRADS) && reps == 1) {
+        if ((l->offload & MSR_PLAN_OFFLOAD_GRADS) && (reps == 1 || l->zero >= 3)) {
 ===
         if ((l->offload & MSR_PLAN_OFFLOAD_GRADS)) {
 >>>
@@ -5580,5 +5580,40 @@ test: ^test_parallel_train_gpt_offload_moe$
     size_t en = f->experts == NULL ? msr_trainer_experts_block_floats(f->tr) : 0;
 ===
     size_t en = f->experts == NULL ? msr_trainer_experts_block_floats(f->tr) / 2 : 0;
+>>>
+@ experts_disk.shares_grads_fresh_kept
+file: parallel/train_experts_disk.c
+test: ^test_parallel_train_gpt_offload_moe$
+<<<
+    if (tr->ed_fresh[k]) { /* read, but this step's zeros */
+===
+    if (0 && tr->ed_fresh[k]) { /* read, but this step's zeros */
+>>>
+
+@ experts_disk.shares_grads_not_written
+file: parallel/train_experts_disk.c
+test: ^test_parallel_train_gpt_offload_moe$
+<<<
+    st = msr_params_release(tr->egf, (size_t)k, g, 1);
+===
+    st = msr_params_release(tr->egf, (size_t)k, g, 0);
+>>>
+
+@ experts_disk.shares_grads_norm_skipped
+file: parallel/train_experts.c
+test: ^test_parallel_train_gpt_offload_moe$
+<<<
+    if (tr->egf != NULL) {              /* read back a block at a time, in the same order */
+===
+    if (0 && tr->egf != NULL) {         /* read back a block at a time, in the same order */
+>>>
+
+@ plan_mem.experts_grads_shares_resident
+file: planner/plan_mem.c
+test: ^test_parallel_plan_report_offload$
+<<<
+        if ((l->offload & MSR_PLAN_OFFLOAD_GRADS) && (reps == 1 || l->zero >= 3)) {
+===
+        if ((l->offload & MSR_PLAN_OFFLOAD_GRADS) && reps == 1) {
 >>>
 __END__

@@ -135,6 +135,20 @@ grep -q "rank 0 experts' gradient offload: 18 written, 32 read back, 0 not read 
 same z2 2 2 --dp 2 --zero 2 --bucket-mb 0.02 -- "${G[@]}"
 ! grep -q "experts' gradient offload" "$work/z2-off.out" ||
     fail "z2-off: the experts' gradients left memory with 2 replicas summing them"
+# but ZeRO 3's shares of the replicas' sums are each rank's own: each
+# MoE block's share read, added to and written back after the block's
+# reduce-scatter, read by the norm and the update, all read ahead;
+# stopped and resumed so
+z3g=(--dp 2 --zero 3 --bucket-mb 0.02 --zero-min-bytes 0 "${G[@]}")
+same z3g 2 2 --dp 2 --zero 3 --bucket-mb 0.02 --zero-min-bytes 0 -- "${G[@]}"
+grep -q "rank 1 experts' gradient offload: 18 written, 32 read back, 0 not read ahead" \
+    "$work/z3g-off.out" ||
+    fail "z3g-off: the experts' gradients: $(grep "experts'" "$work/z3g-off.out")"
+rm -rf "$work/ck" "$work/ck-z3g.log"
+offload_run ck-z3g 2 "${z3g[@]}" --steps 2 --ckpt-every 2 --ckpt-dir "$work/ck"
+offload_run ck-z3g 2 "${z3g[@]}" --ckpt-every 2 --ckpt-dir "$work/ck" --resume
+cmp -s "$work/z3g-off.log" "$work/ck-z3g.log" ||
+    fail "ZeRO 3 resumed with the experts' gradients in their file: $(diff "$work/z3g-off.log" "$work/ck-z3g.log" | head -4)"
 rm -rf "$work/ck" "$work/ck-g.log"
 offload_run ck-g 2 --dp 2 --ep 2 --zero 2 "${G[@]}" --steps 2 --ckpt-every 2 --ckpt-dir "$work/ck"
 offload_run ck-g 2 --dp 2 --ep 2 --zero 2 "${G[@]}" --ckpt-every 2 --ckpt-dir "$work/ck" --resume
