@@ -25,8 +25,9 @@
 #   EP=N: the expert-parallel degree of a MoE model (--experts E in the
 #   model's options, GPT): their parameters go to a file of their own
 #   beside the blocks' (under ZeRO 3 with replicas, EP < RANKS, each
-#   rank's shares of them); at EP = RANKS no replica shares a rank's
-#   experts, and under GRADS their gradients go to a file too.
+#   rank's shares of them); under GRADS their gradients go to a file
+#   too where no replica shares a rank's experts (EP = RANKS) and under
+#   ZeRO 3 (each rank's shares of the replicas' sums).
 # Prints a table; docs/performance.md "A quarter of the state per rank" has
 # results.
 set -euo pipefail
@@ -107,9 +108,9 @@ fi
 # ranks holding the same experts), their parameters read and written as
 # a block's (under ZeRO 3 with replicas each rank's share of a MoE block:
 # an upper bound there, as a pass's blocks still gathered are not read
-# again), and where no replica shares them (ep = ranks) under disk+grads
-# their gradients read and written back around each backward (the
-# first's not read) and read by the norm and the update
+# again), and where no replica shares them (ep = ranks) or under ZeRO 3
+# under disk+grads their gradients (or shares) read and written back
+# around each backward and read by the norm and the update
 io_bytes() {
     local share=$blk shard=$(((P - Pe + ranks - 1) / ranks)) acts=0 grd=0 grw=0 m=${3:-1}
     local reps=$((ranks / ep)) em=$((nmoe * eper)) er=0 ew=0 eshare=$eper
@@ -121,7 +122,7 @@ io_bytes() {
     if [[ $E -gt 0 ]]; then
         er=$((8 * ((em + reps - 1) / reps) + nmoe * es * (2 * m + 1)))
         ew=$((8 * ((em + reps - 1) / reps) + nmoe * es))
-        if [[ $reps -eq 1 && $2 == disk+grads ]]; then
+        if [[ ($reps -eq 1 || $1 -ge 3) && $2 == disk+grads ]]; then
             er=$((er + nmoe * es * (m + 2))) ew=$((ew + nmoe * es * m))
         fi
     fi
