@@ -265,6 +265,8 @@ static msr_status_t experts_reduce(msr_trainer_t *tr)
     msr_moe_t *moe = tr->model->moe;
     float *g = tr->epf != NULL ? tr->ed_grads : msr_moe_grads(moe);
     size_t n = msr_moe_count(moe);
+    if (tr->eblk > 0 && tr->egf != NULL) /* in their file: a block at a time */
+        return msr_train_experts_disk_reduce(tr);
     if (tr->eblk > 0) { /* ZeRO: each replica gets its block's sum */
         float *all = g; /* in their file: ed_grads, padded, in place */
         if (tr->escratch != NULL) {

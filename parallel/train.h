@@ -159,9 +159,11 @@ typedef struct msr_trainer {
      * and a restore (through cursor ed_pc); the gradients stay resident
      * in ed_grads (held * ed_per floats; the store's own are freed:
      * msr_moe_store_external), or under the gradients' disk offload
-     * without replicas of the experts, or under ZeRO 3 their shares
-     * (cfg.par.grads_offload; ez_grads NULL, each share's block read,
-     * added to and written back by ez_release), in store
+     * (cfg.par.grads_offload; under ZeRO 2 with replicas each block's
+     * owned parts reduced into it after the step's backward,
+     * msr_train_experts_disk_reduce; under ZeRO 3 the rank's shares,
+     * ez_grads NULL, each share's block read, added to and written back
+     * by ez_release), in store
      * egf (ed_grads NULL): read and written back around each backward of
      * the block (ed_gbuf; ed_fresh[k]: block k's are this step's zeros,
      * not read yet), read by the norm and the update (cursor ed_gc).

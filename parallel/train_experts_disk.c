@@ -205,9 +205,10 @@ msr_status_t msr_train_experts_disk(msr_trainer_t *tr)
     if (st != MSR_OK)
         return st;
     size_t count = (size_t)held(tr) * tr->ed_per;
-    /* the gradients in a file too under their offload, where no replica
-     * sums them (each rank's are its experts' whole sums) */
-    int gdisk = tr->cfg.par.grads_offload.mode == MSR_OFFLOAD_DISK && tr->rep_size == 1;
+    /* the gradients in a file too under their offload (ZeRO 2): each
+     * rank's whole blocks, with replicas each block's owned parts summed
+     * into them after the step's backward (disk_reduce) */
+    int gdisk = tr->cfg.par.grads_offload.mode == MSR_OFFLOAD_DISK;
     if (gdisk) {
         tr->ed_fresh = msr_calloc((size_t)held(tr) + 1, 1);
         if (tr->ed_fresh == NULL)
@@ -231,9 +232,6 @@ msr_status_t msr_train_experts_disk(msr_trainer_t *tr)
         if ((st = store_make(tr, "experts-grads", 0, tr->ed_per, 0, &tr->egf)) != MSR_OK)
             return st;
         MSR_INFO("offload: the experts' gradients in %s", msr_params_path(tr->egf));
-    } else if (tr->cfg.par.grads_offload.mode == MSR_OFFLOAD_DISK) {
-        MSR_INFO("offload: the experts' gradients stay resident: %d replicas sum them",
-                 tr->rep_size);
     }
     msr_dp_extra_t x = {ed_acquire, ed_release, tr};
     msr_dp_set_extra(tr->dp, &x);
@@ -371,6 +369,35 @@ static msr_status_t gather_to(msr_trainer_t *tr, int k)
         tr->ed_pc.dirty = 1;
     }
     return st;
+}
+
+msr_status_t msr_train_experts_disk_reduce(msr_trainer_t *tr)
+{
+    double sumsq = 0.0; /* element order, as the reduce-scatter's block */
+    msr_status_t st = MSR_OK;
+    size_t lo, n;
+    for (int k = 0; k < held(tr) && st == MSR_OK; k++) {
+        if ((st = gcursor_to(tr, k)) != MSR_OK)
+            break;
+        float *g = tr->ed_gc.buf;
+        for (int r = 0; r < tr->rep_size && st == MSR_OK; r++) {
+            if ((n = owned_in(tr, r, k, &lo)) == 0)
+                continue;
+            const void *send = r == tr->rep_rank ? MSR_IN_PLACE : (const void *)(g + lo);
+            st = msr_comm_reduce(tr->rep_comm, send, g + lo, n, MSR_DTYPE_F32, MSR_OP_SUM, r);
+            if (st != MSR_OK)
+                st = msr_err_call(st, "train: the reduce of MoE block %d's expert gradients", k);
+        }
+        if ((n = owned_in(tr, tr->rep_rank, k, &lo)) > 0)
+            tr->ed_gc.dirty = 1;
+        for (size_t i = 0; i < n; i++)
+            sumsq += (double)g[lo + i] * g[lo + i];
+    }
+    msr_status_t cst = cur_to(tr->egf, &tr->ed_gc, held(tr), held(tr));
+    if (st == MSR_OK && cst == MSR_OK) /* the update's first block */
+        cst = msr_params_prefetch(tr->egf, tr->eshard_lo / tr->ed_per);
+    tr->dp->extra_sumsq = sumsq;
+    return st != MSR_OK ? st : cst;
 }
 
 msr_status_t msr_train_experts_disk_gather(msr_trainer_t *tr)

@@ -93,6 +93,12 @@ msr_status_t msr_train_experts_disk_add(msr_trainer_t *tr, int k, const float *s
  * written back (after a restore; collective over tr->rep_comm; errors:
  * the store's, the communicator's). */
 msr_status_t msr_train_experts_disk_gather(msr_trainer_t *tr);
+/* Under ZeRO 2 with replicas and the gradients in their file (egf): after
+ * the step's backward, block by block, each replica's owned part of the
+ * block summed into that replica's copy (a reduce to it), written back;
+ * their squared norm to the update (collective over tr->rep_comm;
+ * errors: the store's, the communicator's). */
+msr_status_t msr_train_experts_disk_reduce(msr_trainer_t *tr);
 void msr_train_experts_disk_free(msr_trainer_t *tr);
 /* A step's start: the experts' gradients zero (in their file: each
  * block's taken as zeros at its first read of the step). */

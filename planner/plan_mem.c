@@ -298,16 +298,19 @@ static void rank_experts(const msr_plan_model_t *m, const msr_plan_layout_t *l,
         o->offload_eparam_b = blocks * slot;
         o->offload_eparam_r = blocks * slot * (2 * (uint64_t)l->micros + 1);
         o->offload_eparam_w = blocks * slot;
-        /* and their gradients under the gradients' offload where no
-         * replica sums them, or ZeRO-3's shares of the replicas' sums: a
+        /* and their gradients under the gradients' offload (ZeRO 2-3): a
          * store of their own, each block read and written back around
-         * each backward (under ZeRO 3 after its reduce-scatter), read by
-         * the norm and the update */
-        if ((l->offload & MSR_PLAN_OFFLOAD_GRADS) && (reps == 1 || l->zero >= 3)) {
+         * each backward (under ZeRO 3 its share, after its
+         * reduce-scatter), read by the norm and the update; under ZeRO 2
+         * with replicas the norm's read is the step's reduce of each
+         * block's owned parts, which writes back the ob blocks this
+         * rank owns a part of, the only ones the update reads */
+        if (l->offload & MSR_PLAN_OFFLOAD_GRADS) {
+            uint64_t ob = zblk == 0 ? blocks : hi > lo ? (hi - 1) / per - lo / per + 1 : 0;
             o->expert_grads = o->expert_params;
             o->offload_egrads_b = blocks * slot;
-            o->offload_eparam_r += blocks * slot * ((uint64_t)l->micros + 2);
-            o->offload_eparam_w += blocks * slot * (uint64_t)l->micros;
+            o->offload_eparam_r += slot * (blocks * ((uint64_t)l->micros + 1) + ob);
+            o->offload_eparam_w += slot * (blocks * (uint64_t)l->micros + (zblk > 0 ? ob : 0));
         }
     }
     o->expert_shard = hi - lo;

@@ -399,7 +399,9 @@ static void stage_dp(const msr_plan_model_t *m, const msr_plan_layout_t *lp,
  * their gradients in a file too, each backward reads and writes back each
  * block's gradients (the step's first reads them as well, then zeroes
  * them), the norm reads them once more, a block at a time with nothing to
- * hide behind, and the update reads both and writes the parameters. The
+ * hide behind (under ZeRO 2 with replicas that is the reduce of each
+ * block's owned parts, which writes them back: rewrites), and the update
+ * reads both and writes the parameters. The
  * passes' I/O hides behind the passes' compute, the update's behind
  * AdamW's, as the blocks' do. */
 typedef struct experts_io {
@@ -407,12 +409,12 @@ typedef struct experts_io {
 } experts_io_t;
 
 static void experts_io(const msr_plan_rank_t *r, const msr_plan_cluster_t *c, int micros,
-                       experts_io_t *o)
+                       int rewrites, experts_io_t *o)
 {
     double b = (double)r->offload_eparam_b, g = (double)r->offload_egrads_b, n = micros;
     o->fwd = msr_plan_disk_ms(c, n * b, 0);
     o->bwd = msr_plan_disk_ms(c, n * (b + g), n * g);
-    o->norm = msr_plan_disk_ms(c, g, 0);
+    o->norm = msr_plan_disk_ms(c, g, rewrites ? g : 0);
     o->upd = msr_plan_disk_ms(c, b + g, b);
 }
 
@@ -456,7 +458,8 @@ static void stage_offload(const msr_plan_model_t *m, const msr_plan_layout_t *l,
     double nf = (double)r.offload_acts_n > n ? (double)r.offload_acts_n : n;
     double gio = msr_plan_disk_ms(c, (double)r.offload_grads_r, (double)r.offload_grads_w);
     experts_io_t e;
-    experts_io(&r, c, l->micros, &e);
+    int reps = l->dp / msr_plan_ep(l) * msr_plan_cp(l);
+    experts_io(&r, c, l->micros, l->zero < 3 && reps > 1, &e);
     *io_p = oio + spill + fetch + 2 * pread + pupd + gio + e.fwd + e.bwd + e.norm + e.upd;
     *exposed_p = firsts + gio + e.norm + msr_plan_io_exposed_ms(optim, oio + pupd + e.upd) +
                  msr_plan_io_exposed_ms(nf * sc.fwd, spill + pread + e.fwd) +

@@ -5453,9 +5453,9 @@ test: ^test_parallel_train_gpt_offload_moe$
 file: parallel/train_experts_disk.c
 test: ^test_parallel_train_gpt_offload_moe$
 <<<
-    int gdisk = tr->cfg.par.grads_offload.mode == MSR_OFFLOAD_DISK && tr->rep_size == 1;
-===
     int gdisk = tr->cfg.par.grads_offload.mode == MSR_OFFLOAD_DISK;
+===
+    int gdisk = tr->cfg.par.grads_offload.mode == MSR_OFFLOAD_DISK && tr->rep_size == 1;
 >>>
 
 @ experts_disk.file_grads_norm_skipped
@@ -5471,9 +5471,9 @@ test: ^test_parallel_train_gpt_offload_moe$
 file: planner/plan_mem.c
 test: ^test_parallel_plan_report_offload$
 <<<
-        if ((l->offload & MSR_PLAN_OFFLOAD_GRADS) && (reps == 1 || l->zero >= 3)) {
+        if (l->offload & MSR_PLAN_OFFLOAD_GRADS) {
 ===
-        if ((l->offload & MSR_PLAN_OFFLOAD_GRADS)) {
+        if ((l->offload & MSR_PLAN_OFFLOAD_GRADS) && reps == 1) {
 >>>
 
 @ experts_disk.z12_blocks_past_shard_not_gathered
@@ -5612,8 +5612,45 @@ test: ^test_parallel_train_gpt_offload_moe$
 file: planner/plan_mem.c
 test: ^test_parallel_plan_report_offload$
 <<<
-        if ((l->offload & MSR_PLAN_OFFLOAD_GRADS) && (reps == 1 || l->zero >= 3)) {
+        if (l->offload & MSR_PLAN_OFFLOAD_GRADS) {
 ===
-        if ((l->offload & MSR_PLAN_OFFLOAD_GRADS) && reps == 1) {
+        if ((l->offload & MSR_PLAN_OFFLOAD_GRADS) && (reps == 1 || l->zero >= 3)) {
+>>>
+@ experts_disk.z2_reduce_root_wrong
+file: parallel/train_experts_disk.c
+test: ^test_parallel_train_gpt_offload_moe$
+<<<
+            st = msr_comm_reduce(tr->rep_comm, send, g + lo, n, MSR_DTYPE_F32, MSR_OP_SUM, r);
+===
+            st = msr_comm_reduce(tr->rep_comm, send, g + lo, n, MSR_DTYPE_F32, MSR_OP_SUM, 0);
+>>>
+
+@ experts_disk.z2_reduce_not_written
+file: parallel/train_experts_disk.c
+test: ^test_parallel_train_gpt_offload_moe$
+<<<
+        if ((n = owned_in(tr, tr->rep_rank, k, &lo)) > 0)
+            tr->ed_gc.dirty = 1;
+===
+        if ((n = owned_in(tr, tr->rep_rank, k, &lo)) > 0)
+            tr->ed_gc.dirty = 0;
+>>>
+
+@ experts_disk.z2_reduce_norm_lost
+file: parallel/train_experts_disk.c
+test: ^test_parallel_train_gpt_offload_moe$
+<<<
+            sumsq += (double)g[lo + i] * g[lo + i];
+===
+            sumsq += (double)g[lo + i];
+>>>
+
+@ plan_mem.experts_grads_owned_blocks
+file: planner/plan_mem.c
+test: ^test_parallel_plan_offload_experts$
+<<<
+            uint64_t ob = zblk == 0 ? blocks : hi > lo ? (hi - 1) / per - lo / per + 1 : 0;
+===
+            uint64_t ob = blocks;
 >>>
 __END__

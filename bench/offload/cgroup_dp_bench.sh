@@ -26,8 +26,8 @@
 #   model's options, GPT): their parameters go to a file of their own
 #   beside the blocks' (under ZeRO 3 with replicas, EP < RANKS, each
 #   rank's shares of them); under GRADS their gradients go to a file
-#   too where no replica shares a rank's experts (EP = RANKS) and under
-#   ZeRO 3 (each rank's shares of the replicas' sums).
+#   too (under ZeRO 3 with replicas each rank's shares of the replicas'
+#   sums).
 # Prints a table; docs/performance.md "A quarter of the state per rank" has
 # results.
 set -euo pipefail
@@ -108,9 +108,11 @@ fi
 # ranks holding the same experts), their parameters read and written as
 # a block's (under ZeRO 3 with replicas each rank's share of a MoE block:
 # an upper bound there, as a pass's blocks still gathered are not read
-# again), and where no replica shares them (ep = ranks) or under ZeRO 3
-# under disk+grads their gradients (or shares) read and written back
-# around each backward and read by the norm and the update
+# again), and under disk+grads their gradients (or shares) read and
+# written back around each backward and read by the norm and the update
+# (under ZeRO 2 with replicas the norm's read is the reduce of the owned
+# parts, which writes back the blocks a rank owns a part of, the only
+# ones its update reads: counted as every block, an upper bound)
 io_bytes() {
     local share=$blk shard=$(((P - Pe + ranks - 1) / ranks)) acts=0 grd=0 grw=0 m=${3:-1}
     local reps=$((ranks / ep)) em=$((nmoe * eper)) er=0 ew=0 eshare=$eper
@@ -122,8 +124,9 @@ io_bytes() {
     if [[ $E -gt 0 ]]; then
         er=$((8 * ((em + reps - 1) / reps) + nmoe * es * (2 * m + 1)))
         ew=$((8 * ((em + reps - 1) / reps) + nmoe * es))
-        if [[ ($reps -eq 1 || $1 -ge 3) && $2 == disk+grads ]]; then
+        if [[ $2 == disk+grads ]]; then
             er=$((er + nmoe * es * (m + 2))) ew=$((ew + nmoe * es * m))
+            [[ $1 -ge 3 || $reps -eq 1 ]] || ew=$((ew + nmoe * es))
         fi
     fi
     echo "$((ranks * ((2 * m + 1) * L * b + 8 * shard + acts + grd + er)))" \

@@ -128,8 +128,8 @@ static const msr_opt_t specs[] = {
              "and its gradients out after; grads=disk:DIR (with "
              "optimizer=disk, --zero 2 or 3, data parallel alone): the rank's gradient shard in a "
              "file per rank under DIR, written as each bucket is reduced, read back in chunks by "
-             "the update (a MoE model's experts' beside their parameters' file, where no replica "
-             "sums them or under --zero 3 the rank's shares); several: comma-separated (none)"),
+             "the update (a MoE model's experts' beside their parameters' file, under --zero 3 "
+             "with replicas the rank's shares); several: comma-separated (none)"),
     OPT_INT("offload-chunk", offload_chunk, MSR_OFFLOAD_CHUNK_MIN, MSR_OFFLOAD_CHUNK_MAX,
             "--offload optimizer=disk: bytes per chunk (m and v of chunk/8 elements); "
             "optimizer=host on --device cuda: bytes of gradients a chunk moves; a multiple "

@@ -223,10 +223,10 @@ check 6 dp=2,tp=1,pp=1,sp=0,zero=1,recompute=none,micro_batch=1,ep=1 "${P[@]}" -
 pboth --offload-chunk 4096
 check 4 dp=2,tp=1,pp=1,sp=0,zero=3,recompute=none,micro_batch=1,ep=1 "${PO[@]}" --zero 3 \
     --bucket-mb 0.02 --zero-min-bytes 0 --offload-chunk 4096
-# and its experts' gradients in a file of their own under grads=disk
+# and its experts' gradients in a file of their own under grads=disk:
 # where no replica sums them (one process at ZeRO 2; ep 2 x dp 2 at
-# ZeRO 2) and ZeRO 3's shares of the replicas' sums (dp 2), resident
-# with replicas at ZeRO 2 (dp 2)
+# ZeRO 2), with replicas at ZeRO 2 (dp 2: each block's owned parts
+# reduced in it) and ZeRO 3's shares of the replicas' sums (dp 2)
 world=1
 gparams --offload-chunk 4096
 check 4 dp=1,tp=1,pp=1,sp=0,zero=2,recompute=none,micro_batch=2,ep=1 "${GP[@]}" --zero 2 \

@@ -87,14 +87,18 @@ static void test_experts(void)
     MSR_CHECK_EQ(slot, (big * 4 + 4095) / 4096 * 4096);
     MSR_CHECK_EQ(p.params,
                  base.params - 2 * (moe + dense) * 4 + (uint64_t)msr_params_resident_of(big, 4));
-    /* the gradients' offload is taken too: with 2 replicas summing them
-     * (ep 1 of dp 2) the experts' stay resident (their parameters go to a
-     * store of the whole MoE blocks' experts, 8 here, as without
-     * replicas); at ep 2 of dp 2 (no
-     * replica) the parameters and the gradients each go to a store of a
-     * MoE block's experts (4 of 8 here, 2 MoE blocks), each block read for
-     * both passes of each micro-batch and by the update, the gradients
-     * read and written around each backward and read by the norm too */
+    /* the gradients' offload is taken too: without the parameters' the
+     * experts' gradients stay resident; with it, at ep 1 of dp 2 (2
+     * replicas summing them) both go to a store of the whole MoE blocks'
+     * experts (8 here, 2 MoE blocks), the gradients read and written
+     * around each backward, each block read by the step's reduce of the
+     * owned parts, which writes back the one block rank 1 owns a part of
+     * (its half of the 16 experts is the second block), the only one its
+     * update reads; at ep 2 of dp 2 (no replica) the parameters and the
+     * gradients each go to a store of a MoE block's experts (4 of 8
+     * here), each block read for both passes of each micro-batch and by
+     * the update, the gradients read and written around each backward
+     * and read by the norm too */
     l.offload = MSR_PLAN_OFFLOAD_OPTIM | MSR_PLAN_OFFLOAD_GRADS;
     l.zero = 2;
     MSR_CHECK_MSG(msr_plan_check(&m, &l, why, sizeof why) == 0, "%s", why);
@@ -103,8 +107,13 @@ static void test_experts(void)
     MSR_CHECK(p.offload_eparam_r == 0 && p.offload_eparam_w == 0);
     l.offload |= MSR_PLAN_OFFLOAD_PARAMS;
     msr_plan_rank(&m, &l, MSR_PLAN_FP32, 1, &p);
-    MSR_CHECK_EQ(p.expert_params, (uint64_t)msr_params_resident_of(8 * (8 * C * C + 5 * C), 2));
-    MSR_CHECK_EQ(p.expert_grads, base.expert_grads);
+    uint64_t whole = 8 * (8 * C * C + 5 * C), wslot = (whole * 4 + 4095) / 4096 * 4096;
+    MSR_CHECK_EQ(p.expert_params, (uint64_t)msr_params_resident_of(whole, 2));
+    MSR_CHECK_EQ(p.expert_grads, p.expert_params);
+    MSR_CHECK_EQ(p.offload_eparam_r, 2 * wslot * (2 * 1 + 1) + wslot * (2 * (1 + 1) + 1));
+    MSR_CHECK_EQ(p.offload_eparam_w, 2 * wslot + wslot * (2 * 1 + 1));
+    msr_plan_rank(&m, &l, MSR_PLAN_FP32, 0, &p); /* rank 0: the first block */
+    MSR_CHECK_EQ(p.offload_eparam_w, 2 * wslot + wslot * (2 * 1 + 1));
     l.ep = 2;
     MSR_CHECK_MSG(msr_plan_check(&m, &l, why, sizeof why) == 0, "%s", why);
     msr_plan_rank(&m, &l, MSR_PLAN_FP32, 1, &p);
@@ -113,15 +122,17 @@ static void test_experts(void)
     MSR_CHECK_EQ(p.expert_grads, p.expert_params);
     MSR_CHECK_EQ(p.offload_eparam_r, 2 * eslot * ((2 * 1 + 1) + (1 + 2))); /* 1 micro-batch */
     MSR_CHECK_EQ(p.offload_eparam_w, 2 * eslot * (1 + 1));
-    /* the time model moves them at the disk's rates */
+    /* the time model moves them at the disk's rates: more with the
+     * gradients' store than without it */
     msr_plan_cluster_default(&c);
     c.disk_read_gbs = 2, c.disk_write_gbs = 0.5;
     msr_plan_time_t te, tn;
     msr_plan_time(&m, &l, MSR_PLAN_FP32, &c, &te);
-    l.ep = 1;
+    l.offload &= ~MSR_PLAN_OFFLOAD_GRADS;
     msr_plan_time(&m, &l, MSR_PLAN_FP32, &c, &tn);
     MSR_CHECK_MSG(te.offload_io_ms > tn.offload_io_ms, "%g ms against %g", te.offload_io_ms,
                   tn.offload_io_ms);
+    l.ep = 1;
     l.zero = 1;
     /* --offload auto: a budget that only the moments' offload meets
      * (under full recompute, the lowest activations; ep 1: at ep 2 the
