@@ -371,23 +371,40 @@ static msr_status_t gather_to(msr_trainer_t *tr, int k)
     return st;
 }
 
+/* Block k's parts reduce-scattered through ed_gath: replica r's owned
+ * elements of the block in its slot of m floats (the rest zero), the
+ * reduced slot of this rank's back into the block. Every slot is folded
+ * as the in-memory path's reduce-scatter folds its blocks (on one node
+ * in rank order, whatever the replica count). */
+static msr_status_t reduce_block(msr_trainer_t *tr, int k, float *g)
+{
+    size_t m = MSR_MIN(tr->eblk, tr->ed_per), lo, n;
+    float *slots = tr->ed_gath, *mine = slots + (size_t)tr->rep_rank * m;
+    for (int r = 0; r < tr->rep_size; r++) {
+        float *slot = slots + (size_t)r * m;
+        n = owned_in(tr, r, k, &lo);
+        memcpy(slot, g + lo, n * sizeof(float));
+        memset(slot + n, 0, (m - n) * sizeof(float));
+    }
+    msr_status_t st =
+        msr_comm_reduce_scatter(tr->rep_comm, MSR_IN_PLACE, slots, m, MSR_DTYPE_F32, MSR_OP_SUM);
+    if (st != MSR_OK)
+        return msr_err_call(st, "train: the reduce-scatter of MoE block %d's expert gradients", k);
+    n = owned_in(tr, tr->rep_rank, k, &lo);
+    memcpy(g + lo, mine, n * sizeof(float));
+    return MSR_OK;
+}
+
 msr_status_t msr_train_experts_disk_reduce(msr_trainer_t *tr)
 {
     double sumsq = 0.0; /* element order, as the reduce-scatter's block */
     msr_status_t st = MSR_OK;
     size_t lo, n;
     for (int k = 0; k < held(tr) && st == MSR_OK; k++) {
-        if ((st = gcursor_to(tr, k)) != MSR_OK)
+        if ((st = gcursor_to(tr, k)) != MSR_OK ||
+            (st = reduce_block(tr, k, tr->ed_gc.buf)) != MSR_OK)
             break;
-        float *g = tr->ed_gc.buf;
-        for (int r = 0; r < tr->rep_size && st == MSR_OK; r++) {
-            if ((n = owned_in(tr, r, k, &lo)) == 0)
-                continue;
-            const void *send = r == tr->rep_rank ? MSR_IN_PLACE : (const void *)(g + lo);
-            st = msr_comm_reduce(tr->rep_comm, send, g + lo, n, MSR_DTYPE_F32, MSR_OP_SUM, r);
-            if (st != MSR_OK)
-                st = msr_err_call(st, "train: the reduce of MoE block %d's expert gradients", k);
-        }
+        const float *g = tr->ed_gc.buf;
         if ((n = owned_in(tr, tr->rep_rank, k, &lo)) > 0)
             tr->ed_gc.dirty = 1;
         for (size_t i = 0; i < n; i++)

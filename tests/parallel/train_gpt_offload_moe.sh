@@ -8,7 +8,8 @@
 # backward and its update: one process (with the moments offloaded too,
 # 4 KiB chunks: the chunks' cursor walks blocks of both sizes), dp 2
 # under ZeRO 1 (with the moments too) and ZeRO 3 (each block's share),
-# ep 2 among dp 2, tp 2 x dp 2 with sp, cp 2, pp 2 and bf16; fewer parameter
+# ep 2 among dp 2, tp 2 x dp 2 with sp, cp 2, pp 2 and bf16, and with
+# grads=disk ZeRO 2 and 3 (dp 2, and ZeRO 2 over 4 replicas); fewer parameter
 # bytes resident; no file left; stopped and resumed with the offload on
 # then off and off then on, each as the run never stopped, the restore
 # holding at most two blocks' bytes.
@@ -138,6 +139,12 @@ same z2 2 2 --dp 2 --zero 2 --bucket-mb 0.02 -- "${G[@]}"
 grep -q "rank 1 experts' gradient offload: 22 written, 28 read back, 0 not read ahead" \
     "$work/z2-off.out" ||
     fail "z2-off: the experts' gradients: $(grep "experts'" "$work/z2-off.out")"
+# 4 replicas: each block's owned parts summed as the reduce-scatter
+# without offload sums them (in rank order on one node). The parts here
+# are above the shared-memory limit, where a reduce's tiles would fold in
+# rank order too; its tree, forced, stands in for smaller ones and
+# other nodes, and sums ((0 + 1) + (2 + 3)): another rounding
+MSR_COMM_ALGO_REDUCE=binomial same z2-4 4 1 --dp 4 --zero 2 --bucket-mb 0.02 -- "${G[@]}"
 rm -rf "$work/ck" "$work/ck-z2g.log"
 offload_run ck-z2g 2 --dp 2 --zero 2 --bucket-mb 0.02 "${G[@]}" --steps 2 --ckpt-every 2 \
     --ckpt-dir "$work/ck"
