@@ -214,6 +214,9 @@ typedef struct msr_plan_rank {
     uint64_t offload_eparam_b; /* of them, one pass over the experts' blocks (every held
                                 * MoE block's slot once; 0: none) */
     uint64_t offload_egrads_b; /* the same of their gradients' file (0: resident) */
+    uint64_t offload_eowned_b; /* of it, the blocks the update reads: under ZeRO 1-2 over
+                                * replicas those this rank owns a part of (which the
+                                * step's reduce writes back), else every one */
     uint64_t total;            /* the kinds above at once: the state, comm, work and shm, plus
                                 * the larger of activations with the temporaries alive beside
                                 * them in backward, and the temporaries after backward (the

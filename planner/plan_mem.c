@@ -309,6 +309,7 @@ static void rank_experts(const msr_plan_model_t *m, const msr_plan_layout_t *l,
             uint64_t ob = zblk == 0 ? blocks : hi > lo ? (hi - 1) / per - lo / per + 1 : 0;
             o->expert_grads = o->expert_params;
             o->offload_egrads_b = blocks * slot;
+            o->offload_eowned_b = ob * slot;
             o->offload_eparam_r += slot * (blocks * ((uint64_t)l->micros + 1) + ob);
             o->offload_eparam_w += slot * (blocks * (uint64_t)l->micros + (zblk > 0 ? ob : 0));
         }

@@ -400,8 +400,10 @@ static void stage_dp(const msr_plan_model_t *m, const msr_plan_layout_t *lp,
  * block's gradients (the step's first reads them as well, then zeroes
  * them), the norm reads them once more, a block at a time with nothing to
  * hide behind (under ZeRO 2 with replicas that is the reduce of each
- * block's owned parts, which writes them back: rewrites), and the update
- * reads both and writes the parameters. The
+ * block's owned parts, which writes back the blocks the rank owns a part
+ * of: rewrites), and the update reads the parameters and those blocks'
+ * gradients (every block's without replicas) and writes the parameters
+ * (the memory model's offload_eparam_r and _w, in the passes). The
  * passes' I/O hides behind the passes' compute, the update's behind
  * AdamW's, as the blocks' do. */
 typedef struct experts_io {
@@ -412,10 +414,11 @@ static void experts_io(const msr_plan_rank_t *r, const msr_plan_cluster_t *c, in
                        int rewrites, experts_io_t *o)
 {
     double b = (double)r->offload_eparam_b, g = (double)r->offload_egrads_b, n = micros;
+    double own = (double)r->offload_eowned_b;
     o->fwd = msr_plan_disk_ms(c, n * b, 0);
     o->bwd = msr_plan_disk_ms(c, n * (b + g), n * g);
-    o->norm = msr_plan_disk_ms(c, g, rewrites ? g : 0);
-    o->upd = msr_plan_disk_ms(c, b + g, b);
+    o->norm = msr_plan_disk_ms(c, g, rewrites ? own : 0);
+    o->upd = msr_plan_disk_ms(c, b + own, b);
 }
 
 /* The offloads' disk I/O on pipeline stage s, ms a step: all of it

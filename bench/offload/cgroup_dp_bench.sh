@@ -112,10 +112,22 @@ fi
 # written back around each backward and read by the norm and the update
 # (under ZeRO 2 with replicas the norm's read is the reduce of the owned
 # parts, which writes back the blocks a rank owns a part of, the only
-# ones its update reads: counted as every block, an upper bound)
+# ones its update reads: owned_blocks)
+# owned_blocks REPS: the MoE blocks the ranks of a replica group own a
+# part of, summed over the group (a replica's block of the experts,
+# ceil(nmoe x eper / REPS) elements, spans these)
+owned_blocks() {
+    local reps=$1 n=$((nmoe * eper)) z lo hi r sum=0
+    z=$(((n + reps - 1) / reps))
+    for ((r = 0; r < reps; r++)); do
+        lo=$((r * z < n ? r * z : n)) hi=$((r * z + z < n ? r * z + z : n))
+        [[ $hi -le $lo ]] || sum=$((sum + (hi - 1) / eper - lo / eper + 1))
+    done
+    echo "$sum"
+}
 io_bytes() {
     local share=$blk shard=$(((P - Pe + ranks - 1) / ranks)) acts=0 grd=0 grw=0 m=${3:-1}
-    local reps=$((ranks / ep)) em=$((nmoe * eper)) er=0 ew=0 eshare=$eper
+    local reps=$((ranks / ep)) em=$((nmoe * eper)) er=0 ew=0 eshare=$eper own=0
     [[ $1 -lt 3 ]] || share=$(((blk + ranks - 1) / ranks))
     [[ $1 -lt 3 || $reps -eq 1 ]] || eshare=$(((eper + reps - 1) / reps))
     [[ $2 != disk+acts ]] || acts=$((L * ((4 * mbatch * T * C + 4095) / 4096 * 4096)))
@@ -124,13 +136,15 @@ io_bytes() {
     if [[ $E -gt 0 ]]; then
         er=$((8 * ((em + reps - 1) / reps) + nmoe * es * (2 * m + 1)))
         ew=$((8 * ((em + reps - 1) / reps) + nmoe * es))
-        if [[ $2 == disk+grads ]]; then
+        if [[ $2 == disk+grads && ($1 -ge 3 || $reps -eq 1) ]]; then
             er=$((er + nmoe * es * (m + 2))) ew=$((ew + nmoe * es * m))
-            [[ $1 -ge 3 || $reps -eq 1 ]] || ew=$((ew + nmoe * es))
+        elif [[ $2 == disk+grads ]]; then # the update's reads, the reduce's writes
+            er=$((er + nmoe * es * (m + 1))) ew=$((ew + nmoe * es * m))
+            own=$((ep * $(owned_blocks "$reps") * es))
         fi
     fi
-    echo "$((ranks * ((2 * m + 1) * L * b + 8 * shard + acts + grd + er)))" \
-        "$((ranks * (L * b + 8 * shard + acts + grw + ew)))"
+    echo "$((ranks * ((2 * m + 1) * L * b + 8 * shard + acts + grd + er) + own))" \
+        "$((ranks * (L * b + 8 * shard + acts + grw + ew) + own))"
 }
 read -r most _ < <(io_bytes 2 disk+acts)
 read -r most_g _ < <(io_bytes 2 disk+grads 2)

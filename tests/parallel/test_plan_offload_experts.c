@@ -245,6 +245,30 @@ static void test_experts_time(void)
     msr_plan_time(&m, &l, MSR_PLAN_FP32, &c, &t);
     MSR_CHECK_MSG(fabs(t.offload_ms - firsts) <= 1e-9 * firsts, "%g ms against %g", t.offload_ms,
                   firsts);
+    /* ZeRO 2 over 2 replicas (ep 1 of dp 2): the step's reduce reads
+     * every block's gradients and writes back the one block rank 0 owns a
+     * part of, the only one whose gradients its update reads; the time
+     * model moves what the memory model counts, and the step pays the
+     * reduce's read and write */
+    l = layout(2, 1, 2, MSR_PLAN_RC_NONE, 2, 3);
+    l.offload_chunk = 4096;
+    l.offload = MSR_PLAN_OFFLOAD_OPTIM | MSR_PLAN_OFFLOAD_PARAMS | MSR_PLAN_OFFLOAD_GRADS;
+    MSR_CHECK_MSG(msr_plan_check(&m, &l, why, sizeof why) == 0, "%s", why);
+    msr_plan_rank(&m, &l, MSR_PLAN_FP32, 0, &r);
+    MSR_CHECK(r.offload_egrads_b == 2 * eslot && r.offload_eowned_b == eslot);
+    msr_plan_time(&m, &l, MSR_PLAN_FP32, &c, &t);
+    msr_plan_offload_params_io(&m, &l, 0, &slot, &blocks);
+    all = msr_plan_disk_ms(
+        &c,
+        (double)(r.offload_optim_io + r.offload_grads_r + r.offload_eparam_r +
+                 blocks * slot * (2 * 3 + 1)),
+        (double)(r.offload_optim_io + r.offload_grads_w + r.offload_eparam_w + blocks * slot));
+    MSR_CHECK_MSG(fabs(t.offload_io_ms - all) <= 1e-9 * all, "%g ms against %g", t.offload_io_ms,
+                  all);
+    firsts = (2 * 3 + 1) * msr_plan_disk_ms(&c, (double)slot, 0);
+    gio = msr_plan_disk_ms(&c, (double)r.offload_grads_r, (double)r.offload_grads_w);
+    want = firsts + gio + msr_plan_disk_ms(&c, 2.0 * (double)eslot, (double)eslot);
+    MSR_CHECK_MSG(fabs(t.offload_ms - want) <= 1e-9 * want, "%g ms against %g", t.offload_ms, want);
 }
 
 static const msr_test_t tests[] = {
