@@ -5317,6 +5317,42 @@ test: ^test_parallel_train_gpt_offload_moe$
                 memcpy(buf, tr->ed_gath + (size_t)r * m, n * sizeof(float));
 >>>
 
+@ experts_disk.z2_reduce_part_from_block_start
+file: parallel/train_experts_disk.c
+test: ^test_parallel_train_gpt_offload_moe$
+<<<
+        memcpy(slot, g + lo, n * sizeof(float));
+===
+        memcpy(slot, g, n * sizeof(float));
+>>>
+
+@ experts_disk.z2_reduce_takes_slot_0
+file: parallel/train_experts_disk.c
+test: ^test_parallel_train_gpt_offload_moe$
+<<<
+    float *slots = tr->ed_gath, *mine = slots + (size_t)tr->rep_rank * m;
+===
+    float *slots = tr->ed_gath, *mine = slots + 0 * (size_t)tr->rep_rank * m;
+>>>
+
+@ plan.experts_update_reads_every_block
+file: planner/plan_time.c
+test: ^test_parallel_plan_offload_experts$
+<<<
+    o->upd = msr_plan_disk_ms(c, b + own, b);
+===
+    o->upd = msr_plan_disk_ms(c, b + g + 0 * own, b);
+>>>
+
+@ plan.experts_reduce_rewrites_every_block
+file: planner/plan_time.c
+test: ^test_parallel_plan_offload_experts$
+<<<
+    o->norm = msr_plan_disk_ms(c, g, rewrites ? own : 0);
+===
+    o->norm = msr_plan_disk_ms(c, g, rewrites ? g : 0);
+>>>
+
 @ experts_disk.z12_restore_at_shard_space
 file: parallel/train_ckpt.c
 test: ^test_parallel_train_gpt_offload_moe$
@@ -5616,13 +5652,15 @@ test: ^test_parallel_plan_report_offload$
 ===
         if ((l->offload & MSR_PLAN_OFFLOAD_GRADS) && (reps == 1 || l->zero >= 3)) {
 >>>
-@ experts_disk.z2_reduce_root_wrong
+@ experts_disk.z2_reduce_part_of_rank_0
 file: parallel/train_experts_disk.c
 test: ^test_parallel_train_gpt_offload_moe$
 <<<
-            st = msr_comm_reduce(tr->rep_comm, send, g + lo, n, MSR_DTYPE_F32, MSR_OP_SUM, r);
+    n = owned_in(tr, tr->rep_rank, k, &lo);
+    memcpy(g + lo, mine, n * sizeof(float));
 ===
-            st = msr_comm_reduce(tr->rep_comm, send, g + lo, n, MSR_DTYPE_F32, MSR_OP_SUM, 0);
+    n = owned_in(tr, 0, k, &lo);
+    memcpy(g + lo, mine, n * sizeof(float));
 >>>
 
 @ experts_disk.z2_reduce_not_written

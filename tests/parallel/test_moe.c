@@ -179,6 +179,15 @@ static void fl_make(fl_t *f, const ref_t *r)
     f->g.experts = f->grads + TE * TC;
 }
 
+/* Two float layers f and g over one reference of seed, rounded to float. */
+static void fl_pair(ref_t *r, uint64_t seed, fl_t *f, fl_t *g)
+{
+    ref_init(r, seed);
+    round_ref(r);
+    fl_make(f, r);
+    fl_make(g, r);
+}
+
 static double max_rel(const float *a, const double *b, size_t n)
 {
     double d = 0.0, m = 0.0;
@@ -529,11 +538,8 @@ static void test_external(void)
 static void test_shared(void)
 {
     ref_t r;
-    ref_init(&r, 29);
-    round_ref(&r);
     fl_t f, g;
-    fl_make(&f, &r);
-    fl_make(&g, &r);
+    fl_pair(&r, 29, &f, &g);
     msr_moe_destroy(f.moe);
     msr_moe_destroy(g.moe);
     f.cfg.layers = g.cfg.layers = 3; /* a MoE block in each */
@@ -573,11 +579,8 @@ static void test_shared(void)
 static void test_aux_smaller(void)
 {
     ref_t r;
-    ref_init(&r, 11);
-    round_ref(&r);
     fl_t f, g;
-    fl_make(&f, &r);
-    fl_make(&g, &r);
+    fl_pair(&r, 11, &f, &g);
     double aux, fresh;
     MSR_CHECK_EQ(msr_moe_forward(f.moe, 0, &f.p, f.x, TN, f.y, &aux), MSR_OK);
     MSR_CHECK_EQ(msr_moe_forward(f.moe, 0, &f.p, f.x, TN / 2, f.y, &aux), MSR_OK);
