@@ -194,13 +194,40 @@ static void test_auto_experts_grads(void)
     free(plans);
 }
 
+/* Layout l's step on rank 0 (4 blocks, 3 micro-batches) priced at c: its
+ * disk I/O is every byte the memory model counts, and compute-bound the
+ * step pays the blocks' first reads, the gradient shard's I/O (never
+ * credited) and norm_ms, the experts' gradients' norm (or reduce). */
+static void check_step_io(const msr_plan_model_t *m, const msr_plan_layout_t *l,
+                          const msr_plan_cluster_t *c, double norm_ms)
+{
+    msr_plan_rank_t r;
+    msr_plan_rank(m, l, MSR_PLAN_FP32, 0, &r);
+    msr_plan_time_t t;
+    msr_plan_time(m, l, MSR_PLAN_FP32, c, &t);
+    uint64_t slot, blocks;
+    msr_plan_offload_params_io(m, l, 0, &slot, &blocks);
+    MSR_CHECK(blocks == 4 && slot > 0);
+    double all = msr_plan_disk_ms(
+        c,
+        (double)(r.offload_optim_io + r.offload_grads_r + r.offload_eparam_r +
+                 blocks * slot * (2 * 3 + 1)),
+        (double)(r.offload_optim_io + r.offload_grads_w + r.offload_eparam_w + blocks * slot));
+    MSR_CHECK_MSG(fabs(t.offload_io_ms - all) <= 1e-9 * all, "%g ms against %g", t.offload_io_ms,
+                  all);
+    double firsts = (2 * 3 + 1) * msr_plan_disk_ms(c, (double)slot, 0);
+    double gio = msr_plan_disk_ms(c, (double)r.offload_grads_r, (double)r.offload_grads_w);
+    double want = firsts + gio + norm_ms;
+    MSR_CHECK_MSG(fabs(t.offload_ms - want) <= 1e-9 * want, "%g ms against %g", t.offload_ms, want);
+}
+
 /* A MoE model on one rank with its experts' parameters and gradients in
  * files: each pass reads a pass's worth of blocks, each backward reads and
  * writes the gradients' too, the norm reads them once more and the update
- * reads both and writes the parameters. Compute-bound, the step pays the
- * blocks' first reads, the gradient shard's I/O (never credited) and the
- * norm's read of the experts' gradients, which has nothing to hide
- * behind. */
+ * reads both and writes the parameters; the norm's read has nothing to
+ * hide behind. ZeRO 2 over 2 replicas (ep 1 of dp 2): the step's reduce
+ * reads every block's gradients and writes back the one block rank 0
+ * owns a part of, the only one whose gradients its update reads. */
 static void test_experts_time(void)
 {
     msr_plan_model_t m = {MSR_PLAN_GPT, 4, 128, 4, 4, 512, 256, 64, 8, 2, 2, 1.25};
@@ -215,60 +242,26 @@ static void test_experts_time(void)
      * whole pages each */
     uint64_t C = 128, eslot = (8 * (8 * C * C + 5 * C) * 4 + 4095) / 4096 * 4096;
     uint64_t b = r.offload_eparam_b, g = r.offload_egrads_b;
-    MSR_CHECK(b == 2 * eslot && g == b);
+    MSR_CHECK(b == 2 * eslot && g == b && r.offload_eowned_b == g);
     MSR_CHECK_EQ(r.offload_eparam_r, b * (2 * 3 + 1) + g * (3 + 2));
     MSR_CHECK_EQ(r.offload_eparam_w, b + 3 * g);
     msr_plan_cluster_t c;
     msr_plan_cluster_default(&c);
     c.disk_read_gbs = 1e5, c.disk_write_gbs = 2e5;
-    msr_plan_time_t t;
-    msr_plan_time(&m, &l, MSR_PLAN_FP32, &c, &t);
-    uint64_t slot, blocks;
-    msr_plan_offload_params_io(&m, &l, 0, &slot, &blocks);
-    MSR_CHECK(blocks == 4 && slot > 0);
-    double all = msr_plan_disk_ms(
-        &c,
-        (double)(r.offload_optim_io + r.offload_grads_r + r.offload_eparam_r +
-                 blocks * slot * (2 * 3 + 1)),
-        (double)(r.offload_optim_io + r.offload_grads_w + r.offload_eparam_w + blocks * slot));
-    MSR_CHECK_MSG(fabs(t.offload_io_ms - all) <= 1e-9 * all, "%g ms against %g", t.offload_io_ms,
-                  all);
-    double firsts = (2 * 3 + 1) * msr_plan_disk_ms(&c, (double)slot, 0);
-    double gio = msr_plan_disk_ms(&c, (double)r.offload_grads_r, (double)r.offload_grads_w);
-    double want = firsts + gio + msr_plan_disk_ms(&c, (double)g, 0);
-    MSR_CHECK_MSG(fabs(t.offload_ms - want) <= 1e-9 * want, "%g ms against %g", t.offload_ms, want);
+    check_step_io(&m, &l, &c, msr_plan_disk_ms(&c, (double)g, 0));
     /* their gradients resident (the optimizer's and the parameters'
      * offloads alone): no norm's read to pay */
     l.offload = MSR_PLAN_OFFLOAD_OPTIM | MSR_PLAN_OFFLOAD_PARAMS;
     msr_plan_rank(&m, &l, MSR_PLAN_FP32, 0, &r);
-    MSR_CHECK(r.offload_eparam_b == b && r.offload_egrads_b == 0);
-    msr_plan_time(&m, &l, MSR_PLAN_FP32, &c, &t);
-    MSR_CHECK_MSG(fabs(t.offload_ms - firsts) <= 1e-9 * firsts, "%g ms against %g", t.offload_ms,
-                  firsts);
-    /* ZeRO 2 over 2 replicas (ep 1 of dp 2): the step's reduce reads
-     * every block's gradients and writes back the one block rank 0 owns a
-     * part of, the only one whose gradients its update reads; the time
-     * model moves what the memory model counts, and the step pays the
-     * reduce's read and write */
+    MSR_CHECK(r.offload_eparam_b == b && r.offload_egrads_b == 0 && r.offload_eowned_b == 0);
+    check_step_io(&m, &l, &c, 0);
     l = layout(2, 1, 2, MSR_PLAN_RC_NONE, 2, 3);
     l.offload_chunk = 4096;
     l.offload = MSR_PLAN_OFFLOAD_OPTIM | MSR_PLAN_OFFLOAD_PARAMS | MSR_PLAN_OFFLOAD_GRADS;
     MSR_CHECK_MSG(msr_plan_check(&m, &l, why, sizeof why) == 0, "%s", why);
     msr_plan_rank(&m, &l, MSR_PLAN_FP32, 0, &r);
     MSR_CHECK(r.offload_egrads_b == 2 * eslot && r.offload_eowned_b == eslot);
-    msr_plan_time(&m, &l, MSR_PLAN_FP32, &c, &t);
-    msr_plan_offload_params_io(&m, &l, 0, &slot, &blocks);
-    all = msr_plan_disk_ms(
-        &c,
-        (double)(r.offload_optim_io + r.offload_grads_r + r.offload_eparam_r +
-                 blocks * slot * (2 * 3 + 1)),
-        (double)(r.offload_optim_io + r.offload_grads_w + r.offload_eparam_w + blocks * slot));
-    MSR_CHECK_MSG(fabs(t.offload_io_ms - all) <= 1e-9 * all, "%g ms against %g", t.offload_io_ms,
-                  all);
-    firsts = (2 * 3 + 1) * msr_plan_disk_ms(&c, (double)slot, 0);
-    gio = msr_plan_disk_ms(&c, (double)r.offload_grads_r, (double)r.offload_grads_w);
-    want = firsts + gio + msr_plan_disk_ms(&c, 2.0 * (double)eslot, (double)eslot);
-    MSR_CHECK_MSG(fabs(t.offload_ms - want) <= 1e-9 * want, "%g ms against %g", t.offload_ms, want);
+    check_step_io(&m, &l, &c, msr_plan_disk_ms(&c, 2.0 * (double)eslot, (double)eslot));
 }
 
 static const msr_test_t tests[] = {
