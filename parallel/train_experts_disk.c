@@ -39,7 +39,8 @@ static const float *resident_grads(const msr_trainer_t *tr)
 }
 
 /* ZeRO 1-2 with replicas: the floats of the per-block gather, a part of
- * each replica's (no rank's owned elements of a block are more). */
+ * each replica's (no rank's owned elements of a block are more), and at
+ * least a block (the replicas' parts cover every held block). */
 static size_t gath_floats(const msr_trainer_t *tr)
 {
     return (size_t)tr->rep_size * MSR_MIN(tr->eblk, tr->ed_per);
@@ -371,27 +372,22 @@ static msr_status_t gather_to(msr_trainer_t *tr, int k)
     return st;
 }
 
-/* Block k's parts reduce-scattered through ed_gath: replica r's owned
- * elements of the block in its slot of m floats (the rest zero), the
- * reduced slot of this rank's back into the block. Every slot is folded
- * as the in-memory path's reduce-scatter folds its blocks (on one node
- * in rank order, whatever the replica count). */
+/* Block k's sum over the replicas into ed_gath (one allreduce of the
+ * block: ed_gath holds the replicas' parts of a block, at least a
+ * block), this rank's owned part of it copied back into the block. On
+ * one node the allreduce folds in rank order, as the in-memory path's
+ * reduce-scatter does, whatever the replica count; each rank writes its
+ * block once to the shared segment (a reduce-scatter would need each
+ * replica's part padded to a common slot, up to replicas x the block). */
 static msr_status_t reduce_block(msr_trainer_t *tr, int k, float *g)
 {
-    size_t m = MSR_MIN(tr->eblk, tr->ed_per), lo, n;
-    float *slots = tr->ed_gath, *mine = slots + (size_t)tr->rep_rank * m;
-    for (int r = 0; r < tr->rep_size; r++) {
-        float *slot = slots + (size_t)r * m;
-        n = owned_in(tr, r, k, &lo);
-        memcpy(slot, g + lo, n * sizeof(float));
-        memset(slot + n, 0, (m - n) * sizeof(float));
-    }
+    float *sum = tr->ed_gath;
     msr_status_t st =
-        msr_comm_reduce_scatter(tr->rep_comm, MSR_IN_PLACE, slots, m, MSR_DTYPE_F32, MSR_OP_SUM);
+        msr_comm_allreduce(tr->rep_comm, g, sum, tr->ed_per, MSR_DTYPE_F32, MSR_OP_SUM);
     if (st != MSR_OK)
-        return msr_err_call(st, "train: the reduce-scatter of MoE block %d's expert gradients", k);
-    n = owned_in(tr, tr->rep_rank, k, &lo);
-    memcpy(g + lo, mine, n * sizeof(float));
+        return msr_err_call(st, "train: the allreduce of MoE block %d's expert gradients", k);
+    size_t lo, n = owned_in(tr, tr->rep_rank, k, &lo);
+    memcpy(g + lo, sum + lo, n * sizeof(float));
     return MSR_OK;
 }
 

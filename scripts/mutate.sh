@@ -5321,18 +5321,9 @@ test: ^test_parallel_train_gpt_offload_moe$
 file: parallel/train_experts_disk.c
 test: ^test_parallel_train_gpt_offload_moe$
 <<<
-        memcpy(slot, g + lo, n * sizeof(float));
+    memcpy(g + lo, sum + lo, n * sizeof(float));
 ===
-        memcpy(slot, g, n * sizeof(float));
->>>
-
-@ experts_disk.z2_reduce_takes_slot_0
-file: parallel/train_experts_disk.c
-test: ^test_parallel_train_gpt_offload_moe$
-<<<
-    float *slots = tr->ed_gath, *mine = slots + (size_t)tr->rep_rank * m;
-===
-    float *slots = tr->ed_gath, *mine = slots + 0 * (size_t)tr->rep_rank * m;
+    memcpy(g + lo, sum, n * sizeof(float));
 >>>
 
 @ plan.experts_update_reads_every_block
@@ -5656,13 +5647,12 @@ test: ^test_parallel_plan_report_offload$
 file: parallel/train_experts_disk.c
 test: ^test_parallel_train_gpt_offload_moe$
 <<<
-    n = owned_in(tr, tr->rep_rank, k, &lo);
-    memcpy(g + lo, mine, n * sizeof(float));
+    size_t lo, n = owned_in(tr, tr->rep_rank, k, &lo);
+    memcpy(g + lo, sum + lo, n * sizeof(float));
 ===
-    n = owned_in(tr, 0, k, &lo);
-    memcpy(g + lo, mine, n * sizeof(float));
+    size_t lo, n = owned_in(tr, 0, k, &lo);
+    memcpy(g + lo, sum + lo, n * sizeof(float));
 >>>
-
 @ experts_disk.z2_reduce_not_written
 file: parallel/train_experts_disk.c
 test: ^test_parallel_train_gpt_offload_moe$

@@ -139,11 +139,12 @@ same z2 2 2 --dp 2 --zero 2 --bucket-mb 0.02 -- "${G[@]}"
 grep -q "rank 1 experts' gradient offload: 22 written, 28 read back, 0 not read ahead" \
     "$work/z2-off.out" ||
     fail "z2-off: the experts' gradients: $(grep "experts'" "$work/z2-off.out")"
-# 4 replicas: each block's owned parts summed as the reduce-scatter
-# without offload sums them (in rank order on one node). The parts here
-# are above the shared-memory limit, where a reduce's tiles would fold in
-# rank order too; its tree, forced, stands in for smaller ones and
-# other nodes, and sums ((0 + 1) + (2 + 3)): another rounding
+# 4 replicas: each block summed as the reduce-scatter without offload
+# sums it (in rank order on one node: one allreduce a block). A reduce to
+# each part's owner, as before, fails here: the parts are above the
+# shared-memory limit, where its tiles would fold in rank order too, but
+# its tree, forced, stands in for smaller parts and other nodes, and sums
+# ((0 + 1) + (2 + 3)): another rounding
 MSR_COMM_ALGO_REDUCE=binomial same z2-4 4 1 --dp 4 --zero 2 --bucket-mb 0.02 -- "${G[@]}"
 rm -rf "$work/ck" "$work/ck-z2g.log"
 offload_run ck-z2g 2 --dp 2 --zero 2 --bucket-mb 0.02 "${G[@]}" --steps 2 --ckpt-every 2 \
