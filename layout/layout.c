@@ -189,11 +189,17 @@ msr_layout_dims_t msr_layout_dims(int micro_batch, int max_seq, int channels, in
     d.NHl = heads / tp;
     d.Hl = 4 * channels / tp;
     d.glu = 0;
+    d.hc = 0;
     d.Vl = vocab / tp;
     d.Tl = sp ? d.T / tp : d.T;
     d.N = (size_t)d.B * (size_t)d.T;
     d.Nl = (size_t)d.B * (size_t)d.Tl;
     return d;
+}
+
+void msr_layout_head_chunk(msr_layout_dims_t *d, int rows)
+{
+    d->hc = rows <= 0 ? 0 : rows < d->Vl ? rows : d->Vl;
 }
 
 size_t msr_layout_block_act(const msr_layout_dims_t *d, int a, int *kept_p)
@@ -253,8 +259,8 @@ size_t msr_layout_head_act(const msr_layout_dims_t *d, int a)
     case MSR_ACT_LNF_MEAN:
     case MSR_ACT_LNF_RSTD:
         return d->Nl;
-    case MSR_ACT_PROBS:
-        return d->N * (size_t)d->Vl;
+    case MSR_ACT_PROBS: /* a chunked head's maximum, sum and target logit a row */
+        return d->hc > 0 ? 3 * d->N : d->N * (size_t)d->Vl;
     }
     return 0;
 }
@@ -343,7 +349,7 @@ size_t msr_layout_work(const msr_layout_dims_t *d, int w)
         return (size_t)d->T * (size_t)d->T;
     case MSR_WORK_LOGITS:
     case MSR_WORK_DLOGITS:
-        return N * (size_t)d->Vl;
+        return N * (size_t)(d->hc > 0 ? d->hc : d->Vl);
     case MSR_WORK_LOSSES:
     case MSR_WORK_RMAX:
         return N;

@@ -177,11 +177,21 @@ typedef struct msr_layout_dims {
     int Tl;                       /* positions held outside the tensor-parallel layers */
     int glu;      /* 0: the GPT's MLP; 1: a gated MLP (a Llama's SwiGLU: Hl its width, its
                    * fc output and that output's gradient 2 Hl wide: gate and up) */
+    int hc;       /* the head's vocabulary rows a chunk (msr_layout_head_chunk); 0: all Vl */
     size_t N, Nl; /* token rows: all of them, held outside */
 } msr_layout_dims_t;
 
 msr_layout_dims_t msr_layout_dims(int micro_batch, int max_seq, int channels, int heads, int vocab,
                                   int tp, int sp, int cp, int mode);
+
+/* The chunked head (train_gpt --head-chunk): the head computes its Vl
+ * logits `rows` vocabulary rows at a time (at most Vl: one chunk), folding
+ * each chunk into every row's maximum, sum of exponentials and target
+ * logit, and its backward computes each chunk's logits again. The work
+ * space then holds one chunk's logits and probabilities (N, hc) and a
+ * frame keeps those three numbers a row instead of the probabilities
+ * (N, Vl). rows <= 0: the whole head (hc 0). */
+void msr_layout_head_chunk(msr_layout_dims_t *d, int rows);
 
 /* One block's activations, in the order the runtime carves them. */
 enum {
@@ -210,7 +220,8 @@ enum {
 size_t msr_layout_block_act(const msr_layout_dims_t *d, int a, int *kept_p);
 
 /* The head's activations, all kept: the final norm, its mean and rstd,
- * the probabilities. */
+ * the probabilities (under a chunked head each row's maximum, sum of
+ * exponentials and target logit: 3 N). */
 enum { MSR_ACT_LNF, MSR_ACT_LNF_MEAN, MSR_ACT_LNF_RSTD, MSR_ACT_PROBS, MSR_ACT_HEAD_COUNT };
 size_t msr_layout_head_act(const msr_layout_dims_t *d, int a);
 
@@ -262,8 +273,8 @@ enum {
     MSR_WORK_DFCH,  /* (N, 4 C/tp) */
     MSR_WORK_DFCH_GELU,
     MSR_WORK_DATT,    /* (T, T): one head's */
-    MSR_WORK_LOGITS,  /* (N, V/tp) */
-    MSR_WORK_DLOGITS, /* (N, V/tp) */
+    MSR_WORK_LOGITS,  /* (N, V/tp); a chunked head's (N, hc), its gradient too */
+    MSR_WORK_DLOGITS, /* (N, V/tp); a chunked head's chunk probabilities (N, hc) */
     MSR_WORK_LOSSES,  /* (N) */
     MSR_WORK_RMAX,    /* (N) */
     MSR_WORK_RED,     /* (2 N) */

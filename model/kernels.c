@@ -93,6 +93,7 @@ static const msr_kernels_t cpu_kernels = {
     .vocab_max = msr_vocab_max,
     .vocab_exp_sums = msr_vocab_exp_sums,
     .vocab_loss = msr_vocab_loss,
+    .vocab_fold = msr_vocab_fold,
     .vocab_crossentropy_backward = msr_vocab_crossentropy_backward,
 };
 
@@ -150,6 +151,7 @@ const msr_kernels_t *msr_kernels_cpu(void)
     X(vocab_max)               \
     X(vocab_exp_sums)          \
     X(vocab_loss)              \
+    X(vocab_fold)              \
     X(vocab_crossentropy_backward)
 
 #define NAME(e)   #e,

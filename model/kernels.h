@@ -175,6 +175,8 @@ typedef struct msr_kernels {
                            const int *targets, int lo, size_t N, int V);
     void (*vocab_loss)(float *probs, float *losses, const float *rmax, const float *red, size_t N,
                        int V);
+    void (*vocab_fold)(float *M, float *S, float *Z, const float *m, const float *red, size_t N,
+                       int first);
     void (*vocab_crossentropy_backward)(float *dlogits, const float *probs, const int *targets,
                                         int lo, float dloss, size_t N, int V);
 } msr_kernels_t;

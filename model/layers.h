@@ -399,6 +399,13 @@ void msr_vocab_exp_sums(float *probs, float *red, const float *logits, const flo
  * losses (N) = rmax + log(sum) - the target logit. */
 void msr_vocab_loss(float *probs, float *losses, const float *rmax, const float *red, size_t N,
                     int V);
+/* A chunked head's fold (layout.h msr_layout_head_chunk) of a chunk's row
+ * maxima m (N) and red (2N: its sums of exp(logits - m), then its target
+ * logits, as msr_vocab_exp_sums writes them) into the running maxima M,
+ * sums S and target logits Z (N each): M' = max(M, m), S' = S exp(M - M')
+ * + s exp(m - M'), Z' = Z + z; first: M, S, Z = m, s, z (a copy). */
+void msr_vocab_fold(float *M, float *S, float *Z, const float *m, const float *red, size_t N,
+                    int first);
 /* dlogits (N,V) += (probs - onehot(target - lo)) * dloss on this slice. */
 void msr_vocab_crossentropy_backward(float *dlogits, const float *probs, const int *targets, int lo,
                                      float dloss, size_t N, int V);

@@ -89,6 +89,26 @@ void msr_vocab_loss(float *probs, float *losses, const float *rmax, const float 
     }
 }
 
+void msr_vocab_fold(float *M, float *S, float *Z, const float *m, const float *red, size_t N,
+                    int first)
+{
+    const float *s = red, *z = red + N;
+    for (size_t n = 0; n < N; n++) {
+        if (first) {
+            M[n] = m[n];
+            S[n] = s[n];
+            Z[n] = z[n];
+        } else if (m[n] > M[n]) {
+            S[n] = S[n] * expf(M[n] - m[n]) + s[n];
+            M[n] = m[n];
+            Z[n] += z[n];
+        } else {
+            S[n] += s[n] * expf(m[n] - M[n]);
+            Z[n] += z[n];
+        }
+    }
+}
+
 void msr_vocab_crossentropy_backward(float *dlogits, const float *probs, const int *targets, int lo,
                                      float dloss, size_t N, int V)
 {

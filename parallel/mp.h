@@ -155,6 +155,10 @@ typedef struct msr_mp_config {
      * (model/block.h, msr_block_forward_split); needs tp > 1 and an even
      * micro-batch */
     int tp_overlap;
+    /* the chunked head (layout.h msr_layout_head_chunk): the head's
+     * logits this many vocabulary rows at a time, a frame keeping three
+     * numbers a row instead of the probabilities; 0: the whole head */
+    int head_chunk;
     /* where the runtime's buffers live and its copies run (msrun/device.h):
      * the blocks' work space, the frames' kept activations, the pipeline's
      * gradients in flight, the last stage's tied embedding, context

@@ -235,5 +235,16 @@ void msr_mp_cp_select(const msr_mp_t *mp, const int *full, int *local);
  * backward leaves the gradient of x in mp->w.dres. */
 msr_status_t msr_mp_head_forward(msr_mp_t *mp, frame_t *f, const float *x, const int *targets);
 msr_status_t msr_mp_head_backward(msr_mp_t *mp, frame_t *f, const float *x, const int *targets);
+/* The head's weights (V/tp, C: a Llama's lm_head, the GPT's tied wte or
+ * under pp the last stage's copy of it), or their gradient when grads. */
+float *msr_mp_head_weights(msr_mp_t *mp, int grads);
+/* The chunked head (mp_head.c; mp->d.hc > 0): the loss rows into w->losses
+ * and the frame's maxima, sums and target logits into f->probs (3 N)
+ * from g, the head's input (N, C, gathered under tp); the backward adds
+ * the input's gradient into w->dln and the weights' into theirs. */
+msr_status_t msr_mp_head_chunked_forward(msr_mp_t *mp, frame_t *f, const float *g,
+                                         const int *targets);
+msr_status_t msr_mp_head_chunked_backward(msr_mp_t *mp, frame_t *f, const float *g,
+                                          const int *targets);
 
 #endif

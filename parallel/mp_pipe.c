@@ -109,6 +109,11 @@ msr_status_t msr_mp_check(const msr_gpt_config_t *model, const msr_mp_config_t *
     if (cfg->zero < 0 || cfg->zero > 3) {
         return msr_err(MSR_ERR_CONFIG, "ZeRO stage %d is not in 0..3", cfg->zero);
     }
+    if (cfg->head_chunk < 0) {
+        return msr_err(MSR_ERR_CONFIG,
+                       "the head's chunk of %d vocabulary rows: give 1 or more (0: the whole head)",
+                       cfg->head_chunk);
+    }
     if (cfg->acts.mode == MSR_OFFLOAD_HOST) {
         return msr_err(MSR_ERR_CONFIG, "activation offload to host memory: a CPU rank's "
                                        "activations are in host memory already");
@@ -139,6 +144,7 @@ dims_t msr_mp_dims(const msr_gpt_config_t *m, const msr_mp_config_t *cfg, int tp
         d.Hl = m->ffn / tp;
         d.glu = 1;
     }
+    msr_layout_head_chunk(&d, cfg->head_chunk);
     return d;
 }
 

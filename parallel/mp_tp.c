@@ -246,7 +246,7 @@ msr_status_t msr_mp_embed_backward(msr_mp_t *mp, const int *tokens, float *dout)
 
 /* The head's (Vl, C) matrix: the tied wte (the last stage's copy with
  * pp > 1), or a Llama's lm_head after lnfw. */
-static float *head_wte(msr_mp_t *mp, int grads)
+float *msr_mp_head_weights(msr_mp_t *mp, int grads)
 {
     msr_gpt_t *m = mp->model;
     if (is_llama(mp)) {
@@ -256,6 +256,31 @@ static float *head_wte(msr_mp_t *mp, int grads)
     if (mp->pp > 1)
         return grads ? mp->head_dwte : mp->head_wte;
     return grads ? m->segments[m->seg_embed].grads : m->segments[m->seg_embed].params;
+}
+
+/* The whole head's loss rows (w->losses) and probabilities (f->probs)
+ * from its logits (w->logits). */
+static msr_status_t head_loss(msr_mp_t *mp, frame_t *f, const int *targets)
+{
+    const dims_t *d = &mp->d;
+    work_t *w = &mp->w;
+    const msr_kernels_t *k = msr_kernels_or_cpu(mp->model->kernels);
+    size_t N = d->N;
+    if (d->tp == 1) {
+        k->crossentropy_forward(w->losses, f->probs, w->logits, targets, (int)N, d->V);
+        return MSR_OK;
+    }
+    /* the softmax over the split vocabulary: the row maxima, then the
+     * sums of exponentials and the target logits, each summed over tp */
+    k->vocab_max(w->rmax, w->logits, N, d->Vl);
+    msr_status_t st = msr_mp_tp_allreduce(mp, w->rmax, N, MSR_DTYPE_F32, MSR_OP_MAX, "max");
+    if (st != MSR_OK)
+        return st;
+    k->vocab_exp_sums(f->probs, w->red, w->logits, w->rmax, targets, mp->tr * d->Vl, N, d->Vl);
+    if ((st = msr_mp_tp_allreduce(mp, w->red, 2 * N, MSR_DTYPE_F32, MSR_OP_SUM, "loss")) != MSR_OK)
+        return st;
+    k->vocab_loss(f->probs, w->losses, w->rmax, w->red, N, d->Vl);
+    return MSR_OK;
 }
 
 /* The final norm, the head and the loss of one micro-batch; x (Nl, C) is
@@ -280,24 +305,18 @@ msr_status_t msr_mp_head_forward(msr_mp_t *mp, frame_t *f, const float *x, const
     msr_status_t st = tp_enter(mp, f->lnf, w->gat, &g);
     if (st != MSR_OK)
         return st;
-    k->matmul_forward(mp->model->prod, w->logits, g, head_wte(mp, 0), NULL, (int)d->N, d->C, d->Vl);
-    if ((st = msr_products_status(mp->model->prod)) != MSR_OK)
-        return st; /* a failed product, logged where it failed */
     size_t N = d->N;
-    if (d->tp == 1) {
-        k->crossentropy_forward(w->losses, f->probs, w->logits, targets, (int)N, d->V);
+    if (d->hc > 0) {
+        st = msr_mp_head_chunked_forward(mp, f, g, targets);
     } else {
-        /* the softmax over the split vocabulary: the row maxima, then the
-         * sums of exponentials and the target logits, each summed over tp */
-        k->vocab_max(w->rmax, w->logits, N, d->Vl);
-        if ((st = msr_mp_tp_allreduce(mp, w->rmax, N, MSR_DTYPE_F32, MSR_OP_MAX, "max")) != MSR_OK)
-            return st;
-        k->vocab_exp_sums(f->probs, w->red, w->logits, w->rmax, targets, mp->tr * d->Vl, N, d->Vl);
-        if ((st = msr_mp_tp_allreduce(mp, w->red, 2 * N, MSR_DTYPE_F32, MSR_OP_SUM, "loss")) !=
-            MSR_OK)
-            return st;
-        k->vocab_loss(f->probs, w->losses, w->rmax, w->red, N, d->Vl);
+        k->matmul_forward(mp->model->prod, w->logits, g, msr_mp_head_weights(mp, 0), NULL,
+                          (int)d->N, d->C, d->Vl);
+        /* a failed product, logged where it failed */
+        if ((st = msr_products_status(mp->model->prod)) == MSR_OK)
+            st = head_loss(mp, f, targets);
     }
+    if (st != MSR_OK)
+        return st;
     double sum = 0.0;
     for (size_t n = 0; n < N; n++)
         sum += w->losses[n];
@@ -314,14 +333,15 @@ msr_status_t msr_mp_head_backward(msr_mp_t *mp, frame_t *f, const float *x, cons
     work_t *w = &mp->w;
     const msr_kernels_t *k = msr_kernels_or_cpu(m->kernels);
     size_t N = d->N, Vl = (size_t)d->Vl;
-    msr_status_t st = msr_mp_zero(mp, w->dlogits, N * Vl);
+    /* a chunked head's backward computes each chunk's gradient itself */
+    msr_status_t st = d->hc > 0 ? MSR_OK : msr_mp_zero(mp, w->dlogits, N * Vl);
     if (st != MSR_OK || (st = msr_mp_zero(mp, w->dres, d->Nl * (size_t)d->C)) != MSR_OK ||
         (st = msr_mp_zero(mp, w->dln, N * (size_t)d->C)) != MSR_OK ||
         (st = msr_mp_sync(mp)) != MSR_OK)
         return st;
-    if (d->tp == 1) {
+    if (d->hc == 0 && d->tp == 1) {
         k->crossentropy_backward(w->dlogits, f->probs, targets, mp->dloss, (int)N, d->V);
-    } else {
+    } else if (d->hc == 0) {
         k->vocab_crossentropy_backward(w->dlogits, f->probs, targets, mp->tr * d->Vl, mp->dloss, N,
                                        d->Vl);
     }
@@ -329,9 +349,14 @@ msr_status_t msr_mp_head_backward(msr_mp_t *mp, frame_t *f, const float *x, cons
     float *dl;
     if ((st = tp_enter(mp, f->lnf, w->gat, &g)) != MSR_OK)
         return st;
-    k->matmul_backward(mp->model->prod, w->dln, head_wte(mp, 1), NULL, w->dlogits, g,
-                       head_wte(mp, 0), (int)N, d->C, d->Vl);
-    if ((st = msr_products_status(mp->model->prod)) != MSR_OK)
+    if (d->hc > 0) {
+        st = msr_mp_head_chunked_backward(mp, f, g, targets);
+    } else {
+        k->matmul_backward(mp->model->prod, w->dln, msr_mp_head_weights(mp, 1), NULL, w->dlogits, g,
+                           msr_mp_head_weights(mp, 0), (int)N, d->C, d->Vl);
+        st = msr_products_status(mp->model->prod);
+    }
+    if (st != MSR_OK)
         return st;
     if ((st = tp_reduce(mp, w->dln, w->dlnl, &dl)) != MSR_OK)
         return st;

@@ -35,7 +35,7 @@ int msr_train_uses_mp(const msr_train_config_t *cfg)
 {
     return cfg->tp > 1 || cfg->pp > 1 || cfg->cp > 1 ||
            cfg->mp.recompute != MSR_MP_RECOMPUTE_NONE || cfg->mp.chunks > 1 || cfg->mp.sp ||
-           cfg->mp_always;
+           cfg->mp.head_chunk != 0 || cfg->mp_always;
 }
 
 /* cfg->mp with the fields the trainer owns filled in. */

@@ -76,7 +76,7 @@ typedef struct msr_train_config {
 } msr_train_config_t;
 
 /* Whether cfg runs through parallel/mp.h (tp, pp or cp > 1, sp, chunks,
- * recompute, or mp_always). */
+ * recompute, the chunked head, or mp_always). */
 int msr_train_uses_mp(const msr_train_config_t *cfg);
 
 /* cfg->par with the defaults: stage 0, 25 MiB buckets (the first 1 MiB),

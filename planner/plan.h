@@ -111,6 +111,10 @@ typedef struct msr_plan_layout {
      * behind the other's compute; needs tp > 1, an even micro-batch, no
      * sp and no cp */
     int tp_overlap;
+    /* train_gpt --head-chunk: the head's vocabulary rows a chunk (the
+     * model-parallel runtime's chunked head, parallel/mp_head.c); 0: the
+     * whole head */
+    int head_chunk;
 } msr_plan_layout_t;
 
 /* train_gpt --offload's disk modes (docs/model.md "Offload"): the
@@ -521,6 +525,7 @@ typedef struct msr_plan_query {
     int offload;
     size_t offload_chunk;
     int tp_overlap; /* every layout's (msr_plan_layout_t's) */
+    int head_chunk; /* every layout's (msr_plan_layout_t's) */
 } msr_plan_query_t;
 
 /* One plan: a layout (its stage_layers pointing into the plan's own

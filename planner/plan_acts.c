@@ -14,7 +14,7 @@
  * (parallel/mp_pipe.c msr_mp_dims; model/gpt_tensors.c on the whole
  * model): gate and up 2 ffn / tp wide, their product ffn / tp. */
 static msr_layout_dims_t plan_dims(const msr_plan_model_t *m, int micro_batch, int tp, int sp,
-                                   int cp, int mode)
+                                   int cp, int mode, int head_chunk)
 {
     msr_layout_dims_t d =
         msr_layout_dims(micro_batch, m->seq, m->channels, m->heads, m->vocab, tp, sp, cp, mode);
@@ -22,7 +22,14 @@ static msr_layout_dims_t plan_dims(const msr_plan_model_t *m, int micro_batch, i
         d.Hl = m->ffn / tp;
         d.glu = 1;
     }
+    msr_layout_head_chunk(&d, head_chunk);
     return d;
+}
+
+/* The sizes of layout l's ranks on the model-parallel runtime. */
+static msr_layout_dims_t layout_dims(const msr_plan_model_t *m, const msr_plan_layout_t *l)
+{
+    return plan_dims(m, l->micro_batch, l->tp, l->sp, msr_plan_cp(l), l->recompute, l->head_chunk);
 }
 
 /* ---- activations (parallel/mp_pipe.c msr_mp_carve_frame) ---- */
@@ -33,24 +40,24 @@ static msr_layout_dims_t plan_dims(const msr_plan_model_t *m, int micro_batch, i
 uint64_t msr_plan_frame_elems(const msr_plan_model_t *m, const msr_plan_layout_t *l, int layers,
                               int head)
 {
-    msr_layout_dims_t d = plan_dims(m, l->micro_batch, l->tp, l->sp, msr_plan_cp(l), l->recompute);
+    msr_layout_dims_t d = layout_dims(m, l);
     return msr_layout_frame_elems(&d, layers, head);
 }
 
 /* train_gpt runs the whole model without the model-parallel runtime when
- * tp = pp = 1 with no recompute (parallel/train.c msr_train_uses_mp; its
- * --trace would switch it on). */
+ * tp = pp = 1 with no recompute and the whole head (parallel/train.c
+ * msr_train_uses_mp; its --trace would switch it on). */
 int msr_plan_whole_path(const msr_plan_layout_t *l)
 {
     return l->tp == 1 && l->pp == 1 && msr_plan_cp(l) == 1 && l->chunks == 1 && !l->sp &&
-           l->recompute == MSR_PLAN_RC_NONE;
+           l->recompute == MSR_PLAN_RC_NONE && l->head_chunk == 0;
 }
 
 /* fp32 elements of the whole model's activation table for b sequences:
  * the layout's, which model/gpt.c carves. */
 uint64_t msr_plan_whole_acts_elems(const msr_plan_model_t *m, const msr_plan_layout_t *l)
 {
-    msr_layout_dims_t d = plan_dims(m, l->micro_batch, 1, 0, 1, MSR_LAYOUT_RECOMPUTE_NONE);
+    msr_layout_dims_t d = plan_dims(m, l->micro_batch, 1, 0, 1, MSR_LAYOUT_RECOMPUTE_NONE, 0);
     return msr_layout_whole_elems(&d, m->layers);
 }
 
@@ -82,11 +89,11 @@ uint64_t msr_plan_work_bytes(const msr_plan_model_t *m, const msr_plan_layout_t 
     *scratch_p = 0;
     uint64_t N = (uint64_t)l->micro_batch * (uint64_t)m->seq;
     if (msr_plan_whole_path(l)) {
-        msr_layout_dims_t d = plan_dims(m, l->micro_batch, 1, 0, 1, MSR_LAYOUT_RECOMPUTE_NONE);
+        msr_layout_dims_t d = plan_dims(m, l->micro_batch, 1, 0, 1, MSR_LAYOUT_RECOMPUTE_NONE, 0);
         return msr_layout_whole_work_elems(&d, 1) * MSR_PLAN_F32 + 4 * N * sizeof(int32_t);
     }
     uint64_t trainer = 2 * N * (uint64_t)l->micros * sizeof(int32_t);
-    msr_layout_dims_t d = plan_dims(m, l->micro_batch, l->tp, l->sp, msr_plan_cp(l), l->recompute);
+    msr_layout_dims_t d = layout_dims(m, l);
     *scratch_p = msr_layout_work(&d, MSR_WORK_SCRATCH) * MSR_PLAN_F32;
     return msr_layout_work_elems(&d) * MSR_PLAN_F32 +
            msr_layout_work_ints(&d, l->micros) * sizeof(int32_t) + trainer +
@@ -173,7 +180,7 @@ static void linear_operands(uint64_t N, uint64_t IC, uint64_t OC, uint64_t *a, u
 uint64_t msr_plan_bf16_scratch_bytes(const msr_plan_model_t *m, const msr_plan_layout_t *l,
                                      int blocks, int moe_blocks, int has_head)
 {
-    msr_layout_dims_t d = plan_dims(m, l->micro_batch, l->tp, l->sp, msr_plan_cp(l), l->recompute);
+    msr_layout_dims_t d = layout_dims(m, l);
     uint64_t N = d.N, C = (uint64_t)d.C, Cl = (uint64_t)d.Cl, Hl = (uint64_t)d.Hl;
     uint64_t T = (uint64_t)d.T, HS = (uint64_t)(m->channels / m->heads), a = 0, b = 0;
     /* q, k and v's outputs: 3 Cl, or a Llama's Cl and its kv heads' k and
@@ -208,8 +215,8 @@ uint64_t msr_plan_bf16_scratch_bytes(const msr_plan_model_t *m, const msr_plan_l
         linear_operands(rows, C, HF, &a, &b);
         linear_operands(rows, H, C, &a, &b);
     }
-    if (has_head)
-        linear_operands(N, C, (uint64_t)d.Vl, &a, &b);
+    if (has_head) /* a chunked head's product is a chunk's rows */
+        linear_operands(N, C, (uint64_t)(d.hc > 0 ? d.hc : d.Vl), &a, &b);
     uint64_t held = 0;
     if (blocks > 0 && msr_plan_cp(l) == 1) {
         uint64_t rows = l->tp_overlap ? N / 2 : N;

@@ -129,6 +129,9 @@ int msr_plan_check(const msr_plan_model_t *m, const msr_plan_layout_t *l, char *
         BAD("cp %d must be at least 1", l->cp);
     if (l->tp_overlap && l->tp < 2)
         BAD("tp overlap needs tp > 1");
+    if (l->head_chunk < 0)
+        BAD("the head's chunk of %d vocabulary rows must be at least 1 (0: the whole head)",
+            l->head_chunk);
     if (l->tp_overlap && l->micro_batch % 2 != 0)
         BAD("tp overlap needs an even micro-batch, not %d", l->micro_batch);
     if (cp > 1 && m->seq % (2 * cp) != 0)

@@ -258,6 +258,7 @@ static int search_mesh(msr_plan_search_state_t *s, int tp, int pp, int cp)
                 l.offload = q->offload;
                 l.offload_chunk = q->offload_chunk;
                 l.tp_overlap = q->tp_overlap;
+                l.head_chunk = q->head_chunk;
                 int none_fit = group(s, l);
                 if (s->oom)
                     return -1;

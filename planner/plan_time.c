@@ -495,6 +495,8 @@ void msr_plan_time(const msr_plan_model_t *m, const msr_plan_layout_t *lay,
                 : l.recompute == MSR_PLAN_RC_SELECTIVE && cp == 1
                     ? m->layers * 4.0 * l.micro_batch * m->seq * m->seq * m->channels
                     : 0;
+    if (l.head_chunk > 0) /* the chunked head's backward computes its logits again */
+        rc += 2 * (double)l.micro_batch * m->seq * m->channels * m->vocab;
     double micros_all = (double)l.dp * l.micros;
     /* the ring's backward: five products a chunk pair, not four */
     double ring_b = cp * m->layers * p.attn_b_more.rflops / p.ring_cost * l.tp;

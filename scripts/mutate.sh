@@ -5091,9 +5091,162 @@ test: ^test_parallel_mp_tp$
 file: parallel/mp_tp.c
 test: ^test_parallel_mp_tp$
 <<<
-        k->vocab_loss(f->probs, w->losses, w->rmax, w->red, N, d->Vl);
+    k->vocab_loss(f->probs, w->losses, w->rmax, w->red, N, d->Vl);
 ===
-        msr_vocab_loss(f->probs, w->losses, w->rmax, w->red, N, d->Vl);
+    msr_vocab_loss(f->probs, w->losses, w->rmax, w->red, N, d->Vl);
+>>>
+
+@ head_chunk.fold_no_rescale
+file: model/split_ends.c
+test: ^test_parallel_vocab_fold$
+<<<
+            S[n] = S[n] * expf(M[n] - m[n]) + s[n];
+===
+            S[n] = S[n] + s[n];
+>>>
+
+@ head_chunk.fold_smaller_max_unscaled
+file: model/split_ends.c
+test: ^test_parallel_vocab_fold$
+<<<
+            S[n] += s[n] * expf(m[n] - M[n]);
+===
+            S[n] += s[n];
+>>>
+
+@ head_chunk.fold_past_table
+file: parallel/mp_head.c
+test: ^test_parallel_mp_head$
+<<<
+        k->vocab_fold(M, S, S + N, w->rmax, w->red, N, c == 0);
+===
+        msr_vocab_fold(M, S, S + N, w->rmax, w->red, N, c == 0);
+>>>
+
+@ head_chunk.last_chunk_whole
+file: parallel/mp_head.c
+test: ^test_parallel_mp_head$
+<<<
+    return d->Vl - v0 < d->hc ? d->Vl - v0 : d->hc;
+===
+    return d->hc;
+>>>
+
+@ head_chunk.chunk_from_slice_start
+file: parallel/mp_head.c
+test: ^test_parallel_mp_head$
+<<<
+    const float *W = msr_mp_head_weights(mp, 0) + (size_t)v0 * (size_t)d->C;
+===
+    const float *W = msr_mp_head_weights(mp, 0);
+>>>
+
+@ head_chunk.targets_of_slice_start
+file: parallel/mp_head.c
+test: ^test_parallel_mp_head$
+<<<
+        k->vocab_exp_sums(w->dlogits, w->red, w->logits, w->rmax, targets, lo + v0, N, n);
+===
+        k->vocab_exp_sums(w->dlogits, w->red, w->logits, w->rmax, targets, lo, N, n);
+>>>
+
+@ head_chunk.tp_sums_not_rescaled
+file: parallel/mp_head.c
+test: ^test_parallel_mp_head$
+<<<
+    k->vocab_fold(M, S, S + N, w->rmax, w->red, N, 0);
+===
+    k->vocab_fold(M, S, S + N, w->rmax, w->red, N, 1);
+>>>
+
+@ head_chunk.tp_not_combined
+file: parallel/mp_head.c
+test: ^test_parallel_mp_head$
+<<<
+    if (d->tp > 1 && (st = tp_combine(mp, M, S)) != MSR_OK)
+===
+    if (d->tp > 1 && (st = MSR_OK) != MSR_OK)
+>>>
+
+@ head_chunk.backward_probs_unnormalised
+file: parallel/mp_head.c
+test: ^test_parallel_mp_head$
+<<<
+        k->vocab_loss(w->dlogits, w->losses, M, S, N, n);
+===
+        (void)S;
+>>>
+
+@ head_chunk.backward_stale_gradient
+file: parallel/mp_head.c
+test: ^test_parallel_mp_head$
+<<<
+        if ((st = msr_mp_zero(mp, w->logits, N * (size_t)n)) != MSR_OK ||
+===
+        if ((st = MSR_OK) != MSR_OK ||
+>>>
+
+@ head_chunk.weights_grad_chunk_zero
+file: parallel/mp_head.c
+test: ^test_parallel_mp_head$
+<<<
+        k->matmul_backward(mp->model->prod, w->dln, dW + (size_t)v0 * C, NULL, w->logits, g,
+===
+        k->matmul_backward(mp->model->prod, w->dln, dW, NULL, w->logits, g,
+>>>
+
+@ head_chunk.layout_probs_kept_whole
+file: layout/layout.c
+test: ^test_parallel_layout$
+<<<
+        return d->hc > 0 ? 3 * d->N : d->N * (size_t)d->Vl;
+===
+        return d->N * (size_t)d->Vl;
+>>>
+
+@ head_chunk.layout_clamp_missing
+file: layout/layout.c
+test: ^test_parallel_layout$
+<<<
+    d->hc = rows <= 0 ? 0 : rows < d->Vl ? rows : d->Vl;
+===
+    d->hc = rows <= 0 ? 0 : rows;
+>>>
+
+@ head_chunk.plan_whole_path
+file: planner/plan_acts.c
+test: ^test_parallel_plan$
+<<<
+           l->recompute == MSR_PLAN_RC_NONE && l->head_chunk == 0;
+===
+           l->recompute == MSR_PLAN_RC_NONE;
+>>>
+
+@ head_chunk.plan_chunk_unpriced
+file: planner/plan_time.c
+test: ^test_parallel_plan_head$
+<<<
+        rc += 2 * (double)l.micro_batch * m->seq * m->channels * m->vocab;
+===
+        rc += 0;
+>>>
+
+@ head_chunk.plan_backward_pass_unpriced
+file: planner/plan_cost.c
+test: ^test_parallel_plan_head$
+<<<
+        p->head_b.flops += p->head_f.flops;
+===
+        p->head_b.flops += 0;
+>>>
+
+@ head_chunk.trainer_whole_path
+file: parallel/train.c
+test: ^test_parallel_train_gpt_head_chunk$
+<<<
+           cfg->mp.head_chunk != 0 || cfg->mp_always;
+===
+           cfg->mp_always;
 >>>
 
 @ model.split_ends.cp_positions_ignored

@@ -12,6 +12,7 @@
  *            [--ranks] [--pp-layers 3,5,5,3] [--experts E --top-k K
  *            --moe-every N --capacity-factor F] [--offload
  *            optimizer,activations,params,grads|auto --offload-chunk BYTES]
+ *            [--head-chunk ROWS]
  *
  * --experts plans a Mixture-of-Experts model (train_gpt's options, the
  * same defaults: top-k 2, every block, capacity factor 1.25), and the
@@ -24,6 +25,10 @@
  * counting what stays resident; --offload-chunk the optimizer's chunk
  * bytes. --offload auto turns to them, in that order, only when nothing
  * fits without, and says which (the bytes saved, the bytes moved a step).
+ *
+ * --head-chunk plans with train_gpt's chunked head: the head's logits
+ * ROWS vocabulary rows at a time (0, the default: the whole head), on the
+ * model-parallel runtime, which it puts every layout on.
  *
  * --pp-layers plans only the layouts whose pp x virtual stages has that
  * many stages, with that split of the layers (train_gpt's option).
@@ -61,6 +66,7 @@ typedef struct args {
     const char *pp_layers;
     const char *offload; /* --offload's list, read into offload_bits */
     int64_t offload_chunk;
+    int64_t head_chunk; /* --head-chunk: train_gpt's, every layout's */
     int offload_bits;
     int offload_auto;              /* --offload auto */
     const char *model;             /* --model: a preset's name, or "list" */
@@ -108,6 +114,7 @@ static const msr_opt_t opts[] = {
     TEXT("pp-layers", pp_layers, "A,B,.."),
     TEXT("offload", offload, "optimizer,activations,params,grads|auto"),
     INT("offload-chunk", offload_chunk, MSR_PLAN_OFFLOAD_ALIGN, MSR_PLAN_OFFLOAD_CHUNK_MAX, "BYTES", 0),
+    INT("head-chunk", head_chunk, 0, 1 << 30, "ROWS", 0),
     INT("experts", m.experts, 0, 1 << 16, "E", 0),
     INT("top-k", m.top_k, 1, 1 << 16, "K", MSR_OPT_USAGE_JOIN),
     INT("moe-every", m.moe_every, 1, 1 << 16, "N", MSR_OPT_USAGE_JOIN),
@@ -465,6 +472,7 @@ int main(int argc, char **argv)
     q.split_n = a.split_n;
     q.offload = a.offload_bits;
     q.offload_chunk = (size_t)a.offload_chunk;
+    q.head_chunk = (int)a.head_chunk;
     /* enough plans for the table and the one to explain */
     int64_t keep = a.all || a.ranks ? 0 : (a.explain > a.top ? a.explain : a.top);
     msr_plan_t *plans = NULL;

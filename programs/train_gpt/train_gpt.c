@@ -89,6 +89,11 @@ static const msr_opt_t specs[] = {
              "copy's tp allreduces (with --sp its reduce-scatters and allgathers, forward and "
              "backward) in flight while the other computes (needs --tp > 1 and an even "
              "--micro-batch)"),
+    OPT_INT("head-chunk", head_chunk, 0, 1 << 30,
+            "compute the head's logits this many vocabulary rows at a time (of each tp rank's "
+            "V/tp), keeping each position's maximum, sum and target logit instead of the (N, "
+            "V) logits, probabilities and their gradient; the backward computes them again; "
+            "0 = the whole head (0)"),
     OPT_TEXT("schedule", schedule,
              "pipeline schedule: gpipe, 1f1b or interleaved (1f1b); its micro-batches are "
              "--grad-accum"),
@@ -534,6 +539,7 @@ static int train_config(const options_t *o, const job_t *job, int schedule, int 
     cfg->cp = (int)o->cp;
     cfg->mp.sp = o->sp;
     cfg->mp.tp_overlap = o->tp_overlap;
+    cfg->mp.head_chunk = (int)o->head_chunk;
     cfg->mp.schedule = (msr_mp_schedule_t)schedule;
     cfg->mp.chunks = (int)o->virtual_stages;
     cfg->mp.recompute = (msr_mp_recompute_t)recompute;

@@ -19,6 +19,7 @@ typedef struct options {
     int64_t experts, top_k, moe_every, ep; /* Mixture-of-Experts, expert parallel */
     double capacity_factor, aux_loss;
     int sp, tp_overlap;
+    int64_t head_chunk; /* --head-chunk: the head's vocabulary rows a chunk (0: whole) */
     const char *schedule, *recompute, *trace;
     int64_t virtual_stages;
     const char *pp_layers; /* --pp-layers' text */

@@ -145,11 +145,12 @@ int train_gpt_check_combination(options_t *o, int world, int in_job)
             return -1;
         }
         if (o->tp > 1 || o->pp > 1 || o->cp > 1 || o->sp || o->tp_overlap || o->trace != NULL ||
-            o->virtual_stages > 1 || (o->recompute != NULL && strcmp(o->recompute, "none") != 0)) {
+            o->virtual_stages > 1 || (o->recompute != NULL && strcmp(o->recompute, "none") != 0) ||
+            o->head_chunk > 0) {
             fprintf(stderr,
                     "train_gpt: --device cuda runs plain data parallel: --tp, --pp, --cp, --sp, "
-                    "--tp-overlap, --virtual-stages, --recompute and --trace are for --device cpu "
-                    "only\n");
+                    "--tp-overlap, --virtual-stages, --recompute, --head-chunk and --trace are for "
+                    "--device cpu only\n");
             return -1;
         }
     }

@@ -76,7 +76,7 @@ static int gen_check(const options_t *o, const msr_train_config_t *cfg, const ms
     if (job->world > 1 || msr_train_uses_mp(cfg) || strcmp(o->device, "cpu") != 0) {
         fprintf(stderr, "train_gpt: --generate runs in one process on the CPU (a checkpoint of "
                         "any layout loads into it): start one rank, without --tp, --pp, --cp, "
-                        "--sp, --recompute, --trace or --device cuda\n");
+                        "--sp, --recompute, --head-chunk, --trace or --device cuda\n");
         return -1;
     }
     if (o->generate > o->seq - P) {

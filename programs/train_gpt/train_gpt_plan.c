@@ -337,6 +337,7 @@ static int default_plan(const options_t *o, const job_t *job, const msr_plan_mod
     l->ep = (int)o->ep;
     l->sp = o->sp;
     l->tp_overlap = o->tp_overlap;
+    l->head_chunk = (int)o->head_chunk;
     l->zero = (int)o->zero;
     l->recompute = msr_mp_recompute_parse(o->recompute != NULL ? o->recompute : "none");
     l->schedule = msr_mp_schedule_parse(o->schedule != NULL ? o->schedule : "1f1b");
@@ -590,6 +591,7 @@ int train_gpt_plan(options_t *o, const job_t *job, int *done_p)
         return refuse(job, "%s", why);
     q.offload_chunk = train_gpt_given(o, "offload-chunk") ? (size_t)o->offload_chunk : 0;
     q.tp_overlap = o->tp_overlap; /* only the layouts it runs on */
+    q.head_chunk = (int)o->head_chunk;
     /* layers split as the search finds best; --pp-layers given fixes it */
     q.even_split = 0;
     int given_split[MSR_GPT_MAX_STAGES];

@@ -42,6 +42,7 @@ const char *const count_kernel_names[K_N] = {
     "vocab_max",
     "vocab_exp_sums",
     "vocab_loss",
+    "vocab_fold",
     "vocab_crossentropy_backward",
     "moe_route",
     "moe_prob_sums",
@@ -283,6 +284,12 @@ static void c_vloss(float *probs, float *losses, const float *rmax, const float 
     count_kernel_calls[K_VLOSS]++;
     CPU->vocab_loss(probs, losses, rmax, red, N, V);
 }
+static void c_vfold(float *M, float *S, float *Z, const float *m, const float *red, size_t N,
+                    int first)
+{
+    count_kernel_calls[K_VFOLD]++;
+    CPU->vocab_fold(M, S, Z, m, red, N, first);
+}
 static void c_vxentb(float *dlogits, const float *probs, const int *targets, int lo, float dloss,
                      size_t N, int V)
 {
@@ -372,6 +379,7 @@ static const msr_kernels_t counting = {
     .vocab_max = c_vmax,
     .vocab_exp_sums = c_vexp,
     .vocab_loss = c_vloss,
+    .vocab_fold = c_vfold,
     .vocab_crossentropy_backward = c_vxentb,
     .moe_route = c_mroute,
     .moe_prob_sums = c_mpsum,

@@ -49,6 +49,7 @@ enum {
     K_VMAX,
     K_VEXP,
     K_VLOSS,
+    K_VFOLD,
     K_VXENTB,
     K_MROUTE,
     K_MPSUM,

@@ -7,7 +7,8 @@
  * e.g. "2,2,2,1,1f1b,1,full,1", where split, when given, is the layers of
  * each virtual stage separated by ':' (train_gpt's --pp-layers, e.g.
  * "1,4,1,0,1f1b,1,none,0,1:3:3:1") and cpN the context-parallel degree
- * (e.g. "1,1,2,1,1f1b,1,none,0,cp2": 4 ranks); a last ",llama" makes the
+ * (e.g. "1,1,2,1,1f1b,1,none,0,cp2": 4 ranks); then ",hcN" runs the head
+ * N vocabulary rows at a time (train_gpt --head-chunk); a last ",llama" makes the
  * model a Llama (FFN 64, 2 kv heads: grouped-query attention; learning
  * rate 1e-3). For each, the first
  * dp x pp x cp x tp ranks of the job form a mesh (the others wait for the
@@ -78,6 +79,7 @@ static void fail(const char *fmt, ...)
 typedef struct layout {
     int dp, pp, tp, sp, chunks, zero, cp, llama;
     int schedule, recompute;
+    int hc; /* the head's chunk of vocabulary rows (train_gpt --head-chunk); 0: whole */
     int split[64], split_n; /* the uneven split; split_n 0: the even one */
 } layout_t;
 
@@ -89,6 +91,16 @@ static int parse_layout(const char *arg, layout_t *l)
     l->llama = len > 6 && strcmp(s + len - 6, ",llama") == 0;
     if (l->llama)
         s[len - 6] = '\0';
+    l->hc = 0;
+    char *last = strrchr(s, ',');
+    if (last != NULL && strncmp(last, ",hc", 3) == 0) {
+        char *end;
+        long hc = strtol(last + 3, &end, 10);
+        if (*end != '\0' || hc < 1 || hc > 1 << 20)
+            return -1;
+        l->hc = (int)hc;
+        *last = '\0';
+    }
     int n = sscanf(s, "%d,%d,%d,%d,%15[^,],%d,%15[^,],%d,%255[^,],%255s", &l->dp, &l->pp, &l->tp,
                    &l->sp, sched, &l->chunks, rc, &l->zero, split, more);
     if (n < 8)
@@ -146,6 +158,7 @@ static msr_train_config_t config(const layout_t *l, int dp_rank)
     c.mp.chunks = l->chunks;
     c.mp.recompute = (msr_mp_recompute_t)l->recompute;
     c.mp.stage_layers = l->split_n > 0 ? l->split : NULL;
+    c.mp.head_chunk = l->hc;
     c.kernels = count_kernels();
     return c;
 }
@@ -172,11 +185,19 @@ static void check_table(const char *what, const layout_t *l)
         need[K_BIAS] = need[K_COLSUM] = 1;
     if ((l->tp > 1 || l->cp > 1) && l->pp == 1 && !l->llama) /* split ends on every rank */
         need[K_POSF] = need[K_POSB] = need[K_EMBBR] = 1;
-    if (l->tp > 1 && l->pp == 1) /* the softmax over the split vocabulary */
+    if ((l->tp > 1 || l->hc > 0) && l->pp == 1) /* the softmax over a split vocabulary */
         need[K_VMAX] = need[K_VEXP] = need[K_VLOSS] = need[K_VXENTB] = 1;
-    for (int k = 0; k < K_N; k++)
-        CHECK(!need[k] || count_kernel_calls[k] > 0, "%s: no %s through the model's table", what,
-              count_kernel_names[k]);
+    if (l->hc > 0 && l->pp == 1) /* the chunks' online softmax */
+        need[K_VFOLD] = 1;
+    if (l->hc > 0 && l->pp == 1) /* the chunks' products, not one of (N, V/tp) */
+        need[K_XENTF] = need[K_XENTB] = -1;
+    for (int k = 0; k < K_N; k++) {
+        CHECK(need[k] <= 0 || count_kernel_calls[k] > 0, "%s: no %s through the model's table",
+              what, count_kernel_names[k]);
+        CHECK(need[k] >= 0 || count_kernel_calls[k] == 0,
+              "%s: %s ran %ld times (the chunked head's)", what, count_kernel_names[k],
+              count_kernel_calls[k]);
+    }
 }
 
 static double rel(double a, double b)

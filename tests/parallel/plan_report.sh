@@ -4,7 +4,7 @@
 # schedule, even and uneven splits of the layers, ZeRO 0-3 (ZeRO-3 with tp
 # and sp too, and alone with recompute: its transient peak exact), the recompute
 # modes, small buckets and replicated segments, context parallel alone and
-# with tp and pp; Mixture-of-Experts with expert parallel, on the data-
+# with tp and pp, the chunked head; Mixture-of-Experts with expert parallel, on the data-
 # parallel path and with pp, tp, sp and cp), train_gpt
 # --report runs
 # under msrun, and every rank's
@@ -78,6 +78,14 @@ check 4 dp=1,tp=2,pp=1,cp=2,sp=1,zero=0,recompute=selective,micro_batch=2 --cp 2
     --recompute selective
 check 4 dp=1,tp=1,pp=2,cp=2,sp=0,zero=2,recompute=full,micro_batch=1,$s=1f1b --cp 2 --pp 2 \
     --grad-accum 2 --zero 2 --recompute full --bucket-mb 0.01
+# the chunked head (--head-chunk): the model-parallel runtime even without
+# model parallel, a chunk's logits in the work space, three numbers a row
+# in the last stage's frames; chunks that do not divide V / tp
+check 4 dp=4,tp=1,pp=1,sp=0,zero=0,recompute=none,micro_batch=2 --head-chunk 48
+check 4 dp=2,tp=2,pp=1,sp=1,zero=1,recompute=selective,micro_batch=2 --tp 2 --sp --zero 1 \
+    --recompute selective --head-chunk 100 --bucket-mb 0.01
+check 6 dp=2,tp=1,pp=2,sp=0,zero=2,recompute=full,micro_batch=1,$s=1f1b --pp 2 --grad-accum 3 \
+    --zero 2 --recompute full --head-chunk 255 --bucket-mb 0.01
 # Mixture-of-Experts (train_gpt --experts): the blocks' routers in place of
 # their MLPs, the experts E / ep a rank, their moments sharded over the
 # ranks holding the same experts under ZeRO; every second block MoE

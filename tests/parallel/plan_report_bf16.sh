@@ -22,6 +22,9 @@ check 4 dp=4,tp=1,pp=1,sp=0,zero=3,recompute=none,micro_batch=2 --zero 3 --bucke
 check 4 dp=2,tp=2,pp=1,sp=1,zero=1,recompute=selective,micro_batch=2 --tp 2 --sp --zero 1 \
     --recompute selective
 check 6 dp=1,tp=1,pp=4,sp=0,zero=0,recompute=none,micro_batch=2,$s=1f1b --pp 4 --grad-accum 4
+# the chunked head: its product's operands are a chunk's rows, less than
+# the whole head's (the largest product here without it)
+check 4 dp=4,tp=1,pp=1,sp=0,zero=0,recompute=none,micro_batch=2 --head-chunk 48
 check 8 dp=1,tp=2,pp=2,sp=1,zero=1,recompute=none,micro_batch=2,$s=interleaved,virtual_stages=2 \
     --tp 2 --pp 2 --sp --schedule interleaved --virtual-stages 2 --grad-accum 4 --zero 1 \
     --pp-layers 1,3,3,1

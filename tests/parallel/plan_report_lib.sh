@@ -12,13 +12,13 @@ job_test_setup
 
 # check LAYERS FIX TRAIN_ARGS...: FIX is plan_gpt's --fix (with
 # micro_batch), TRAIN_ARGS the same layout for train_gpt (a --pp-layers
-# among them goes to plan_gpt too).
+# or --head-chunk among them goes to plan_gpt too).
 checked=0 world=4
 moe=() plan_extra=() train_extra=() shape=(--channels 32 --heads 4 --seq 16)
 check() {
     local layers=$1 fix=$2 dp mb accum bucket=25 zmin=65536 a job=plan-$$-$RANDOM
     shift 2
-    local args=("$@") split=()
+    local args=("$@") split=() hchunk=()
     dp=$(sed -n 's/.*dp=\([0-9]*\).*/\1/p' <<<"$fix")
     mb=$(sed -n 's/.*micro_batch=\([0-9]*\).*/\1/p' <<<"$fix")
     accum=1
@@ -28,11 +28,12 @@ check() {
         --bucket-mb) bucket=${args[a + 1]} ;;
         --zero-min-bytes) zmin=${args[a + 1]} ;;
         --pp-layers) split=(--pp-layers "${args[a + 1]}") ;;
+        --head-chunk) hchunk=(--head-chunk "${args[a + 1]}") ;;
         esac
     done
     local model=(--layers "$layers" "${shape[@]}" "${moe[@]}")
     "$bin/plan_gpt" "${model[@]}" "${plan_extra[@]}" --world "$world" --global-batch $((dp * mb * accum)) \
-        --bucket-mb "$bucket" --zero-min-bytes "$zmin" --fix "$fix" "${split[@]}" --ranks \
+        --bucket-mb "$bucket" --zero-min-bytes "$zmin" --fix "$fix" "${split[@]}" "${hchunk[@]}" --ranks \
         >"$work/plan" 2>"$work/plan.err" || fail "plan_gpt --fix $fix: $(cat "$work/plan.err")"
     jobs_started+=("$job")
     timeout -k 5 60 "${msrun_cmd[@]}" --worker_num="$world" --local_worker_num="$world" --job_id="$job" \

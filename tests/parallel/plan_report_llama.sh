@@ -78,6 +78,8 @@ check 4 dp=4,tp=1,pp=1,sp=0,zero=3,recompute=none,micro_batch=2 --zero 3 --bucke
 # kv heads at its bounds: 1 and = heads (4)
 bf16 16 1
 check 4 dp=2,tp=1,pp=2,sp=0,zero=0,recompute=none,micro_batch=2,$s=1f1b --pp 2 --grad-accum 2
+# the chunked head on the untied lm_head, tp's slices 40 rows a chunk
+check 4 dp=2,tp=2,pp=1,sp=0,zero=1,recompute=none,micro_batch=2 --tp 2 --zero 1 --head-chunk 40
 plan_extra=(--arch llama --ffn 48 --kv-heads 4)
 train_extra=("${plan_extra[@]}")
 check 4 dp=1,tp=4,pp=1,sp=1,zero=0,recompute=full,micro_batch=2 --dp 1 --tp 4 --sp \

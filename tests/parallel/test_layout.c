@@ -5,7 +5,7 @@
  * unit walk against the cut it claims, with runs of whole buckets and
  * without; the work tables (model parallel's, the whole model's, the
  * MoE blocks') against the sizes they replaced, at their ends and one
- * past. */
+ * past; the chunked head's sizes at its bounds. */
 #include <stdint.h>
 
 #include "layout/layout.h"
@@ -315,6 +315,32 @@ static void test_work_table(void)
     MSR_CHECK_EQ(msr_layout_work_elems(&c), call);
 }
 
+/* The chunked head's sizes: a chunk of rows at 0 (none), 1, one under
+ * this rank's V/tp, exactly it and one past (clamped: one chunk), and
+ * negative; the frame's head keeps 3 N numbers instead of (N, V/tp). */
+static void test_head_chunk(void)
+{
+    msr_layout_dims_t d = msr_layout_dims(2, 16, 8, 2, 12, 2, 0, 1, MSR_LAYOUT_RECOMPUTE_NONE);
+    uint64_t N = 32, Vl = 6;
+    struct {
+        int rows, hc;
+    } cases[] = {{0, 0}, {-1, 0}, {1, 1}, {5, 5}, {6, 6}, {7, 6}, {1 << 30, 6}};
+    uint64_t whole = msr_layout_work_elems(&d), whole_frame = msr_layout_frame_elems(&d, 2, 1);
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        msr_layout_dims_t c = d;
+        msr_layout_head_chunk(&c, cases[i].rows);
+        MSR_CHECK_EQ(c.hc, cases[i].hc);
+        uint64_t rows = cases[i].hc > 0 ? (uint64_t)cases[i].hc : Vl;
+        MSR_CHECK_EQ(msr_layout_work(&c, MSR_WORK_LOGITS), N * rows);
+        MSR_CHECK_EQ(msr_layout_work(&c, MSR_WORK_DLOGITS), N * rows);
+        uint64_t probs = cases[i].hc > 0 ? 3 * N : N * Vl;
+        MSR_CHECK_EQ(msr_layout_head_act(&c, MSR_ACT_PROBS), probs);
+        MSR_CHECK_EQ(msr_layout_work_elems(&c), whole - 2 * N * Vl + 2 * N * rows);
+        MSR_CHECK_EQ(msr_layout_frame_elems(&c, 2, 1), whole_frame - N * Vl + probs);
+        MSR_CHECK_EQ(msr_layout_frame_elems(&c, 2, 0), msr_layout_frame_elems(&d, 2, 0));
+    }
+}
+
 /* ---- the whole model's and the MoE blocks' work tables ---- */
 
 static void test_whole_work_table(void)
@@ -417,6 +443,7 @@ static const msr_test_t tests[] = {
     {"units_cut", test_units_cut, 10},
     {"units_runs", test_units_runs, 10},
     {"work_table", test_work_table, 10},
+    {"head_chunk", test_head_chunk, 10},
     {"zero3_visits", test_zero3_visits, 10},
     {"bucket_defaults", test_bucket_defaults, 10},
     {"whole_work_table", test_whole_work_table, 10},

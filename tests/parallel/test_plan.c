@@ -414,6 +414,19 @@ static void test_runtime_whole(void)
             msr_gpt_destroy(g);
         }
     }
+    /* the chunked head runs the model-parallel runtime: no whole table */
+    msr_plan_model_t m = gpt(2, 32, 4, 16);
+    msr_plan_layout_t l = layout(2, 1, 1, 0, 1, 0, MSR_PLAN_1F1B, 1, 3);
+    msr_plan_rank_t whole, chunked;
+    msr_plan_rank(&m, &l, MSR_PLAN_FP32, 1, &whole);
+    l.head_chunk = 48;
+    char why[256];
+    MSR_CHECK(msr_plan_check(&m, &l, why, sizeof why) == 0);
+    msr_plan_rank(&m, &l, MSR_PLAN_FP32, 1, &chunked);
+    MSR_CHECK(chunked.activations < whole.activations);
+    l.head_chunk = -1;
+    MSR_CHECK(msr_plan_check(&m, &l, why, sizeof why) != 0);
+    MSR_CHECK(strstr(why, "chunk of -1 vocabulary rows") != NULL);
 }
 
 /* The schedules' held frames: GPipe all m, 1F1B p - stage, interleaved
