@@ -189,25 +189,12 @@ static msr_status_t chunk_logits(msr_host_embed_t *he, const float *h, int N, in
 }
 
 /* Folds a chunk's maxima m and sums s (exp(l - m) summed) and target
- * logits z into the rows' running ones (hfin: M, S, Z). */
+ * logits z (hst) into the rows' running ones (hfin: M, S, Z), on the
+ * host: msr_vocab_fold's online softmax, the chunked head's. */
 static void fold(msr_host_embed_t *he, int N, int first)
 {
     float *M = he->hfin, *S = he->hfin + N, *Z = he->hfin + 2 * N;
-    const float *m = he->hst, *s = he->hst + N, *z = he->hst + 2 * N;
-    for (int i = 0; i < N; i++) {
-        if (first) {
-            M[i] = m[i];
-            S[i] = s[i];
-            Z[i] = z[i];
-        } else if (m[i] > M[i]) {
-            S[i] = S[i] * expf(M[i] - m[i]) + s[i];
-            M[i] = m[i];
-            Z[i] += z[i];
-        } else {
-            S[i] += s[i] * expf(m[i] - M[i]);
-            Z[i] += z[i];
-        }
-    }
+    msr_vocab_fold(M, S, Z, he->hst, he->hst + N, (size_t)N, first);
 }
 
 msr_status_t msr_host_embed_head_forward(msr_host_embed_t *he, const float *h_dev,

@@ -4736,13 +4736,13 @@ test: ^test_parallel_host_embed$
     msr_status_t st = MSR_OK;
 >>>
 
-@ host_embed.fold_unscaled
+@ host_embed.fold_each_chunk_first
 file: parallel/host_embed.c
 test: ^test_parallel_host_embed$
 <<<
-            S[i] = S[i] * expf(M[i] - m[i]) + s[i];
+    msr_vocab_fold(M, S, Z, he->hst, he->hst + N, (size_t)N, first);
 ===
-            S[i] = S[i] + s[i];
+    msr_vocab_fold(M, S, Z, he->hst, he->hst + N, (size_t)N, first | 1);
 >>>
 
 @ host_embed.chunk_grad_kept
@@ -4755,15 +4755,15 @@ test: ^test_parallel_host_embed$
             k->zero(he->dw[b], (size_t)n * C);
 >>>
 
-@ host_embed.fold_target_lost
-file: parallel/host_embed.c
-test: ^test_parallel_host_embed$
+@ head_chunk.fold_target_lost
+file: model/split_ends.c
+test: ^test_parallel_vocab_fold$|^test_parallel_host_embed$
 <<<
-            M[i] = m[i];
-            Z[i] += z[i];
+            M[n] = m[n];
+            Z[n] += z[n];
 ===
-            M[i] = m[i];
-            Z[i] = z[i];
+            M[n] = m[n];
+            Z[n] = z[n];
 >>>
 
 @ host_embed.last_chunk_not_added
@@ -5138,7 +5138,7 @@ test: ^test_parallel_mp_head$
 <<<
     const float *W = msr_mp_head_weights(mp, 0) + (size_t)v0 * (size_t)d->C;
 ===
-    const float *W = msr_mp_head_weights(mp, 0);
+    const float *W = msr_mp_head_weights(mp, 0) + (size_t)(v0 & 0) * (size_t)d->C;
 >>>
 
 @ head_chunk.targets_of_slice_start
@@ -5165,7 +5165,7 @@ test: ^test_parallel_mp_head$
 <<<
     if (d->tp > 1 && (st = tp_combine(mp, M, S)) != MSR_OK)
 ===
-    if (d->tp > 1 && (st = MSR_OK) != MSR_OK)
+    if (d->tp < 1 && (st = tp_combine(mp, M, S)) != MSR_OK)
 >>>
 
 @ head_chunk.backward_probs_unnormalised

@@ -68,15 +68,9 @@ for arch in gpt llama; do
     done
 done
 
-# refused before training, with a message and exit status 2
-refuse() { # refuse PATTERN ARGS...
-    local pattern=$1 rc=0
-    shift
-    timeout 30 "$bin/train_gpt" "$@" >"$work/out" 2>"$work/err" || rc=$?
-    [[ $rc -eq 2 ]] || fail "train_gpt $* exited $rc, want 2"
-    grep -q -- "$pattern" "$work/err" || fail "train_gpt $*: no '$pattern' in: $(cat "$work/err")"
-}
-refuse "not an integer in \[0, 1073741824\]" --head-chunk -1
-refuse "not an integer in \[0, 1073741824\]" --head-chunk 1073741825
-refuse "without .*--head-chunk" --head-chunk 5 --generate 4 --prompt ab
+# refused before training, with a message and exit status 2 (job_env.sh)
+train_args=()
+refuse 1 "not an integer in \[0, 1073741824\]" --head-chunk -1
+refuse 1 "not an integer in \[0, 1073741824\]" --head-chunk 1073741825
+refuse 1 "without .*--head-chunk" --head-chunk 5 --generate 4 --prompt ab
 echo "ok: --head-chunk's bounds and --generate refused"
