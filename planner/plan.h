@@ -543,9 +543,9 @@ typedef struct msr_plan_pruned {
     uint64_t invalid;     /* refused by msr_plan_check */
     uint64_t over_memory; /* over the cluster's mem_gib */
     char first_invalid[256], first_over[256];
-    uint64_t found;       /* valid and within the budget: the plans before keep cut them */
-    double no_offload_ms; /* msr_plan_search_offload: the fastest plan's step without
-                           * offload (0: none fits without it) */
+    uint64_t found;  /* valid and within the budget: the plans before keep cut them */
+    double plain_ms; /* msr_plan_search_fit: the fastest plan's step without what
+                      * the search adds (0: none fits without it) */
 } msr_plan_pruned_t;
 
 /* Plans for the query: every valid layout within the memory budget, best
@@ -561,32 +561,61 @@ int64_t msr_plan_search(const msr_plan_model_t *m, msr_plan_precision_t prec,
                         const msr_plan_cluster_t *c, const msr_plan_query_t *q, int64_t keep,
                         msr_plan_t **plans_p, msr_plan_pruned_t *pruned, char *why, size_t why_len);
 
-/* msr_plan_search, and when q asks for no offload and layouts were over
- * the memory budget, again with train_gpt's offloads: the optimizer's (not
- * with experts), the activations' (full recompute), both, the blocks'
+/* The vocabulary rows a chunk of the head msr_plan_search_fit tries
+ * (train_gpt --head-chunk): docs/performance.md "The chunked head" found
+ * 1,024 rows as fast as 8,192 on the CPU, holding an eighth as much. */
+#define MSR_PLAN_FIT_HEAD_ROWS 1024
+
+/* What msr_plan_search_fit may add to layouts over the budget: the chunked
+ * head (a second pass of the head's product, no I/O) and train_gpt's disk
+ * offloads (--auto --offload-dir). */
+enum { MSR_PLAN_FIT_HEAD = 1, MSR_PLAN_FIT_OFFLOAD = 2 };
+
+/* msr_plan_search, and when layouts were over the memory budget, again
+ * with what `fit` allows and q does not fix already: first the chunked
+ * head of MSR_PLAN_FIT_HEAD_ROWS rows (when q->head_chunk is 0); then
+ * train_gpt's offloads (when q->offload is 0): the optimizer's (not with
+ * experts), the activations' (full recompute), both, the blocks'
  * parameters beside the optimizer's, then beside both, the gradient shard
  * beside the optimizer's and the parameters', then beside all three (ZeRO
- * 2-3 under data parallel alone), in that order. When nothing
- * fits without offload, the first mode that finds plans; when plans fit,
- * a mode's only if its fastest plan is faster than theirs (the layouts
- * over the budget it lets in outrun its I/O; with none over the budget an
- * offload only adds I/O and is not searched). The plans (and *pruned, of
- * the search that found them, its no_offload_ms set) carry the mode in
- * l.offload. Returns as msr_plan_search. */
+ * 2-3 under data parallel alone), in that order; last, when none of those
+ * finds a plan and both are allowed, each offload beside the chunked
+ * head. When nothing fits without them, the first that finds plans; when
+ * plans fit, one only if its fastest plan is faster than theirs (the
+ * layouts over the budget it lets in outrun its cost; with none over the
+ * budget nothing is added). The plans (and *pruned, of the search that
+ * found them, its plain_ms set) carry what was added in l.offload and
+ * l.head_chunk. Returns as msr_plan_search. */
+int64_t msr_plan_search_fit(const msr_plan_model_t *m, msr_plan_precision_t prec,
+                            const msr_plan_cluster_t *c, const msr_plan_query_t *q, int fit,
+                            int64_t keep, msr_plan_t **plans_p, msr_plan_pruned_t *pruned,
+                            char *why, size_t why_len);
+
+/* msr_plan_search_fit with the offloads alone (MSR_PLAN_FIT_OFFLOAD). */
 int64_t msr_plan_search_offload(const msr_plan_model_t *m, msr_plan_precision_t prec,
                                 const msr_plan_cluster_t *c, const msr_plan_query_t *q,
                                 int64_t keep, msr_plan_t **plans_p, msr_plan_pruned_t *pruned,
                                 char *why, size_t why_len);
 
-/* Why plan p, the first msr_plan_search_offload found (*pr its), has its
- * offload or none, a clause into buf: "no layout fits in G GiB per rank
- * without it", "faster than the plans that fit in G GiB per rank without
- * it (A ms a step against B)", "plans fit in G GiB per rank without it
- * and none is over it (an offload saves nothing then and only adds its
- * disk I/O to the step)" or "plans fit in G GiB per rank without it and
- * none with an offload is faster". */
-void msr_plan_offload_why(const msr_plan_t *p, const msr_plan_pruned_t *pr,
-                          const msr_plan_cluster_t *c, char *buf, size_t len);
+/* Why plan p, the first msr_plan_search_fit found (*pr its), has what
+ * `what` names (MSR_PLAN_FIT_HEAD: a chunked head; MSR_PLAN_FIT_OFFLOAD:
+ * an offload) or not, a clause into buf: "no layout fits in G GiB per
+ * rank without it", "faster than the plans that fit in G GiB per rank
+ * without it (A ms a step against B)", "the offload (the chunked head)
+ * lets plans fit in G GiB per rank without it", "plans fit in G GiB per
+ * rank without it and none is over it (... saves nothing then and only adds
+ * ...)" or "plans fit in G GiB per rank without it and none with ... is
+ * faster". */
+void msr_plan_fit_why(const msr_plan_t *p, const msr_plan_pruned_t *pr, const msr_plan_cluster_t *c,
+                      int what, char *buf, size_t len);
+
+/* Plan p's chunked head on its fullest rank: the bytes it saves (that
+ * rank's peak with the whole head less with the chunks: the work space's
+ * and the frames' (N, V/tp) buffers) and the flops per step its backward
+ * adds on each rank of the last stage (the head's product again, 2 N C
+ * V/tp a micro-batch, N its tokens: T/cp positions of b sequences). */
+void msr_plan_head_cost(const msr_plan_model_t *m, msr_plan_precision_t prec, const msr_plan_t *p,
+                        uint64_t *saved_p, double *flops_p);
 
 /* Plan p's offload on its fullest rank: the bytes it saves (that rank's
  * peak without it less with it) and the bytes it moves to and from disk

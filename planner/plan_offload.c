@@ -91,21 +91,23 @@ const char *msr_plan_offload_name(int offload, char *buf, size_t len)
     return buf;
 }
 
-/* The search with offload mode k of q's, into *plans_p when it finds a
- * plan faster than best_ms (0: any plan), *pruned with it. Returns its
- * count, or -1 with a reason in why. */
-static int64_t try_mode(const msr_plan_model_t *m, msr_plan_precision_t prec,
-                        const msr_plan_cluster_t *c, const msr_plan_query_t *q, int mode,
-                        int64_t keep, double best_ms, msr_plan_t **plans_p,
-                        msr_plan_pruned_t *pruned, char *why, size_t why_len)
+/* The search with offload bits `offload` and head chunk `head` (q's
+ * otherwise), into *plans_p when it finds a plan faster than best_ms (0:
+ * any plan), *pruned with it. Returns its count, or -1 with a reason in
+ * why. */
+static int64_t try_fit(const msr_plan_model_t *m, msr_plan_precision_t prec,
+                       const msr_plan_cluster_t *c, const msr_plan_query_t *q, int offload,
+                       int head, int64_t keep, double best_ms, msr_plan_t **plans_p,
+                       msr_plan_pruned_t *pruned, char *why, size_t why_len)
 {
     msr_plan_query_t qo = *q;
     msr_plan_pruned_t pr;
     msr_plan_t *plans = NULL;
-    qo.offload = mode;
+    qo.offload = offload;
+    qo.head_chunk = head;
     int64_t n = msr_plan_search(m, prec, c, &qo, keep, &plans, &pr, why, why_len);
     if (n > 0 && (best_ms == 0 || plans[0].t.step_ms < best_ms)) {
-        pr.no_offload_ms = pruned->no_offload_ms;
+        pr.plain_ms = pruned->plain_ms;
         free(*plans_p);
         *plans_p = plans;
         *pruned = pr;
@@ -115,19 +117,21 @@ static int64_t try_mode(const msr_plan_model_t *m, msr_plan_precision_t prec,
     return n < 0 ? -1 : 0;
 }
 
-int64_t msr_plan_search_offload(const msr_plan_model_t *m, msr_plan_precision_t prec,
-                                const msr_plan_cluster_t *c, const msr_plan_query_t *q,
-                                int64_t keep, msr_plan_t **plans_p, msr_plan_pruned_t *pruned,
-                                char *why, size_t why_len)
+int64_t msr_plan_search_fit(const msr_plan_model_t *m, msr_plan_precision_t prec,
+                            const msr_plan_cluster_t *c, const msr_plan_query_t *q, int fit,
+                            int64_t keep, msr_plan_t **plans_p, msr_plan_pruned_t *pruned,
+                            char *why, size_t why_len)
 {
-    /* the optimizer's first: it keeps the layout's recompute; then full
-     * recompute's block inputs, then both; then the blocks' parameters
-     * beside the optimizer's, then beside both (the most bytes moved);
-     * last the gradient shard beside those two and then all three: it is
-     * at most the parameters' bytes (4S against 4P at ZeRO 2, a share
-     * each at ZeRO 3), only ZeRO 2-3 under data parallel alone have it,
-     * and its I/O is priced whole in the step (behind and ahead of the
-     * trainer, not credited) */
+    /* the chunked head first: it moves nothing, its price a second pass
+     * of the head's product. Then the optimizer's offload: it keeps the
+     * layout's recompute; then full recompute's block inputs, then both;
+     * then the blocks' parameters beside the optimizer's, then beside both
+     * (the most bytes moved); last the gradient shard beside those two and
+     * then all three: it is at most the parameters' bytes (4S against 4P
+     * at ZeRO 2, a share each at ZeRO 3), only ZeRO 2-3 under data
+     * parallel alone have it, and its I/O is priced whole in the step
+     * (behind and ahead of the trainer, not credited). The offloads beside
+     * the chunked head only when neither finds a plan alone. */
     enum { O = MSR_PLAN_OFFLOAD_OPTIM, A = MSR_PLAN_OFFLOAD_ACTS, P = MSR_PLAN_OFFLOAD_PARAMS };
     static const int modes[7] = {O,
                                  A,
@@ -139,61 +143,107 @@ int64_t msr_plan_search_offload(const msr_plan_model_t *m, msr_plan_precision_t 
     int64_t n = msr_plan_search(m, prec, c, q, keep, plans_p, pruned, why, why_len);
     if (n < 0)
         return n;
-    pruned->no_offload_ms = n > 0 ? (*plans_p)[0].t.step_ms : 0;
-    if (q->offload != 0 || pruned->over_memory == 0)
+    pruned->plain_ms = n > 0 ? (*plans_p)[0].t.step_ms : 0;
+    int head = (fit & MSR_PLAN_FIT_HEAD) && q->head_chunk == 0 ? MSR_PLAN_FIT_HEAD_ROWS : 0;
+    int offload = (fit & MSR_PLAN_FIT_OFFLOAD) && q->offload == 0;
+    if (pruned->over_memory == 0)
         return n;
     int64_t found = n;
-    for (int k = 0; k < 7; k++) {
+    /* rung 0 the head; 1-7 the offloads; 8-14 the offloads beside the head */
+    for (int k = 0; k < 15; k++) {
+        if (k == 0 ? head == 0 : k < 8 ? !offload : head == 0 || !offload || found > 0)
+            continue;
+        int bits = k == 0 ? q->offload : modes[(k - 1) % 7];
         double best = found > 0 ? (*plans_p)[0].t.step_ms : 0;
-        int64_t got = try_mode(m, prec, c, q, modes[k], keep, best, plans_p, pruned, why, why_len);
+        int64_t got = try_fit(m, prec, c, q, bits, k == 0 || k >= 8 ? head : q->head_chunk, keep,
+                              best, plans_p, pruned, why, why_len);
         if (got < 0)
             return -1;
         if (got > 0)
             found = got;
         if (n == 0 && found > 0)
-            break; /* nothing fit without: the first mode that fits */
+            break; /* nothing fit without: the first rung that fits */
     }
     return found;
 }
 
-void msr_plan_offload_why(const msr_plan_t *p, const msr_plan_pruned_t *pr,
-                          const msr_plan_cluster_t *c, char *buf, size_t len)
+int64_t msr_plan_search_offload(const msr_plan_model_t *m, msr_plan_precision_t prec,
+                                const msr_plan_cluster_t *c, const msr_plan_query_t *q,
+                                int64_t keep, msr_plan_t **plans_p, msr_plan_pruned_t *pruned,
+                                char *why, size_t why_len)
 {
-    if (p->l.offload != 0 && pr->no_offload_ms <= 0)
+    return msr_plan_search_fit(m, prec, c, q, MSR_PLAN_FIT_OFFLOAD, keep, plans_p, pruned, why,
+                               why_len);
+}
+
+void msr_plan_fit_why(const msr_plan_t *p, const msr_plan_pruned_t *pr, const msr_plan_cluster_t *c,
+                      int what, char *buf, size_t len)
+{
+    int head = what == MSR_PLAN_FIT_HEAD;
+    int used = head ? p->l.head_chunk != 0 : p->l.offload != 0;
+    if (used && pr->plain_ms <= 0)
         snprintf(buf, len, "no layout fits in %g GiB per rank without it", c->mem_gib);
-    else if (p->l.offload != 0)
+    else if (used)
         snprintf(buf, len,
                  "faster than the plans that fit in %g GiB per rank without it (%.4g ms a step "
                  "against %.4g)",
-                 c->mem_gib, p->t.step_ms, pr->no_offload_ms);
+                 c->mem_gib, p->t.step_ms, pr->plain_ms);
+    else if (pr->plain_ms <= 0) /* the other let plans fit, and this one alone did not */
+        snprintf(buf, len, "%s lets plans fit in %g GiB per rank without it",
+                 head ? "the offload" : "the chunked head", c->mem_gib);
     else if (pr->over_memory == 0)
         snprintf(buf, len,
-                 "plans fit in %g GiB per rank without it and none is over it (an offload saves "
-                 "nothing then and only adds its disk I/O to the step)",
-                 c->mem_gib);
+                 "plans fit in %g GiB per rank without it and none is over it (%s saves nothing "
+                 "then and only adds %s to the step)",
+                 c->mem_gib, head ? "a chunked head" : "an offload",
+                 head ? "a second pass of the head's product" : "its disk I/O");
     else
-        snprintf(buf, len,
-                 "plans fit in %g GiB per rank without it and none with an offload is faster",
-                 c->mem_gib);
+        snprintf(buf, len, "plans fit in %g GiB per rank without it and none with %s is faster",
+                 c->mem_gib, head ? "a chunked head" : "an offload");
+}
+
+/* Plan p's fullest rank (its index in the mesh), that rank's bytes into
+ * *with, and the bytes it saves against layout `without` (p's with what
+ * was added taken off). */
+static int saved_on_fullest(const msr_plan_model_t *m, msr_plan_precision_t prec,
+                            const msr_plan_t *p, const msr_plan_layout_t *without,
+                            msr_plan_rank_t *with, uint64_t *saved_p)
+{
+    const msr_plan_layout_t *l = &p->l;
+    int rank = ((p->at.dp_rank * l->pp + p->at.pp_rank) * msr_plan_cp(l) + p->at.cp_rank) * l->tp +
+               p->at.tp_rank;
+    msr_plan_rank_t wo;
+    msr_plan_rank(m, l, prec, rank, with);
+    msr_plan_rank(m, without, prec, rank, &wo);
+    *saved_p = wo.total > with->total ? wo.total - with->total : 0;
+    return rank;
 }
 
 void msr_plan_offload_cost(const msr_plan_model_t *m, msr_plan_precision_t prec,
                            const msr_plan_t *p, uint64_t *saved_p, uint64_t *io_p)
 {
     msr_plan_layout_t l = p->l;
-    int rank = ((p->at.dp_rank * l.pp + p->at.pp_rank) * msr_plan_cp(&l) + p->at.cp_rank) * l.tp +
-               p->at.tp_rank;
-    msr_plan_rank_t with, without;
-    msr_plan_rank(m, &l, prec, rank, &with);
     l.offload = 0;
-    msr_plan_rank(m, &l, prec, rank, &without);
-    *saved_p = without.total > with.total ? without.total - with.total : 0;
+    msr_plan_rank_t with;
+    int rank = saved_on_fullest(m, prec, p, &l, &with, saved_p);
     /* read and written, each: the memory model's counts */
     *io_p = 2 * (with.offload_optim_io + with.offload_acts_io) + with.offload_grads_w +
             with.offload_grads_r + with.offload_eparam_r + with.offload_eparam_w;
     uint64_t slot, blocks;
     msr_plan_offload_params_io(m, &p->l, rank, &slot, &blocks);
     *io_p += blocks * slot * (2 * (uint64_t)p->l.micros + 2);
+}
+
+void msr_plan_head_cost(const msr_plan_model_t *m, msr_plan_precision_t prec, const msr_plan_t *p,
+                        uint64_t *saved_p, double *flops_p)
+{
+    msr_plan_layout_t l = p->l;
+    l.head_chunk = 0;
+    msr_plan_rank_t with;
+    saved_on_fullest(m, prec, p, &l, &with, saved_p);
+    /* a rank's tokens: its T/cp positions of each sequence */
+    double N = (double)p->l.micro_batch * m->seq / msr_plan_cp(&p->l);
+    *flops_p = p->l.head_chunk == 0 ? 0 : 2 * N * m->channels * m->vocab / p->l.tp * p->l.micros;
 }
 
 /* ZeRO-3 under the parameters' offload: parallel/dp_params.c's z3_layout

@@ -125,6 +125,8 @@ void msr_plan_print_kv(FILE *f, const msr_plan_t *plans, int64_t n)
                 msr_plan_schedule_names[l->schedule], l->chunks, p->at.part_params,
                 state_bytes(&p->at), p->at.activations, p->peak, p->t.step_ms, p->t.tokens_per_s,
                 tflops_per_rank(p));
+        if (l->head_chunk > 0)
+            fprintf(f, " head_chunk=%d", l->head_chunk);
         if (l->stage_layers != NULL) {
             fprintf(f, " pp_layers=");
             for (int j = 0; j < stages_of(l); j++)

@@ -2021,9 +2021,9 @@ test: ^test_parallel_plan_offload_io$
 file: planner/plan_offload.c
 test: ^test_parallel_plan_offload_io$|^test_parallel_train_gpt_plan$
 <<<
-    for (int k = 0; k < 7; k++) {
+        int bits = k == 0 ? q->offload : modes[(k - 1) % 7];
 ===
-    for (int k = 0; k < 5; k++) {
+        int bits = k == 0 ? q->offload : k == 6 || k == 7 ? modes[4] : modes[(k - 1) % 7];
 >>>
 
 @ plan.offload.grads_at_zero1
@@ -5247,6 +5247,88 @@ test: ^test_parallel_train_gpt_head_chunk$
            cfg->mp.head_chunk != 0 || cfg->mp_always;
 ===
            cfg->mp_always;
+>>>
+
+@ head_chunk.fit_never_tried
+file: planner/plan_offload.c
+test: ^test_parallel_plan_head$|^test_parallel_train_gpt_auto_head$
+<<<
+        if (k == 0 ? head == 0 : k < 8 ? !offload : head == 0 || !offload || found > 0)
+===
+        if (k == 0 ? 1 : k < 8 ? !offload : head == 0 || !offload || found > 0)
+>>>
+
+@ head_chunk.fit_beside_offload_without_head
+file: planner/plan_offload.c
+test: ^test_parallel_plan_head$
+<<<
+        int64_t got = try_fit(m, prec, c, q, bits, k == 0 || k >= 8 ? head : q->head_chunk, keep,
+===
+        int64_t got = try_fit(m, prec, c, q, bits, k == 0 ? head : q->head_chunk, keep,
+>>>
+
+@ head_chunk.fit_beside_offload_first
+file: planner/plan_offload.c
+test: ^test_parallel_plan_head$
+<<<
+        if (k == 0 ? head == 0 : k < 8 ? !offload : head == 0 || !offload || found > 0)
+===
+        if (k == 0 ? head == 0 : k < 8 ? !offload || found == 0 : head == 0 || !offload || found > 0)
+>>>
+
+@ head_chunk.fit_kept_when_slower
+file: planner/plan_offload.c
+test: ^test_parallel_plan_head$
+<<<
+        double best = found > 0 ? (*plans_p)[0].t.step_ms : 0;
+===
+        double best = found > 0 && k > 0 ? (*plans_p)[0].t.step_ms : 0;
+>>>
+
+@ head_chunk.fit_why_other_lets
+file: planner/plan_offload.c
+test: ^test_parallel_plan_head$
+<<<
+    else if (pr->plain_ms <= 0) /* the other let plans fit, and this one alone did not */
+===
+    else if (0)
+>>>
+
+@ head_chunk.fit_cost_whole_vocab
+file: planner/plan_offload.c
+test: ^test_parallel_plan_head$
+<<<
+    *flops_p = p->l.head_chunk == 0 ? 0 : 2 * N * m->channels * m->vocab / p->l.tp * p->l.micros;
+===
+    *flops_p = p->l.head_chunk == 0 ? 0 : 2 * N * m->channels * m->vocab * p->l.micros;
+>>>
+
+@ head_chunk.fit_cost_saves_nothing
+file: planner/plan_offload.c
+test: ^test_parallel_plan_head$
+<<<
+    l.head_chunk = 0;
+===
+    l.head_chunk = p->l.head_chunk;
+>>>
+
+@ head_chunk.auto_not_applied
+file: programs/train_gpt/train_gpt_plan.c
+test: ^test_parallel_train_gpt_auto_head$
+<<<
+    o->head_chunk = p->l.head_chunk;
+===
+    (void)0;
+>>>
+
+@ head_chunk.auto_given_replaced
+file: programs/train_gpt/train_gpt_plan.c
+test: ^test_parallel_train_gpt_auto_head$
+<<<
+    int fit = !o->auto_plan            ? 0
+===
+    o->head_chunk = 0;
+    int fit = !o->auto_plan            ? 0
 >>>
 
 @ model.split_ends.cp_positions_ignored

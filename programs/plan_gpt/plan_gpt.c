@@ -12,7 +12,7 @@
  *            [--ranks] [--pp-layers 3,5,5,3] [--experts E --top-k K
  *            --moe-every N --capacity-factor F] [--offload
  *            optimizer,activations,params,grads|auto --offload-chunk BYTES]
- *            [--head-chunk ROWS]
+ *            [--head-chunk ROWS|auto]
  *
  * --experts plans a Mixture-of-Experts model (train_gpt's options, the
  * same defaults: top-k 2, every block, capacity factor 1.25), and the
@@ -28,7 +28,10 @@
  *
  * --head-chunk plans with train_gpt's chunked head: the head's logits
  * ROWS vocabulary rows at a time (0, the default: the whole head), on the
- * model-parallel runtime, which it puts every layout on.
+ * model-parallel runtime, which it puts every layout on. --head-chunk auto
+ * turns to chunks of 1,024 rows as train_gpt --auto does: only when
+ * layouts are over the budget, before any offload of --offload auto, and
+ * says why (the bytes saved, the flops added a step).
  *
  * --pp-layers plans only the layouts whose pp x virtual stages has that
  * many stages, with that split of the layers (train_gpt's option).
@@ -66,7 +69,9 @@ typedef struct args {
     const char *pp_layers;
     const char *offload; /* --offload's list, read into offload_bits */
     int64_t offload_chunk;
-    int64_t head_chunk; /* --head-chunk: train_gpt's, every layout's */
+    const char *head_chunk_text; /* --head-chunk ROWS|auto */
+    int head_chunk;              /* ROWS: train_gpt's, every layout's */
+    int head_auto;               /* --head-chunk auto */
     int offload_bits;
     int offload_auto;              /* --offload auto */
     const char *model;             /* --model: a preset's name, or "list" */
@@ -114,7 +119,7 @@ static const msr_opt_t opts[] = {
     TEXT("pp-layers", pp_layers, "A,B,.."),
     TEXT("offload", offload, "optimizer,activations,params,grads|auto"),
     INT("offload-chunk", offload_chunk, MSR_PLAN_OFFLOAD_ALIGN, MSR_PLAN_OFFLOAD_CHUNK_MAX, "BYTES", 0),
-    INT("head-chunk", head_chunk, 0, 1 << 30, "ROWS", 0),
+    TEXT("head-chunk", head_chunk_text, "ROWS|auto"),
     INT("experts", m.experts, 0, 1 << 16, "E", 0),
     INT("top-k", m.top_k, 1, 1 << 16, "K", MSR_OPT_USAGE_JOIN),
     INT("moe-every", m.moe_every, 1, 1 << 16, "N", MSR_OPT_USAGE_JOIN),
@@ -277,6 +282,15 @@ static msr_status_t check_offload(args_t *a)
     if (a->offload_chunk % MSR_PLAN_OFFLOAD_ALIGN != 0)
         return msr_err(MSR_ERR_INVALID_ARG, "--offload-chunk %" PRId64 ": not a multiple of %u",
                        a->offload_chunk, MSR_PLAN_OFFLOAD_ALIGN);
+    /* --head-chunk: train_gpt's bounds, or auto */
+    int64_t rows = 0;
+    a->head_auto = a->head_chunk_text != NULL && strcmp(a->head_chunk_text, "auto") == 0;
+    if (a->head_chunk_text != NULL && !a->head_auto &&
+        msr_parse_i64(a->head_chunk_text, 0, 1 << 30, &rows) != MSR_OK)
+        return msr_err(MSR_ERR_INVALID_ARG,
+                       "--head-chunk %s: not an integer in [0, 1073741824] nor auto",
+                       a->head_chunk_text);
+    a->head_chunk = (int)rows;
     return MSR_OK;
 }
 
@@ -372,8 +386,10 @@ static int check_found(const args_t *a, const msr_plan_cluster_t *c, const msr_p
         if (pr->over_memory > 0)
             fprintf(stderr,
                     "plan_gpt: error: no layout of %" PRId64 " ranks fits in %g GiB per rank "
-                    "(%" PRIu64 " over it); the first: %s\n",
-                    a->world, c->mem_gib, pr->over_memory, pr->first_over);
+                    "(%" PRIu64 " over it%s%s); the first: %s\n",
+                    a->world, c->mem_gib, pr->over_memory,
+                    a->head_auto ? ", nor with a chunked head" : "",
+                    a->offload_auto ? ", nor with any offload" : "", pr->first_over);
         else
             fprintf(stderr, "plan_gpt: error: no valid layout of %" PRId64 " ranks%s%s\n", a->world,
                     pr->invalid > 0 ? "; the first refused: " : " (none matches --fix)",
@@ -425,7 +441,7 @@ static void print_offload(const args_t *a, const msr_plan_cluster_t *c, const ms
     if (p->l.offload != 0)
         msr_plan_offload_cost(&a->m, a->prec, p, &saved, &io);
     char why[256];
-    msr_plan_offload_why(p, pr, c, why, sizeof why);
+    msr_plan_fit_why(p, pr, c, MSR_PLAN_FIT_OFFLOAD, why, sizeof why);
     if (kv)
         printf("offload mode=%s saved_bytes=%" PRIu64 " io_bytes_per_step=%" PRIu64
                " io_ms=%.6g io_exposed_ms=%.6g\n",
@@ -438,6 +454,28 @@ static void print_offload(const args_t *a, const msr_plan_cluster_t *c, const ms
                "write, %.4g ms of it in step_ms (what compute does not hide)\n",
                mode, why, saved, io, p->t.offload_io_ms, c->disk_read_gbs, c->disk_write_gbs,
                p->t.offload_ms);
+}
+
+/* --head-chunk auto: plan 1's head, why, and what a chunked one saves
+ * and adds. */
+static void print_head(const args_t *a, const msr_plan_cluster_t *c, const msr_plan_t *p,
+                       const msr_plan_pruned_t *pr, int kv)
+{
+    uint64_t saved = 0;
+    double flops = 0;
+    msr_plan_head_cost(&a->m, a->prec, p, &saved, &flops);
+    char why[256];
+    msr_plan_fit_why(p, pr, c, MSR_PLAN_FIT_HEAD, why, sizeof why);
+    if (kv)
+        printf("head chunk_rows=%d saved_bytes=%" PRIu64 " added_flops_per_step=%.6g\n",
+               p->l.head_chunk, saved, flops);
+    else if (p->l.head_chunk == 0)
+        printf("head: whole: %s\n", why);
+    else
+        printf("head: chunks of %d vocabulary rows: %s; plan 1 holds %" PRIu64
+               " bytes less on its fullest rank and computes the head's logits again in "
+               "backward, %.4g GFLOP a step per rank\n",
+               p->l.head_chunk, why, saved, flops / 1e9);
 }
 
 int main(int argc, char **argv)
@@ -472,16 +510,14 @@ int main(int argc, char **argv)
     q.split_n = a.split_n;
     q.offload = a.offload_bits;
     q.offload_chunk = (size_t)a.offload_chunk;
-    q.head_chunk = (int)a.head_chunk;
+    q.head_chunk = a.head_chunk;
     /* enough plans for the table and the one to explain */
     int64_t keep = a.all || a.ranks ? 0 : (a.explain > a.top ? a.explain : a.top);
     msr_plan_t *plans = NULL;
     msr_plan_pruned_t pr;
     double t0 = now_s();
-    int64_t n =
-        a.offload_auto
-            ? msr_plan_search_offload(&a.m, a.prec, &c, &q, keep, &plans, &pr, why, sizeof why)
-            : msr_plan_search(&a.m, a.prec, &c, &q, keep, &plans, &pr, why, sizeof why);
+    int fit = (a.head_auto ? MSR_PLAN_FIT_HEAD : 0) | (a.offload_auto ? MSR_PLAN_FIT_OFFLOAD : 0);
+    int64_t n = msr_plan_search_fit(&a.m, a.prec, &c, &q, fit, keep, &plans, &pr, why, sizeof why);
     double took = now_s() - t0;
     if (n < 0) {
         fprintf(stderr, "plan_gpt: error: %s\n", why);
@@ -506,6 +542,8 @@ int main(int argc, char **argv)
     else
         msr_plan_print_table(stdout, plans, shown);
     msr_plan_print_summary(stdout, &q, &c, &pr, shown, kv);
+    if (a.head_auto)
+        print_head(&a, &c, &plans[0], &pr, kv);
     if (a.offload_auto)
         print_offload(&a, &c, &plans[0], &pr, kv);
     if (!kv)

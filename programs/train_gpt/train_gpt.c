@@ -255,7 +255,9 @@ static const msr_opt_t specs[] = {
     OPT_FLAG("auto", auto_plan,
              "train with the simplest of the layouts predicted within the calibration's noise of "
              "the fastest (rank 0 prints it, the runner-up and the layout without --auto); "
-             "layout options given fix the search (see docs/plan.md)"),
+             "layout options given fix the search; where every layout is over the memory "
+             "budget, a chunked head of 1024 rows (unless --head-chunk is given), then with "
+             "--offload-dir the offloads (see docs/plan.md)"),
     OPT_FLAG("recalibrate", recalibrate,
              "measure the cluster for --plan, --explain and --auto again instead of reusing the "
              "calibration cached for this machine and model shape ($XDG_CACHE_HOME/msrun or "

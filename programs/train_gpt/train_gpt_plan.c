@@ -303,12 +303,15 @@ static void layout_text(const msr_plan_layout_t *l, int moe, char *buf, size_t l
         msr_layout_split_format(l->stage_layers, l->pp * l->chunks, split + strlen(split),
                                 sizeof split - strlen(split));
     }
+    char head[32] = "";
+    if (l->head_chunk > 0)
+        snprintf(head, sizeof head, " head-chunk %d", l->head_chunk);
     snprintf(buf, len,
              "dp %d tp %d pp %d cp %d%s%s zero %d recompute %s micro-batch %d grad-accum %d "
-             "schedule %s virtual-stages %d%s",
+             "schedule %s virtual-stages %d%s%s",
              l->dp, l->tp, l->pp, msr_plan_cp(l), ep, l->sp ? " sp" : "", l->zero,
              msr_mp_recompute_name((msr_mp_recompute_t)l->recompute), l->micro_batch, l->micros,
-             msr_mp_schedule_name((msr_mp_schedule_t)l->schedule), l->chunks, split);
+             msr_mp_schedule_name((msr_mp_schedule_t)l->schedule), l->chunks, split, head);
 }
 
 /* "predicted T ms per step, R tokens/s, B per rank at most", into buf. */
@@ -421,23 +424,53 @@ static void auto_explain(const options_t *o, const job_t *job, const msr_plan_mo
             ok ? pred : "not a plan: ", ok ? "" : why);
 }
 
-/* No plan: what was refused, what was over the budget (without an
- * offload), and for --auto the way to one, or that --offload-dir's did not
- * help either. Returns the exit status. */
+/* No plan: what was refused, what was over the budget (without what
+ * --auto adds), and for --auto that the chunked head did not help, and the
+ * way to an offload, or that --offload-dir's did not help either. Returns
+ * the exit status. */
 static int refuse_none(const options_t *o, const job_t *job, const msr_plan_query_t *q,
                        const msr_plan_cluster_t *c, const msr_plan_pruned_t *pr)
 {
+    int over = o->auto_plan && pr->over_memory > 0;
+    char head[64] = "";
+    if (over && o->head_chunk == 0)
+        snprintf(head, sizeof head, "; nor with a chunked head (--head-chunk %d)",
+                 MSR_PLAN_FIT_HEAD_ROWS);
     return refuse(
         job,
         "no layout of %d ranks and global batch %" PRId64 " with the options given: %" PRIu64
-        " refused by the runtime's rules%s%s%s, %" PRIu64 " over %.4g GiB per rank%s%s%s%s",
+        " refused by the runtime's rules%s%s%s, %" PRIu64 " over %.4g GiB per rank%s%s%s%s%s",
         job->world, q->global_batch, pr->invalid, pr->invalid ? " (the first " : "",
         pr->invalid ? pr->first_invalid : "", pr->invalid ? ")" : "", pr->over_memory, c->mem_gib,
         pr->over_memory ? " (the first " : "", pr->over_memory ? pr->first_over : "",
-        pr->over_memory ? ")" : "",
-        !o->auto_plan || pr->over_memory == 0 || o->offload != NULL ? ""
-        : o->offload_dir == NULL ? "; --offload-dir DIR lets --auto offload (none given)"
-                                 : "; nor with any of --offload-dir's offloads");
+        pr->over_memory ? ")" : "", head,
+        !over || o->offload != NULL ? ""
+        : o->offload_dir == NULL    ? "; --offload-dir DIR lets --auto offload (none given)"
+                                    : "; nor with any of --offload-dir's offloads");
+}
+
+/* --auto: plan p's chunked head, when the search chose one (the options
+ * gave none), into o (as --head-chunk would give it) and, on rank 0, why
+ * and what it saves and costs. */
+static void auto_head(options_t *o, const job_t *job, const msr_plan_model_t *m,
+                      msr_plan_precision_t prec, const msr_plan_cluster_t *c, const msr_plan_t *p,
+                      const msr_plan_pruned_t *pr)
+{
+    if (o->head_chunk != 0 || p->l.head_chunk == 0)
+        return;
+    o->head_chunk = p->l.head_chunk;
+    if (job->rank != 0)
+        return;
+    char why[256];
+    msr_plan_fit_why(p, pr, c, MSR_PLAN_FIT_HEAD, why, sizeof why);
+    uint64_t saved = 0;
+    double flops = 0;
+    msr_plan_head_cost(m, prec, p, &saved, &flops);
+    fprintf(stderr,
+            "train_gpt: --auto: head: chunks of %d vocabulary rows (--head-chunk %d): %s; the "
+            "plan holds %" PRIu64 " bytes less on its fullest rank and computes the head's "
+            "logits again in backward, %.4g GFLOP a step per rank\n",
+            p->l.head_chunk, p->l.head_chunk, why, saved, flops / 1e9);
 }
 
 /* --auto --offload-dir: plan p's offload into o (as --offload would give
@@ -451,7 +484,7 @@ static void auto_offload(options_t *o, const job_t *job, const msr_plan_model_t 
     if (o->offload_dir == NULL)
         return;
     char why[256], mode[64];
-    msr_plan_offload_why(p, pr, c, why, sizeof why);
+    msr_plan_fit_why(p, pr, c, MSR_PLAN_FIT_OFFLOAD, why, sizeof why);
     if (p->l.offload == 0) {
         if (job->rank == 0)
             fprintf(stderr, "train_gpt: --auto: offload: none: %s\n", why);
@@ -616,10 +649,12 @@ int train_gpt_plan(options_t *o, const job_t *job, int *done_p)
         keep = o->explain;
     msr_plan_t *plans = NULL;
     msr_plan_pruned_t pruned;
-    int64_t n =
-        o->offload_dir != NULL
-            ? msr_plan_search_offload(&m, prec, &c, &q, keep, &plans, &pruned, why, sizeof why)
-            : msr_plan_search(&m, prec, &c, &q, keep, &plans, &pruned, why, sizeof why);
+    /* --auto adds the chunked head, and --offload-dir's offloads, where
+     * layouts are over the budget */
+    int fit = !o->auto_plan            ? 0
+              : o->offload_dir == NULL ? MSR_PLAN_FIT_HEAD
+                                       : MSR_PLAN_FIT_HEAD | MSR_PLAN_FIT_OFFLOAD;
+    int64_t n = msr_plan_search_fit(&m, prec, &c, &q, fit, keep, &plans, &pruned, why, sizeof why);
     if (n < 0) {
         rc = refuse(job, "the planner: %s", why);
         goto out;
@@ -648,6 +683,7 @@ int train_gpt_plan(options_t *o, const job_t *job, int *done_p)
     int64_t within = 1, k = msr_plan_choose(plans, n, src->noise, &within);
     if (job->rank == 0)
         auto_explain(o, job, &m, prec, src, plans, n, k, within, pruned.found);
+    auto_head(o, job, &m, prec, &c, &plans[k], &pruned);
     auto_offload(o, job, &m, prec, &c, &plans[k], &pruned);
     auto_apply(o, q.global_batch, &plans[k]);
 out:

@@ -142,6 +142,36 @@ grep -q "^offload: optimizer: .* [1-9][0-9.e+]* ms of it in step_ms" "$work/expl
 grep -q "^offload mode=none saved_bytes=0 io_bytes_per_step=0 io_ms=0 io_exposed_ms=0$" "$work/auto" ||
     fail "--offload auto offloads a model that fits: $(cat "$work/auto")"
 
+# --head-chunk auto: a head whose (N, V) buffers are most of the model
+# (V 4,096 against C 32) fits 0.004 GiB only in chunks of 1,024 rows, each
+# plan's kv line saying so; 0.01 GiB fits without; 0.002 GiB not even so
+hv=(--layers 2 --channels 32 --heads 4 --seq 64 --vocab 4096 --global-batch 4 --world 1)
+for g in 0.002 0.004 0.01; do
+    sed "s/^mem_gib = .*/mem_gib = $g/" "$(dirname "$0")/plan_cluster.txt" >"$work/c$g"
+done
+refuse "no layout of 1 ranks fits in 0.004 GiB per rank ([0-9]* over it); " "${hv[@]}" \
+    --cluster "$work/c0.004"
+"$bin/plan_gpt" "${hv[@]}" --cluster "$work/c0.004" --head-chunk auto --format kv --all >"$work/auto"
+grep -q "^head chunk_rows=1024 saved_bytes=[1-9][0-9]* added_flops_per_step=6.71089e+07$" \
+    "$work/auto" || fail "--head-chunk auto: $(cat "$work/auto")"
+[[ $(grep -c '^plan ' "$work/auto") -gt 0 &&
+    $(grep '^plan ' "$work/auto" | grep -vc ' head_chunk=1024$') -eq 0 ]] ||
+    fail "--head-chunk auto: plans without the chunk: $(cat "$work/auto")"
+"$bin/plan_gpt" "${hv[@]}" --cluster "$work/c0.004" --head-chunk auto --top 1 | grep -q \
+    "^head: chunks of 1024 vocabulary rows: no layout fits in 0.004 GiB per rank without it; plan 1 holds [1-9][0-9]* bytes less on its fullest rank and computes the head's logits again in backward, 0.06711 GFLOP a step per rank$" ||
+    fail "--head-chunk auto: no reason"
+"$bin/plan_gpt" "${hv[@]}" --cluster "$work/c0.01" --head-chunk auto --top 1 | grep -q \
+    "^head: whole: plans fit in 0.01 GiB per rank without it and none with a chunked head is faster$" ||
+    fail "--head-chunk auto chunks a head that fits"
+refuse "no layout of 1 ranks fits in 0.002 GiB per rank ([0-9]* over it, nor with a chunked head, nor with any offload); " \
+    "${hv[@]}" --cluster "$work/c0.002" --head-chunk auto --offload auto
+refuse "--head-chunk 1073741825: not an integer in \[0, 1073741824\] nor auto" "${hv[@]}" \
+    --head-chunk 1073741825
+"$bin/plan_gpt" "${hv[@]}" --head-chunk 1073741824 --format kv | grep -q ' head_chunk=1073741824$' ||
+    fail "--head-chunk 1073741824 (the bound) refused"
+refuse "--head-chunk -1: not an integer" "${hv[@]}" --head-chunk -1
+refuse "--head-chunk Auto: not an integer" "${hv[@]}" --head-chunk Auto
+
 "$bin/plan_gpt" "${m[@]}" --format kv --all --even-split >"$work/kv"
 [[ $(head -1 "$work/kv") == "model params=59584" ]] || fail "model line: $(head -1 "$work/kv")"
 n=$(grep -c '^plan ' "$work/kv")

@@ -60,13 +60,13 @@ static inline int auto_first(msr_plan_model_t *m, msr_plan_cluster_t *c, msr_pla
     MSR_CHECK_MSG(n > 0, "%s", why);
     if (n <= 0)
         return -1;
-    msr_plan_offload_why(&plans[0], &pr, c, why, sizeof why);
+    msr_plan_fit_why(&plans[0], &pr, c, MSR_PLAN_FIT_OFFLOAD, why, sizeof why);
     f->off = plans[0].l.offload;
     f->io = plans[0].t.offload_io_ms, f->paid = plans[0].t.offload_ms;
     msr_plan_offload_cost(m, MSR_PLAN_FP32, &plans[0], &f->saved, &f->moved);
     free(plans);
     MSR_CHECK_MSG(strstr(why, "no layout fits in") != NULL, "%s", why);
-    MSR_CHECK(pr.no_offload_ms == 0 && f->io > 0 && f->paid > 0);
+    MSR_CHECK(pr.plain_ms == 0 && f->io > 0 && f->paid > 0);
     return 0;
 }
 

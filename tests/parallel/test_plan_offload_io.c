@@ -453,9 +453,9 @@ static void test_auto_faster(void)
         int64_t n =
             msr_plan_search_offload(&m, MSR_PLAN_FP32, &ci, &q, 0, &plans, &pr, why, sizeof why);
         MSR_CHECK_MSG(n > 0, "case %zu: %s", i, why);
-        msr_plan_offload_why(&plans[0], &pr, &ci, why, sizeof why);
+        msr_plan_fit_why(&plans[0], &pr, &ci, MSR_PLAN_FIT_OFFLOAD, why, sizeof why);
         int off = plans[0].l.offload, rc = plans[0].l.recompute;
-        double step = plans[0].t.step_ms, without = pr.no_offload_ms;
+        double step = plans[0].t.step_ms, without = pr.plain_ms;
         free(plans);
         MSR_CHECK_MSG(off == cases[i].offload, "case %zu: offload %d", i, off);
         MSR_CHECK_MSG(strstr(why, cases[i].why) != NULL, "case %zu: %s", i, why);
