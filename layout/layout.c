@@ -291,9 +291,10 @@ size_t msr_layout_whole_act(const msr_layout_dims_t *d, int a)
     case MSR_ACT_WHOLE_LNF_RSTD:
     case MSR_ACT_LOSSES:
         return N;
-    case MSR_ACT_LOGITS:
-    case MSR_ACT_WHOLE_PROBS:
-        return N * V;
+    case MSR_ACT_LOGITS: /* a chunked head's: one chunk's */
+        return N * (d->hc > 0 ? (size_t)d->hc : V);
+    case MSR_ACT_WHOLE_PROBS: /* a chunked head's M, S, Z, the chunk's maxima, sums, targets' */
+        return d->hc > 0 ? 6 * N : N * V;
     }
     return 0;
 }
@@ -401,8 +402,8 @@ size_t msr_layout_whole_work(const msr_layout_dims_t *d, int w, int datt_heads)
         return N * (size_t)d->Hl;
     case MSR_WORK_WHOLE_DATT:
         return (size_t)datt_heads * T * T;
-    case MSR_WORK_WHOLE_DLOGITS:
-        return N * (size_t)d->V;
+    case MSR_WORK_WHOLE_DLOGITS: /* a chunked head's: one chunk's exponentials */
+        return N * (size_t)(d->hc > 0 ? d->hc : d->V);
     }
     return 0;
 }

@@ -238,8 +238,8 @@ enum {
     MSR_ACT_WHOLE_LNF, /* (N, C), its mean and rstd (N) each */
     MSR_ACT_WHOLE_LNF_MEAN,
     MSR_ACT_WHOLE_LNF_RSTD,
-    MSR_ACT_LOGITS,      /* (N, V) */
-    MSR_ACT_WHOLE_PROBS, /* (N, V) */
+    MSR_ACT_LOGITS,      /* (N, V); a chunked head's (N, hc) */
+    MSR_ACT_WHOLE_PROBS, /* (N, V); a chunked head's 6 N (msr_gpt_create_chunked) */
     MSR_ACT_LOSSES,      /* (N) */
     MSR_ACT_PROJ,        /* (N, C) a projection before its residual add */
     MSR_ACT_WHOLE_COUNT,
@@ -312,7 +312,7 @@ enum {
     MSR_WORK_WHOLE_DFCH,      /* (N, Hl), Hl = 4 C; a Llama's (N, 2 ffn) (glu) */
     MSR_WORK_WHOLE_DFCH_GELU, /* (N, Hl), a Llama's (N, ffn) */
     MSR_WORK_WHOLE_DATT,      /* (datt_heads, T, T) */
-    MSR_WORK_WHOLE_DLOGITS,   /* (N, V) */
+    MSR_WORK_WHOLE_DLOGITS,   /* (N, V); a chunked head's (N, hc) */
     MSR_WORK_WHOLE_COUNT,
 };
 

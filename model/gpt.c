@@ -209,8 +209,8 @@ static msr_status_t alloc_acts(msr_gpt_t *m)
     int B = m->max_batch;
     size_t N = (size_t)B * (size_t)m->cfg.max_seq;
     msr_gpt_carve_t acts = {NULL, 0, 1}, work = {NULL, 0, 1};
-    msr_gpt_carve_acts(&m->cfg, B, &acts, &m->acts);
-    msr_gpt_carve_work(&m->cfg, B, 1, &work, &m->work);
+    msr_gpt_carve_acts(&m->cfg, B, m->head_chunk, &acts, &m->acts);
+    msr_gpt_carve_work(&m->cfg, B, m->head_chunk, 1, &work, &m->work);
     m->acts_count = acts.used;
     m->work_count = work.used;
     m->acts_mem = buf_alloc(m, m->acts_count, sizeof(float));
@@ -221,16 +221,17 @@ static msr_status_t alloc_acts(msr_gpt_t *m)
         return MSR_ERR_NO_MEMORY;
     acts = (msr_gpt_carve_t){m->acts_mem, 0, 1};
     work = (msr_gpt_carve_t){m->work_mem, 0, 1};
-    msr_gpt_carve_acts(&m->cfg, B, &acts, &m->acts);
-    msr_gpt_carve_work(&m->cfg, B, 1, &work, &m->work);
+    msr_gpt_carve_acts(&m->cfg, B, m->head_chunk, &acts, &m->acts);
+    msr_gpt_carve_work(&m->cfg, B, m->head_chunk, 1, &work, &m->work);
     return MSR_OK;
 }
 
-/* The whole model with activations for max_batch (>= 1), or a part with
- * none (max_batch 0). */
+/* The whole model with activations for max_batch (>= 1), its head
+ * chunked in head_chunk rows (0: whole), or a part with none (max_batch
+ * 0). */
 static msr_status_t create(const msr_device_t *dev, const msr_gpt_config_t *cfg,
                            const msr_gpt_part_t *part, int max_batch, unsigned flags,
-                           msr_gpt_t **model_p)
+                           int head_chunk, msr_gpt_t **model_p)
 {
     if (msr_gpt_part_check(cfg, part) != MSR_OK)
         return msr_err_prefix(MSR_ERR_CONFIG, "gpt");
@@ -255,6 +256,7 @@ static msr_status_t create(const msr_device_t *dev, const msr_gpt_config_t *cfg,
     m->part.stage_layers = m->stage_layers;
     m->whole = part->tp == 1 && part->pp == 1;
     m->max_batch = max_batch;
+    m->head_chunk = head_chunk < cfg->vocab ? head_chunk : cfg->vocab;
     size_t per_block = (size_t)MSR_GPT_BLOCK_TENSORS + 1;
     m->tensors = msr_calloc(4 + per_block * (size_t)cfg->layers, sizeof *m->tensors);
     m->segments = msr_calloc((size_t)cfg->layers + 2, sizeof *m->segments);
@@ -305,7 +307,20 @@ msr_status_t msr_gpt_create_ex(const msr_gpt_config_t *cfg, int max_batch, unsig
 msr_status_t msr_gpt_create_part(const msr_gpt_config_t *cfg, const msr_gpt_part_t *part,
                                  unsigned flags, msr_gpt_t **model_p)
 {
-    return create(NULL, cfg, part, 0, flags, model_p);
+    return create(NULL, cfg, part, 0, flags, 0, model_p);
+}
+
+/* The whole model with activations for max_batch, its head chunked in
+ * head_chunk rows (0: whole). */
+static msr_status_t create_whole(const msr_device_t *dev, const msr_gpt_config_t *cfg,
+                                 int max_batch, unsigned flags, int head_chunk, msr_gpt_t **model_p)
+{
+    if (msr_gpt_config_check(cfg) != MSR_OK)
+        return msr_err_prefix(MSR_ERR_CONFIG, "gpt");
+    if (max_batch < 1 || max_batch > GPT_MAX_BATCH)
+        return msr_err(MSR_ERR_CONFIG, "gpt: batch %d is not in [1, %d]", max_batch, GPT_MAX_BATCH);
+    msr_gpt_part_t whole = {1, 0, 1, 0, 1};
+    return create(dev, cfg, &whole, max_batch, flags, head_chunk, model_p);
 }
 
 msr_status_t msr_gpt_create_on(const msr_device_t *dev, const msr_gpt_config_t *cfg,
@@ -313,13 +328,16 @@ msr_status_t msr_gpt_create_on(const msr_device_t *dev, const msr_gpt_config_t *
                                msr_gpt_t **model_p)
 {
     if (part != NULL)
-        return create(dev, cfg, part, 0, flags, model_p);
-    if (msr_gpt_config_check(cfg) != MSR_OK)
-        return msr_err_prefix(MSR_ERR_CONFIG, "gpt");
-    if (max_batch < 1 || max_batch > GPT_MAX_BATCH)
-        return msr_err(MSR_ERR_CONFIG, "gpt: batch %d is not in [1, %d]", max_batch, GPT_MAX_BATCH);
-    msr_gpt_part_t whole = {1, 0, 1, 0, 1};
-    return create(dev, cfg, &whole, max_batch, flags, model_p);
+        return create(dev, cfg, part, 0, flags, 0, model_p);
+    return create_whole(dev, cfg, max_batch, flags, 0, model_p);
+}
+
+msr_status_t msr_gpt_create_chunked(const msr_gpt_config_t *cfg, int max_batch, int head_chunk,
+                                    unsigned flags, msr_gpt_t **model_p)
+{
+    if (head_chunk < 1)
+        return msr_err(MSR_ERR_CONFIG, "gpt: a head chunk of %d rows", head_chunk);
+    return create_whole(NULL, cfg, max_batch, flags, head_chunk, model_p);
 }
 
 msr_status_t msr_gpt_set_precision(msr_gpt_t *m, msr_precision_t precision)

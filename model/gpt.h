@@ -301,13 +301,15 @@ typedef struct msr_gpt_carve {
 float *msr_gpt_carve(msr_gpt_carve_t *c, size_t n);
 
 /* Points acts (acts->blocks: [L], the caller's) into c for batch x max_seq
- * tokens. */
-void msr_gpt_carve_acts(const msr_gpt_config_t *cfg, int batch, msr_gpt_carve_t *c,
+ * tokens; head_chunk > 0: the chunked head's buffers (layout.h
+ * msr_layout_head_chunk, msr_gpt_create_chunked), 0: the whole head's. */
+void msr_gpt_carve_acts(const msr_gpt_config_t *cfg, int batch, int head_chunk, msr_gpt_carve_t *c,
                         msr_gpt_acts_t *acts);
 /* Points work into c; datt holds datt_heads (T, T) matrices (the CPU runs
- * one head at a time: 1; the GPU a batch row's heads at once: NH). */
-void msr_gpt_carve_work(const msr_gpt_config_t *cfg, int batch, int datt_heads, msr_gpt_carve_t *c,
-                        msr_gpt_work_t *work);
+ * one head at a time: 1; the GPU a batch row's heads at once: NH);
+ * head_chunk as msr_gpt_carve_acts'. */
+void msr_gpt_carve_work(const msr_gpt_config_t *cfg, int batch, int head_chunk, int datt_heads,
+                        msr_gpt_carve_t *c, msr_gpt_work_t *work);
 
 typedef struct msr_moe msr_moe_t; /* model/moe.h */
 
@@ -316,6 +318,7 @@ typedef struct msr_gpt {
     msr_gpt_part_t part;  /* what this model holds of it */
     int whole;            /* part is the whole model */
     int max_batch;        /* B the activations were sized for; 0: none (a part) */
+    int head_chunk;       /* msr_gpt_create_chunked's rows a chunk (at most V); 0: whole */
     size_t num_params;    /* held here (the whole model's for a whole model) */
     /* the device params, grads, acts_mem and work_mem come from
      * (msr_gpt_create_on; NULL: the heap, msr_calloc) */
@@ -408,6 +411,21 @@ msr_status_t msr_gpt_create_part(const msr_gpt_config_t *cfg, const msr_gpt_part
 msr_status_t msr_gpt_create_on(const msr_device_t *dev, const msr_gpt_config_t *cfg,
                                const msr_gpt_part_t *part, int max_batch, unsigned flags,
                                msr_gpt_t **model_p);
+
+/* msr_gpt_create_ex with a chunked head (train_gpt --head-chunk; layout.h
+ * msr_layout_head_chunk), for the loss alone: msr_gpt_forward computes
+ * the head's logits head_chunk (>= 1; at most V taken) vocabulary rows at
+ * a time, folding each chunk into every position's maximum, sum of
+ * exponentials and target logit (the online softmax, msr_vocab_fold), so
+ * the model holds one chunk's logits and exponentials (N, head_chunk) and
+ * 6 N floats in place of the whole head's three (N, V) buffers. With one
+ * chunk the losses are the whole head's, bitwise; with more, the sums of
+ * exponentials are added in another order. msr_gpt_forward without
+ * targets (the logits) and msr_gpt_backward are refused (MSR_ERR_STATE):
+ * the model is for evaluation (parallel/eval.h). Errors: msr_gpt_create_ex's,
+ * MSR_ERR_CONFIG for head_chunk < 1. */
+msr_status_t msr_gpt_create_chunked(const msr_gpt_config_t *cfg, int max_batch, int head_chunk,
+                                    unsigned flags, msr_gpt_t **model_p);
 void msr_gpt_destroy(msr_gpt_t *model);
 
 /* Points p at the block parameters inside a segment base (a block segment's

@@ -138,11 +138,40 @@ static msr_status_t block_pass(msr_gpt_t *model, int l, const float *in, float *
     return msr_block_backward(&b, &p, &g, &model->acts.blocks[l], in, dres, moe ? &mlp : NULL);
 }
 
+/* A chunked head's loss (msr_gpt_create_chunked): each chunk of the
+ * head's rows W (V, C) gives its logits (N, n) into acts->logits, their
+ * maxima and sums of exponentials (the exponentials into the work space's
+ * dlogits), folded into every row's maximum M, sum S and target logit Z
+ * (acts->probs: M, S, Z, then the chunk's maxima and its sums and target
+ * logits); the losses M + log S - Z into acts->losses. */
+static msr_status_t head_chunks(msr_gpt_t *model, const float *W, const int *targets, int N)
+{
+    const msr_kernels_t *k = msr_kernels_or_cpu(model->kernels);
+    msr_gpt_acts_t *a = &model->acts;
+    int C = model->cfg.channels, V = model->cfg.vocab, hc = model->head_chunk;
+    size_t n_ = (size_t)N;
+    float *M = a->probs, *S = M + n_, *Z = S + n_, *rmax = Z + n_, *red = rmax + n_;
+    for (int v0 = 0; v0 < V; v0 += hc) {
+        int n = V - v0 < hc ? V - v0 : hc;
+        k->matmul_forward(model->prod, a->logits, a->lnf, W + (size_t)v0 * (size_t)C, NULL, N, C,
+                          n);
+        msr_status_t st = msr_products_status(model->prod);
+        if (st != MSR_OK)
+            return st;
+        k->vocab_max(rmax, a->logits, n_, n);
+        k->vocab_exp_sums(model->work.dlogits, red, a->logits, rmax, targets, v0, n_, n);
+        k->vocab_fold(M, S, Z, rmax, red, n_, v0 == 0);
+    }
+    k->vocab_loss(model->work.dlogits, a->losses, M, S, n_, 0); /* the losses only */
+    return MSR_OK;
+}
+
 /* The final norm and the output head: logits (B,T,V) = norm(x) (B,T,C) @
- * head^T, x (N,C) the last block's output. The GPT's: a layernorm and the
- * head tied to wte (segment 0); a Llama's: an RMSNorm and an untied
- * lm_head, both in segment L+1. */
-static msr_status_t head_forward(msr_gpt_t *model, const float *x, int N,
+ * head^T, x (N,C) the last block's output (a chunked head: the losses of
+ * targets, head_chunks). The GPT's: a layernorm and the head tied to wte
+ * (segment 0); a Llama's: an RMSNorm and an untied lm_head, both in
+ * segment L+1. */
+static msr_status_t head_forward(msr_gpt_t *model, const float *x, int N, const int *targets,
                                  const msr_gpt_hooks_t *hooks)
 {
     int C = model->cfg.channels, V = model->cfg.vocab, L = model->cfg.layers;
@@ -166,8 +195,11 @@ static msr_status_t head_forward(msr_gpt_t *model, const float *x, int N,
     }
     /* (V, C): a Llama's lm_head after lnfw, the GPT's wte */
     const float *head = llama ? lnfw + C : model->segments[0].params;
-    k->matmul_forward(model->prod, acts->logits, acts->lnf, head, NULL, N, C, V);
-    if ((st = msr_products_status(model->prod)) != MSR_OK)
+    if (model->head_chunk > 0)
+        st = head_chunks(model, head, targets, N);
+    else
+        k->matmul_forward(model->prod, acts->logits, acts->lnf, head, NULL, N, C, V);
+    if (st != MSR_OK || (st = msr_products_status(model->prod)) != MSR_OK)
         return st;
     return hook_release(hooks, model, llama ? L + 1 : 0, MSR_GPT_FORWARD);
 }
@@ -240,6 +272,10 @@ msr_status_t msr_gpt_forward(msr_gpt_t *model, const int *inputs, const int *tar
         return msr_err(MSR_ERR_INVALID_ARG, "gpt: batch %d x %d does not fit the model's %d x %d",
                        B, T, model->max_batch, cfg->max_seq);
     }
+    if (model->head_chunk > 0 && targets == NULL) {
+        return msr_err(MSR_ERR_STATE, "gpt: a chunked head computes the loss, not the logits: "
+                                      "forward needs targets");
+    }
     int N = B * T, llama = cfg->arch == MSR_GPT_ARCH_LLAMA;
     msr_status_t st = check_tokens(inputs, (size_t)N, V, "inputs");
     if (st == MSR_OK && targets != NULL)
@@ -275,12 +311,13 @@ msr_status_t msr_gpt_forward(msr_gpt_t *model, const int *inputs, const int *tar
         x = acts->blocks[l].res3;
     }
 
-    if ((st = head_forward(model, x, N, hooks)) != MSR_OK)
+    if ((st = head_forward(model, x, N, targets, hooks)) != MSR_OK)
         return st;
     if (targets == NULL)
         return MSR_OK;
 
-    k->crossentropy_forward(acts->losses, acts->probs, acts->logits, targets, N, V);
+    if (model->head_chunk == 0)
+        k->crossentropy_forward(acts->losses, acts->probs, acts->logits, targets, N, V);
     double sum = 0.0;
     for (int i = 0; i < N; i++)
         sum += acts->losses[i];
@@ -296,6 +333,10 @@ msr_status_t msr_gpt_forward(msr_gpt_t *model, const int *inputs, const int *tar
 
 msr_status_t msr_gpt_backward(msr_gpt_t *model, float dloss, const msr_gpt_hooks_t *hooks)
 {
+    if (model->head_chunk > 0) {
+        return msr_err(MSR_ERR_STATE, "gpt: backward of a model with a chunked head (its loss "
+                                      "only: msr_gpt_create_chunked)");
+    }
     if (model->B == 0) {
         return msr_err(MSR_ERR_STATE, "gpt: backward without a forward with targets");
     }

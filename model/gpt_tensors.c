@@ -394,12 +394,13 @@ static size_t llama_size(const msr_gpt_config_t *cfg, int batch, int k, int fch,
     return k == fch ? N * 2 * F : N * F;
 }
 
-void msr_gpt_carve_acts(const msr_gpt_config_t *cfg, int batch, msr_gpt_carve_t *c,
+void msr_gpt_carve_acts(const msr_gpt_config_t *cfg, int batch, int head_chunk, msr_gpt_carve_t *c,
                         msr_gpt_acts_t *a)
 {
     /* the layout's table (layout/layout.h), which the planner counts */
     msr_layout_dims_t d = msr_layout_dims(batch, cfg->max_seq, cfg->channels, cfg->heads,
                                           cfg->vocab, 1, 0, 1, MSR_LAYOUT_RECOMPUTE_NONE);
+    msr_layout_head_chunk(&d, head_chunk);
     a->encoded = msr_gpt_carve(c, msr_layout_whole_act(&d, MSR_ACT_ENCODED));
     for (int l = 0; l < cfg->layers; l++) {
         msr_gpt_block_acts_t *b = &a->blocks[l];
@@ -427,12 +428,13 @@ void msr_gpt_carve_acts(const msr_gpt_config_t *cfg, int batch, msr_gpt_carve_t 
     a->proj = msr_gpt_carve(c, msr_layout_whole_act(&d, MSR_ACT_PROJ));
 }
 
-void msr_gpt_carve_work(const msr_gpt_config_t *cfg, int batch, int datt_heads, msr_gpt_carve_t *c,
-                        msr_gpt_work_t *w)
+void msr_gpt_carve_work(const msr_gpt_config_t *cfg, int batch, int head_chunk, int datt_heads,
+                        msr_gpt_carve_t *c, msr_gpt_work_t *w)
 {
     /* the layout's table (layout/layout.h), which the planner counts */
     msr_layout_dims_t d = msr_layout_dims(batch, cfg->max_seq, cfg->channels, cfg->heads,
                                           cfg->vocab, 1, 0, 1, MSR_LAYOUT_RECOMPUTE_NONE);
+    msr_layout_head_chunk(&d, head_chunk);
     float **field[MSR_WORK_WHOLE_COUNT] = {
         [MSR_WORK_WHOLE_DRES] = &w->dres, [MSR_WORK_WHOLE_DLN] = &w->dln,
         [MSR_WORK_WHOLE_DQKV] = &w->dqkv, [MSR_WORK_WHOLE_DATTY] = &w->datty,

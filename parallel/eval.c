@@ -135,8 +135,13 @@ static msr_status_t whole_model(msr_trainer_t *tr, msr_gpt_t **model_p)
     size_t P = msr_gpt_num_params(&tr->cfg.model), E = msr_moe_num_params(&tr->cfg.model),
            n = P + E;
     float *buf = msr_malloc(3 * n * sizeof(float) + 1); /* parameters, m, v */
-    st = buf == NULL
-             ? msr_err(MSR_ERR_NO_MEMORY, "eval: out of memory for %zu parameters", n)
+    /* a job that chunks its head (--head-chunk) holds no (N, V) buffer
+     * here either */
+    int hc = tr->cfg.mp.head_chunk;
+    st = buf == NULL ? msr_err(MSR_ERR_NO_MEMORY, "eval: out of memory for %zu parameters", n)
+         : hc > 0
+             ? msr_gpt_create_chunked(&tr->cfg.model, tr->cfg.micro_batch, hc, MSR_GPT_NO_GRADS,
+                                      &model)
              : msr_gpt_create_ex(&tr->cfg.model, tr->cfg.micro_batch, MSR_GPT_NO_GRADS, &model);
     /* the validation loss in the precision the job trains in */
     if (st == MSR_OK)

@@ -10,7 +10,8 @@
  * forward pass over chunks r, r + world, ..., and the rows' losses are
  * summed over the world. This
  * costs every rank the whole model's parameters, moments and one
- * micro-batch's activations while it runs, and one exchange of every
+ * micro-batch's activations while it runs (its head chunked as the job's,
+ * --head-chunk: msr_gpt_create_chunked), and one exchange of every
  * rank's payload: it is for models that fit one process (the ones the CPU
  * runtime trains), and for a validation every few hundred steps.
  *

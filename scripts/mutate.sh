@@ -5331,6 +5331,42 @@ test: ^test_parallel_train_gpt_auto_head$
     int fit = !o->auto_plan            ? 0
 >>>
 
+@ head_chunk.whole_fold_every_first
+file: model/gpt_pass.c
+test: ^test_parallel_gpt_chunked$|^test_parallel_train_gpt_head_chunk$
+<<<
+        k->vocab_fold(M, S, Z, rmax, red, n_, v0 == 0);
+===
+        k->vocab_fold(M, S, Z, rmax, red, n_, 1);
+>>>
+
+@ head_chunk.whole_probs_short
+file: layout/layout.c
+test: ^test_parallel_gpt_chunked$
+<<<
+        return d->hc > 0 ? 6 * N : N * V;
+===
+        return d->hc > 0 ? 5 * N : N * V;
+>>>
+
+@ head_chunk.whole_rows_unclamped
+file: model/gpt.c
+test: ^test_parallel_gpt_chunked$
+<<<
+    m->head_chunk = head_chunk < cfg->vocab ? head_chunk : cfg->vocab;
+===
+    m->head_chunk = head_chunk;
+>>>
+
+@ head_chunk.eval_whole_head
+file: parallel/eval.c
+test: ^test_parallel_train_gpt_head_chunk$
+<<<
+    int hc = tr->cfg.mp.head_chunk;
+===
+    int hc = 0;
+>>>
+
 @ model.split_ends.cp_positions_ignored
 file: model/split_ends.c
 test: ^test_parallel_mp_cp$

@@ -43,8 +43,8 @@ msr_status_t msr_cuda_gpt_blas_fail(cublasStatus_t s, const char *what, int line
 static void layout_acts(msr_cuda_gpt_t *md, msr_gpt_carve_t *c)
 {
     size_t N = (size_t)md->max_batch * (size_t)md->cfg.max_seq, C = (size_t)md->cfg.channels;
-    msr_gpt_carve_acts(&md->cfg, md->max_batch, c, &md->acts);
-    msr_gpt_carve_work(&md->cfg, md->max_batch, md->cfg.heads, c, &md->work);
+    msr_gpt_carve_acts(&md->cfg, md->max_batch, 0, c, &md->acts);
+    msr_gpt_carve_work(&md->cfg, md->max_batch, 0, md->cfg.heads, c, &md->work);
     md->ln_tmp = msr_gpt_carve(c, N * C);
     md->ones = msr_gpt_carve(c, N);
 }

@@ -7,8 +7,8 @@
 # vocabulary (one row under it, 48, 1) differ from it in the last bits and
 # stay within 1e-5 of it at every step (loss and norm; in bf16 the loss
 # within loss / 128, train_gpt_bf16.sh's bound for sums in another order);
-# the option's bounds and what it cannot run with are refused with exit
-# status 2.
+# the validation of --val-data chunks its head too; the option's bounds
+# and what it cannot run with are refused with exit status 2.
 set -euo pipefail
 bin="$MSRUN_BUILD/bin"
 source "$(dirname "$0")/job_env.sh"
@@ -67,6 +67,36 @@ for arch in gpt llama; do
         echo "ok: $arch $prec: one chunk bitwise the whole head's, 255, 48 and 1 rows within 1e-5"
     done
 done
+
+# the validation of --val-data holds no (N, V) buffer either (the whole
+# model's chunked head, msr_gpt_create_chunked): at a learning rate too
+# small to move any parameter's bits, one chunk's validation losses are the
+# whole head's bitwise, and 48 and 1 rows' differ from them (the chunks
+# ran) within 1e-5
+python3 "$MSRUN_SOURCE/scripts/make_tokens.py" "$work/train.bin" --val "$work/val.bin" \
+    --merges 100 --max-tokens 3000 2>/dev/null || fail "make_tokens.py failed"
+val_run() { # val_run NAME ROWS: the validation lines in $work/NAME
+    rm -f "$work/vlog"
+    timeout 120 "$bin/train_gpt" --layers 2 --channels 32 --heads 4 --seq 16 --micro-batch 2 \
+        --grad-accum 6 --steps 2 --lr 1e-12 --data "$work/train.bin" --val-data "$work/val.bin" \
+        --epochs --val-every 1 --head-chunk "$2" --loss-log "$work/vlog" >"$work/out" \
+        2>"$work/err" || fail "--val-data --head-chunk $2: $(tail -3 "$work/err")"
+    grep '^val ' "$work/vlog" >"$work/$1"
+    [[ $(wc -l <"$work/$1") -eq 2 ]] || fail "--head-chunk $2: $(cat "$work/vlog")"
+}
+val_run vwhole 0
+val_run vone 100000
+same vwhole vone
+for hc in 48 1; do
+    val_run vpart "$hc"
+    ! cmp -s "$work/vwhole" "$work/vpart" || fail "--head-chunk $hc: the validation's head not chunked"
+    python3 - "$work/vwhole" "$work/vpart" <<'PY' || fail "--head-chunk $hc: validation losses apart"
+import sys
+a, b = ([float.fromhex(l.split()[4]) for l in open(p)] for p in sys.argv[1:3])
+assert all(abs(x - y) <= 1e-5 * abs(x) for x, y in zip(a, b)), (a, b)
+PY
+done
+echo "ok: the validation's chunked head: one chunk bitwise, 48 and 1 rows within 1e-5"
 
 # refused before training, with a message and exit status 2 (job_env.sh)
 train_args=()
