@@ -307,8 +307,9 @@ static void explain_memory(FILE *f, const msr_plan_model_t *m, const msr_plan_t 
     if (r->work > 0) {
         char un[32];
         msr_plan_format_bytes((double)r->untouched, un, sizeof un);
-        snprintf(note, sizeof note, "activations' gradients, scratch, logits%s%s%s",
-                 r->untouched > 0 ? " (less " : "", r->untouched > 0 ? un : "",
+        snprintf(note, sizeof note, "activations' gradients, scratch, %slogits%s%s%s",
+                 p->l.head_chunk > 0 ? "a head chunk's " : "", r->untouched > 0 ? " (less " : "",
+                 r->untouched > 0 ? un : "",
                  r->untouched > 0 ? " of scratch no block writes)" : "");
         row_bytes(f, "work space", r->work - r->untouched, T, note);
     }
@@ -462,6 +463,14 @@ int msr_plan_print_explain(FILE *f, const msr_plan_model_t *m, msr_plan_precisio
             prec == MSR_PLAN_BF16           ? "bf16 with fp32 master weights"
             : prec == MSR_PLAN_BF16_RUNTIME ? "bf16 products, fp32 parameters and moments"
                                             : "fp32");
+    if (l->head_chunk > 0) {
+        int Vl = m->vocab / l->tp, hc = l->head_chunk < Vl ? l->head_chunk : Vl;
+        fprintf(f,
+                "  head: chunks of %d of the rank's %d vocabulary rows (%d chunks): a chunk's "
+                "logits and probabilities in the work space, a position's maximum, sum and "
+                "target logit in the frame; the backward computes the logits again\n",
+                hc, Vl, (Vl + hc - 1) / hc);
+    }
     if (m->experts > 0)
         fprintf(f,
                 "  MoE: %d of the %d blocks (one in %d) have %d experts, top-%d, capacity factor "

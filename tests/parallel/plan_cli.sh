@@ -160,6 +160,10 @@ grep -q "^head chunk_rows=1024 saved_bytes=[1-9][0-9]* added_flops_per_step=6.71
 "$bin/plan_gpt" "${hv[@]}" --cluster "$work/c0.004" --head-chunk auto --top 1 | grep -q \
     "^head: chunks of 1024 vocabulary rows: no layout fits in 0.004 GiB per rank without it; plan 1 holds [1-9][0-9]* bytes less on its fullest rank and computes the head's logits again in backward, 0.06711 GFLOP a step per rank$" ||
     fail "--head-chunk auto: no reason"
+"$bin/plan_gpt" "${hv[@]}" --cluster "$work/c0.004" --head-chunk auto --explain 1 >"$work/explain"
+grep -q "^  head: chunks of 1024 of the rank's 4096 vocabulary rows (4 chunks): " "$work/explain" &&
+    grep -q "^    work space .*a head chunk's logits" "$work/explain" ||
+    fail "--explain does not name the chunked head: $(cat "$work/explain")"
 "$bin/plan_gpt" "${hv[@]}" --cluster "$work/c0.01" --head-chunk auto --top 1 | grep -q \
     "^head: whole: plans fit in 0.01 GiB per rank without it and none with a chunked head is faster$" ||
     fail "--head-chunk auto chunks a head that fits"
