@@ -2045,7 +2045,7 @@ test: ^test_parallel_plan_cli$
 >>>
 
 @ train_gpt.auto_offload_drops_grads
-file: programs/train_gpt/train_gpt_plan.c
+file: programs/train_gpt/train_gpt_fit.c
 test: ^test_parallel_train_gpt_plan$
 <<<
     for (int k = 0; k < 4; k++) /* bit k: MSR_PLAN_OFFLOAD_OPTIM, _ACTS, _PARAMS, _GRADS */
@@ -5313,7 +5313,7 @@ test: ^test_parallel_plan_head$
 >>>
 
 @ head_chunk.auto_not_applied
-file: programs/train_gpt/train_gpt_plan.c
+file: programs/train_gpt/train_gpt_fit.c
 test: ^test_parallel_train_gpt_auto_head$
 <<<
     o->head_chunk = p->l.head_chunk;
@@ -5325,10 +5325,19 @@ test: ^test_parallel_train_gpt_auto_head$
 file: programs/train_gpt/train_gpt_plan.c
 test: ^test_parallel_train_gpt_auto_head$
 <<<
-    int fit = !o->auto_plan            ? 0
+    int fit = o->offload_dir == NULL ? MSR_PLAN_FIT_HEAD : MSR_PLAN_FIT_HEAD | MSR_PLAN_FIT_OFFLOAD;
 ===
     o->head_chunk = 0;
-    int fit = !o->auto_plan            ? 0
+    int fit = o->offload_dir == NULL ? MSR_PLAN_FIT_HEAD : MSR_PLAN_FIT_HEAD | MSR_PLAN_FIT_OFFLOAD;
+>>>
+
+@ head_chunk.plan_not_fitted
+file: programs/train_gpt/train_gpt_plan.c
+test: ^test_parallel_train_gpt_auto_head$
+<<<
+    int fit = o->offload_dir == NULL ? MSR_PLAN_FIT_HEAD : MSR_PLAN_FIT_HEAD | MSR_PLAN_FIT_OFFLOAD;
+===
+    int fit = !o->auto_plan ? 0 : o->offload_dir == NULL ? MSR_PLAN_FIT_HEAD : MSR_PLAN_FIT_HEAD | MSR_PLAN_FIT_OFFLOAD;
 >>>
 
 @ head_chunk.whole_fold_every_first

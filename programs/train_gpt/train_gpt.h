@@ -395,6 +395,25 @@ int train_gpt_calibrate_main(const options_t *o, const job_t *job);
  * exit status so far (0: go on unless *done_p). */
 int train_gpt_plan(options_t *o, const job_t *job, int *done_p);
 
+/* What the planner's search (msr_plan_search_fit) added to plan p, *pr
+ * its search's (programs/train_gpt/train_gpt_fit.c):
+ *   train_gpt_print_head: the chunked head the search gave p (the options
+ *     gave none), into f after prefix: its rows, why, the bytes it saves
+ *     and the flops it adds;
+ *   train_gpt_auto_head: that chunk into o (as --head-chunk), said on rank
+ *     0 (stderr);
+ *   train_gpt_auto_offload: with --offload-dir, p's offload into o (as
+ *     --offload would give it) and, on rank 0, which and why. */
+void train_gpt_print_head(FILE *f, const char *prefix, const msr_plan_model_t *m,
+                          msr_plan_precision_t prec, const msr_plan_cluster_t *c,
+                          const msr_plan_t *p, const msr_plan_pruned_t *pr);
+void train_gpt_auto_head(options_t *o, const job_t *job, const msr_plan_model_t *m,
+                         msr_plan_precision_t prec, const msr_plan_cluster_t *c,
+                         const msr_plan_t *p, const msr_plan_pruned_t *pr);
+void train_gpt_auto_offload(options_t *o, const job_t *job, const msr_plan_model_t *m,
+                            msr_plan_precision_t prec, const msr_plan_cluster_t *c,
+                            const msr_plan_t *p, const msr_plan_pruned_t *pr);
+
 /* --arch and its options (train_gpt_arch.c): a known architecture, the
  * Llama's options only with --arch llama, and the layouts and tools a
  * Llama has (data parallel and ZeRO, checkpoints, safetensors); fills in

@@ -433,7 +433,7 @@ static int refuse_none(const options_t *o, const job_t *job, const msr_plan_quer
 {
     int over = o->auto_plan && pr->over_memory > 0;
     char head[64] = "";
-    if (over && o->head_chunk == 0)
+    if (pr->over_memory > 0 && o->head_chunk == 0)
         snprintf(head, sizeof head, "; nor with a chunked head (--head-chunk %d)",
                  MSR_PLAN_FIT_HEAD_ROWS);
     return refuse(
@@ -447,65 +447,6 @@ static int refuse_none(const options_t *o, const job_t *job, const msr_plan_quer
         !over || o->offload != NULL ? ""
         : o->offload_dir == NULL    ? "; --offload-dir DIR lets --auto offload (none given)"
                                     : "; nor with any of --offload-dir's offloads");
-}
-
-/* --auto: plan p's chunked head, when the search chose one (the options
- * gave none), into o (as --head-chunk would give it) and, on rank 0, why
- * and what it saves and costs. */
-static void auto_head(options_t *o, const job_t *job, const msr_plan_model_t *m,
-                      msr_plan_precision_t prec, const msr_plan_cluster_t *c, const msr_plan_t *p,
-                      const msr_plan_pruned_t *pr)
-{
-    if (o->head_chunk != 0 || p->l.head_chunk == 0)
-        return;
-    o->head_chunk = p->l.head_chunk;
-    if (job->rank != 0)
-        return;
-    char why[256];
-    msr_plan_fit_why(p, pr, c, MSR_PLAN_FIT_HEAD, why, sizeof why);
-    uint64_t saved = 0;
-    double flops = 0;
-    msr_plan_head_cost(m, prec, p, &saved, &flops);
-    fprintf(stderr,
-            "train_gpt: --auto: head: chunks of %d vocabulary rows (--head-chunk %d): %s; the "
-            "plan holds %" PRIu64 " bytes less on its fullest rank and computes the head's "
-            "logits again in backward, %.4g GFLOP a step per rank\n",
-            p->l.head_chunk, p->l.head_chunk, why, saved, flops / 1e9);
-}
-
-/* --auto --offload-dir: plan p's offload into o (as --offload would give
- * it) and, on rank 0, which and why. */
-static void auto_offload(options_t *o, const job_t *job, const msr_plan_model_t *m,
-                         msr_plan_precision_t prec, const msr_plan_cluster_t *c,
-                         const msr_plan_t *p, const msr_plan_pruned_t *pr)
-{
-    static char list[4 * 4096 + 64];
-    static const char *const items[4] = {"optimizer", "activations", "params", "grads"};
-    if (o->offload_dir == NULL)
-        return;
-    char why[256], mode[64];
-    msr_plan_fit_why(p, pr, c, MSR_PLAN_FIT_OFFLOAD, why, sizeof why);
-    if (p->l.offload == 0) {
-        if (job->rank == 0)
-            fprintf(stderr, "train_gpt: --auto: offload: none: %s\n", why);
-        return;
-    }
-    uint64_t saved = 0, io = 0;
-    msr_plan_offload_cost(m, prec, p, &saved, &io);
-    size_t used = 0;
-    for (int k = 0; k < 4; k++) /* bit k: MSR_PLAN_OFFLOAD_OPTIM, _ACTS, _PARAMS, _GRADS */
-        if (p->l.offload & (1 << k))
-            used += (size_t)snprintf(list + used, sizeof list - used, "%s%s=disk:%s",
-                                     used > 0 ? "," : "", items[k], o->offload_dir);
-    o->offload = list;
-    if (job->rank == 0)
-        fprintf(stderr,
-                "train_gpt: --auto: offload: %s (--offload %s): %s; the plan holds %" PRIu64
-                " bytes less on its fullest rank and moves %" PRIu64
-                " bytes to and from disk per step: %.4g ms at %.4g GB/s read, %.4g GB/s write, "
-                "%.4g ms of it in its step (what compute does not hide)\n",
-                msr_plan_offload_name(p->l.offload, mode, sizeof mode), list, why, saved, io,
-                p->t.offload_io_ms, c->disk_read_gbs, c->disk_write_gbs, p->t.offload_ms);
 }
 
 /* --auto: plan p's layout into o, for the usual checks. */
@@ -649,11 +590,9 @@ int train_gpt_plan(options_t *o, const job_t *job, int *done_p)
         keep = o->explain;
     msr_plan_t *plans = NULL;
     msr_plan_pruned_t pruned;
-    /* --auto adds the chunked head, and --offload-dir's offloads, where
-     * layouts are over the budget */
-    int fit = !o->auto_plan            ? 0
-              : o->offload_dir == NULL ? MSR_PLAN_FIT_HEAD
-                                       : MSR_PLAN_FIT_HEAD | MSR_PLAN_FIT_OFFLOAD;
+    /* the chunked head, and --auto --offload-dir's offloads, where layouts
+     * are over the budget: --plan ranks what --auto picks from */
+    int fit = o->offload_dir == NULL ? MSR_PLAN_FIT_HEAD : MSR_PLAN_FIT_HEAD | MSR_PLAN_FIT_OFFLOAD;
     int64_t n = msr_plan_search_fit(&m, prec, &c, &q, fit, keep, &plans, &pruned, why, sizeof why);
     if (n < 0) {
         rc = refuse(job, "the planner: %s", why);
@@ -676,6 +615,8 @@ int train_gpt_plan(options_t *o, const job_t *job, int *done_p)
                 msr_plan_print_table(stdout, plans, n);
                 msr_plan_print_summary(stdout, &q, &c, &pruned, n, 0);
             }
+            if (o->head_chunk == 0 && plans[0].l.head_chunk > 0)
+                train_gpt_print_head(stdout, "", &m, prec, &c, &plans[0], &pruned);
         }
         goto out;
     }
@@ -683,8 +624,8 @@ int train_gpt_plan(options_t *o, const job_t *job, int *done_p)
     int64_t within = 1, k = msr_plan_choose(plans, n, src->noise, &within);
     if (job->rank == 0)
         auto_explain(o, job, &m, prec, src, plans, n, k, within, pruned.found);
-    auto_head(o, job, &m, prec, &c, &plans[k], &pruned);
-    auto_offload(o, job, &m, prec, &c, &plans[k], &pruned);
+    train_gpt_auto_head(o, job, &m, prec, &c, &plans[k], &pruned);
+    train_gpt_auto_offload(o, job, &m, prec, &c, &plans[k], &pruned);
     auto_apply(o, q.global_batch, &plans[k]);
 out:
     free(plans);

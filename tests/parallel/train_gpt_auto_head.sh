@@ -5,8 +5,9 @@
 # and on 2 ranks under msrun (tp 2: two chunks of a rank's 2,048 rows),
 # says why and what it saves and costs, and its losses are those of the
 # same layout given by hand with --head-chunk 1024, bitwise (and not the
-# whole head's: the chunks ran). A chunk given by the user is kept; a
-# budget not even the chunks fit is refused with exit status 2, saying so.
+# whole head's: the chunks ran). A chunk given by the user is kept;
+# --plan ranks the same chunked plans; a budget not even the chunks fit is
+# refused with exit status 2, saying so.
 set -euo pipefail
 bin="$MSRUN_BUILD/bin"
 source "$(dirname "$0")/job_env.sh"
@@ -92,4 +93,13 @@ grep -q -- "--auto: plan 1 of [0-9]*: .* head-chunk 48; " "$work/err" ||
 budget 0.003
 refuse 1 "over 0.003 GiB per rank (the first .*); nor with a chunked head (--head-chunk 1024); --offload-dir DIR lets --auto offload (none given)$" \
     --auto --cluster "$work/c0.003"
-echo "ok: a given chunk kept; a budget nothing fits refused"
+refuse 1 "over 0.003 GiB per rank (the first .*); nor with a chunked head (--head-chunk 1024)$" \
+    --plan --cluster "$work/c0.003"
+# --plan ranks what --auto picks from: the chunked plans, and says why
+timeout 60 "$bin/train_gpt" "${hv[@]}" --plan --cluster "$work/c0.004" >"$work/out" 2>"$work/err" ||
+    fail "--plan at 0.004 GiB: $(cat "$work/err")"
+grep -q "^head: chunks of 1024 vocabulary rows (--head-chunk 1024): no layout fits in 0.004 GiB per rank without it; " \
+    "$work/out" || fail "--plan: no chunked head: $(cat "$work/out")"
+grep -Eq "^ +1 +1 +1 +1 +1 +1 +0 +0 +none +1 +4 +1f1b " "$work/out" ||
+    fail "--plan's plan 1 is not --auto's: $(cat "$work/out")"
+echo "ok: a given chunk kept; --plan ranks the chunked plans; a budget nothing fits refused"
