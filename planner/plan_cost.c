@@ -385,16 +385,20 @@ static void count_ends(const msr_plan_layout_t *l, const msr_plan_cluster_t *c, 
     p->head_b.bytes = eb * 3 * Nl * C;
     p->head_b.act = eb * 2 * N * V / t;
     p->head_b.kernels = 4;
+    memset(&p->head_rc, 0, sizeof p->head_rc);
     if (l->head_chunk > 0) {
         /* chunked (parallel/mp_head.c): the backward computes the logits
-         * again, and each chunk is its own kernels (forward: product,
-         * maximum, exponentials, fold; backward: product, exponentials,
-         * scale, zero, gradient, product's backward) */
+         * again (a recompute: each chunk's product, its logits written),
+         * and each chunk is its own kernels (forward: product, maximum,
+         * exponentials, fold; backward: the product again, then
+         * exponentials, scale, zero, gradient, product's backward) */
         double chunks = ceil(V / t / (double)l->head_chunk);
-        p->head_b.flops += p->head_f.flops;
-        p->head_b.act += eb * 2 * N * V / t;
+        p->head_rc.flops = p->head_f.flops;
+        p->head_rc.act = eb * N * V / t;
+        p->head_rc.kernels = chunks;
+        p->head_b.act += eb * N * V / t;
         p->head_f.kernels = 1 + 4 * chunks + 1;
-        p->head_b.kernels = 1 + 6 * chunks;
+        p->head_b.kernels = 1 + 5 * chunks;
     }
     /* the loss's max and sum over the vocabulary shards, and under sp the
      * stream gathered in; backward: the input's gradient summed over tp */

@@ -100,6 +100,8 @@ static stage_cost_t stage_cost(const msr_plan_pieces_t *p, const msr_plan_layout
     if (last) {
         f = msr_plan_work_add(f, p->head_f);
         bw = msr_plan_work_add(bw, p->head_b);
+        if (with & WITH_RC) /* the chunked head's logits again */
+            bw = msr_plan_work_add(bw, p->head_rc);
         tpf += p->head_tp_f_ms;
         tpb += p->head_tp_b_ms;
     }

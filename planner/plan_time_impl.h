@@ -69,6 +69,8 @@ typedef struct msr_plan_pieces {
     msr_plan_work_t embed_f, embed_b;
     double embed_tp_ms; /* forward; its backward has none */
     msr_plan_work_t head_f, head_b;
+    msr_plan_work_t head_rc; /* the chunked head's backward computing its logits again (a
+                              * recompute: none without --head-chunk) */
     double head_tp_f_ms, head_tp_b_ms;
     double model_flops_f; /* the whole model's forward FLOPs for one micro-batch (all ranks) */
     double act_bytes;     /* a stage boundary's activation (or its gradient), per micro-batch */
