@@ -5235,9 +5235,18 @@ test: ^test_parallel_plan_head$
 file: planner/plan_cost.c
 test: ^test_parallel_plan_head$
 <<<
-        p->head_b.flops += p->head_f.flops;
+        p->head_rc.flops = p->head_f.flops;
 ===
-        p->head_b.flops += 0;
+        p->head_rc.flops = 0;
+>>>
+
+@ head_chunk.plan_second_pass_as_compute
+file: planner/plan_time.c
+test: ^test_parallel_plan_head$
+<<<
+        if (with & WITH_RC) /* the chunked head's logits again */
+===
+        if (1) /* the chunked head's logits again */
 >>>
 
 @ head_chunk.trainer_whole_path
