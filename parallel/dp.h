@@ -268,6 +268,10 @@ typedef struct msr_dp {
      * acquires in its schedule's order, not the table's; each acquire
      * gathers its segment, each release frees it */
     int any_order;
+    /* between msr_dp_eval_begin and _end: the hooks of forwards alone, and
+     * the state the step's forward expects, given back at the end */
+    msr_gpt_hooks_t eval_hooks;
+    int eval_any_order, eval_pfirst;
 
     size_t transient, transient_peak; /* bytes */
     /* freed temporaries (the device's memory) kept for the next request
@@ -352,6 +356,22 @@ msr_status_t msr_dp_gather_reserve(msr_dp_t *dp, int s);
 
 /* The hooks to pass to msr_gpt_forward and msr_gpt_backward. */
 const msr_gpt_hooks_t *msr_dp_hooks(msr_dp_t *dp);
+
+/* Forwards alone between two steps, on the model the hooks serve (the
+ * validation's, parallel/eval.c; dp_eval.c): msr_dp_eval_begin gives the
+ * hooks to pass (no gradient is touched; under ZeRO-3 each acquire
+ * gathers its segment and each release frees it, as under model
+ * parallel), msr_dp_eval_forward comes before each msr_gpt_forward (under
+ * the parameters' offload the pass's first block is read ahead), and
+ * msr_dp_eval_end gives back the state the next step's forward expects
+ * (ZeRO-3's first block read ahead again). Collective as the forwards
+ * are under ZeRO-3: every rank makes as many. The parameters are
+ * unchanged; the counters (gathers, blocks read) count these passes too.
+ * Errors: the store's (offload_params.h); msr_dp_eval_end's after a
+ * failed pass leaves the state as msr_gpt_forward's failure does. */
+const msr_gpt_hooks_t *msr_dp_eval_begin(msr_dp_t *dp);
+msr_status_t msr_dp_eval_forward(msr_dp_t *dp);
+msr_status_t msr_dp_eval_end(msr_dp_t *dp);
 
 /* A step is: msr_dp_micro_begin, forward and backward with the hooks,
  * msr_dp_micro_end, for each micro-batch; then msr_dp_update.

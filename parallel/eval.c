@@ -168,6 +168,67 @@ static msr_status_t whole_model(msr_trainer_t *tr, msr_gpt_t **model_p)
     return MSR_OK;
 }
 
+/* Where the forwards run: on the trainer's own model where it is data
+ * parallel alone (the whole model, its segments got through dp's hooks as
+ * a step's forward gets them: ZeRO-3's gathers, the parameters' offload's
+ * reads), on its own part where it is model parallel (msr_mp_eval), and
+ * on a whole copy gathered from the ranks' payloads for a MoE model
+ * (its experts live in stores with hooks of their own, and its capacity
+ * wants one sequence a pass) or with the activations offloaded. */
+typedef enum { EVAL_WHOLE_COPY, EVAL_DP, EVAL_MP } eval_where_t;
+
+static eval_where_t where_of(const msr_trainer_t *tr)
+{
+    if (tr->cfg.model.moe.experts > 0)
+        return EVAL_WHOLE_COPY;
+    if (tr->mp == NULL)
+        return EVAL_DP;
+    return msr_mp_acts(tr->mp) != NULL ? EVAL_WHOLE_COPY : EVAL_MP;
+}
+
+/* The chunks of `chunk` rows from this rank's first, every size-th: the
+ * loss of each summed (its mean times its rows) into *sum_p. */
+static msr_status_t forwards(msr_trainer_t *tr, msr_gpt_t *model, const msr_gpt_hooks_t *hooks,
+                             const msr_dataset_t *val, uint64_t R, int chunk, int rank, int size,
+                             int *in, double *sum_p)
+{
+    int B = tr->cfg.micro_batch, T = tr->cfg.model.max_seq;
+    uint64_t chunks = (R + (uint64_t)chunk - 1) / (uint64_t)chunk;
+    msr_status_t st = MSR_OK;
+    for (uint64_t c = (uint64_t)rank; c < chunks && st == MSR_OK; c += (uint64_t)size) {
+        double loss;
+        int *tg = in + (size_t)B * (size_t)T, n = (int)MSR_MIN((uint64_t)chunk, R - c * chunk);
+        msr_eval_fill(val, T, c * (uint64_t)chunk, n, in, tg);
+        if (hooks != NULL && (st = msr_dp_eval_forward(tr->dp)) != MSR_OK)
+            break;
+        st = msr_gpt_forward(model, in, tg, n, T, hooks, &loss);
+        *sum_p += loss * n; /* the chunk's mean over its n x T tokens */
+    }
+    return st;
+}
+
+/* Model parallel: each replica (dp rank) takes its grad_accum
+ * micro-batches of every global batch, as a step does; every rank of the
+ * replica runs them through its part. The last stage's tp rank 0 adds
+ * each micro-batch's mean (each cp rank its share) times its rows. */
+static msr_status_t forwards_mp(msr_trainer_t *tr, const msr_dataset_t *val, int batches, int *in,
+                                double *sum_p)
+{
+    const msr_train_config_t *c = &tr->cfg;
+    int B = c->micro_batch, T = c->model.max_seq, A = c->grad_accum;
+    uint64_t G = (uint64_t)B * (uint64_t)A * (uint64_t)c->dp;
+    int *tg = in + (size_t)A * (size_t)B * (size_t)T;
+    msr_status_t st = MSR_OK;
+    for (int b = 0; b < batches && st == MSR_OK; b++) {
+        double loss = 0.0;
+        uint64_t first = (uint64_t)b * G + (uint64_t)c->dp_rank * (uint64_t)A * (uint64_t)B;
+        msr_eval_fill(val, T, first, A * B, in, tg);
+        st = msr_mp_eval(tr->mp, tr->dp, in, tg, A, &loss);
+        *sum_p += loss * B;
+    }
+    return st;
+}
+
 msr_status_t msr_trainer_eval(msr_trainer_t *tr, const msr_dataset_t *val, int batches,
                               double *loss_p)
 {
@@ -180,24 +241,44 @@ msr_status_t msr_trainer_eval(msr_trainer_t *tr, const msr_dataset_t *val, int b
     msr_comm_t *world = world_of(tr);
     int size = world != NULL ? msr_comm_size(world) : 1,
         rank = world != NULL ? msr_comm_rank(world) : 0;
+    eval_where_t where = where_of(tr);
+    /* the model-parallel replica takes a step's micro-batches at once */
+    size_t rows = where == EVAL_MP ? (size_t)B * (size_t)tr->cfg.grad_accum : (size_t)B;
+    int *in = msr_malloc(2 * rows * (size_t)T * sizeof(int));
     msr_gpt_t *model = NULL;
-    msr_status_t st = whole_model(tr, &model);
-    int *in = msr_malloc(2 * (size_t)B * (size_t)T * sizeof(int));
-    if (st == MSR_OK && in == NULL)
-        st = msr_err(MSR_ERR_NO_MEMORY, "eval: out of memory for a batch of %d x %d", B, T);
-    /* the rows: batches global batches; chunks of `chunk` rows shared out */
-    uint64_t G = (uint64_t)B * (uint64_t)tr->cfg.grad_accum * (uint64_t)tr->cfg.dp,
-             R = G * (uint64_t)batches, chunks = (R + (uint64_t)chunk - 1) / (uint64_t)chunk;
-    double sum = 0.0;
-    for (uint64_t c = (uint64_t)rank; c < chunks && st == MSR_OK; c += (uint64_t)size) {
-        double loss;
-        int *tg = in + (size_t)B * (size_t)T, n = (int)MSR_MIN((uint64_t)chunk, R - c * chunk);
-        msr_eval_fill(val, T, c * (uint64_t)chunk, n, in, tg);
-        st = msr_gpt_forward(model, in, tg, n, T, NULL, &loss);
-        sum += loss * n; /* the chunk's mean over its n x T tokens */
+    const msr_gpt_hooks_t *hooks = NULL;
+    msr_status_t st = MSR_OK;
+    if (where != EVAL_WHOLE_COPY) {
+        /* the forwards gather and pass activations on: every rank makes
+         * them or none */
+        int any = 0;
+        if ((st = any_failed(world, in == NULL, &any)) == MSR_OK && any && in != NULL)
+            st = msr_err(MSR_ERR_STATE, "eval: another rank ran out of memory");
+        if (st == MSR_OK && !any && where == EVAL_DP) {
+            model = tr->model;
+            hooks = msr_dp_eval_begin(tr->dp);
+        }
+    } else {
+        st = whole_model(tr, &model);
     }
+    if (st == MSR_OK && in == NULL)
+        st = msr_err(MSR_ERR_NO_MEMORY, "eval: out of memory for a batch of %zu x %d", rows, T);
+    /* the rows: batches global batches; chunks of `chunk` rows shared out
+     * (in place: G / B chunks a batch, as many on every rank) */
+    uint64_t G = (uint64_t)B * (uint64_t)tr->cfg.grad_accum * (uint64_t)tr->cfg.dp,
+             R = G * (uint64_t)batches;
+    double sum = 0.0;
+    if (st == MSR_OK && where == EVAL_MP)
+        st = forwards_mp(tr, val, batches, in, &sum);
+    else if (st == MSR_OK)
+        st = forwards(tr, model, hooks, val, R, chunk, rank, size, in, &sum);
     msr_free(in);
-    msr_gpt_destroy(model);
+    if (hooks != NULL) {
+        msr_status_t est = msr_dp_eval_end(tr->dp);
+        st = st != MSR_OK ? st : est;
+    } else if (where == EVAL_WHOLE_COPY) {
+        msr_gpt_destroy(model);
+    }
     /* every rank joins the sum, a failed one with NaN, so none waits */
     double out[2] = {st == MSR_OK ? sum : 0.0, st == MSR_OK ? 0.0 : 1.0};
     msr_status_t cs = MSR_OK;

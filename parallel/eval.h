@@ -1,19 +1,27 @@
 /* The validation loss: the mean loss of a fixed set of batches of a
  * held-out data set under the trainer's current parameters, forward only,
- * the same whatever the layout that trains them.
+ * over the same rows whatever the layout that trains them.
  *
- * How: every rank assembles the whole model from the ranks' checkpoint
- * payloads (msr_trainer_snapshot, exchanged in memory over the world, read
- * back by msr_ckpt_gather: the path a resume in another layout takes), so
- * the numbers do not depend on how the model is cut; the ranks then share
- * out the rows in chunks of a micro-batch, each running a whole-model
- * forward pass over chunks r, r + world, ..., and the rows' losses are
- * summed over the world. This
- * costs every rank the whole model's parameters, moments and one
- * micro-batch's activations while it runs (its head chunked as the job's,
- * --head-chunk: msr_gpt_create_chunked), and one exchange of every
- * rank's payload: it is for models that fit one process (the ones the CPU
- * runtime trains), and for a validation every few hundred steps.
+ * Where: on the trainer's own model, nothing copied. Data parallel alone
+ * runs the whole model's forward over its share of the rows (chunks of a
+ * micro-batch dealt round-robin over the world), its segments got through
+ * dp's hooks as a step's forward gets them (msr_dp_eval_begin: ZeRO-3's
+ * gathers, the parameters' offload's reads); model parallel runs each
+ * replica's grad_accum micro-batches of every global batch through the
+ * ranks' parts (msr_mp_eval). The rows' losses are summed over the world.
+ * The loss is then the layout's forward's: bitwise one process's under
+ * data and pipeline parallel, and within the rounding of the split sums
+ * under tensor and context parallel and the chunked head (as the steps'
+ * losses are). A MoE model (one sequence a forward pass: its blocks'
+ * capacity depends on the tokens of a pass, so any other chunk would tie
+ * the loss to the layout's micro-batch) and a job with the activations
+ * offloaded still assemble the whole model on every rank from the ranks'
+ * checkpoint payloads (msr_trainer_snapshot, exchanged in memory over the
+ * world, read back by msr_ckpt_gather: the path a resume in another
+ * layout takes), its head chunked as the job's (msr_gpt_create_chunked),
+ * its experts into a store that holds them all: that costs every rank the
+ * whole model's parameters, moments and one micro-batch's activations,
+ * and every rank's payload, while it runs.
  *
  * The rows are the first batches x G validation samples, G the global
  * batch (micro-batch x grad-accum x dp, the same in every layout of a
@@ -21,10 +29,7 @@
  * order (the windows msr_sampler_windows counts: starting at multiples of
  * T), so the set depends on the file, G and T only, never on the layout,
  * the seed or the step. The loss is the mean over the rows' tokens (the
- * cross-entropy msr_gpt_forward reports). A MoE model runs one sequence a
- * forward pass, so that its blocks' capacity (which depends on the tokens
- * of a pass) is the same whatever the layout's micro-batch; its experts
- * come from the payloads too, into a store that holds them all. */
+ * cross-entropy msr_gpt_forward reports). */
 #ifndef MSR_PARALLEL_EVAL_H
 #define MSR_PARALLEL_EVAL_H
 
@@ -34,7 +39,9 @@
 
 /* Writes the mean loss over `batches` global batches of val's rows to
  * *loss_p, the same on every rank. Collective over the trainer's world
- * (every rank calls it). val->size must exceed T and val's tokens be below
+ * (every rank calls it), between steps; the trainer's parameters and its
+ * next step are unchanged (its counters count the forwards' gathers and
+ * reads). val->size must exceed T and val's tokens be below
  * the model's V (msr_dataset_vocab). Errors: MSR_ERR_CONFIG (batches < 1),
  * MSR_ERR_NO_MEMORY, the communicator's and the forward pass's. The
  * trainer is unchanged. */

@@ -229,6 +229,21 @@ void msr_mp_destroy(msr_mp_t *mp);
 msr_status_t msr_mp_run(msr_mp_t *mp, msr_dp_t *dp, const int *inputs, const int *targets,
                         float dloss, double *loss_p);
 
+/* Forwards alone between two steps (the validation's, parallel/eval.c;
+ * mp_eval.c): inputs and targets hold `micros` (1 .. cfg micros)
+ * micro-batches of (B, T) tokens; each runs through the pipeline's stages
+ * in order, micro-batch after micro-batch, its parameters got through
+ * dp's hooks as a step's forward gets them (msr_dp_eval_begin and _end
+ * around), nothing kept for a backward: a frame is given back as its
+ * forward ends. *loss_p gets what msr_mp_run's does (the sum of the
+ * micro-batches' mean losses on the last stage's tp rank 0, each context
+ * parallel rank its share; 0 elsewhere). Not with the activations' offload
+ * nor a MoE model (MSR_ERR_STATE). The parameters, gradients and the next
+ * step are unchanged; the trace records nothing. Collective over the
+ * mesh. Errors: as msr_mp_run's. */
+msr_status_t msr_mp_eval(msr_mp_t *mp, msr_dp_t *dp, const int *inputs, const int *targets,
+                         int micros, double *loss_p);
+
 /* The data-parallel state whose hooks msr_mp_sync_tied gathers ZeRO-3's
  * embedding segment with (msr_mp_run sets it too); dp must outlive mp. */
 void msr_mp_set_dp(msr_mp_t *mp, msr_dp_t *dp);

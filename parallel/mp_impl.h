@@ -175,6 +175,9 @@ void msr_mp_span_add(msr_mp_t *mp, int comm, uint64_t a, uint64_t b, const char 
 /* Gives a live frame's memory back to the pool (mp_run.c; a closed frame
  * is left as it is). */
 void msr_mp_frame_close(msr_mp_t *mp, frame_t *f);
+/* Micro-batch m's frame of chunk c, and its forward (mp_run.c). */
+frame_t *msr_mp_frame_at(msr_mp_t *mp, int m, int c);
+msr_status_t msr_mp_run_forward(msr_mp_t *mp, int m, int c);
 /* A forward's hook on segment s (mp_run.c): ZeRO-3's gather (acquire) and
  * free, the parameters' offload's read and drop; nothing otherwise. */
 msr_status_t msr_mp_fwd_hook(msr_mp_t *mp, int s, int acquire);

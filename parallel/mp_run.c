@@ -127,7 +127,7 @@ static int tag_of(const msr_mp_t *mp, int backward, int m, int j)
     return (backward * mp->cfg.micros + m) * mp->nv + j;
 }
 
-static frame_t *frame_at(msr_mp_t *mp, int m, int c)
+frame_t *msr_mp_frame_at(msr_mp_t *mp, int m, int c)
 {
     return &mp->frames[(size_t)m * mp->cfg.chunks + c];
 }
@@ -359,12 +359,12 @@ static msr_status_t params_ahead(msr_mp_t *mp, int c, int backward)
     return msr_dp_params_ahead(mp->dp, seg_of_layer(m, c, l));
 }
 
-static msr_status_t run_forward(msr_mp_t *mp, int m, int c)
+msr_status_t msr_mp_run_forward(msr_mp_t *mp, int m, int c)
 {
     msr_gpt_t *model = mp->model;
     int j = c * mp->pp + mp->pr;
     size_t N = mp->d.N;
-    frame_t *f = frame_at(mp, m, c);
+    frame_t *f = msr_mp_frame_at(mp, m, c);
     msr_status_t st = frame_open(mp, m, c, f);
     if (st == MSR_OK && mp->acts != NULL)
         st = msr_acts_get(mp->acts, &f->in);
@@ -421,7 +421,7 @@ static msr_status_t run_backward(msr_mp_t *mp, int m, int c)
     msr_gpt_t *model = mp->model;
     int j = c * mp->pp + mp->pr;
     size_t N = mp->d.N;
-    frame_t *f = frame_at(mp, m, c);
+    frame_t *f = msr_mp_frame_at(mp, m, c);
     int lo = model->chunk_lo[c], hi = model->chunk_hi[c];
     float *dres = mp->w.dres, *in = NULL, *out = NULL; /* offload: block l's input and output */
     msr_status_t st = acts_begin(mp, m, c, hi - lo);
@@ -635,7 +635,7 @@ msr_status_t msr_mp_run(msr_mp_t *mp, msr_dp_t *dp, const int *inputs, const int
     for (int k = 0; k < mp->num_ops; k++) {
         const op_t *o = &mp->ops[k];
         uint64_t r0 = mp->recv_ns, a = msr_now_ns();
-        st = o->backward ? run_backward(mp, o->m, o->c) : run_forward(mp, o->m, o->c);
+        st = o->backward ? run_backward(mp, o->m, o->c) : msr_mp_run_forward(mp, o->m, o->c);
         uint64_t b = msr_now_ns(), waited = mp->recv_ns - r0;
         busy += (b - a) - waited;
         /* the op's receive comes first: its compute starts after it */

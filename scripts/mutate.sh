@@ -5970,4 +5970,115 @@ test: ^test_parallel_plan_offload_experts$
 ===
             uint64_t ob = blocks;
 >>>
+
+@ eval.whole_copy_for_dp
+file: parallel/eval.c
+test: ^test_parallel_train_gpt_eval$
+<<<
+        return EVAL_DP;
+===
+        return EVAL_WHOLE_COPY;
+>>>
+
+@ eval.visit_table_kept
+file: parallel/dp_eval.c
+test: ^test_parallel_train_gpt_eval$
+<<<
+    dp->any_order = 1;
+===
+    dp->any_order = dp->any_order;
+>>>
+
+@ eval.any_order_not_restored
+file: parallel/dp_eval.c
+test: ^test_parallel_train_gpt_eval$
+<<<
+    dp->any_order = dp->eval_any_order;
+===
+    (void)dp->eval_any_order;
+>>>
+
+@ eval.first_block_not_read_ahead
+file: parallel/dp_eval.c
+test: ^test_parallel_train_gpt_eval$
+<<<
+    return dp->pnb > 0 ? msr_dp_params_ahead(dp, dp->pfb) : MSR_OK;
+===
+    return MSR_OK;
+>>>
+
+@ eval.z3_next_step_not_read_ahead
+file: parallel/dp_eval.c
+test: ^test_parallel_train_gpt_eval$
+<<<
+    if (dp->pz_off != NULL && dp->pnb > 0)
+===
+    if (0)
+>>>
+
+@ eval.pfirst_not_restored
+file: parallel/dp_eval.c
+test: ^test_parallel_train_gpt_eval$
+<<<
+    dp->pfirst = dp->eval_pfirst;
+===
+    (void)dp->eval_pfirst;
+>>>
+@ eval.mp_whole_copy
+file: parallel/eval.c
+test: ^test_parallel_train_gpt_eval$
+<<<
+    return msr_mp_acts(tr->mp) != NULL ? EVAL_WHOLE_COPY : EVAL_MP;
+===
+    return EVAL_WHOLE_COPY;
+>>>
+
+@ eval.mp_rows_of_replica0
+file: parallel/eval.c
+test: ^test_parallel_train_gpt_eval$
+<<<
+        uint64_t first = (uint64_t)b * G + (uint64_t)c->dp_rank * (uint64_t)A * (uint64_t)B;
+===
+        uint64_t first = (uint64_t)b * G;
+>>>
+
+@ eval.mp_loss_every_tp_rank
+file: parallel/mp_eval.c
+test: ^test_parallel_train_gpt_eval$
+<<<
+    *loss_p = mp->pr == mp->pp - 1 && mp->tr == 0 ? mp->loss_sum : 0.0;
+===
+    *loss_p = mp->pr == mp->pp - 1 ? mp->loss_sum : 0.0;
+>>>
+
+@ eval.mp_cp_all_positions
+file: parallel/mp_eval.c
+test: ^test_parallel_train_gpt_eval$
+<<<
+    if (mp->cp > 1) {
+        /* this rank's positions of every micro-batch, as a step's */
+===
+    if (0) {
+        /* this rank's positions of every micro-batch, as a step's */
+>>>
+
+@ eval.mp_first_block_not_read_ahead
+file: parallel/mp_eval.c
+equivalent: the model-parallel forward reads each chunk's first block ahead itself (params_ahead) before any hook, so neither the embeddings' flag nor ZeRO-3's block read ahead for the next step changes what is read or when
+test: ^test_parallel_train_gpt_eval$
+<<<
+    msr_status_t est = msr_dp_eval_end(dp);
+===
+    msr_status_t est = MSR_OK;
+>>>
+@ eval.mp_traced
+file: parallel/mp_eval.c
+equivalent: train_gpt turns tracing off right after the traced step (and writes the trace then), before any validation; msr_mp_eval's own switch keeps that true for another caller
+test: ^test_parallel_train_gpt_eval$
+<<<
+    mp->tracing = 0; /* the step's trace is the step's */
+===
+    mp->tracing = tracing; /* the step's trace is the step's */
+>>>
+
 __END__

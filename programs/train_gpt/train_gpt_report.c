@@ -77,13 +77,13 @@ void train_gpt_report(const msr_trainer_t *tr, const job_t *job)
             "train_gpt: rank %d zero %d: params %zu grads %zu optim %zu transient-peak %zu bytes "
             "(shard %zu of %zu elements, %zu replicated); per step ms: forward %.2f backward "
             "%.2f bucket-wait %.2f exposed %.2f update %.2f gather-wait %.2f; buckets %d; work %zu "
-            "bytes; peak RSS %ld KiB\n",
+            "bytes; peak RSS %ld KiB; gathers %llu\n",
             job->rank, tr->cfg.par.zero, m.params, m.grads, m.optim, m.transient_peak,
             m.shard_elems, tr->model->num_params, m.replicated_elems,
             1e-6 * (double)s->forward_ns / n, 1e-6 * (double)s->backward_ns / n,
             1e-6 * (double)s->wait_ns / n, 1e-6 * (double)s->exposed_ns / n,
             1e-6 * (double)s->update_ns / n, 1e-6 * (double)s->gather_ns / n, tr->dp->num_buckets,
-            work_bytes(tr), peak_rss_kib());
+            work_bytes(tr), peak_rss_kib(), (unsigned long long)s->gathers);
     if (tr->model->prod != NULL) {
         fprintf(stderr,
                 "train_gpt: rank %d precision %s: bf16 operand scratch %zu bytes; gradients "

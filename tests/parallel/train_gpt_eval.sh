@@ -1,0 +1,145 @@
+#!/usr/bin/env bash
+# The validation loss of a data-parallel job is computed on the trainer's
+# own model (parallel/eval.c, dp_eval.c: its segments got through the
+# hooks as a step's forward gets them), not on a whole copy gathered from
+# the ranks' payloads: at step 0 it is bitwise the gathered model's (tp 2,
+# pp 2) at ZeRO 0-3, with the parameters on disk, and for a Llama; the
+# steps after it are bitwise those of a run without validation, and the
+# parameters' reads are all read ahead; a ZeRO-3 job's peak memory does not
+# grow with it (the gathered copy with its moments tripled it).
+set -euo pipefail
+bin="$MSRUN_BUILD/bin"
+source "$(dirname "$0")/job_env.sh"
+job_test_setup
+job_tokens
+mkdir "$work/off"
+train_args=(--layers 2 --channels 32 --heads 4 --seq 16 --global-batch 12 --lr 3e-3
+    --data "$work/train.bin" --epochs --threads 1)
+job_prefix=eval
+val=(--val-data "$work/val.bin")
+# val_of LOG: the val lines of a loss log
+val_of() { grep '^val ' "$1" || true; }
+
+# step 0: every layout's validation loss; in place on the whole model
+# (one process, dp 2 at each ZeRO stage, the parameters on disk) and on
+# the pipeline's parts, bitwise one process's; tensor and context parallel
+# and the chunked head split the sums (within 1e-6); the activations'
+# offload gathers a whole copy (bitwise)
+# same0 ARCH LAYOUT REF TOL: the layout's step-0 loss in $got, within TOL
+# (relative, 0: bitwise) of REF
+same0() {
+    local l
+    read -r -a l <<<"$2"
+    rm -f "$work/s0.log"
+    msrun_n "${l[@]}" --arch "$1" --micro-batch 2 --steps 0 "${val[@]}" \
+        --loss-log "$work/s0.log" >/dev/null 2>"$work/s0.err" ||
+        fail "$1 $2 at step 0: $(tail -3 "$work/s0.err")"
+    got=$(val_of "$work/s0.log")
+    [[ $got == "val step 0 loss "* ]] || fail "$1 $2: no val line: $got"
+    [[ -z $3 ]] && return
+    python3 - "${got##* }" "${3##* }" "$4" <<'PY' || fail "$1 $2: '$got', one process '$3'"
+import sys
+a, b, tol = float.fromhex(sys.argv[1]), float.fromhex(sys.argv[2]), float(sys.argv[3])
+assert abs(a - b) <= tol * abs(b), (a, b)
+PY
+}
+for arch in gpt llama; do
+    same0 "$arch" 1 "" 0
+    ref=$got
+    for layout in "2 --zero 0" "2 --zero 1" "2 --zero 2" "2 --zero 3 --zero-min-bytes 0" \
+        "3 --zero 3 --zero-min-bytes 0" "2 --zero 3 --offload params=disk:$work/off" \
+        "2 --zero 3 --zero-min-bytes 0 --offload params=disk:$work/off" \
+        "2 --offload params=disk:$work/off" "2 --pp 2" "2 --pp 2 --recompute full" \
+        "4 --pp 2 --dp 2 --zero 3 --zero-min-bytes 0 --offload params=disk:$work/off" \
+        "2 --pp 2 --schedule gpipe" "2 --recompute full --offload activations=disk:$work/off"; do
+        same0 "$arch" "$layout" "$ref" 0
+    done
+    for layout in "2 --tp 2" "2 --tp 2 --sp --tp-overlap" "2 --cp 2" "4 --tp 2 --pp 2" \
+        "2 --pp 2 --head-chunk 100" \
+        "4 --tp 2 --dp 2 --zero 3 --zero-min-bytes 0 --head-chunk 64"; do
+        same0 "$arch" "$layout" "$ref" 1e-6
+    done
+done
+
+# the steps after an in-place validation are those of a run without it,
+# bitwise, and every block read is read ahead (the passes leave the hooks
+# as a step's forward expects them)
+for layout in "2 --zero 2" "2 --zero 3 --zero-min-bytes 0" "2 --tp 2 --sp" \
+    "4 --pp 2 --tp 2 --zero 3 --zero-min-bytes 0 --offload params=disk:$work/off" \
+    "2 --pp 2 --layers 4 --schedule interleaved --virtual-stages 2 --recompute full --head-chunk 100" \
+    "2 --cp 2 --recompute selective" \
+    "2 --zero 3 --zero-min-bytes 20000 --offload params=disk:$work/off" \
+    "2 --zero 3 --zero-min-bytes 0 --offload params=disk:$work/off,optimizer=disk:$work/off" \
+    "2 --arch llama --offload params=disk:$work/off" "1 --zero 3 --layers 1 --offload params=disk:$work/off"; do
+    read -r -a l <<<"$layout"
+    rm -f "$work/a.log" "$work/b.log"
+    msrun_n "${l[@]}" --micro-batch 2 --steps 4 --report --loss-log "$work/a.log" >/dev/null \
+        2>"$work/a.err" || fail "$layout without validation: $(tail -3 "$work/a.err")"
+    msrun_n "${l[@]}" --micro-batch 2 --steps 4 "${val[@]}" --val-every 1 --report \
+        --loss-log "$work/b.log" >/dev/null 2>"$work/b.err" ||
+        fail "$layout with validation: $(tail -3 "$work/b.err")"
+    [[ $(val_of "$work/b.log" | wc -l) -eq 4 ]] || fail "$layout: val lines: $(cat "$work/b.log")"
+    cmp -s "$work/a.log" <(grep '^step' "$work/b.log") ||
+        fail "$layout: validating changed the steps: $(diff "$work/a.log" "$work/b.log")"
+    # ZeRO-3 sharding every segment: the validation's gathers are one per
+    # visit of its forwards (the embeddings, 2 blocks, the final norm, the
+    # head), 12 forwards a rank each of the 4 times; the steps' are as
+    # many as without it (the visit table's: the head's segment kept from
+    # the forward's end to the backward's start)
+    if [[ $layout == "2 --zero 3 --zero-min-bytes 0"* ]]; then
+        ga=$(sed -n 's/.*rank 0 zero 3: .*; gathers \([0-9]*\)$/\1/p' "$work/a.err")
+        gb=$(sed -n 's/.*rank 0 zero 3: .*; gathers \([0-9]*\)$/\1/p' "$work/b.err")
+        [[ -n $ga && -n $gb ]] || fail "$layout: no gathers in the reports: $(cat "$work/b.err")"
+        ((gb - ga == 4 * 12 * 5)) || fail "$layout: $gb gathers with validation, $ga without"
+    fi
+    if [[ $layout == *params=disk* ]]; then
+        grep -q "parameter offload: .* read back, 0 not read ahead" "$work/b.err" ||
+            fail "$layout: reads not read ahead: $(grep 'parameter offload' "$work/b.err")"
+    fi
+done
+
+# --trace's last step is the step's alone: the same spans with validation
+# (which runs after it) as without
+for v in no yes; do
+    extra=()
+    [[ $v == yes ]] && extra=("${val[@]}" --val-every 1)
+    msrun_n 2 --pp 2 --micro-batch 2 --steps 3 --trace "$work/trace-$v.json" "${extra[@]}" \
+        >/dev/null 2>"$work/t.err" || fail "--trace, validation $v: $(tail -3 "$work/t.err")"
+done
+python3 - "$work/trace-no.json" "$work/trace-yes.json" <<'PY' || fail "validating changed the trace"
+import collections, json, sys
+def names(p):
+    d = json.load(open(p))
+    ev = d["traceEvents"] if isinstance(d, dict) else d
+    return collections.Counter(e.get("name", "").split(" ")[0] for e in ev)
+a, b = names(sys.argv[1]), names(sys.argv[2])
+assert a == b and a["recv"] > 0, (a, b)
+PY
+
+# a job of 14.2M parameters (57 MB a copy), ZeRO-3 on dp 2 and tp 2 x pp
+# 2: validating adds less than a copy to its peak, which varies by about
+# 12 MiB from run to run either way (the gathered copy, with its moments
+# and every rank's payload, added about 30 bytes a parameter: 2.8 and 4.5
+# times the jobs' own)
+if [[ -n "${MSRUN_SANITIZE:-}" ]]; then
+    echo "peak memory not checked: the sanitizer's shadow, not the program, sets it"
+    exit 0
+fi
+peak() { sed -n 's/.*rank 0 .*peak RSS \([0-9]*\) KiB.*/\1/p' "$1" | head -1; }
+big=(--layers 2 --channels 768 --heads 8 --seq 16 --global-batch 8 --micro-batch 2 --zero 3
+    --zero-min-bytes 0 --steps 2 --report)
+for layout in "2" "4 --tp 2 --pp 2"; do
+    read -r -a l <<<"$layout"
+    msrun_n "${l[@]}" "${big[@]}" >/dev/null 2>"$work/p0" ||
+        fail "$layout without validation: $(tail -3 "$work/p0")"
+    msrun_n "${l[@]}" "${big[@]}" "${val[@]}" --val-every 1 --val-batches 1 >/dev/null \
+        2>"$work/p1" || fail "$layout with validation: $(tail -3 "$work/p1")"
+    grep -q "rank 0 zero 3: .*(shard [0-9]* of [0-9]* elements, 0 replicated)" "$work/p0" ||
+        fail "$layout: not sharded: $(grep 'zero 3' "$work/p0")"
+    p0=$(peak "$work/p0")
+    p1=$(peak "$work/p1")
+    [[ -n $p0 && -n $p1 ]] || fail "$layout: no peak RSS in the reports: $(cat "$work/p1")"
+    ((p1 <= p0 + 24576)) ||
+        fail "$layout: validating peaked at $p1 KiB, over the $p0 KiB without it + 24 MiB"
+    echo "ZeRO-3 on $layout ranks: peak $p1 KiB with validation, $p0 KiB without: ok"
+done
