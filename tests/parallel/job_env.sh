@@ -48,6 +48,14 @@ fail() {
     exit 1
 }
 
+# job_tokens: a token file and a validation file of scripts/make_tokens.py
+# (100 merges of the first 3000 tokens: V 356) in $work/train.bin and
+# $work/val.bin
+job_tokens() {
+    python3 "$MSRUN_SOURCE/scripts/make_tokens.py" "$work/train.bin" --val "$work/val.bin" \
+        --merges 100 --max-tokens 3000 2>/dev/null || fail "make_tokens.py failed"
+}
+
 # skip_without_torch: exits 77 (CTest's skip) when /usr/bin/python3 cannot
 # import torch and numpy
 skip_without_torch() {

@@ -73,8 +73,7 @@ done
 # small to move any parameter's bits, one chunk's validation losses are the
 # whole head's bitwise, and 48 and 1 rows' differ from them (the chunks
 # ran) within 1e-5
-python3 "$MSRUN_SOURCE/scripts/make_tokens.py" "$work/train.bin" --val "$work/val.bin" \
-    --merges 100 --max-tokens 3000 2>/dev/null || fail "make_tokens.py failed"
+job_tokens
 val_run() { # val_run NAME ROWS: the validation lines in $work/NAME
     rm -f "$work/vlog"
     timeout 120 "$bin/train_gpt" --layers 2 --channels 32 --heads 4 --seq 16 --micro-batch 2 \

@@ -9,8 +9,7 @@ set -euo pipefail
 bin="$MSRUN_BUILD/bin"
 source "$(dirname "$0")/job_env.sh"
 job_test_setup
-python3 "$MSRUN_SOURCE/scripts/make_tokens.py" "$work/train.bin" --val "$work/val.bin" \
-    --merges 100 --max-tokens 3000 2>/dev/null || fail "make_tokens.py failed"
+job_tokens
 # the model and its data, the options every msrun_n starts with (job_env.sh);
 # G = 12 sequences a step in every layout
 train_args=(--layers 2 --channels 32 --heads 4 --seq 16 --global-batch 12 --lr 3e-3
