@@ -78,8 +78,10 @@ msr_status_t msr_ckpt_gather(msr_ckpt_fetch_t fetch, void *arg, int world, const
                 const msr_tckpt_range_t *g = &ranges[k];
                 /* decode checked lo + n <= num_params = P */
                 memcpy(params + g->lo, g->params, g->n * sizeof(float));
-                memcpy(m + g->lo, g->m, g->n * sizeof(float));
-                memcpy(v + g->lo, g->v, g->n * sizeof(float));
+                if (m != NULL)
+                    memcpy(m + g->lo, g->m, g->n * sizeof(float));
+                if (v != NULL)
+                    memcpy(v + g->lo, g->v, g->n * sizeof(float));
                 memset(have + g->lo, 1, g->n);
             }
         }

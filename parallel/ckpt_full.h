@@ -35,8 +35,10 @@ msr_status_t msr_ckpt_encode_slice(const msr_tckpt_header_t *h, const float *par
  * msr_trainer_fetch_t). */
 typedef msr_status_t (*msr_ckpt_fetch_t)(void *arg, int rank, void **buf_p, size_t *len_p);
 
-/* Reads the payloads of ranks 0..world-1 and writes every flat element's
- * parameter and moments into params, m, v (P floats each) and the
+/* Reads the payloads of ranks 0..world-1, each once and in rank order
+ * (stopping at the first failure), and writes every flat element's
+ * parameter and moments into params, m, v (P floats each; m and v may be
+ * NULL: the parameters alone) and the
  * checkpoint's header into *h_p (meta points at nothing: NULL). Checks that
  * every payload was written with `meta` (else MSR_ERR_CONFIG, both texts
  * in the error text from their first difference) for a model of P parameters, that the payloads

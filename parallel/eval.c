@@ -24,28 +24,6 @@ void msr_eval_fill(const msr_dataset_t *val, int T, uint64_t first, int n, int *
     }
 }
 
-/* The world's payloads, each padded to `stride` bytes after an 8-byte
- * length, as msr_ckpt_gather's fetch reads them. */
-typedef struct payloads {
-    const unsigned char *all;
-    size_t stride;
-} payloads_t;
-
-static msr_status_t fetch_payload(void *arg, int rank, void **buf_p, size_t *len_p)
-{
-    const payloads_t *p = arg;
-    const unsigned char *at = p->all + (size_t)rank * p->stride;
-    uint64_t len;
-    memcpy(&len, at, sizeof len);
-    void *buf = msr_malloc(len > 0 ? len : 1); /* decode wants 8-byte alignment */
-    if (buf == NULL)
-        return msr_err(MSR_ERR_NO_MEMORY, "eval: out of memory for rank %d's payload", rank);
-    memcpy(buf, at + sizeof len, len);
-    *buf_p = buf;
-    *len_p = len;
-    return MSR_OK;
-}
-
 /* The world the trainer's ranks form, and this rank's place in it. */
 static msr_comm_t *world_of(const msr_trainer_t *tr)
 {
@@ -69,53 +47,64 @@ static msr_status_t any_failed(msr_comm_t *world, int failed, int *any_p)
     return MSR_OK;
 }
 
-/* Every rank's payload of the trainer's state, into *all_p (msr_free) as
- * fetch_payload reads them. */
-static msr_status_t exchange(msr_trainer_t *tr, msr_comm_t *world, int size, payloads_t *p,
-                             unsigned char **all_p)
+/* The world's payloads, sent one at a time from their rank as
+ * msr_ckpt_gather asks for them (every rank asks for the same ones in the
+ * same order: rank order, each once, stopping where the same bytes fail to
+ * decode), so that a rank holds one payload beside its own. */
+typedef struct payloads {
+    msr_comm_t *world;
+    int rank;
+    void *mine;
+    size_t len;
+} payloads_t;
+
+static msr_status_t fetch_payload(void *arg, int r, void **buf_p, size_t *len_p)
 {
-    void *mine = NULL;
-    size_t len = 0;
-    int unsealed = tr->unsealed_snapshots; /* decode checks the CRCs: seal now */
-    tr->unsealed_snapshots = 0;
-    msr_status_t st = msr_trainer_snapshot(tr, "eval", &mine, &len), cs;
-    tr->unsealed_snapshots = unsealed;
-    int64_t most[2] = {(int64_t)len, st != MSR_OK}; /* the largest payload, a failure */
-    if (world != NULL && (cs = msr_comm_allreduce(world, MSR_IN_PLACE, most, 2, MSR_DTYPE_I64,
-                                                  MSR_OP_MAX)) != MSR_OK) {
-        msr_free(mine);
-        return msr_err_call(cs, "eval: the largest payload");
-    }
-    if (st != MSR_OK || most[1] != 0) {
-        msr_free(mine);
-        return st != MSR_OK ? st : msr_err(MSR_ERR_STATE, "eval: another rank's snapshot failed");
-    }
-    p->stride = (sizeof(uint64_t) + (size_t)most[0] + 7) / 8 * 8;
-    unsigned char *all = msr_calloc((size_t)size, p->stride);
+    const payloads_t *p = arg;
+    int64_t len = r == p->rank ? (int64_t)p->len : 0;
+    msr_status_t st;
+    if (p->world != NULL &&
+        (st = msr_comm_broadcast(p->world, &len, 1, MSR_DTYPE_I64, r)) != MSR_OK)
+        return msr_err_call(st, "eval: the length of rank %d's payload", r);
+    void *buf = msr_malloc(len > 0 ? (size_t)len : 1); /* decode wants 8-byte alignment */
     int any = 0;
-    if ((st = any_failed(world, all == NULL, &any)) != MSR_OK || any) {
-        msr_free(mine);
-        msr_free(all);
+    if ((st = any_failed(p->world, buf == NULL, &any)) != MSR_OK || any) {
+        msr_free(buf);
         if (st != MSR_OK)
             return st;
-        return all == NULL
-                   ? msr_err(MSR_ERR_NO_MEMORY, "eval: out of memory for %d payloads of %zu bytes",
-                             size, p->stride)
-                   : msr_err(MSR_ERR_STATE, "eval: another rank ran out of memory");
+        return buf == NULL ? msr_err(MSR_ERR_NO_MEMORY,
+                                     "eval: out of memory for rank %d's payload (%lld bytes)", r,
+                                     (long long)len)
+                           : msr_err(MSR_ERR_STATE, "eval: another rank ran out of memory");
     }
-    int rank = world != NULL ? msr_comm_rank(world) : 0;
-    uint64_t len64 = len;
-    memcpy(all + (size_t)rank * p->stride, &len64, sizeof len64);
-    memcpy(all + (size_t)rank * p->stride + sizeof len64, mine, len);
-    msr_free(mine);
-    if (world != NULL &&
-        (st = msr_comm_allgather(world, MSR_IN_PLACE, all, p->stride, MSR_DTYPE_U8)) != MSR_OK) {
-        msr_free(all);
-        return msr_err_call(st, "eval: the allgather of %d payloads", size);
+    if (r == p->rank)
+        memcpy(buf, p->mine, (size_t)len);
+    if (p->world != NULL &&
+        (st = msr_comm_broadcast(p->world, buf, (uint64_t)len, MSR_DTYPE_U8, r)) != MSR_OK) {
+        msr_free(buf);
+        return msr_err_call(st, "eval: rank %d's payload", r);
     }
-    p->all = all;
-    *all_p = all;
+    *buf_p = buf;
+    *len_p = (size_t)len;
     return MSR_OK;
+}
+
+/* This rank's payload of the trainer's state in p, sealed (decode checks
+ * the CRCs), when every rank's snapshot succeeded. */
+static msr_status_t snapshot(msr_trainer_t *tr, payloads_t *p)
+{
+    int unsealed = tr->unsealed_snapshots;
+    tr->unsealed_snapshots = 0;
+    msr_status_t st = msr_trainer_snapshot(tr, "eval", &p->mine, &p->len);
+    tr->unsealed_snapshots = unsealed;
+    int any = 0;
+    msr_status_t cs = any_failed(p->world, st != MSR_OK, &any);
+    if (st == MSR_OK && (cs != MSR_OK || any)) {
+        msr_free(p->mine);
+        p->mine = NULL;
+        st = cs != MSR_OK ? cs : msr_err(MSR_ERR_STATE, "eval: another rank's snapshot failed");
+    }
+    return st;
 }
 
 /* The whole model with the parameters the world's payloads hold: the
@@ -126,15 +115,14 @@ static msr_status_t whole_model(msr_trainer_t *tr, msr_gpt_t **model_p)
 {
     msr_comm_t *world = world_of(tr);
     int size = world != NULL ? msr_comm_size(world) : 1;
-    payloads_t p = {0};
-    unsigned char *all = NULL;
-    msr_status_t st = exchange(tr, world, size, &p, &all);
+    payloads_t p = {world, world != NULL ? msr_comm_rank(world) : 0, NULL, 0};
+    msr_status_t st = snapshot(tr, &p);
     if (st != MSR_OK)
         return st;
     msr_gpt_t *model = NULL;
     size_t P = msr_gpt_num_params(&tr->cfg.model), E = msr_moe_num_params(&tr->cfg.model),
            n = P + E;
-    float *buf = msr_malloc(3 * n * sizeof(float) + 1); /* parameters, m, v */
+    float *buf = msr_malloc(n * sizeof(float) + 1); /* the parameters, not the moments */
     /* a job that chunks its head (--head-chunk) holds no (N, V) buffer
      * here either */
     int hc = tr->cfg.mp.head_chunk;
@@ -150,16 +138,21 @@ static msr_status_t whole_model(msr_trainer_t *tr, msr_gpt_t **model_p)
         st = msr_gpt_set_precision(model, tr->cfg.precision);
     if (st == MSR_OK && E > 0 && (model->moe == NULL || msr_moe_count(model->moe) != E))
         st = msr_err(MSR_ERR_STATE, "eval: the whole model's store does not hold %zu experts", E);
+    /* the payloads are broadcast: every rank gathers them or none */
+    int any = 0;
+    msr_status_t cs = any_failed(world, st != MSR_OK, &any);
+    if (st == MSR_OK && (cs != MSR_OK || any))
+        st = cs != MSR_OK ? cs : msr_err(MSR_ERR_STATE, "eval: another rank's model failed");
     msr_tckpt_header_t h;
     if (st == MSR_OK)
-        st = msr_ckpt_gather(fetch_payload, &p, size, "eval", n, buf, buf + n, buf + 2 * n, &h);
+        st = msr_ckpt_gather(fetch_payload, &p, size, "eval", n, buf, NULL, NULL, &h);
     if (st == MSR_OK) {
         memcpy(model->params, buf, P * sizeof(float));
         if (E > 0)
             memcpy(msr_moe_params(model->moe), buf + P, E * sizeof(float));
     }
     msr_free(buf);
-    msr_free(all);
+    msr_free(p.mine);
     if (st != MSR_OK) {
         msr_gpt_destroy(model);
         return st;

@@ -6081,4 +6081,23 @@ test: ^test_parallel_train_gpt_eval$
     mp->tracing = tracing; /* the step's trace is the step's */
 >>>
 
+@ eval.copy_payload_of_rank0
+file: parallel/eval.c
+test: ^test_parallel_train_gpt_tokens$
+<<<
+        (st = msr_comm_broadcast(p->world, buf, (uint64_t)len, MSR_DTYPE_U8, r)) != MSR_OK) {
+===
+        (st = msr_comm_broadcast(p->world, buf, (uint64_t)len, MSR_DTYPE_U8, 0)) != MSR_OK) {
+>>>
+
+@ eval.copy_moments_written
+file: parallel/ckpt_full.c
+test: ^test_parallel_train_gpt_tokens$
+<<<
+                if (m != NULL)
+                    memcpy(m + g->lo, g->m, g->n * sizeof(float));
+===
+                memcpy(m + g->lo, g->m, g->n * sizeof(float));
+>>>
+
 __END__
