@@ -165,18 +165,16 @@ static msr_status_t whole_model(msr_trainer_t *tr, msr_gpt_t **model_p)
  * parallel alone (the whole model, its segments got through dp's hooks as
  * a step's forward gets them: ZeRO-3's gathers, the parameters' offload's
  * reads), on its own part where it is model parallel (msr_mp_eval), and
- * on a whole copy gathered from the ranks' payloads for a MoE model
- * (its experts live in stores with hooks of their own, and its capacity
- * wants one sequence a pass) or with the activations offloaded. */
+ * on a whole copy gathered from the ranks' payloads for a MoE model (its
+ * experts live in stores with hooks of their own, and its capacity wants
+ * one sequence a pass). */
 typedef enum { EVAL_WHOLE_COPY, EVAL_DP, EVAL_MP } eval_where_t;
 
 static eval_where_t where_of(const msr_trainer_t *tr)
 {
     if (tr->cfg.model.moe.experts > 0)
         return EVAL_WHOLE_COPY;
-    if (tr->mp == NULL)
-        return EVAL_DP;
-    return msr_mp_acts(tr->mp) != NULL ? EVAL_WHOLE_COPY : EVAL_MP;
+    return tr->mp == NULL ? EVAL_DP : EVAL_MP;
 }
 
 /* The chunks of `chunk` rows from this rank's first, every size-th: the

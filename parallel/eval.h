@@ -14,14 +14,14 @@
  * under tensor and context parallel and the chunked head (as the steps'
  * losses are). A MoE model (one sequence a forward pass: its blocks'
  * capacity depends on the tokens of a pass, so any other chunk would tie
- * the loss to the layout's micro-batch) and a job with the activations
- * offloaded still assemble the whole model on every rank from the ranks'
- * checkpoint payloads (msr_trainer_snapshot, each broadcast from its rank
- * as msr_ckpt_gather reads it: the path a resume in another layout takes),
- * its head chunked as the job's (msr_gpt_create_chunked), its experts
- * into a store that holds them all: that costs every rank the whole
- * model's parameters twice, one micro-batch's activations, its own
- * payload and one other while it runs (no moments).
+ * the loss to the layout's micro-batch) still assembles the whole model
+ * on every rank from the ranks' checkpoint payloads (msr_trainer_snapshot,
+ * each broadcast from its rank as msr_ckpt_gather reads it: the path a
+ * resume in another layout takes), its head chunked as the job's
+ * (msr_gpt_create_chunked), its experts into a store that holds them all:
+ * that costs every rank the whole model's parameters twice, one
+ * micro-batch's activations, its own payload and one other while it runs
+ * (no moments).
  *
  * The rows are the first batches x G validation samples, G the global
  * batch (micro-batch x grad-accum x dp, the same in every layout of a

@@ -30,9 +30,8 @@ static msr_status_t forward_micro(msr_mp_t *mp, int m)
 msr_status_t msr_mp_eval(msr_mp_t *mp, msr_dp_t *dp, const int *inputs, const int *targets,
                          int micros, double *loss_p)
 {
-    if (mp->acts != NULL || mp->model->moe != NULL)
-        return msr_err(MSR_ERR_STATE, "mp: forwards alone with %s",
-                       mp->acts != NULL ? "the activations offloaded" : "a MoE model");
+    if (mp->model->moe != NULL)
+        return msr_err(MSR_ERR_STATE, "mp: forwards alone with a MoE model");
     if (micros < 1 || micros > mp->cfg.micros)
         return msr_err(MSR_ERR_INVALID_ARG, "mp: %d micro-batches to evaluate (1 to %d)", micros,
                        mp->cfg.micros);
@@ -51,6 +50,7 @@ msr_status_t msr_mp_eval(msr_mp_t *mp, msr_dp_t *dp, const int *inputs, const in
     }
     int tracing = mp->tracing;
     mp->tracing = 0; /* the step's trace is the step's */
+    mp->evaluating = 1;
     mp->inputs = inputs;
     mp->targets = targets;
     mp->dp = dp;
@@ -61,6 +61,7 @@ msr_status_t msr_mp_eval(msr_mp_t *mp, msr_dp_t *dp, const int *inputs, const in
         st = forward_micro(mp, m);
     msr_status_t est = msr_dp_eval_end(dp);
     mp->tracing = tracing;
+    mp->evaluating = 0;
     if ((st = st != MSR_OK ? st : est) != MSR_OK)
         return st;
     *loss_p = mp->pr == mp->pp - 1 && mp->tr == 0 ? mp->loss_sum : 0.0;

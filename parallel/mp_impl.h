@@ -132,6 +132,9 @@ struct msr_mp {
     msr_block_comm_t copy_comm[2];
 
     int tracing;
+    /* msr_mp_eval's forwards: nothing kept for a backward (the block
+     * inputs under the activations' offload given back unwritten) */
+    int evaluating;
     uint64_t t0;
     msr_mp_span_t *spans;
     int num_spans, cap_spans;

@@ -294,11 +294,16 @@ static msr_status_t acts_out(msr_mp_t *mp, frame_t *f, int i, int layers)
 }
 
 /* Forward: block i has run; its input goes to the file (written behind
- * while the next block runs). */
+ * while the next block runs), or back to the store unwritten when no
+ * backward follows (msr_mp_eval). */
 static msr_status_t acts_spill(msr_mp_t *mp, int m, int c, int i, const float *x)
 {
     if (mp->acts == NULL)
         return MSR_OK;
+    if (mp->evaluating) { /* no backward reads it */
+        msr_acts_put(mp->acts, (float *)x);
+        return MSR_OK;
+    }
     return msr_acts_spill(mp->acts, (float *)x, act_key(mp, m, c, i));
 }
 

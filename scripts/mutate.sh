@@ -5975,9 +5975,9 @@ test: ^test_parallel_plan_offload_experts$
 file: parallel/eval.c
 test: ^test_parallel_train_gpt_eval$
 <<<
-        return EVAL_DP;
+    return tr->mp == NULL ? EVAL_DP : EVAL_MP;
 ===
-        return EVAL_WHOLE_COPY;
+    return tr->mp == NULL ? EVAL_WHOLE_COPY : EVAL_MP;
 >>>
 
 @ eval.visit_table_kept
@@ -6028,9 +6028,9 @@ test: ^test_parallel_train_gpt_eval$
 file: parallel/eval.c
 test: ^test_parallel_train_gpt_eval$
 <<<
-    return msr_mp_acts(tr->mp) != NULL ? EVAL_WHOLE_COPY : EVAL_MP;
+    return tr->mp == NULL ? EVAL_DP : EVAL_MP;
 ===
-    return EVAL_WHOLE_COPY;
+    return tr->mp == NULL ? EVAL_DP : EVAL_WHOLE_COPY;
 >>>
 
 @ eval.mp_rows_of_replica0
@@ -6098,6 +6098,15 @@ test: ^test_parallel_train_gpt_tokens$
                     memcpy(m + g->lo, g->m, g->n * sizeof(float));
 ===
                 memcpy(m + g->lo, g->m, g->n * sizeof(float));
+>>>
+
+@ eval.acts_spilled
+file: parallel/mp_run.c
+test: ^test_parallel_train_gpt_eval$
+<<<
+    if (mp->evaluating) { /* no backward reads it */
+===
+    if (0) { /* no backward reads it */
 >>>
 
 __END__

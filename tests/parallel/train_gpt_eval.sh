@@ -22,9 +22,9 @@ val_of() { grep '^val ' "$1" || true; }
 
 # step 0: every layout's validation loss; in place on the whole model
 # (one process, dp 2 at each ZeRO stage, the parameters on disk) and on
-# the pipeline's parts, bitwise one process's; tensor and context parallel
-# and the chunked head split the sums (within 1e-6); the activations'
-# offload gathers a whole copy (bitwise)
+# the pipeline's parts (the activations' offload too), bitwise one
+# process's; tensor and context parallel and the chunked head split the
+# sums (within 1e-6)
 # same0 ARCH LAYOUT REF TOL: the layout's step-0 loss in $got, within TOL
 # (relative, 0: bitwise) of REF
 same0() {
@@ -51,7 +51,8 @@ for arch in gpt llama; do
         "2 --zero 3 --zero-min-bytes 0 --offload params=disk:$work/off" \
         "2 --offload params=disk:$work/off" "2 --pp 2" "2 --pp 2 --recompute full" \
         "4 --pp 2 --dp 2 --zero 3 --zero-min-bytes 0 --offload params=disk:$work/off" \
-        "2 --pp 2 --schedule gpipe" "2 --recompute full --offload activations=disk:$work/off"; do
+        "2 --pp 2 --schedule gpipe" "2 --recompute full --offload activations=disk:$work/off" \
+        "2 --pp 2 --recompute full --offload activations=disk:$work/off"; do
         same0 "$arch" "$layout" "$ref" 0
     done
     for layout in "2 --tp 2" "2 --tp 2 --sp --tp-overlap" "2 --cp 2" "4 --tp 2 --pp 2" \
@@ -68,6 +69,7 @@ for layout in "2 --zero 2" "2 --zero 3 --zero-min-bytes 0" "2 --tp 2 --sp" \
     "4 --pp 2 --tp 2 --zero 3 --zero-min-bytes 0 --offload params=disk:$work/off" \
     "2 --pp 2 --layers 4 --schedule interleaved --virtual-stages 2 --recompute full --head-chunk 100" \
     "2 --cp 2 --recompute selective" \
+    "2 --pp 2 --recompute full --offload activations=disk:$work/off,params=disk:$work/off" \
     "2 --zero 3 --zero-min-bytes 20000 --offload params=disk:$work/off" \
     "2 --zero 3 --zero-min-bytes 0 --offload params=disk:$work/off,optimizer=disk:$work/off" \
     "2 --arch llama --offload params=disk:$work/off" "1 --zero 3 --layers 1 --offload params=disk:$work/off"; do
@@ -91,6 +93,12 @@ for layout in "2 --zero 2" "2 --zero 3 --zero-min-bytes 0" "2 --tp 2 --sp" \
         gb=$(sed -n 's/.*rank 0 zero 3: .*; gathers \([0-9]*\)$/\1/p' "$work/b.err")
         [[ -n $ga && -n $gb ]] || fail "$layout: no gathers in the reports: $(cat "$work/b.err")"
         ((gb - ga == 4 * 12 * 5)) || fail "$layout: $gb gathers with validation, $ga without"
+    fi
+    # the activations' offload writes and reads only the steps' blocks
+    if [[ $layout == *activations=disk* ]]; then
+        wa=$(grep -o "rank 0 activation offload: [0-9]* written, [0-9]* read back" "$work/a.err")
+        wb=$(grep -o "rank 0 activation offload: [0-9]* written, [0-9]* read back" "$work/b.err")
+        [[ -n $wa && $wa == "$wb" ]] || fail "$layout: '$wb' with validation, '$wa' without"
     fi
     if [[ $layout == *params=disk* ]]; then
         grep -q "parameter offload: .* read back, 0 not read ahead" "$work/b.err" ||
