@@ -9,6 +9,7 @@
 #include "model/err_call.h"
 #include "model/moe.h"
 #include "parallel/ckpt_full.h"
+#include "parallel/train_impl.h"
 
 void msr_eval_fill(const msr_dataset_t *val, int T, uint64_t first, int n, int *inputs,
                    int *targets)
@@ -163,17 +164,18 @@ static msr_status_t whole_model(msr_trainer_t *tr, msr_gpt_t **model_p)
 
 /* Where the forwards run: on the trainer's own model where it is data
  * parallel alone (the whole model, its segments got through dp's hooks as
- * a step's forward gets them: ZeRO-3's gathers, the parameters' offload's
- * reads), on its own part where it is model parallel (msr_mp_eval), and
- * on a whole copy gathered from the ranks' payloads for a MoE model (its
- * experts live in stores with hooks of their own, and its capacity wants
- * one sequence a pass). */
+ * a step's forward gets them: ZeRO-3's gathers, the parameters' and the
+ * experts' offload's reads, expert parallel's exchanges), on its own part
+ * where it is model parallel (msr_mp_eval), and on a whole copy gathered
+ * from the ranks' payloads for a MoE model under model parallel (its
+ * capacity wants one sequence a pass; the runtime's micro-batches are
+ * the layout's). */
 typedef enum { EVAL_WHOLE_COPY, EVAL_DP, EVAL_MP } eval_where_t;
 
 static eval_where_t where_of(const msr_trainer_t *tr)
 {
     if (tr->cfg.model.moe.experts > 0)
-        return EVAL_WHOLE_COPY;
+        return tr->mp == NULL ? EVAL_DP : EVAL_WHOLE_COPY;
     return tr->mp == NULL ? EVAL_DP : EVAL_MP;
 }
 
@@ -190,7 +192,8 @@ static msr_status_t forwards(msr_trainer_t *tr, msr_gpt_t *model, const msr_gpt_
         double loss;
         int *tg = in + (size_t)B * (size_t)T, n = (int)MSR_MIN((uint64_t)chunk, R - c * chunk);
         msr_eval_fill(val, T, c * (uint64_t)chunk, n, in, tg);
-        if (hooks != NULL && (st = msr_dp_eval_forward(tr->dp)) != MSR_OK)
+        if (hooks != NULL && ((st = msr_dp_eval_forward(tr->dp)) != MSR_OK ||
+                              (st = msr_train_experts_disk_ahead(tr)) != MSR_OK))
             break;
         st = msr_gpt_forward(model, in, tg, n, T, hooks, &loss);
         *sum_p += loss * n; /* the chunk's mean over its n x T tokens */
@@ -248,6 +251,8 @@ msr_status_t msr_trainer_eval(msr_trainer_t *tr, const msr_dataset_t *val, int b
         if (st == MSR_OK && !any && where == EVAL_DP) {
             model = tr->model;
             hooks = msr_dp_eval_begin(tr->dp);
+            if (model->moe != NULL)
+                msr_moe_select(model->moe, 0, 0);
         }
     } else {
         st = whole_model(tr, &model);
@@ -265,8 +270,12 @@ msr_status_t msr_trainer_eval(msr_trainer_t *tr, const msr_dataset_t *val, int b
         st = forwards(tr, model, hooks, val, R, chunk, rank, size, in, &sum);
     msr_free(in);
     if (hooks != NULL) {
+        if (model->moe != NULL)
+            msr_moe_select(model->moe, 0, 1);
         msr_status_t est = msr_dp_eval_end(tr->dp);
         st = st != MSR_OK ? st : est;
+        if (st == MSR_OK)
+            st = msr_train_experts_disk_ahead(tr);
     } else if (where == EVAL_WHOLE_COPY) {
         msr_gpt_destroy(model);
     }

@@ -4,24 +4,27 @@
  *
  * Where: on the trainer's own model, nothing copied. Data parallel alone
  * runs the whole model's forward over its share of the rows (chunks of a
- * micro-batch dealt round-robin over the world), its segments got through
- * dp's hooks as a step's forward gets them (msr_dp_eval_begin: ZeRO-3's
- * gathers, the parameters' offload's reads); model parallel runs each
- * replica's grad_accum micro-batches of every global batch through the
- * ranks' parts (msr_mp_eval). The rows' losses are summed over the world.
- * The loss is then the layout's forward's: bitwise one process's under
- * data and pipeline parallel, and within the rounding of the split sums
- * under tensor and context parallel and the chunked head (as the steps'
- * losses are). A MoE model (one sequence a forward pass: its blocks'
- * capacity depends on the tokens of a pass, so any other chunk would tie
- * the loss to the layout's micro-batch) still assembles the whole model
- * on every rank from the ranks' checkpoint payloads (msr_trainer_snapshot,
- * each broadcast from its rank as msr_ckpt_gather reads it: the path a
- * resume in another layout takes), its head chunked as the job's
- * (msr_gpt_create_chunked), its experts into a store that holds them all:
- * that costs every rank the whole model's parameters twice, one
- * micro-batch's activations, its own payload and one other while it runs
- * (no moments).
+ * micro-batch dealt round-robin over the world; a MoE model's one
+ * sequence a pass, since its blocks' capacity depends on the tokens of a
+ * pass and any other chunk would tie the loss to the layout's
+ * micro-batch), its segments got through dp's hooks as a step's forward
+ * gets them (msr_dp_eval_begin: ZeRO-3's gathers, the parameters' and
+ * the experts' offload's reads, expert parallel's exchanges; the router's
+ * counts left alone); model parallel runs each replica's grad_accum
+ * micro-batches of every global batch through the ranks' parts
+ * (msr_mp_eval). The rows' losses are summed over the world. The loss is
+ * then the layout's forward's: bitwise one process's under data and
+ * pipeline parallel (but for the order the ranks' sums are added in), and
+ * within the rounding of the split sums under tensor and context
+ * parallel and the chunked head (as the steps' losses are). A MoE model
+ * under model parallel (its micro-batches are not one sequence) still
+ * assembles the whole model on every rank from the ranks' checkpoint
+ * payloads (msr_trainer_snapshot, each broadcast from its rank as
+ * msr_ckpt_gather reads it: the path a resume in another layout takes),
+ * its head chunked as the job's (msr_gpt_create_chunked), its experts
+ * into a store that holds them all: that costs every rank the whole
+ * model's parameters twice, one micro-batch's activations, its own
+ * payload and one other while it runs (no moments).
  *
  * The rows are the first batches x G validation samples, G the global
  * batch (micro-batch x grad-accum x dp, the same in every layout of a

@@ -168,6 +168,13 @@ static msr_status_t ed_release(void *arg, int s, msr_gpt_pass_t pass)
     return st;
 }
 
+msr_status_t msr_train_experts_disk_ahead(msr_trainer_t *tr)
+{
+    if (tr->epf == NULL || tr->ez || held(tr) < 1)
+        return MSR_OK;
+    return msr_params_prefetch(tr->epf, 0);
+}
+
 /* A store of the experts' blocks of ed_per floats, each put first with
  * the parameters' initial values (seed; else zeros): block k's are the
  * store's elements [k * stride + lo, + ed_per) (the whole block's, or

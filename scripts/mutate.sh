@@ -6109,4 +6109,31 @@ test: ^test_parallel_train_gpt_eval$
     if (0) { /* no backward reads it */
 >>>
 
+@ eval.moe_whole_copy
+file: parallel/eval.c
+test: ^test_parallel_train_gpt_eval$
+<<<
+        return tr->mp == NULL ? EVAL_DP : EVAL_WHOLE_COPY;
+===
+        return EVAL_WHOLE_COPY;
+>>>
+
+@ eval.moe_routing_counted
+file: parallel/eval.c
+test: ^test_parallel_train_gpt_eval$
+<<<
+                msr_moe_select(model->moe, 0, 0);
+===
+                msr_moe_select(model->moe, 0, 1);
+>>>
+
+@ eval.moe_experts_not_read_ahead
+file: parallel/train_experts_disk.c
+test: ^test_parallel_train_gpt_eval$
+<<<
+    if (tr->epf == NULL || tr->ez || held(tr) < 1)
+===
+    if (1)
+>>>
+
 __END__
