@@ -6092,7 +6092,7 @@ test: ^test_parallel_train_gpt_tokens$
 
 @ eval.copy_moments_written
 file: parallel/ckpt_full.c
-test: ^test_parallel_train_gpt_tokens$
+test: ^test_parallel_(ckpt_full|train_gpt_tokens)$
 <<<
                 if (m != NULL)
                     memcpy(m + g->lo, g->m, g->n * sizeof(float));

@@ -39,6 +39,18 @@ static msr_status_t fetch(void *arg, int rank, void **buf_p, size_t *len_p)
     return MSR_OK;
 }
 
+/* fetch, recording the ranks asked for in order (the validation's
+ * broadcasts, parallel/eval.c, rely on each asked for once, in order) */
+static int asked[8], num_asked;
+
+static msr_status_t fetch_logged(void *arg, int rank, void **buf_p, size_t *len_p)
+{
+    if (num_asked < 8)
+        asked[num_asked] = rank;
+    num_asked++;
+    return fetch(arg, rank, buf_p, len_p);
+}
+
 static void store_free(store_t *s)
 {
     for (int i = 0; i < s->n; i++)
@@ -127,13 +139,24 @@ static void test_slices_restore_into_cpu(void)
     MSR_CHECK(p != NULL && m != NULL && v != NULL);
     msr_tckpt_header_t h;
     MSR_CHECK_OK(msr_ckpt_gather(fetch, &s, 3, META, P, p, m, v, &h));
+    /* the parameters alone (m and v NULL): the same parameters, each
+     * payload asked for once, in rank order */
+    float *p1 = msr_calloc(P, sizeof(float));
+    MSR_CHECK(p1 != NULL);
+    num_asked = 0;
+    MSR_CHECK_OK(msr_ckpt_gather(fetch_logged, &s, 3, META, P, p1, NULL, NULL, &h));
+    MSR_CHECK(memcmp(p1, p, P * sizeof(float)) == 0);
+    MSR_CHECK(num_asked == 3 && asked[0] == 0 && asked[1] == 1 && asked[2] == 2);
+    msr_free(p1);
     MSR_CHECK(msr_ckpt_gather(fetch, &s, 4, META, P, p, m, v, &h) == MSR_ERR_CORRUPT);
     MSR_CHECK(msr_ckpt_gather(fetch, &s, 2, META, P, p, m, v, &h) == MSR_ERR_CORRUPT);
     void *keep = s.buf[1];
     size_t keep_len = s.len[1];
     s.buf[1] = s.buf[0];
     s.len[1] = s.len[0];
-    MSR_CHECK(msr_ckpt_gather(fetch, &s, 3, META, P, p, m, v, &h) == MSR_ERR_CORRUPT);
+    num_asked = 0; /* the gather stops at the payload that fails: 2 is not asked for */
+    MSR_CHECK(msr_ckpt_gather(fetch_logged, &s, 3, META, P, p, m, v, &h) == MSR_ERR_CORRUPT);
+    MSR_CHECK(num_asked == 2 && asked[0] == 0 && asked[1] == 1);
     s.buf[1] = keep;
     s.len[1] = keep_len;
     /* a payload of another step (rank 2 saved later) */
