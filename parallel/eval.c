@@ -167,16 +167,20 @@ static msr_status_t whole_model(msr_trainer_t *tr, msr_gpt_t **model_p)
  * a step's forward gets them: ZeRO-3's gathers, the parameters' and the
  * experts' offload's reads, expert parallel's exchanges), on its own part
  * where it is model parallel (msr_mp_eval), and on a whole copy gathered
- * from the ranks' payloads for a MoE model under model parallel (its
- * capacity wants one sequence a pass; the runtime's micro-batches are
- * the layout's). */
+ * from the ranks' payloads for a MoE model under model parallel whose
+ * micro-batches are more than one sequence (its capacity wants one
+ * sequence a pass; the runtime's micro-batches are the layout's). */
 typedef enum { EVAL_WHOLE_COPY, EVAL_DP, EVAL_MP } eval_where_t;
 
 static eval_where_t where_of(const msr_trainer_t *tr)
 {
-    if (tr->cfg.model.moe.experts > 0)
-        return tr->mp == NULL ? EVAL_DP : EVAL_WHOLE_COPY;
-    return tr->mp == NULL ? EVAL_DP : EVAL_MP;
+    if (tr->mp == NULL)
+        return EVAL_DP;
+    /* a MoE model's passes are one sequence: model parallel's are when
+     * its micro-batch is one and no cp rank holds a part of it */
+    if (tr->cfg.model.moe.experts > 0 && (tr->cfg.micro_batch != 1 || tr->cfg.cp > 1))
+        return EVAL_WHOLE_COPY;
+    return EVAL_MP;
 }
 
 /* The chunks of `chunk` rows from this rank's first, every size-th: the

@@ -17,9 +17,9 @@
  * pipeline parallel (but for the order the ranks' sums are added in), and
  * within the rounding of the split sums under tensor and context
  * parallel and the chunked head (as the steps' losses are). A MoE model
- * under model parallel (its micro-batches are not one sequence) still
- * assembles the whole model on every rank from the ranks' checkpoint
- * payloads (msr_trainer_snapshot, each broadcast from its rank as
+ * under model parallel runs in place when its micro-batch is one sequence
+ * on one cp rank; otherwise it still assembles the whole model on every
+ * rank from the ranks' checkpoint payloads (msr_trainer_snapshot, each broadcast from its rank as
  * msr_ckpt_gather reads it: the path a resume in another layout takes),
  * its head chunked as the job's (msr_gpt_create_chunked), its experts
  * into a store that holds them all: that costs every rank the whole

@@ -238,8 +238,10 @@ msr_status_t msr_mp_run(msr_mp_t *mp, msr_dp_t *dp, const int *inputs, const int
  * forward ends. *loss_p gets what msr_mp_run's does (the sum of the
  * micro-batches' mean losses on the last stage's tp rank 0, each context
  * parallel rank its share; 0 elsewhere). Under the activations' offload
- * the block inputs go back to the store unwritten. Not for a MoE model
- * (MSR_ERR_STATE). The parameters, gradients and the next
+ * the block inputs go back to the store unwritten. A MoE model's router
+ * counts nothing, and its load-balancing losses join *loss_p as
+ * msr_mp_run's do; it is refused (MSR_ERR_STATE) unless its micro-batch
+ * is one sequence on one cp rank (its validation's passes). The parameters, gradients and the next
  * step are unchanged; the trace records nothing. Collective over the
  * mesh. Errors: as msr_mp_run's. */
 msr_status_t msr_mp_eval(msr_mp_t *mp, msr_dp_t *dp, const int *inputs, const int *targets,

@@ -30,8 +30,10 @@ static msr_status_t forward_micro(msr_mp_t *mp, int m)
 msr_status_t msr_mp_eval(msr_mp_t *mp, msr_dp_t *dp, const int *inputs, const int *targets,
                          int micros, double *loss_p)
 {
-    if (mp->model->moe != NULL)
-        return msr_err(MSR_ERR_STATE, "mp: forwards alone with a MoE model");
+    if (mp->model->moe != NULL && (mp->cfg.micro_batch != 1 || mp->cp > 1))
+        return msr_err(MSR_ERR_STATE,
+                       "mp: forwards alone of a MoE model in micro-batches of more than one "
+                       "sequence");
     if (micros < 1 || micros > mp->cfg.micros)
         return msr_err(MSR_ERR_INVALID_ARG, "mp: %d micro-batches to evaluate (1 to %d)", micros,
                        mp->cfg.micros);
@@ -64,6 +66,7 @@ msr_status_t msr_mp_eval(msr_mp_t *mp, msr_dp_t *dp, const int *inputs, const in
     mp->evaluating = 0;
     if ((st = st != MSR_OK ? st : est) != MSR_OK)
         return st;
-    *loss_p = mp->pr == mp->pp - 1 && mp->tr == 0 ? mp->loss_sum : 0.0;
+    /* as msr_mp_run's: a MoE model's load-balancing losses from every stage */
+    *loss_p = mp->tr != 0 ? 0.0 : (mp->pr == mp->pp - 1 ? mp->loss_sum : 0.0) + mp->aux_sum;
     return MSR_OK;
 }

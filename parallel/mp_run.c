@@ -63,7 +63,7 @@ static msr_status_t moe_mlp_backward(void *arg, const float *in, const float *do
 
 /* Forward of block l for micro-batch m; a MoE block's load-balancing loss
  * joins the step's unless this is a recompute (count 0), which also
- * leaves the router's counters alone. */
+ * leaves the router's counters alone, as msr_mp_eval's forwards do. */
 static msr_status_t block_forward(msr_mp_t *mp, int m, int l, const msr_gpt_block_params_t *p,
                                   msr_gpt_block_acts_t *la, const float *x, int count)
 {
@@ -73,7 +73,7 @@ static msr_status_t block_forward(msr_mp_t *mp, int m, int l, const msr_gpt_bloc
         return msr_block_forward(&mp->blk, p, la, x, NULL);
     moe_call_t c = {mp, l, p, NULL, 0.0};
     msr_block_mlp_t mlp = {moe_mlp, moe_mlp_backward, &c};
-    msr_moe_select(mp->model->moe, m, count);
+    msr_moe_select(mp->model->moe, m, count && !mp->evaluating);
     msr_status_t st = msr_block_forward(&mp->blk, p, la, x, &mlp);
     if (st == MSR_OK && count)
         mp->aux_sum += c.aux;

@@ -5975,9 +5975,11 @@ test: ^test_parallel_plan_offload_experts$
 file: parallel/eval.c
 test: ^test_parallel_train_gpt_eval$
 <<<
-    return tr->mp == NULL ? EVAL_DP : EVAL_MP;
+    if (tr->mp == NULL)
+        return EVAL_DP;
 ===
-    return tr->mp == NULL ? EVAL_WHOLE_COPY : EVAL_MP;
+    if (tr->mp == NULL)
+        return EVAL_WHOLE_COPY;
 >>>
 
 @ eval.visit_table_kept
@@ -6028,9 +6030,11 @@ test: ^test_parallel_train_gpt_eval$
 file: parallel/eval.c
 test: ^test_parallel_train_gpt_eval$
 <<<
-    return tr->mp == NULL ? EVAL_DP : EVAL_MP;
+    return EVAL_MP;
+}
 ===
-    return tr->mp == NULL ? EVAL_DP : EVAL_WHOLE_COPY;
+    return EVAL_WHOLE_COPY;
+}
 >>>
 
 @ eval.mp_rows_of_replica0
@@ -6046,9 +6050,9 @@ test: ^test_parallel_train_gpt_eval$
 file: parallel/mp_eval.c
 test: ^test_parallel_train_gpt_eval$
 <<<
-    *loss_p = mp->pr == mp->pp - 1 && mp->tr == 0 ? mp->loss_sum : 0.0;
+    *loss_p = mp->tr != 0 ? 0.0 : (mp->pr == mp->pp - 1 ? mp->loss_sum : 0.0) + mp->aux_sum;
 ===
-    *loss_p = mp->pr == mp->pp - 1 ? mp->loss_sum : 0.0;
+    *loss_p = (mp->pr == mp->pp - 1 ? mp->loss_sum : 0.0) + mp->aux_sum;
 >>>
 
 @ eval.mp_cp_all_positions
@@ -6113,9 +6117,11 @@ test: ^test_parallel_train_gpt_eval$
 file: parallel/eval.c
 test: ^test_parallel_train_gpt_eval$
 <<<
-        return tr->mp == NULL ? EVAL_DP : EVAL_WHOLE_COPY;
+    if (tr->mp == NULL)
+        return EVAL_DP;
 ===
-        return EVAL_WHOLE_COPY;
+    if (tr->mp == NULL)
+        return tr->cfg.model.moe.experts > 0 ? EVAL_WHOLE_COPY : EVAL_DP;
 >>>
 
 @ eval.moe_routing_counted
@@ -6134,6 +6140,33 @@ test: ^test_parallel_train_gpt_eval$
     if (tr->epf == NULL || tr->ez || held(tr) < 1)
 ===
     if (1)
+>>>
+
+@ eval.mp_moe_routing_counted
+file: parallel/mp_run.c
+test: ^test_parallel_train_gpt_eval$
+<<<
+    msr_moe_select(mp->model->moe, m, count && !mp->evaluating);
+===
+    msr_moe_select(mp->model->moe, m, count);
+>>>
+
+@ eval.mp_moe_whole_copy
+file: parallel/eval.c
+test: ^test_parallel_train_gpt_eval$
+<<<
+    if (tr->cfg.model.moe.experts > 0 && (tr->cfg.micro_batch != 1 || tr->cfg.cp > 1))
+===
+    if (tr->cfg.model.moe.experts > 0)
+>>>
+
+@ eval.mp_moe_aux_left_out
+file: parallel/mp_eval.c
+test: ^test_parallel_train_gpt_eval$
+<<<
+    *loss_p = mp->tr != 0 ? 0.0 : (mp->pr == mp->pp - 1 ? mp->loss_sum : 0.0) + mp->aux_sum;
+===
+    *loss_p = mp->tr != 0 ? 0.0 : (mp->pr == mp->pp - 1 ? mp->loss_sum : 0.0);
 >>>
 
 __END__

@@ -64,13 +64,15 @@ done
 
 # a MoE model validates one sequence a forward pass: in place under data
 # parallel (expert parallel, ZeRO-3 over the replicas, the experts on
-# disk), on the gathered copy under pipeline parallel; alike but for the
-# order the ranks' sums of 48 sequences' losses are added in (1e-12)
+# disk) and under pipeline parallel with micro-batches of one sequence,
+# on the gathered copy under pipeline parallel with more; alike but for
+# the order the ranks' sums of 48 sequences' losses are added in (1e-12)
 moe=(--experts 4 --top-k 2 --moe-every 1)
 same0 gpt "1 ${moe[*]}" "" 0
 ref=$got
 for layout in "2 --zero 2" "2 --ep 2" "4 --ep 2 --zero 3 --zero-min-bytes 0 --micro-batch 3" \
-    "2 --offload params=disk:$work/off" "2 --pp 2" "4 --pp 2 --ep 2 --micro-batch 3"; do
+    "2 --offload params=disk:$work/off" "2 --pp 2" "4 --pp 2 --ep 2 --micro-batch 3" \
+    "2 --pp 2 --micro-batch 1" "4 --pp 2 --ep 2 --micro-batch 1 --zero 3 --zero-min-bytes 0"; do
     same0 gpt "$layout ${moe[*]}" "$ref" 1e-12
 done
 
@@ -83,15 +85,16 @@ for layout in "2 --zero 2" "2 --zero 3 --zero-min-bytes 0" "2 --tp 2 --sp" \
     "2 --cp 2 --recompute selective" \
     "2 --pp 2 --recompute full --offload activations=disk:$work/off,params=disk:$work/off" \
     "2 --ep 2 --zero 2 ${moe[*]}" "1 --layers 3 --offload params=disk:$work/off ${moe[*]}" \
+    "4 --pp 2 --ep 2 --micro-batch 1 ${moe[*]}" \
     "2 --zero 2 --offload params=disk:$work/off,optimizer=disk:$work/off,grads=disk:$work/off ${moe[*]}" \
     "2 --zero 3 --zero-min-bytes 20000 --offload params=disk:$work/off" \
     "2 --zero 3 --zero-min-bytes 0 --offload params=disk:$work/off,optimizer=disk:$work/off" \
     "2 --arch llama --offload params=disk:$work/off" "1 --zero 3 --layers 1 --offload params=disk:$work/off"; do
     read -r -a l <<<"$layout"
     rm -f "$work/a.log" "$work/b.log"
-    msrun_n "${l[@]}" --micro-batch 2 --steps 4 --report --loss-log "$work/a.log" >/dev/null \
-        2>"$work/a.err" || fail "$layout without validation: $(tail -3 "$work/a.err")"
-    msrun_n "${l[@]}" --micro-batch 2 --steps 4 "${val[@]}" --val-every 1 --report \
+    msrun_n "${l[0]}" --micro-batch 2 "${l[@]:1}" --steps 4 --report --loss-log "$work/a.log" \
+        >/dev/null 2>"$work/a.err" || fail "$layout without validation: $(tail -3 "$work/a.err")"
+    msrun_n "${l[0]}" --micro-batch 2 "${l[@]:1}" --steps 4 "${val[@]}" --val-every 1 --report \
         --loss-log "$work/b.log" >/dev/null 2>"$work/b.err" ||
         fail "$layout with validation: $(tail -3 "$work/b.err")"
     [[ $(val_of "$work/b.log" | wc -l) -eq 4 ]] || fail "$layout: val lines: $(cat "$work/b.log")"
@@ -142,7 +145,8 @@ assert a == b and a["recv"] > 0, (a, b)
 PY
 
 # a job of 14.2M parameters (57 MB a copy), ZeRO-3 on dp 2 and tp 2 x pp
-# 2, and a MoE model of 9.0M on ep 2: validating adds less than a copy to
+# 2, and a MoE model of 9.0M on ep 2 and on pp 2 (micro-batches of one
+# sequence): validating adds less than a copy to
 # its peak, which varies by about 12 MiB from run to run either way (the
 # gathered copy, with its moments and every rank's payload, added about
 # 30 bytes a parameter: 2.8 and 4.5 times the jobs' own)
@@ -153,7 +157,8 @@ fi
 peak() { sed -n 's/.*rank 0 .*peak RSS \([0-9]*\) KiB.*/\1/p' "$1" | head -1; }
 big=(--layers 2 --channels 768 --heads 8 --seq 16 --global-batch 8 --micro-batch 2 --zero 3
     --zero-min-bytes 0 --steps 2 --report)
-for layout in "2" "4 --tp 2 --pp 2" "2 --ep 2 --experts 8 --channels 256"; do
+for layout in "2" "4 --tp 2 --pp 2" "2 --ep 2 --experts 8 --channels 256" \
+    "2 --pp 2 --experts 8 --channels 256 --micro-batch 1"; do
     read -r -a l <<<"$layout"
     msrun_n "${l[0]}" "${big[@]}" "${l[@]:1}" >/dev/null 2>"$work/p0" ||
         fail "$layout without validation: $(tail -3 "$work/p0")"
