@@ -208,7 +208,8 @@ static msr_status_t forwards(msr_trainer_t *tr, msr_gpt_t *model, const msr_gpt_
 /* Model parallel: each replica (dp rank) takes its grad_accum
  * micro-batches of every global batch, as a step does; every rank of the
  * replica runs them through its part. The last stage's tp rank 0 adds
- * each micro-batch's mean (each cp rank its share) times its rows. */
+ * each micro-batch's mean (each cp rank its share; a MoE model's
+ * load-balancing losses from every stage's tp rank 0) times its rows. */
 static msr_status_t forwards_mp(msr_trainer_t *tr, const msr_dataset_t *val, int batches, int *in,
                                 double *sum_p)
 {
