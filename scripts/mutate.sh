@@ -6026,6 +6026,7 @@ test: ^test_parallel_train_gpt_eval$
 ===
     (void)dp->eval_pfirst;
 >>>
+
 @ eval.mp_whole_copy
 file: parallel/eval.c
 test: ^test_parallel_train_gpt_eval$
