@@ -193,6 +193,10 @@ typedef struct msr_dp_extra {
     msr_status_t (*acquire)(void *arg, int s, msr_gpt_pass_t pass);
     msr_status_t (*release)(void *arg, int s, msr_gpt_pass_t pass);
     void *arg;
+    /* forwards alone (msr_dp_eval_*): what the module reads first in a
+     * pass is read ahead (before each pass, and for the next step after
+     * the last) */
+    msr_status_t (*ahead)(void *arg);
 } msr_dp_extra_t;
 
 typedef struct msr_dp {
@@ -364,13 +368,19 @@ const msr_gpt_hooks_t *msr_dp_hooks(msr_dp_t *dp);
  * parallel), msr_dp_eval_forward comes before each msr_gpt_forward (under
  * the parameters' offload the pass's first block is read ahead), and
  * msr_dp_eval_end gives back the state the next step's forward expects
- * (ZeRO-3's first block read ahead again). Collective as the forwards
- * are under ZeRO-3: every rank makes as many. The parameters are
- * unchanged; the counters (gathers, blocks read) count these passes too.
- * Errors: the store's (offload_params.h); msr_dp_eval_end's after a
- * failed pass leaves the state as msr_gpt_forward's failure does. */
+ * (ZeRO-3's first block read ahead again). Under model parallel
+ * msr_dp_eval_ahead comes before each pass instead of
+ * msr_dp_eval_forward (the runtime reads its blocks ahead itself). Each of the three
+ * has the other module's work (msr_dp_set_extra: a MoE model's experts
+ * on disk) read ahead what the next pass takes first (the next step's,
+ * after the last). Collective as the forwards are under ZeRO-3: every
+ * rank makes as many. The parameters are unchanged; the counters
+ * (gathers, blocks read) count these passes too. Errors: the stores'
+ * (offload_params.h); msr_dp_eval_end's after a failed pass leaves the
+ * state as msr_gpt_forward's failure does. */
 const msr_gpt_hooks_t *msr_dp_eval_begin(msr_dp_t *dp);
 msr_status_t msr_dp_eval_forward(msr_dp_t *dp);
+msr_status_t msr_dp_eval_ahead(msr_dp_t *dp);
 msr_status_t msr_dp_eval_end(msr_dp_t *dp);
 
 /* A step is: msr_dp_micro_begin, forward and backward with the hooks,

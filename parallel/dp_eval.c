@@ -15,12 +15,24 @@ const msr_gpt_hooks_t *msr_dp_eval_begin(msr_dp_t *dp)
     return &dp->eval_hooks;
 }
 
+/* The other module's first read of the next pass. */
+static msr_status_t extra_ahead(msr_dp_t *dp)
+{
+    return dp->extra.ahead != NULL ? dp->extra.ahead(dp->extra.arg) : MSR_OK;
+}
+
 msr_status_t msr_dp_eval_forward(msr_dp_t *dp)
 {
     /* the pass's first block read now, while the embeddings compute (the
      * embeddings' acquire then starts no read of its own) */
     dp->pfirst = 1;
-    return dp->pnb > 0 ? msr_dp_params_ahead(dp, dp->pfb) : MSR_OK;
+    msr_status_t st = dp->pnb > 0 ? msr_dp_params_ahead(dp, dp->pfb) : MSR_OK;
+    return st != MSR_OK ? st : extra_ahead(dp);
+}
+
+msr_status_t msr_dp_eval_ahead(msr_dp_t *dp)
+{
+    return extra_ahead(dp);
 }
 
 msr_status_t msr_dp_eval_end(msr_dp_t *dp)
@@ -29,7 +41,8 @@ msr_status_t msr_dp_eval_end(msr_dp_t *dp)
     dp->pfirst = dp->eval_pfirst;
     /* ZeRO-3's update leaves the next forward's first block read ahead;
      * the passes took it (at ZeRO 0-2 the forward's embeddings start it) */
+    msr_status_t st = MSR_OK;
     if (dp->pz_off != NULL && dp->pnb > 0)
-        return msr_dp_params_ahead(dp, dp->pfb);
-    return MSR_OK;
+        st = msr_dp_params_ahead(dp, dp->pfb);
+    return st != MSR_OK ? st : extra_ahead(dp);
 }

@@ -1,14 +1,11 @@
 /* The validation loss (see eval.h). */
 #include "parallel/eval.h"
 
-#include <string.h>
-
 #include "base/alloc.h"
 #include "base/err.h"
 #include "base/status.h"
 #include "model/err_call.h"
 #include "model/moe.h"
-#include "parallel/ckpt_full.h"
 #include "parallel/train_impl.h"
 
 void msr_eval_fill(const msr_dataset_t *val, int T, uint64_t first, int n, int *inputs,
@@ -48,139 +45,17 @@ static msr_status_t any_failed(msr_comm_t *world, int failed, int *any_p)
     return MSR_OK;
 }
 
-/* The world's payloads, sent one at a time from their rank as
- * msr_ckpt_gather asks for them (every rank asks for the same ones in the
- * same order: rank order, each once, stopping where the same bytes fail to
- * decode), so that a rank holds one payload beside its own. */
-typedef struct payloads {
-    msr_comm_t *world;
-    int rank;
-    void *mine;
-    size_t len;
-} payloads_t;
-
-static msr_status_t fetch_payload(void *arg, int r, void **buf_p, size_t *len_p)
-{
-    const payloads_t *p = arg;
-    int64_t len = r == p->rank ? (int64_t)p->len : 0;
-    msr_status_t st;
-    if (p->world != NULL &&
-        (st = msr_comm_broadcast(p->world, &len, 1, MSR_DTYPE_I64, r)) != MSR_OK)
-        return msr_err_call(st, "eval: the length of rank %d's payload", r);
-    void *buf = msr_malloc(len > 0 ? (size_t)len : 1); /* decode wants 8-byte alignment */
-    int any = 0;
-    if ((st = any_failed(p->world, buf == NULL, &any)) != MSR_OK || any) {
-        msr_free(buf);
-        if (st != MSR_OK)
-            return st;
-        return buf == NULL ? msr_err(MSR_ERR_NO_MEMORY,
-                                     "eval: out of memory for rank %d's payload (%lld bytes)", r,
-                                     (long long)len)
-                           : msr_err(MSR_ERR_STATE, "eval: another rank ran out of memory");
-    }
-    if (r == p->rank)
-        memcpy(buf, p->mine, (size_t)len);
-    if (p->world != NULL &&
-        (st = msr_comm_broadcast(p->world, buf, (uint64_t)len, MSR_DTYPE_U8, r)) != MSR_OK) {
-        msr_free(buf);
-        return msr_err_call(st, "eval: rank %d's payload", r);
-    }
-    *buf_p = buf;
-    *len_p = (size_t)len;
-    return MSR_OK;
-}
-
-/* This rank's payload of the trainer's state in p, sealed (decode checks
- * the CRCs), when every rank's snapshot succeeded. */
-static msr_status_t snapshot(msr_trainer_t *tr, payloads_t *p)
-{
-    int unsealed = tr->unsealed_snapshots;
-    tr->unsealed_snapshots = 0;
-    msr_status_t st = msr_trainer_snapshot(tr, "eval", &p->mine, &p->len);
-    tr->unsealed_snapshots = unsealed;
-    int any = 0;
-    msr_status_t cs = any_failed(p->world, st != MSR_OK, &any);
-    if (st == MSR_OK && (cs != MSR_OK || any)) {
-        msr_free(p->mine);
-        p->mine = NULL;
-        st = cs != MSR_OK ? cs : msr_err(MSR_ERR_STATE, "eval: another rank's snapshot failed");
-    }
-    return st;
-}
-
-/* The whole model with the parameters the world's payloads hold: the
- * flat parameters, then a MoE model's experts in the whole model's expert
- * numbering (the payload's, parallel/train.h), into a store that holds
- * them all. */
-static msr_status_t whole_model(msr_trainer_t *tr, msr_gpt_t **model_p)
-{
-    msr_comm_t *world = world_of(tr);
-    int size = world != NULL ? msr_comm_size(world) : 1;
-    payloads_t p = {world, world != NULL ? msr_comm_rank(world) : 0, NULL, 0};
-    msr_status_t st = snapshot(tr, &p);
-    if (st != MSR_OK)
-        return st;
-    msr_gpt_t *model = NULL;
-    size_t P = msr_gpt_num_params(&tr->cfg.model), E = msr_moe_num_params(&tr->cfg.model),
-           n = P + E;
-    float *buf = msr_malloc(n * sizeof(float) + 1); /* the parameters, not the moments */
-    /* a job that chunks its head (--head-chunk) holds no (N, V) buffer
-     * here either */
-    int hc = tr->cfg.mp.head_chunk;
-    st = buf == NULL ? msr_err(MSR_ERR_NO_MEMORY, "eval: out of memory for %zu parameters", n)
-         : hc > 0
-             ? msr_gpt_create_chunked(&tr->cfg.model, tr->cfg.micro_batch, hc, MSR_GPT_NO_GRADS,
-                                      &model)
-             : msr_gpt_create_ex(&tr->cfg.model, tr->cfg.micro_batch, MSR_GPT_NO_GRADS, &model);
-    /* the validation loss in the precision the job trains in */
-    if (st == MSR_OK)
-        st = msr_gpt_set_kernels(model, tr->cfg.kernels);
-    if (st == MSR_OK)
-        st = msr_gpt_set_precision(model, tr->cfg.precision);
-    if (st == MSR_OK && E > 0 && (model->moe == NULL || msr_moe_count(model->moe) != E))
-        st = msr_err(MSR_ERR_STATE, "eval: the whole model's store does not hold %zu experts", E);
-    /* the payloads are broadcast: every rank gathers them or none */
-    int any = 0;
-    msr_status_t cs = any_failed(world, st != MSR_OK, &any);
-    if (st == MSR_OK && (cs != MSR_OK || any))
-        st = cs != MSR_OK ? cs : msr_err(MSR_ERR_STATE, "eval: another rank's model failed");
-    msr_tckpt_header_t h;
-    if (st == MSR_OK)
-        st = msr_ckpt_gather(fetch_payload, &p, size, "eval", n, buf, NULL, NULL, &h);
-    if (st == MSR_OK) {
-        memcpy(model->params, buf, P * sizeof(float));
-        if (E > 0)
-            memcpy(msr_moe_params(model->moe), buf + P, E * sizeof(float));
-    }
-    msr_free(buf);
-    msr_free(p.mine);
-    if (st != MSR_OK) {
-        msr_gpt_destroy(model);
-        return st;
-    }
-    *model_p = model;
-    return MSR_OK;
-}
-
 /* Where the forwards run: on the trainer's own model where it is data
  * parallel alone (the whole model, its segments got through dp's hooks as
  * a step's forward gets them: ZeRO-3's gathers, the parameters' and the
- * experts' offload's reads, expert parallel's exchanges), on its own part
- * where it is model parallel (msr_mp_eval), and on a whole copy gathered
- * from the ranks' payloads for a MoE model under model parallel whose
- * micro-batches are more than one sequence (its capacity wants one
- * sequence a pass; the runtime's micro-batches are the layout's). */
-typedef enum { EVAL_WHOLE_COPY, EVAL_DP, EVAL_MP } eval_where_t;
+ * experts' offload's reads, expert parallel's exchanges), and on its own
+ * part where it is model parallel (msr_mp_eval, a MoE model one sequence
+ * a pass there too). */
+typedef enum { EVAL_DP, EVAL_MP } eval_where_t;
 
 static eval_where_t where_of(const msr_trainer_t *tr)
 {
-    if (tr->mp == NULL)
-        return EVAL_DP;
-    /* a MoE model's passes are one sequence: model parallel's are when
-     * its micro-batch is one and no cp rank holds a part of it */
-    if (tr->cfg.model.moe.experts > 0 && (tr->cfg.micro_batch != 1 || tr->cfg.cp > 1))
-        return EVAL_WHOLE_COPY;
-    return EVAL_MP;
+    return tr->mp == NULL ? EVAL_DP : EVAL_MP;
 }
 
 /* The chunks of `chunk` rows from this rank's first, every size-th: the
@@ -196,8 +71,7 @@ static msr_status_t forwards(msr_trainer_t *tr, msr_gpt_t *model, const msr_gpt_
         double loss;
         int *tg = in + (size_t)B * (size_t)T, n = (int)MSR_MIN((uint64_t)chunk, R - c * chunk);
         msr_eval_fill(val, T, c * (uint64_t)chunk, n, in, tg);
-        if (hooks != NULL && ((st = msr_dp_eval_forward(tr->dp)) != MSR_OK ||
-                              (st = msr_train_experts_disk_ahead(tr)) != MSR_OK))
+        if (hooks != NULL && (st = msr_dp_eval_forward(tr->dp)) != MSR_OK)
             break;
         st = msr_gpt_forward(model, in, tg, n, T, hooks, &loss);
         *sum_p += loss * n; /* the chunk's mean over its n x T tokens */
@@ -247,20 +121,16 @@ msr_status_t msr_trainer_eval(msr_trainer_t *tr, const msr_dataset_t *val, int b
     msr_gpt_t *model = NULL;
     const msr_gpt_hooks_t *hooks = NULL;
     msr_status_t st = MSR_OK;
-    if (where != EVAL_WHOLE_COPY) {
-        /* the forwards gather and pass activations on: every rank makes
-         * them or none */
-        int any = 0;
-        if ((st = any_failed(world, in == NULL, &any)) == MSR_OK && any && in != NULL)
-            st = msr_err(MSR_ERR_STATE, "eval: another rank ran out of memory");
-        if (st == MSR_OK && !any && where == EVAL_DP) {
-            model = tr->model;
-            hooks = msr_dp_eval_begin(tr->dp);
-            if (model->moe != NULL)
-                msr_moe_select(model->moe, 0, 0);
-        }
-    } else {
-        st = whole_model(tr, &model);
+    /* the forwards gather and pass activations on: every rank makes them
+     * or none */
+    int any = 0;
+    if ((st = any_failed(world, in == NULL, &any)) == MSR_OK && any && in != NULL)
+        st = msr_err(MSR_ERR_STATE, "eval: another rank ran out of memory");
+    if (st == MSR_OK && !any && where == EVAL_DP) {
+        model = tr->model;
+        hooks = msr_dp_eval_begin(tr->dp);
+        if (model->moe != NULL)
+            msr_moe_select(model->moe, 0, 0);
     }
     if (st == MSR_OK && in == NULL)
         st = msr_err(MSR_ERR_NO_MEMORY, "eval: out of memory for a batch of %zu x %d", rows, T);
@@ -279,10 +149,6 @@ msr_status_t msr_trainer_eval(msr_trainer_t *tr, const msr_dataset_t *val, int b
             msr_moe_select(model->moe, 0, 1);
         msr_status_t est = msr_dp_eval_end(tr->dp);
         st = st != MSR_OK ? st : est;
-        if (st == MSR_OK)
-            st = msr_train_experts_disk_ahead(tr);
-    } else if (where == EVAL_WHOLE_COPY) {
-        msr_gpt_destroy(model);
     }
     /* every rank joins the sum, a failed one with NaN, so none waits */
     double out[2] = {st == MSR_OK ? sum : 0.0, st == MSR_OK ? 0.0 : 1.0};

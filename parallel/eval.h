@@ -17,14 +17,8 @@
  * pipeline parallel (but for the order the ranks' sums are added in), and
  * within the rounding of the split sums under tensor and context
  * parallel and the chunked head (as the steps' losses are). A MoE model
- * under model parallel runs in place when its micro-batch is one sequence
- * on one cp rank; otherwise it still assembles the whole model on every
- * rank from the ranks' checkpoint payloads (msr_trainer_snapshot, each broadcast from its rank as
- * msr_ckpt_gather reads it: the path a resume in another layout takes),
- * its head chunked as the job's (msr_gpt_create_chunked), its experts
- * into a store that holds them all: that costs every rank the whole
- * model's parameters twice, one micro-batch's activations, its own
- * payload and one other while it runs (no moments).
+ * runs one sequence a pass under model parallel too, whatever its
+ * micro-batch (msr_mp_eval sizes the runtime's passes so).
  *
  * The rows are the first batches x G validation samples, G the global
  * batch (micro-batch x grad-accum x dp, the same in every layout of a

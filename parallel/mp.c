@@ -272,6 +272,7 @@ msr_status_t msr_mp_create(const msr_mp_config_t *cfg, const msr_mesh_t *mesh, m
     mp->mesh = mesh;
     mp->model = model;
     mp->d = msr_mp_dims(&model->cfg, cfg, mesh->tp);
+    mp->d_step = mp->d;
     mp->pp = mesh->pp;
     mp->pr = mesh->pp_rank;
     mp->tp = mesh->tp;

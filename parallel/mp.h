@@ -201,6 +201,7 @@ typedef struct msr_mp_stats {
     uint64_t recv_wait_ns; /* blocked in pipeline receives */
     size_t acts_peak;      /* the most activation bytes kept at once */
     size_t frame_bytes[2]; /* kept bytes of one micro-batch's chunk: plain / with the head */
+    size_t frames_held;    /* the frames' buffers allocated (kept for reuse when closed) */
     size_t work_bytes;     /* the work space every block and the head share (point_work),
                             * and under cp the ring's positions and local tokens */
 } msr_mp_stats_t;
@@ -238,12 +239,15 @@ msr_status_t msr_mp_run(msr_mp_t *mp, msr_dp_t *dp, const int *inputs, const int
  * forward ends. *loss_p gets what msr_mp_run's does (the sum of the
  * micro-batches' mean losses on the last stage's tp rank 0, each context
  * parallel rank its share; 0 elsewhere). Under the activations' offload
- * the block inputs go back to the store unwritten. A MoE model's router
+ * the block inputs go back to the store unwritten. A MoE model runs one
+ * sequence a pass whatever the micro-batch (its blocks' capacity depends
+ * on the tokens of a pass; a micro-batch's mean is then its sequences'
+ * mean, and tensor parallel's overlap is off for the passes); its router
  * counts nothing, and its load-balancing losses join *loss_p as
- * msr_mp_run's do; it is refused (MSR_ERR_STATE) unless its micro-batch
- * is one sequence on one cp rank (its validation's passes). The parameters, gradients and the next
- * step are unchanged; the trace records nothing. Collective over the
- * mesh. Errors: as msr_mp_run's. */
+ * msr_mp_run's do. Before each pass msr_dp_eval_ahead has dp's other
+ * module read ahead what the pass takes first. The parameters,
+ * gradients and the next step are unchanged; the trace records nothing.
+ * Collective over the mesh. Errors: as msr_mp_run's. */
 msr_status_t msr_mp_eval(msr_mp_t *mp, msr_dp_t *dp, const int *inputs, const int *targets,
                          int micros, double *loss_p);
 

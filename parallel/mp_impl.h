@@ -52,6 +52,9 @@ struct msr_mp {
     const msr_mesh_t *mesh;
     msr_gpt_t *model;
     dims_t d;
+    /* the step's dims, which size the frames' buffers: d is one
+     * sequence's while msr_mp_eval runs a MoE model's passes (mp_eval.c) */
+    dims_t d_step;
     int pp, pr, nv; /* stages, this stage, virtual stages */
     int tp, tr;
     int cp, cr;              /* context parallel: ranks in the ring, this rank's index */

@@ -154,9 +154,13 @@ static msr_status_t frame_open(msr_mp_t *mp, int m, int c, frame_t *f)
 {
     int j = c * mp->pp + mp->pr, layers = mp->model->chunk_hi[c] - mp->model->chunk_lo[c];
     msr_gpt_carve_t keep = {NULL, 0, 1}, scr = {NULL, 0, 1};
-    msr_mp_carve_frame(&mp->d, layers, j == mp->nv - 1, &keep, &scr, f);
+    /* sized as a step's frame whatever d is now, so that every buffer of
+     * the pool is a step's (a validation's pass of one sequence carves
+     * less from it: msr_mp_eval) */
+    const dims_t *ds = &mp->d_step;
+    msr_mp_carve_frame(ds, layers, j == mp->nv - 1, &keep, &scr, f);
     if (mp->acts != NULL) /* the store holds the chunk's input and all outputs but the last */
-        keep.used -= (size_t)layers * mp->d.Nl * (size_t)mp->d.C;
+        keep.used -= (size_t)layers * ds->Nl * (size_t)ds->C;
     f->mem = NULL;
     for (int k = 0; k < mp->pool_n && f->mem == NULL; k++) {
         if (mp->pool[k].bytes == keep.used * sizeof(float)) {
@@ -164,11 +168,14 @@ static msr_status_t frame_open(msr_mp_t *mp, int m, int c, frame_t *f)
             mp->pool[k] = mp->pool[--mp->pool_n];
         }
     }
-    if (f->mem == NULL && msr_mp_buf_alloc(mp, keep.used, 0, &f->mem) != MSR_OK) {
-        f->mem = NULL;
-        return msr_err(MSR_ERR_NO_MEMORY,
-                       "mp: out of memory for the activations of micro-batch %d (%zu bytes)", m,
-                       keep.used * sizeof(float));
+    if (f->mem == NULL) {
+        if (msr_mp_buf_alloc(mp, keep.used, 0, &f->mem) != MSR_OK) {
+            f->mem = NULL;
+            return msr_err(MSR_ERR_NO_MEMORY,
+                           "mp: out of memory for the activations of micro-batch %d (%zu bytes)", m,
+                           keep.used * sizeof(float));
+        }
+        mp->stats.frames_held += keep.used * sizeof(float);
     }
     size_t bytes = keep.used * sizeof(float);
     keep.base = mp->acts != NULL ? NULL : f->mem; /* offloaded: carve_offloaded's */

@@ -364,7 +364,7 @@ msr_status_t msr_train_experts_shard_local(msr_trainer_t *tr)
     msr_status_t st = shard_make(tr);
     if (st != MSR_OK)
         return st;
-    msr_dp_extra_t x = {ez_acquire, ez_release, tr};
+    msr_dp_extra_t x = {ez_acquire, ez_release, tr, NULL};
     msr_dp_set_extra(tr->dp, &x);
     return MSR_OK;
 }

@@ -168,9 +168,16 @@ static msr_status_t ed_release(void *arg, int s, msr_gpt_pass_t pass)
     return st;
 }
 
-msr_status_t msr_train_experts_disk_ahead(msr_trainer_t *tr)
+/* Before a forward alone (the validation's, dp's msr_dp_eval_*) and
+ * after the last: the first MoE block's experts read ahead, as a step's
+ * update leaves them (the forward's last block's read ahead for a
+ * backward is a wrong guess then; each block's acquire reads the next
+ * one ahead, across a pipeline's chunks too). Nothing under ZeRO over the
+ * replicas (its gathers guess for themselves). */
+static msr_status_t ed_ahead(void *arg)
 {
-    if (tr->epf == NULL || tr->ez || held(tr) < 1)
+    msr_trainer_t *tr = arg;
+    if (tr->ez || held(tr) < 1)
         return MSR_OK;
     return msr_params_prefetch(tr->epf, 0);
 }
@@ -241,7 +248,7 @@ msr_status_t msr_train_experts_disk(msr_trainer_t *tr)
             return st;
         MSR_INFO("offload: the experts' gradients in %s", msr_params_path(tr->egf));
     }
-    msr_dp_extra_t x = {ed_acquire, ed_release, tr};
+    msr_dp_extra_t x = {ed_acquire, ed_release, tr, ed_ahead};
     msr_dp_set_extra(tr->dp, &x);
     return MSR_OK;
 }

@@ -108,13 +108,6 @@ void msr_train_experts_disk_zero(msr_trainer_t *tr);
  * Errors: the store's. */
 msr_status_t msr_train_experts_disk_sumsq(msr_trainer_t *tr, double *sumsq_p);
 msr_status_t msr_train_experts_disk_update(msr_trainer_t *tr, float lr, float grad_scale);
-/* Before a forward alone (the validation's, parallel/eval.c) and after
- * the last: the first MoE block's experts read ahead from their file, as
- * a step's update leaves them (the forward's last block's read ahead for
- * a backward is a wrong guess then). Nothing without the file, or under
- * ZeRO over the replicas (its gathers guess for themselves). Errors: the
- * store's. */
-msr_status_t msr_train_experts_disk_ahead(msr_trainer_t *tr);
 msr_status_t msr_train_experts_spans(msr_trainer_t *tr, size_t s, size_t n, msr_dp_blk_t *blk,
                                      msr_dp_span_fn fn, void *arg);
 msr_status_t msr_train_experts_disk_load(msr_trainer_t *tr, size_t s, size_t n, const float *src);

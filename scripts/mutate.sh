@@ -5376,15 +5376,6 @@ test: ^test_parallel_gpt_chunked$
     m->head_chunk = head_chunk;
 >>>
 
-@ head_chunk.eval_whole_head
-file: parallel/eval.c
-test: ^test_parallel_train_gpt_head_chunk$
-<<<
-    int hc = tr->cfg.mp.head_chunk;
-===
-    int hc = 0;
->>>
-
 @ model.split_ends.cp_positions_ignored
 file: model/split_ends.c
 test: ^test_parallel_mp_cp$
@@ -5971,17 +5962,6 @@ test: ^test_parallel_plan_offload_experts$
             uint64_t ob = blocks;
 >>>
 
-@ eval.whole_copy_for_dp
-file: parallel/eval.c
-test: ^test_parallel_train_gpt_eval$
-<<<
-    if (tr->mp == NULL)
-        return EVAL_DP;
-===
-    if (tr->mp == NULL)
-        return EVAL_WHOLE_COPY;
->>>
-
 @ eval.visit_table_kept
 file: parallel/dp_eval.c
 test: ^test_parallel_train_gpt_eval$
@@ -6004,9 +5984,9 @@ test: ^test_parallel_train_gpt_eval$
 file: parallel/dp_eval.c
 test: ^test_parallel_train_gpt_eval$
 <<<
-    return dp->pnb > 0 ? msr_dp_params_ahead(dp, dp->pfb) : MSR_OK;
+    msr_status_t st = dp->pnb > 0 ? msr_dp_params_ahead(dp, dp->pfb) : MSR_OK;
 ===
-    return MSR_OK;
+    msr_status_t st = MSR_OK;
 >>>
 
 @ eval.z3_next_step_not_read_ahead
@@ -6027,17 +6007,6 @@ test: ^test_parallel_train_gpt_eval$
     (void)dp->eval_pfirst;
 >>>
 
-@ eval.mp_whole_copy
-file: parallel/eval.c
-test: ^test_parallel_train_gpt_eval$
-<<<
-    return EVAL_MP;
-}
-===
-    return EVAL_WHOLE_COPY;
-}
->>>
-
 @ eval.mp_rows_of_replica0
 file: parallel/eval.c
 test: ^test_parallel_train_gpt_eval$
@@ -6051,9 +6020,9 @@ test: ^test_parallel_train_gpt_eval$
 file: parallel/mp_eval.c
 test: ^test_parallel_train_gpt_eval$
 <<<
-    *loss_p = mp->tr != 0 ? 0.0 : (mp->pr == mp->pp - 1 ? mp->loss_sum : 0.0) + mp->aux_sum;
+    *loss_p = mp->tr != 0 ? 0.0 : one ? sum / B : sum;
 ===
-    *loss_p = (mp->pr == mp->pp - 1 ? mp->loss_sum : 0.0) + mp->aux_sum;
+    *loss_p = one ? sum / B : sum;
 >>>
 
 @ eval.mp_cp_all_positions
@@ -6061,21 +6030,21 @@ file: parallel/mp_eval.c
 test: ^test_parallel_train_gpt_eval$
 <<<
     if (mp->cp > 1) {
-        /* this rank's positions of every micro-batch, as a step's */
+        /* this rank's positions of every pass, as a step's */
 ===
     if (0) {
-        /* this rank's positions of every micro-batch, as a step's */
+        /* this rank's positions of every pass, as a step's */
 >>>
 
-@ eval.mp_first_block_not_read_ahead
+@ eval.mp_next_step_not_read_ahead
 file: parallel/mp_eval.c
-equivalent: the model-parallel forward reads each chunk's first block ahead itself (params_ahead) before any hook, so neither the embeddings' flag nor ZeRO-3's block read ahead for the next step changes what is read or when
 test: ^test_parallel_train_gpt_eval$
 <<<
     msr_status_t est = msr_dp_eval_end(dp);
 ===
     msr_status_t est = MSR_OK;
 >>>
+
 @ eval.mp_traced
 file: parallel/mp_eval.c
 equivalent: train_gpt turns tracing off right after the traced step (and writes the trace then), before any validation; msr_mp_eval's own switch keeps that true for another caller
@@ -6084,15 +6053,6 @@ test: ^test_parallel_train_gpt_eval$
     mp->tracing = 0; /* the step's trace is the step's */
 ===
     mp->tracing = tracing; /* the step's trace is the step's */
->>>
-
-@ eval.copy_payload_of_rank0
-file: parallel/eval.c
-test: ^test_parallel_train_gpt_tokens$
-<<<
-        (st = msr_comm_broadcast(p->world, buf, (uint64_t)len, MSR_DTYPE_U8, r)) != MSR_OK) {
-===
-        (st = msr_comm_broadcast(p->world, buf, (uint64_t)len, MSR_DTYPE_U8, 0)) != MSR_OK) {
 >>>
 
 @ eval.copy_moments_written
@@ -6114,33 +6074,13 @@ test: ^test_parallel_train_gpt_eval$
     if (0) { /* no backward reads it */
 >>>
 
-@ eval.moe_whole_copy
-file: parallel/eval.c
-test: ^test_parallel_train_gpt_eval$
-<<<
-    if (tr->mp == NULL)
-        return EVAL_DP;
-===
-    if (tr->mp == NULL)
-        return tr->cfg.model.moe.experts > 0 ? EVAL_WHOLE_COPY : EVAL_DP;
->>>
-
 @ eval.moe_routing_counted
 file: parallel/eval.c
 test: ^test_parallel_train_gpt_eval$
 <<<
-                msr_moe_select(model->moe, 0, 0);
+            msr_moe_select(model->moe, 0, 0);
 ===
-                msr_moe_select(model->moe, 0, 1);
->>>
-
-@ eval.moe_experts_not_read_ahead
-file: parallel/train_experts_disk.c
-test: ^test_parallel_train_gpt_eval$
-<<<
-    if (tr->epf == NULL || tr->ez || held(tr) < 1)
-===
-    if (1)
+            msr_moe_select(model->moe, 0, 1);
 >>>
 
 @ eval.mp_moe_routing_counted
@@ -6152,22 +6092,95 @@ test: ^test_parallel_train_gpt_eval$
     msr_moe_select(mp->model->moe, m, count);
 >>>
 
-@ eval.mp_moe_whole_copy
-file: parallel/eval.c
-test: ^test_parallel_train_gpt_eval$
-<<<
-    if (tr->cfg.model.moe.experts > 0 && (tr->cfg.micro_batch != 1 || tr->cfg.cp > 1))
-===
-    if (tr->cfg.model.moe.experts > 0)
->>>
-
 @ eval.mp_moe_aux_left_out
 file: parallel/mp_eval.c
 test: ^test_parallel_train_gpt_eval$
 <<<
-    *loss_p = mp->tr != 0 ? 0.0 : (mp->pr == mp->pp - 1 ? mp->loss_sum : 0.0) + mp->aux_sum;
+    double sum = (mp->pr == mp->pp - 1 ? mp->loss_sum : 0.0) + mp->aux_sum;
 ===
-    *loss_p = mp->tr != 0 ? 0.0 : (mp->pr == mp->pp - 1 ? mp->loss_sum : 0.0);
+    double sum = (mp->pr == mp->pp - 1 ? mp->loss_sum : 0.0);
+>>>
+
+@ eval.experts_not_read_ahead
+file: parallel/train_experts_disk.c
+test: ^test_parallel_train_gpt_eval$
+<<<
+    if (tr->ez || held(tr) < 1)
+===
+    if (1)
+>>>
+
+@ eval.mp_experts_not_read_ahead
+file: parallel/mp_eval.c
+test: ^test_parallel_train_gpt_eval$
+<<<
+    msr_status_t st = msr_dp_eval_ahead(mp->dp);
+===
+    msr_status_t st = MSR_OK;
+>>>
+
+@ eval.mp_moe_passes_of_micro_batch
+file: parallel/mp_eval.c
+test: ^test_parallel_train_gpt_eval$
+<<<
+    int B = mp->cfg.micro_batch, one = mp->model->moe != NULL && B > 1, overlap = 0;
+===
+    int B = mp->cfg.micro_batch, one = 0, overlap = 0;
+>>>
+
+@ eval.mp_moe_sum_of_passes
+file: parallel/mp_eval.c
+test: ^test_parallel_train_gpt_eval$
+<<<
+    *loss_p = mp->tr != 0 ? 0.0 : one ? sum / B : sum;
+===
+    *loss_p = mp->tr != 0 ? 0.0 : sum;
+>>>
+
+@ eval.mp_moe_overlap_kept
+file: parallel/mp_eval.c
+test: ^test_parallel_train_gpt_eval$
+<<<
+        mp->cfg.tp_overlap = 0;
+===
+        (void)mp->cfg.tp_overlap;
+>>>
+
+@ eval.mp_moe_dims_kept
+file: parallel/mp_eval.c
+test: ^test_parallel_train_gpt_eval$
+<<<
+        mp->d = mp->d_step;
+===
+        (void)mp->d_step;
+>>>
+
+@ eval.mp_moe_block_not_repointed
+file: parallel/mp_eval.c
+test: ^test_parallel_train_gpt_eval$
+<<<
+    msr_mp_point_block(mp);
+}
+===
+}
+>>>
+
+@ eval.mp_frames_sized_as_now
+file: parallel/mp_run.c
+test: ^test_parallel_train_gpt_eval$
+<<<
+    const dims_t *ds = &mp->d_step;
+===
+    const dims_t *ds = &mp->d;
+>>>
+
+@ eval.mp_moe_overlap_not_restored
+file: parallel/mp_eval.c
+test: ^test_parallel_train_gpt_eval$
+<<<
+        mp->cfg.tp_overlap = *overlap;
+===
+        (void)*overlap;
 >>>
 
 __END__

@@ -134,13 +134,14 @@ void train_gpt_report(const msr_trainer_t *tr, const job_t *job)
         fprintf(stderr,
                 "train_gpt: rank %d mp: stage %d of %d, cp rank %d of %d, tp rank %d of %d: "
                 "step %.2f ms, busy %.2f ms, bubble %.4f, receive wait %.2f ms; activations peak "
-                "%zu bytes (a chunk's micro-batch keeps %zu, with the head %zu)\n",
+                "%zu bytes (a chunk's micro-batch keeps %zu, with the head %zu); frames' buffers "
+                "%zu bytes\n",
                 job->rank, tr->mesh->pp_rank, tr->mesh->pp, tr->mesh->cp_rank, tr->mesh->cp,
                 tr->mesh->tp_rank, tr->mesh->tp, 1e-6 * (double)ms->step_ns / steps,
                 1e-6 * (double)ms->busy_ns / steps,
                 ms->step_ns > 0 ? 1.0 - (double)ms->busy_ns / (double)ms->step_ns : 0.0,
                 1e-6 * (double)ms->recv_wait_ns / steps, ms->acts_peak, ms->frame_bytes[0],
-                ms->frame_bytes[1]);
+                ms->frame_bytes[1], ms->frames_held);
         const msr_acts_t *a = msr_mp_acts(tr->mp);
         if (a != NULL) {
             const msr_acts_stats_t *as = msr_acts_stats(a);
