@@ -85,6 +85,11 @@ done
 moe2=(--experts 4 --top-k 2 --moe-every 2)
 same0 gpt "1 ${moe2[*]}" "" 0
 same0 gpt "2 --tp 2 --sp --tp-overlap ${moe2[*]}" "$got" 1e-6
+# a Llama's experts (Mixtral's gates, SwiGLU)
+same0 llama "1 ${moe[*]}" "" 0
+ref=$got
+same0 llama "2 --pp 2 ${moe[*]}" "$ref" 1e-12
+same0 llama "2 --tp 2 ${moe[*]}" "$ref" 1e-6
 
 # the steps after an in-place validation are those of a run without it,
 # bitwise, and every block read is read ahead (the passes leave the hooks
