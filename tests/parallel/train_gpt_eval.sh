@@ -1,12 +1,15 @@
 #!/usr/bin/env bash
-# The validation loss of a data-parallel job is computed on the trainer's
-# own model (parallel/eval.c, dp_eval.c: its segments got through the
-# hooks as a step's forward gets them), not on a whole copy gathered from
-# the ranks' payloads: at step 0 it is bitwise the gathered model's (tp 2,
-# pp 2) at ZeRO 0-3, with the parameters on disk, and for a Llama; the
-# steps after it are bitwise those of a run without validation, and the
-# parameters' reads are all read ahead; a ZeRO-3 job's peak memory does not
-# grow with it (the gathered copy with its moments tripled it).
+# The validation loss is computed on the trainer's own model
+# (parallel/eval.c, dp_eval.c, mp_eval.c: its segments got through the
+# hooks as a step's forward gets them, a model-parallel job's on its
+# parts, a MoE model's one sequence a pass in every layout), not on a
+# whole copy gathered from the ranks' payloads: at step 0 it is one
+# process's (bitwise under data and pipeline parallel, within the split
+# sums' rounding under tp, cp and the chunked head), at ZeRO 0-3, with
+# the offloads, for a GPT, a Llama and their MoE models; the steps after
+# it are bitwise those of a run without it, and its reads are all read
+# ahead; a job's peak memory does not grow with it (the gathered copy
+# with its moments tripled it).
 set -euo pipefail
 bin="$MSRUN_BUILD/bin"
 source "$(dirname "$0")/job_env.sh"
