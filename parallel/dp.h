@@ -193,10 +193,14 @@ typedef struct msr_dp_extra {
     msr_status_t (*acquire)(void *arg, int s, msr_gpt_pass_t pass);
     msr_status_t (*release)(void *arg, int s, msr_gpt_pass_t pass);
     void *arg;
-    /* forwards alone (msr_dp_eval_*): what the module reads first in a
-     * pass is read ahead (before each pass, and for the next step after
-     * the last) */
-    msr_status_t (*ahead)(void *arg);
+    /* a pass in direction dir (+1 forward, -1 backward) starts at
+     * segment s: what the module reads first for it (for s or the first
+     * of its segments after s in that direction) is read ahead. Called
+     * before each pass of the whole model's forwards alone
+     * (msr_dp_eval_*: s 0, forward; after the last, for the next step)
+     * and before each chunk's pass under model parallel
+     * (msr_dp_extra_ahead) */
+    msr_status_t (*ahead)(void *arg, int s, int dir);
 } msr_dp_extra_t;
 
 typedef struct msr_dp {
@@ -369,18 +373,18 @@ const msr_gpt_hooks_t *msr_dp_hooks(msr_dp_t *dp);
  * the parameters' offload the pass's first block is read ahead), and
  * msr_dp_eval_end gives back the state the next step's forward expects
  * (ZeRO-3's first block read ahead again). Under model parallel
- * msr_dp_eval_ahead comes before each pass instead of
- * msr_dp_eval_forward (the runtime reads its blocks ahead itself). Each of the three
- * has the other module's work (msr_dp_set_extra: a MoE model's experts
- * on disk) read ahead what the next pass takes first (the next step's,
- * after the last). Collective as the forwards are under ZeRO-3: every
- * rank makes as many. The parameters are unchanged; the counters
- * (gathers, blocks read) count these passes too. Errors: the stores'
- * (offload_params.h); msr_dp_eval_end's after a failed pass leaves the
- * state as msr_gpt_forward's failure does. */
+ * msr_dp_eval_forward is not called: the runtime reads each chunk's
+ * first blocks ahead itself (msr_dp_params_ahead, msr_dp_extra_ahead).
+ * msr_dp_eval_forward and _end have the other module's work
+ * (msr_dp_set_extra: a MoE model's experts on disk) read ahead what the
+ * next pass takes first (the next step's, after the last). Collective
+ * as the forwards are under ZeRO-3: every rank makes as many. The
+ * parameters are unchanged; the counters (gathers, blocks read) count
+ * these passes too. Errors: the stores' (offload_params.h);
+ * msr_dp_eval_end's after a failed pass leaves the state as
+ * msr_gpt_forward's failure does. */
 const msr_gpt_hooks_t *msr_dp_eval_begin(msr_dp_t *dp);
 msr_status_t msr_dp_eval_forward(msr_dp_t *dp);
-msr_status_t msr_dp_eval_ahead(msr_dp_t *dp);
 msr_status_t msr_dp_eval_end(msr_dp_t *dp);
 
 /* A step is: msr_dp_micro_begin, forward and backward with the hooks,
@@ -414,6 +418,9 @@ void msr_dp_set_model_parallel(msr_dp_t *dp, msr_comm_t *tp_comm, int tp_rank, m
 /* Sets the work the hooks do for another module (see msr_dp_extra_t;
  * copied). */
 void msr_dp_set_extra(msr_dp_t *dp, const msr_dp_extra_t *x);
+/* The other module's ahead (msr_dp_extra_t) for a pass in direction dir
+ * starting at segment s; nothing without one. */
+msr_status_t msr_dp_extra_ahead(msr_dp_t *dp, int s, int dir);
 
 /* Ends a step: adds loss_local (this rank's sum of micro-batch losses) and
  * the squared gradient norms over the group, clips with max_norm (0: off),

@@ -15,10 +15,10 @@ const msr_gpt_hooks_t *msr_dp_eval_begin(msr_dp_t *dp)
     return &dp->eval_hooks;
 }
 
-/* The other module's first read of the next pass. */
+/* The other module's first read of the next pass, a forward. */
 static msr_status_t extra_ahead(msr_dp_t *dp)
 {
-    return dp->extra.ahead != NULL ? dp->extra.ahead(dp->extra.arg) : MSR_OK;
+    return msr_dp_extra_ahead(dp, 0, 1);
 }
 
 msr_status_t msr_dp_eval_forward(msr_dp_t *dp)
@@ -28,11 +28,6 @@ msr_status_t msr_dp_eval_forward(msr_dp_t *dp)
     dp->pfirst = 1;
     msr_status_t st = dp->pnb > 0 ? msr_dp_params_ahead(dp, dp->pfb) : MSR_OK;
     return st != MSR_OK ? st : extra_ahead(dp);
-}
-
-msr_status_t msr_dp_eval_ahead(msr_dp_t *dp)
-{
-    return extra_ahead(dp);
 }
 
 msr_status_t msr_dp_eval_end(msr_dp_t *dp)

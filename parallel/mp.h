@@ -244,8 +244,7 @@ msr_status_t msr_mp_run(msr_mp_t *mp, msr_dp_t *dp, const int *inputs, const int
  * on the tokens of a pass; a micro-batch's mean is then its sequences'
  * mean, and tensor parallel's overlap is off for the passes); its router
  * counts nothing, and its load-balancing losses join *loss_p as
- * msr_mp_run's do. Before each pass msr_dp_eval_ahead has dp's other
- * module read ahead what the pass takes first. The parameters,
+ * msr_mp_run's do. The parameters,
  * gradients and the next step are unchanged; the trace records nothing.
  * Collective over the mesh. Errors: as msr_mp_run's. */
 msr_status_t msr_mp_eval(msr_mp_t *mp, msr_dp_t *dp, const int *inputs, const int *targets,

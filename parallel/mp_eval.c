@@ -15,11 +15,10 @@ static msr_status_t settle(msr_mp_t *mp)
 
 /* Micro-batch m through this rank's chunks in order: each chunk's forward
  * (its input received, its output sent on), its send landed, its frame
- * given back (the frame holds what is sent); dp's other module reads its
- * first block ahead before the first. */
+ * given back (the frame holds what is sent). */
 static msr_status_t forward_micro(msr_mp_t *mp, int m)
 {
-    msr_status_t st = msr_dp_eval_ahead(mp->dp);
+    msr_status_t st = MSR_OK;
     for (int c = 0; c < mp->cfg.chunks && st == MSR_OK; c++) {
         st = msr_mp_run_forward(mp, m, c);
         msr_status_t sst = settle(mp);

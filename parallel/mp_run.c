@@ -367,8 +367,10 @@ static msr_status_t params_ahead(msr_mp_t *mp, int c, int backward)
     const msr_gpt_t *m = mp->model;
     if (m->chunk_hi[c] <= m->chunk_lo[c])
         return MSR_OK;
-    int l = backward ? m->chunk_hi[c] - 1 : m->chunk_lo[c];
-    return msr_dp_params_ahead(mp->dp, seg_of_layer(m, c, l));
+    int l = backward ? m->chunk_hi[c] - 1 : m->chunk_lo[c], s = seg_of_layer(m, c, l);
+    msr_status_t st = msr_dp_params_ahead(mp->dp, s);
+    /* a MoE model's experts on disk: the chunk's first MoE block's */
+    return st != MSR_OK ? st : msr_dp_extra_ahead(mp->dp, s, backward ? -1 : 1);
 }
 
 msr_status_t msr_mp_run_forward(msr_mp_t *mp, int m, int c)

@@ -163,10 +163,13 @@ static int find(const msr_acts_t *a, int state, size_t k)
     return -1;
 }
 
-/* A free buffer, held: waits for the oldest write when none is free. */
+/* A free buffer, held: waits for the oldest write when none is free,
+ * and when none is being written gives up the oldest read ahead not yet
+ * taken (a guess the caller's pass did not follow: a later fetch of it
+ * reads it again). */
 static msr_status_t take(msr_acts_t *a, int *s_p)
 {
-    int w = -1;
+    int w = -1, r = -1;
     for (int s = 0; s < a->nbufs; s++) {
         if (a->state[s] == BUF_FREE) {
             a->state[s] = BUF_HELD;
@@ -175,13 +178,18 @@ static msr_status_t take(msr_acts_t *a, int *s_p)
         }
         if (a->state[s] == BUF_WRITING && (w < 0 || a->seq[s] < a->seq[w]))
             w = s;
+        if (a->state[s] == BUF_READING && (r < 0 || a->seq[s] < a->seq[r]))
+            r = s;
     }
-    if (w < 0)
-        return msr_err(MSR_ERR_STATE, "offload: all %d %s buffers of %s are held or read", a->nbufs,
+    if (w < 0 && r < 0)
+        return msr_err(MSR_ERR_STATE, "offload: all %d %s buffers of %s are held", a->nbufs,
                        a->what, a->path);
-    a->stats.write_wait++;
-    *s_p = w;
-    return finish(a, w);
+    if (w >= 0)
+        a->stats.write_wait++;
+    else
+        a->stats.reads_dropped++;
+    *s_p = w >= 0 ? w : r;
+    return finish(a, *s_p);
 }
 
 msr_status_t msr_acts_get(msr_acts_t *a, float **buf_p)

@@ -39,10 +39,11 @@ typedef struct msr_acts msr_acts_t;
 
 /* What a store did, from its creation. */
 typedef struct msr_acts_stats {
-    uint64_t spills;     /* activations written */
-    uint64_t fetches;    /* activations read back */
-    uint64_t misses;     /* of them, not read ahead (fetch had to start the read) */
-    uint64_t write_wait; /* msr_acts_get waited for a write to end */
+    uint64_t spills;        /* activations written */
+    uint64_t fetches;       /* activations read back */
+    uint64_t misses;        /* of them, not read ahead (fetch had to start the read) */
+    uint64_t write_wait;    /* msr_acts_get waited for a write to end */
+    uint64_t reads_dropped; /* reads ahead given up for a buffer before they were taken */
 } msr_acts_stats_t;
 
 /* Creates the store for cfg (MSR_OFFLOAD_DISK: checked as
@@ -57,8 +58,10 @@ msr_status_t msr_acts_create(const msr_offload_config_t *cfg, size_t bytes, size
 void msr_acts_destroy(msr_acts_t *a);
 
 /* A free buffer of at least `bytes` (waiting for the oldest write to end
- * when every buffer is busy). Errors: MSR_ERR_STATE (every buffer held or
- * being read: a caller's bug; or the store failed before), the write's. */
+ * when every buffer is busy; when none is being written, the oldest read
+ * ahead is waited and given up: a later fetch of it reads again). Errors:
+ * MSR_ERR_STATE (every buffer held: a caller's bug; or the store failed
+ * before), the write's or the read's. */
 msr_status_t msr_acts_get(msr_acts_t *a, float **buf_p);
 /* Starts writing buf (one of the store's, held) as activation k; the
  * buffer is the store's again. Errors: MSR_ERR_STATE. */

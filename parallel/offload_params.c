@@ -77,6 +77,7 @@ static void count_stats(msr_params_t *p)
     p->stats.writes = s->spills;
     p->stats.reads = s->fetches;
     p->stats.misses = s->misses;
+    p->stats.dropped = s->reads_dropped;
 }
 
 msr_status_t msr_params_put(msr_params_t *p, size_t k, const float *src)
@@ -98,7 +99,9 @@ msr_status_t msr_params_prefetch(msr_params_t *p, size_t k)
 {
     if (k >= p->count)
         return out_of_range(p, k);
-    return msr_acts_prefetch(p->a, k);
+    msr_status_t st = msr_acts_prefetch(p->a, k);
+    count_stats(p);
+    return st;
 }
 
 msr_status_t msr_params_get(msr_params_t *p, size_t k, float *dst)

@@ -40,9 +40,10 @@ typedef struct msr_params msr_params_t;
 
 /* What a store did, from its creation. */
 typedef struct msr_params_stats {
-    uint64_t writes; /* blocks written (put and written back) */
-    uint64_t reads;  /* blocks read back (acquired and got) */
-    uint64_t misses; /* of them, not read ahead (the read started when asked for) */
+    uint64_t writes;  /* blocks written (put and written back) */
+    uint64_t reads;   /* blocks read back (acquired and got) */
+    uint64_t misses;  /* of them, not read ahead (the read started when asked for) */
+    uint64_t dropped; /* reads ahead given up for a buffer before they were acquired */
     /* the most bytes of the blocks' parameters a checkpoint's restore held
      * in memory at once beside the store's buffers (msr_params_count_restore) */
     uint64_t restore_peak;
@@ -75,9 +76,12 @@ msr_status_t msr_params_put(msr_params_t *p, size_t k, const float *src);
  * checkpoint. Errors: as msr_params_acquire. */
 msr_status_t msr_params_get(msr_params_t *p, size_t k, float *dst);
 
-/* Starts reading block k (put before) unless it is being read already.
- * Errors: MSR_ERR_STATE (k out of range or never put, no buffer free, the
- * store failed before), a write's that ended in between. */
+/* Starts reading block k (put before) unless it is being read already;
+ * with no buffer free or being written, the oldest read ahead not yet
+ * acquired is given up for it (a wrong guess: acquiring that block reads
+ * it again). Errors: MSR_ERR_STATE (k out of range or never put, every
+ * buffer held, the store failed before), a write's or a read's that ended
+ * in between. */
 msr_status_t msr_params_prefetch(msr_params_t *p, size_t k);
 /* Block k's parameters, read and checked, in *buf_p (n floats, held until
  * msr_params_release), and block k + dir starts reading when it is one

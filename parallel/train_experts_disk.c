@@ -168,18 +168,25 @@ static msr_status_t ed_release(void *arg, int s, msr_gpt_pass_t pass)
     return st;
 }
 
-/* Before a forward alone (the validation's, dp's msr_dp_eval_*) and
- * after the last: the first MoE block's experts read ahead, as a step's
- * update leaves them (the forward's last block's read ahead for a
- * backward is a wrong guess then; each block's acquire reads the next
- * one ahead, across a pipeline's chunks too). Nothing under ZeRO over the
- * replicas (its gathers guess for themselves). */
-static msr_status_t ed_ahead(void *arg)
+/* Before a pass in direction dir that starts at segment s (dp's
+ * msr_dp_extra_ahead: a model-parallel chunk's pass, a forward alone):
+ * the experts of the first MoE block it reaches read ahead. The guesses
+ * of the releases above and of each acquire (the next block in the
+ * pass's direction) miss where an interleaved pipeline's next pass is
+ * another chunk's, or a forward alone follows a forward; a guess not
+ * taken is given up for a later read (offload_params.h). Nothing under
+ * ZeRO over the replicas (its gathers guess for themselves). */
+static msr_status_t ed_ahead(void *arg, int s, int dir)
 {
     msr_trainer_t *tr = arg;
-    if (tr->ez || held(tr) < 1)
+    if (tr->ez)
         return MSR_OK;
-    return msr_params_prefetch(tr->epf, 0);
+    for (; s >= 0 && s < tr->model->num_segments; s += dir) {
+        int k = held_block(tr, s);
+        if (k >= 0)
+            return msr_params_prefetch(tr->epf, (size_t)k);
+    }
+    return MSR_OK;
 }
 
 /* A store of the experts' blocks of ed_per floats, each put first with

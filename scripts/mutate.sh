@@ -6038,6 +6038,7 @@ test: ^test_parallel_train_gpt_eval$
 
 @ eval.mp_next_step_not_read_ahead
 file: parallel/mp_eval.c
+equivalent: under model parallel dp's hooks are in any-order mode already (msr_dp_set_model_parallel), and the step reads each chunk's first block ahead itself before any hook, the dense blocks' and the experts' (params_ahead: msr_dp_params_ahead, msr_dp_extra_ahead), so neither the embeddings' flag nor the next step's first reads change what is read or when
 test: ^test_parallel_train_gpt_eval$
 <<<
     msr_status_t est = msr_dp_eval_end(dp);
@@ -6105,18 +6106,22 @@ test: ^test_parallel_train_gpt_eval$
 file: parallel/train_experts_disk.c
 test: ^test_parallel_train_gpt_eval$
 <<<
-    if (tr->ez || held(tr) < 1)
+    if (tr->ez)
+        return MSR_OK;
+    for (; s >= 0 && s < tr->model->num_segments; s += dir) {
 ===
     if (1)
+        return MSR_OK;
+    for (; s >= 0 && s < tr->model->num_segments; s += dir) {
 >>>
 
-@ eval.mp_experts_not_read_ahead
-file: parallel/mp_eval.c
+@ eval.experts_ahead_upward_only
+file: parallel/train_experts_disk.c
 test: ^test_parallel_train_gpt_eval$
 <<<
-    msr_status_t st = msr_dp_eval_ahead(mp->dp);
+    for (; s >= 0 && s < tr->model->num_segments; s += dir) {
 ===
-    msr_status_t st = MSR_OK;
+    for (; s >= 0 && s < tr->model->num_segments; s += dir * dir) {
 >>>
 
 @ eval.mp_moe_passes_of_micro_batch
@@ -6181,6 +6186,42 @@ test: ^test_parallel_train_gpt_eval$
         mp->cfg.tp_overlap = *overlap;
 ===
         (void)*overlap;
+>>>
+
+@ offload.reads_never_given_up
+file: parallel/offload_acts.c
+test: ^test_parallel_offload_params$
+<<<
+    if (w < 0 && r < 0)
+===
+    if (w < 0)
+>>>
+
+@ offload.given_up_newest
+file: parallel/offload_acts.c
+test: ^test_parallel_offload_params$
+<<<
+        if (a->state[s] == BUF_READING && (r < 0 || a->seq[s] < a->seq[r]))
+===
+        if (a->state[s] == BUF_READING && (r < 0 || a->seq[s] > a->seq[r]))
+>>>
+
+@ mp.chunk_experts_not_read_ahead
+file: parallel/mp_run.c
+test: ^test_parallel_train_gpt_eval$
+<<<
+    return st != MSR_OK ? st : msr_dp_extra_ahead(mp->dp, s, backward ? -1 : 1);
+===
+    return st;
+>>>
+
+@ mp.chunk_experts_read_ahead_forward
+file: parallel/mp_run.c
+test: ^test_parallel_train_gpt_eval$
+<<<
+    return st != MSR_OK ? st : msr_dp_extra_ahead(mp->dp, s, backward ? -1 : 1);
+===
+    return st != MSR_OK ? st : msr_dp_extra_ahead(mp->dp, s, 1);
 >>>
 
 __END__

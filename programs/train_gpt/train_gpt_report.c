@@ -59,11 +59,11 @@ static void store_line(int rank, const char *what, const msr_params_t *p)
 {
     const msr_params_stats_t *ps = msr_params_stats(p);
     fprintf(stderr,
-            "train_gpt: rank %d %s: %llu written, %llu read back, %llu not read ahead; %zu bytes "
-            "resident (%s, %s)\n",
+            "train_gpt: rank %d %s: %llu written, %llu read back, %llu not read ahead, %llu reads "
+            "ahead given up; %zu bytes resident (%s, %s)\n",
             rank, what, (unsigned long long)ps->writes, (unsigned long long)ps->reads,
-            (unsigned long long)ps->misses, msr_params_resident(p), msr_params_path(p),
-            msr_params_engine(p));
+            (unsigned long long)ps->misses, (unsigned long long)ps->dropped, msr_params_resident(p),
+            msr_params_path(p), msr_params_engine(p));
 }
 
 /* One line per rank: bytes held and where the time went. */

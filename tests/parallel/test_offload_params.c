@@ -215,6 +215,42 @@ static void test_bounds(void)
     msr_params_destroy(p);
 }
 
+/* Reads ahead that no acquire took (a pass that went elsewhere) are
+ * given up, the oldest first, when a newer read finds no buffer free:
+ * acquiring one of them reads it again (a miss), the right values all
+ * the same; one still being read is taken as read ahead. */
+static void test_guesses_given_up(void)
+{
+    msr_test_dir_make("offload_params");
+    msr_offload_config_t cfg = config(MSR_OFFLOAD_IO_THREADS);
+    msr_params_t *p;
+    MSR_CHECK_OK(msr_params_create(&cfg, N, BLOCKS, &p));
+    put_all(p);
+    const msr_params_stats_t *ps = msr_params_stats(p);
+    MSR_CHECK_OK(msr_params_prefetch(p, 0));
+    MSR_CHECK_OK(msr_params_prefetch(p, 2));
+    MSR_CHECK_OK(msr_params_prefetch(p, 3)); /* every buffer reading */
+    MSR_CHECK_EQ(ps->dropped, 0);
+    MSR_CHECK_OK(msr_params_prefetch(p, 4)); /* 0's given up */
+    MSR_CHECK_EQ(ps->dropped, 1);
+    uint64_t misses = ps->misses;
+    float *buf;
+    MSR_CHECK_OK(msr_params_acquire(p, 3, 1, &buf)); /* 4 being read already */
+    MSR_CHECK(ps->misses == misses && ps->dropped == 1 && buf[7] == value(3, 7, 0));
+    MSR_CHECK_OK(msr_params_release(p, 3, buf, 0));
+    /* read again into the buffer 3 left; its next, 1, takes 2's */
+    MSR_CHECK_OK(msr_params_acquire(p, 0, 1, &buf));
+    MSR_CHECK(ps->misses == misses + 1 && ps->dropped == 2 && buf[7] == value(0, 7, 0));
+    MSR_CHECK_OK(msr_params_release(p, 0, buf, 0));
+    MSR_CHECK_OK(msr_params_acquire(p, 4, -1, &buf)); /* still read ahead */
+    MSR_CHECK(ps->misses == misses + 1 && buf[N - 1] == value(4, N - 1, 0));
+    MSR_CHECK_OK(msr_params_release(p, 4, buf, 0));
+    MSR_CHECK_OK(msr_params_acquire(p, 2, 1, &buf)); /* given up: read again */
+    MSR_CHECK(ps->misses == misses + 2 && buf[N - 1] == value(2, N - 1, 0));
+    MSR_CHECK_OK(msr_params_release(p, 2, buf, 0));
+    msr_params_destroy(p);
+}
+
 /* 0600 whatever the umask; removed by destroy, kept on request; a
  * directory that is not there: a clear error naming the file. */
 static void test_mode_and_removal(void)
@@ -251,6 +287,7 @@ static const msr_test_t tests[] = {
     {"passes_uring", test_passes_uring, 30},
     {"corrupt", test_corrupt, 30},
     {"bounds", test_bounds, 30},
+    {"guesses_given_up", test_guesses_given_up, 30},
     {"mode_and_removal", test_mode_and_removal, 30},
     {"put_in_flight", test_put_in_flight, 30},
 };
