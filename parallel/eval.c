@@ -45,6 +45,18 @@ static msr_status_t any_failed(msr_comm_t *world, int failed, int *any_p)
     return MSR_OK;
 }
 
+/* The counters the validation's forwards add to. */
+static msr_train_eval_stats_t counters(const msr_trainer_t *tr)
+{
+    const msr_params_t *po = msr_dp_params_store(tr->dp);
+    return (msr_train_eval_stats_t){
+        0,
+        tr->dp->stats.gathers,
+        po != NULL ? msr_params_stats(po)->reads : 0,
+        tr->epf != NULL ? msr_params_stats(tr->epf)->reads : 0,
+    };
+}
+
 /* Where the forwards run: on the trainer's own model where it is data
  * parallel alone (the whole model, its segments got through dp's hooks as
  * a step's forward gets them: ZeRO-3's gathers, the parameters' and the
@@ -115,6 +127,7 @@ msr_status_t msr_trainer_eval(msr_trainer_t *tr, const msr_dataset_t *val, int b
     int size = world != NULL ? msr_comm_size(world) : 1,
         rank = world != NULL ? msr_comm_rank(world) : 0;
     eval_where_t where = where_of(tr);
+    msr_train_eval_stats_t before = counters(tr);
     /* the model-parallel replica takes a step's micro-batches at once */
     size_t rows = where == EVAL_MP ? (size_t)B * (size_t)tr->cfg.grad_accum : (size_t)B;
     int *in = msr_malloc(2 * rows * (size_t)T * sizeof(int));
@@ -150,6 +163,11 @@ msr_status_t msr_trainer_eval(msr_trainer_t *tr, const msr_dataset_t *val, int b
         msr_status_t est = msr_dp_eval_end(tr->dp);
         st = st != MSR_OK ? st : est;
     }
+    msr_train_eval_stats_t after = counters(tr);
+    tr->eval_stats.runs++;
+    tr->eval_stats.gathers += after.gathers - before.gathers;
+    tr->eval_stats.param_reads += after.param_reads - before.param_reads;
+    tr->eval_stats.expert_reads += after.expert_reads - before.expert_reads;
     /* every rank joins the sum, a failed one with NaN, so none waits */
     double out[2] = {st == MSR_OK ? sum : 0.0, st == MSR_OK ? 0.0 : 1.0};
     msr_status_t cs = MSR_OK;

@@ -96,6 +96,15 @@ typedef struct msr_train_ecur {
     int dirty;
 } msr_train_ecur_t;
 
+/* What the validations did (msr_trainer_eval, parallel/eval.h), which
+ * dp's and the stores' own counters count beside the steps'. */
+typedef struct msr_train_eval_stats {
+    uint64_t runs;         /* msr_trainer_eval calls */
+    uint64_t gathers;      /* ZeRO-3's gathers started */
+    uint64_t param_reads;  /* blocks read from the parameters' file */
+    uint64_t expert_reads; /* blocks read from the experts' file */
+} msr_train_eval_stats_t;
+
 typedef struct msr_trainer {
     msr_train_config_t cfg;
     msr_gpt_t *model;
@@ -192,6 +201,7 @@ typedef struct msr_trainer {
      * from them (msr_trainer_snap_copy) is whole first */
     void (*state_gate)(void *arg);
     void *state_gate_arg;
+    msr_train_eval_stats_t eval_stats;
 } msr_trainer_t;
 
 /* Checks a configuration: the model's shape, positive batch sizes that fit,

@@ -6224,4 +6224,31 @@ test: ^test_parallel_train_gpt_eval$
     return st != MSR_OK ? st : msr_dp_extra_ahead(mp->dp, s, 1);
 >>>
 
+@ eval.stats_gathers_not_counted
+file: parallel/eval.c
+test: ^test_parallel_train_gpt_eval$
+<<<
+    tr->eval_stats.gathers += after.gathers - before.gathers;
+===
+    tr->eval_stats.gathers += after.gathers;
+>>>
+
+@ eval.stats_param_reads_not_counted
+file: parallel/eval.c
+test: ^test_parallel_train_gpt_eval$
+<<<
+    tr->eval_stats.param_reads += after.param_reads - before.param_reads;
+===
+    (void)before.param_reads;
+>>>
+
+@ eval.stats_expert_reads_not_counted
+file: parallel/eval.c
+test: ^test_parallel_train_gpt_eval$
+<<<
+    tr->eval_stats.expert_reads += after.expert_reads - before.expert_reads;
+===
+    (void)before.expert_reads;
+>>>
+
 __END__

@@ -128,6 +128,13 @@ void train_gpt_report(const msr_trainer_t *tr, const job_t *job)
         store_line(job->rank, "experts' parameter offload", tr->epf);
     if (tr->egf != NULL)
         store_line(job->rank, "experts' gradient offload", tr->egf);
+    const msr_train_eval_stats_t *ev = &tr->eval_stats;
+    if (ev->runs > 0) /* the job's counts above include these */
+        fprintf(stderr,
+                "train_gpt: rank %d validation: %llu runs: gathers %llu, parameter blocks read "
+                "%llu, experts' blocks read %llu (counted in the lines above too)\n",
+                job->rank, (unsigned long long)ev->runs, (unsigned long long)ev->gathers,
+                (unsigned long long)ev->param_reads, (unsigned long long)ev->expert_reads);
     if (tr->mp != NULL) {
         const msr_mp_stats_t *ms = msr_mp_stats(tr->mp);
         double steps = ms->steps > 0 ? (double)ms->steps : 1.0;

@@ -134,6 +134,30 @@ for layout in "2 --zero 2" "2 --zero 3 --zero-min-bytes 0" "2 --tp 2 --sp" \
         [[ -n $ga && -n $gb ]] || fail "$layout: no gathers in the reports: $(cat "$work/b.err")"
         ((gb - ga == 4 * 12 * 5)) || fail "$layout: $gb gathers with validation, $ga without"
     fi
+    # --report's validation line: 4 runs, and what the job's counts gained
+    # by them (ZeRO-3's gathers, the parameters' and the experts' reads)
+    python3 - "$work/a.err" "$work/b.err" <<'PY' || fail "$layout: the validation's counts"
+import re, sys
+def counts(path):
+    c = {}
+    for line in open(path):
+        m = re.search(r"rank (\d+) (zero \d+|parameter offload|experts' parameter offload"
+                      r"|validation): (.*)", line)
+        if m:
+            c[(int(m.group(1)), m.group(2).split()[0])] = m.group(3)
+    return c
+a, b = counts(sys.argv[1]), counts(sys.argv[2])
+ranks = {r for r, k in b if k == "zero"}
+for r in ranks:
+    v = re.match(r"4 runs: gathers (\d+), parameter blocks read (\d+), "
+                 r"experts' blocks read (\d+) ", b[(r, "validation")]).groups()
+    g = lambda c: int(re.search(r"gathers (\d+)$", c[(r, "zero")]).group(1))
+    assert g(b) - g(a) == int(v[0]), (r, g(a), g(b), v)
+    for k, n in (("parameter", v[1]), ("experts'", v[2])):
+        rd = lambda c: int(re.search(r"(\d+) read back", c[(r, k)]).group(1)) if (r, k) in c else 0
+        assert rd(b) - rd(a) == int(n), (r, k, rd(a), rd(b), n)
+    assert (r, "validation") not in a
+PY
     # the validation's frames are carved from the steps' buffers
     frames() { sed -n "s/.*\(rank [0-9]*\) mp: .*\(frames' buffers [0-9]*\).*/\1 \2/p" "$1" | sort; }
     [[ $layout != *--[tpc]p\ * || -n $(frames "$work/b.err") ]] || fail "$layout: no frames' buffers"
