@@ -366,6 +366,11 @@ msr_status_t msr_dp_hook_acquire(void *arg, msr_gpt_t *model, int s, msr_gpt_pas
     return dp->extra.acquire != NULL ? dp->extra.acquire(dp->extra.arg, s, pass) : MSR_OK;
 }
 
+msr_status_t msr_dp_extra_ahead(msr_dp_t *dp, int s, int dir)
+{
+    return dp->extra.ahead != NULL ? dp->extra.ahead(dp->extra.arg, s, dir) : MSR_OK;
+}
+
 msr_status_t msr_dp_hook_release(void *arg, msr_gpt_t *model, int s, msr_gpt_pass_t pass)
 {
     (void)model;

@@ -241,11 +241,6 @@ static msr_status_t z3_turn(msr_dp_t *dp, size_t k)
     return MSR_OK;
 }
 
-msr_status_t msr_dp_extra_ahead(msr_dp_t *dp, int s, int dir)
-{
-    return dp->extra.ahead != NULL ? dp->extra.ahead(dp->extra.arg, s, dir) : MSR_OK;
-}
-
 msr_status_t msr_dp_params_ahead(msr_dp_t *dp, int s)
 {
     if (dp->params_off == NULL || dp->pflat || block_of(dp, s) < 0)
