@@ -1,8 +1,9 @@
 /* Data parallel's private functions (see dp.h), shared by its files:
  * dp.c (the layout, temporary buffers, create and destroy), dp_hooks.c
  * (the hooks that reduce buckets and gather ZeRO-3 segments while
- * forward and backward run), dp_step.c (the step's end) and dp_pieces.c
- * (checkpoint pieces). */
+ * forward and backward run), dp_step.c (the step's end), dp_pieces.c
+ * (checkpoint pieces) and the parameters' offload (dp_params.c,
+ * dp_params_update.c). */
 #ifndef MSR_PARALLEL_DP_IMPL_H
 #define MSR_PARALLEL_DP_IMPL_H
 
@@ -29,6 +30,16 @@ void msr_dp_tmp_free(msr_dp_t *dp, float **p, size_t n);
 msr_status_t msr_dp_copy(msr_dp_t *dp, float *dst, const float *src, size_t n);
 msr_status_t msr_dp_zero(msr_dp_t *dp, float *dst, size_t n);
 msr_status_t msr_dp_sync(msr_dp_t *dp);
+
+/* A copy of n floats between dp's device memory (the shard, the
+ * allgather's buffer) and the host (the offload store's buffers, the
+ * model's flat buffer), kind saying which way, on the device's default
+ * stream: the host reads or reuses either side only after msr_dp_sync. */
+static inline msr_status_t msr_dp_xfer(msr_dp_t *dp, float *dst, const float *src, size_t n,
+                                       msr_device_copy_t kind)
+{
+    return msr_device_copy(dp->dev, dst, src, n * sizeof(float), kind, NULL);
+}
 
 /* The communicator's failure st, with what failed in front of its text. */
 msr_status_t msr_dp_comm_failed(const char *what, int index, msr_status_t st);
@@ -62,6 +73,13 @@ static inline size_t msr_dp_pf_block(const msr_dp_t *dp, size_t s)
     while (dp->pf_off[k + 1] <= s)
         k++;
     return k;
+}
+
+/* With the parameters offloaded: segment s's block index in the store,
+ * or -1 when it is not one of the part's blocks (pfb .. pfb + pnb - 1). */
+static inline int msr_dp_pf_seg(const msr_dp_t *dp, int s)
+{
+    return s >= dp->pfb && s < dp->pfb + dp->pnb ? s - dp->pfb : -1;
 }
 
 static inline size_t msr_dp_seg_count(const msr_dp_t *dp, int s)

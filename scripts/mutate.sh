@@ -5507,7 +5507,7 @@ test: ^test_parallel_kernels$|^test_parallel_mp_cp$
 >>>
 
 @ offload.moe_block_updated_whole
-file: parallel/dp_params.c
+file: parallel/dp_params_update.c
 test: ^test_parallel_train_gpt_offload_moe$
 <<<
         msr_adamw_update_range(dp->opt, dp->pf_off[k], msr_dp_pf_count(dp, k), buf,
