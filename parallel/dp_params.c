@@ -302,8 +302,14 @@ msr_status_t msr_dp_params_acquire(msr_dp_t *dp, int s, msr_gpt_pass_t pass)
     }
     if (st != MSR_OK || k < 0)
         return st;
+    /* the next block read ahead if the pass reaches it: not past the
+     * model chunk's end (an interleaved pipeline's next pass is often
+     * another chunk's; the runtime reads that one ahead, mp_run.c) */
+    int dir = dp->pdir, t = s + dir;
+    if (msr_dp_pf_seg(dp, t) < 0 || m->segments[t].group != m->segments[s].group)
+        dir = 0;
     float *buf;
-    st = msr_params_acquire(dp->params_off, (size_t)k, pass == MSR_GPT_FORWARD ? 1 : -1, &buf);
+    st = msr_params_acquire(dp->params_off, (size_t)k, dir, &buf);
     if (st != MSR_OK)
         return st;
     dp->pheld[s] = dp->model->segments[s].params = buf;

@@ -120,8 +120,9 @@ msr_status_t msr_params_get(msr_params_t *p, size_t k, float *dst)
 
 msr_status_t msr_params_acquire(msr_params_t *p, size_t k, int dir, float **buf_p)
 {
-    if (dir != 1 && dir != -1)
-        return msr_err(MSR_ERR_INVALID_ARG, "offload: a pass goes +1 or -1, not %d", dir);
+    if (dir < -1 || dir > 1)
+        return msr_err(MSR_ERR_INVALID_ARG,
+                       "offload: a pass goes +1 or -1 (0: no read ahead), not %d", dir);
     if (k >= p->count)
         return out_of_range(p, k);
     int h = 0;
@@ -133,7 +134,8 @@ msr_status_t msr_params_acquire(msr_params_t *p, size_t k, int dir, float **buf_
     float *buf;
     msr_status_t st = msr_acts_fetch(p->a, k, &buf);
     size_t next = k + (size_t)(ptrdiff_t)dir; /* wraps past 0 to SIZE_MAX: out of range */
-    if (st == MSR_OK && next < p->count && (st = msr_acts_prefetch(p->a, next)) != MSR_OK)
+    if (st == MSR_OK && dir != 0 && next < p->count &&
+        (st = msr_acts_prefetch(p->a, next)) != MSR_OK)
         msr_acts_put(p->a, buf);
     count_stats(p);
     if (st != MSR_OK)

@@ -85,7 +85,8 @@ msr_status_t msr_params_get(msr_params_t *p, size_t k, float *dst);
 msr_status_t msr_params_prefetch(msr_params_t *p, size_t k);
 /* Block k's parameters, read and checked, in *buf_p (n floats, held until
  * msr_params_release), and block k + dir starts reading when it is one
- * (dir: +1 or -1, else MSR_ERR_INVALID_ARG). Errors: MSR_ERR_CORRUPT (its
+ * (dir: +1 or -1; 0: nothing read ahead, the caller knows the next pass
+ * goes elsewhere; else MSR_ERR_INVALID_ARG). Errors: MSR_ERR_CORRUPT (its
  * CRC differs: changed underneath), MSR_ERR_IO (a short read, an I/O
  * error), each naming the file and the block; as msr_params_prefetch. */
 msr_status_t msr_params_acquire(msr_params_t *p, size_t k, int dir, float **buf_p);

@@ -100,6 +100,23 @@ msr_status_t msr_train_experts_cursor_end(msr_trainer_t *tr)
  * block is read ahead; -1: a backward) and points the block's experts at
  * them and at its gradients: resident, or for a backward read from their
  * file (this step's zeros at its first). */
+/* The direction to read ahead in after block k (segment s) in a pass in
+ * direction dir: dir when block k + dir is the next MoE block the pass
+ * reaches, 0 when the pass ends first (its model chunk's last MoE block:
+ * an interleaved pipeline's next pass is often another chunk's, which
+ * the runtime reads ahead itself, ed_ahead). */
+static int ed_next(const msr_trainer_t *tr, int s, int k, int dir)
+{
+    const msr_gpt_t *m = tr->model;
+    for (int t = s + dir; t >= 0 && t < m->num_segments; t += dir) {
+        if (m->segments[t].group != m->segments[s].group)
+            return 0;
+        if (held_block(tr, t) >= 0)
+            return held_block(tr, t) == k + dir ? dir : 0;
+    }
+    return 0;
+}
+
 static msr_status_t ed_acquire(void *arg, int s, msr_gpt_pass_t pass)
 {
     msr_trainer_t *tr = arg;
@@ -113,7 +130,8 @@ static msr_status_t ed_acquire(void *arg, int s, msr_gpt_pass_t pass)
     }
     msr_status_t st = msr_train_experts_cursor_end(tr); /* a restore's, if left */
     int dir = pass == MSR_GPT_FORWARD ? 1 : -1;
-    if (st == MSR_OK && (st = msr_params_acquire(tr->epf, (size_t)k, dir, &tr->ed_buf)) != MSR_OK)
+    if (st == MSR_OK && (st = msr_params_acquire(tr->epf, (size_t)k, ed_next(tr, s, k, dir),
+                                                 &tr->ed_buf)) != MSR_OK)
         return msr_err_call(st, "train: MoE block %d's experts from their file", k);
     if (st != MSR_OK)
         return st;

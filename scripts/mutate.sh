@@ -6251,4 +6251,31 @@ test: ^test_parallel_train_gpt_eval$
     (void)before.expert_reads;
 >>>
 
+@ dp_params.guess_past_chunk_end
+file: parallel/dp_params.c
+test: ^test_parallel_train_gpt_offload_pp$
+<<<
+    if (msr_dp_pf_seg(dp, t) < 0 || m->segments[t].group != m->segments[s].group)
+===
+    if (msr_dp_pf_seg(dp, t) < 0)
+>>>
+
+@ experts_disk.guess_past_chunk_end
+file: parallel/train_experts_disk.c
+test: ^test_parallel_train_gpt_offload_moe$
+<<<
+        if (m->segments[t].group != m->segments[s].group)
+===
+        if (m->segments[t].group != m->segments[s].group && 0)
+>>>
+
+@ offload_params.no_read_ahead_refused
+file: parallel/offload_params.c
+test: ^test_parallel_offload_params$
+<<<
+    if (dir < -1 || dir > 1)
+===
+    if (dir != 1 && dir != -1)
+>>>
+
 __END__

@@ -193,7 +193,20 @@ static void test_bounds(void)
     MSR_CHECK_STATUS(msr_params_prefetch(p, 0), MSR_ERR_STATE); /* never put */
     put_all(p);
     MSR_CHECK_STATUS(msr_params_acquire(p, BLOCKS, -1, &buf), MSR_ERR_STATE);
-    MSR_CHECK_STATUS(msr_params_acquire(p, 0, 0, &buf), MSR_ERR_INVALID_ARG);
+    MSR_CHECK_STATUS(msr_params_acquire(p, 0, 2, &buf), MSR_ERR_INVALID_ARG);
+    MSR_CHECK_STATUS(msr_params_acquire(p, 1, -2, &buf), MSR_ERR_INVALID_ARG);
+    /* dir 0 reads nothing ahead: the next block is a miss */
+    const msr_params_stats_t *ps = msr_params_stats(p);
+    MSR_CHECK_OK(msr_params_acquire(p, 1, 0, &buf));
+    MSR_CHECK(buf[3] == value(1, 3, 0));
+    MSR_CHECK_OK(msr_params_release(p, 1, buf, 0));
+    uint64_t misses = ps->misses;
+    MSR_CHECK_OK(msr_params_acquire(p, 2, 1, &buf));
+    MSR_CHECK_EQ(ps->misses, misses + 1);
+    MSR_CHECK_OK(msr_params_release(p, 2, buf, 0));
+    MSR_CHECK_OK(msr_params_acquire(p, 3, 1, &buf)); /* read ahead by 2's */
+    MSR_CHECK_EQ(ps->misses, misses + 1);
+    MSR_CHECK_OK(msr_params_release(p, 3, buf, 0));
     /* the last block forward and the first backward: no block after them */
     MSR_CHECK_OK(msr_params_acquire(p, BLOCKS - 1, 1, &buf));
     MSR_CHECK_STATUS(msr_params_release(p, 0, buf, 0), MSR_ERR_STATE); /* not block 0's */

@@ -8,7 +8,8 @@
 # backward and its update: one process (with the moments offloaded too,
 # 4 KiB chunks: the chunks' cursor walks blocks of both sizes), dp 2
 # under ZeRO 1 (with the moments too) and ZeRO 3 (each block's share),
-# ep 2 among dp 2, tp 2 x dp 2 with sp, cp 2, pp 2 and bf16, and with
+# ep 2 among dp 2, tp 2 x dp 2 with sp, cp 2, pp 2 (interleaved too: no
+# read ahead given up) and bf16, and with
 # grads=disk ZeRO 2 and 3 (dp 2, and ZeRO 2 over 4 replicas); fewer parameter
 # bytes resident; no file left; stopped and resumed with the offload on
 # then off and off then on, each as the run never stopped, the restore
@@ -69,6 +70,14 @@ same ep 2 2 --dp 2 --ep 2 --zero 1 -- "${params[@]}"
 same tp 4 2 --tp 2 --sp --dp 2 -- "${params[@]}"
 same cp 2 4 --cp 2 -- "${params[@]}"
 same pp 2 0 --pp 2 -- "${params[@]}"
+# interleaved, two chunks a rank of 3 blocks: rank 1's chunks each end in
+# a MoE block whose next is the other chunk's, which the next pass is
+# often not; every read of both files ahead, none given up
+same inter 2 0 --pp 2 --layers 12 --micro-batch 1 --schedule interleaved --virtual-stages 2 -- \
+    "${params[@]}"
+[[ $(grep -c "parameter offload: .* 0 not read ahead, 0 reads ahead given up;" \
+    "$work/inter-off.out") -eq 4 ]] ||
+    fail "inter-off: reads given up or not ahead: $(grep "parameter offload" "$work/inter-off.out")"
 same bf16 2 2 --dp 2 --precision bf16 -- "${params[@]}"
 
 # stopped at step 2, resumed on then off and off then on (ZeRO 1): as the

@@ -2,12 +2,13 @@
 # train_gpt --offload params=disk:DIR with pipeline parallel (docs/model.md
 # "Offload"): each stage keeps the blocks of its part in its file. pp 2
 # under 1F1B, GPipe (with the block inputs offloaded too, under full
-# recompute) and interleaved with two virtual stages, an uneven split, and
+# recompute) and interleaved with two and three virtual stages, an uneven
+# split, and
 # dp 2 x pp 2 under ZeRO 1 and ZeRO 3 give bitwise the losses of the same
 # layout without offload, every rank reading each of its blocks back once
 # per forward, backward and update and writing it once per update, every
 # read started ahead (a pass's first block while the stage waits for its
-# input); a pp 2 run stopped and
+# input) and none given up; a pp 2 run stopped and
 # resumed with the offload on then off and off then on ends as the run
 # never stopped; no file is left.
 set -euo pipefail
@@ -17,7 +18,9 @@ offload_limit=90
 # stats NAME N M C: each of the N ranks of NAME (4 steps, M micro-batches
 # a step, C chunks) wrote each of its blocks B once at the start and once
 # a step and read it back once per forward, backward and update, every
-# read started ahead; B from the rank's own line
+# read started ahead and none given up (a guess past a model chunk's
+# end, where an interleaved schedule's next pass is often another
+# chunk's); B from the rank's own line
 stats() {
     local name=$1 n=$2 m=$3 c=$4 r line b w rd miss
     for ((r = 0; r < n; r++)); do
@@ -28,6 +31,8 @@ stats() {
         [[ $b -ge 1 && $w -eq $((5 * b)) && $rd -eq $((4 * b * (2 * m + 1))) ]] ||
             fail "$name rank $r: $line"
         [[ $miss -eq 0 ]] || fail "$name rank $r: a block not read ahead: $line"
+        [[ $line == *", 0 reads ahead given up;"* ]] ||
+            fail "$name rank $r: a read ahead no pass took: $line"
     done
 }
 # same NAME N M C LAYOUT... -- ARGS...: the layout with and without the
@@ -51,6 +56,10 @@ same gpipe 2 4 1 --pp 2 --grad-accum 4 --schedule gpipe --recompute full --layer
     --pp-layers 4,2 -- --offload "$pdisk,activations=disk:$work/off"
 same inter 2 4 2 --pp 2 --grad-accum 4 --schedule interleaved --virtual-stages 2 -- \
     "${params[@]}" --offload-io threads
+# three chunks a rank of two blocks each: a chunk's last block is not the
+# next one's pass reaches
+same inter3 2 8 3 --pp 2 --layers 12 --micro-batch 1 --grad-accum 8 --schedule interleaved \
+    --virtual-stages 3 -- "${params[@]}"
 zsplit=(--dp 2 --pp 2 --bucket-mb 0.02 --zero-min-bytes 0)
 same z1 4 2 1 "${zsplit[@]}" --zero 1 -- "${params[@]}"
 same z3 4 2 1 "${zsplit[@]}" --zero 3 -- --offload "$pdisk,optimizer=disk:$work/off" \
