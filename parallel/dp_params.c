@@ -213,6 +213,17 @@ size_t msr_dp_params_moved(const msr_dp_t *dp)
     return (dp->pf_off[layers(dp)] - dp->pf_off[0]) * sizeof(float);
 }
 
+/* The direction in which to read ahead after segment s's block in the
+ * pass (dp->pdir): the next block's when the pass reaches it, 0 past its
+ * model chunk's end (an interleaved pipeline's next pass is often another
+ * chunk's, which the runtime reads ahead itself, mp_run.c). */
+static int next_dir(const msr_dp_t *dp, int s)
+{
+    int t = s + dp->pdir;
+    const msr_gpt_segment_t *seg = dp->model->segments;
+    return msr_dp_pf_seg(dp, t) >= 0 && seg[t].group == seg[s].group ? dp->pdir : 0;
+}
+
 /* ZeRO-3: block k given back; where a pass turns, the block the next
  * pass reads first is read ahead now: forward's last block is
  * backward's first; backward's last (block 0) is the next micro-batch's
@@ -240,7 +251,7 @@ msr_status_t msr_dp_params_shard_begin(msr_dp_t *dp, int s, const float **src_p,
         return MSR_OK;
     size_t k = (size_t)msr_dp_pf_seg(dp, s);
     float *buf;
-    msr_status_t st = msr_params_acquire(dp->params_off, k, dp->pdir, &buf);
+    msr_status_t st = msr_params_acquire(dp->params_off, k, next_dir(dp, s), &buf);
     if (st != MSR_OK)
         return st;
     dp->pz_buf = buf;
@@ -266,8 +277,8 @@ msr_status_t msr_dp_params_replicated(msr_dp_t *dp, int s, float **params_p)
     if (dp->pz_off == NULL || dp->pflat || msr_dp_pf_seg(dp, s) < 0)
         return MSR_OK;
     if (dp->pheld[s] == NULL) {
-        msr_status_t st = msr_params_acquire(dp->params_off, (size_t)msr_dp_pf_seg(dp, s), dp->pdir,
-                                             &dp->pheld[s]);
+        msr_status_t st = msr_params_acquire(dp->params_off, (size_t)msr_dp_pf_seg(dp, s),
+                                             next_dir(dp, s), &dp->pheld[s]);
         if (st != MSR_OK)
             return st;
     }
@@ -302,14 +313,8 @@ msr_status_t msr_dp_params_acquire(msr_dp_t *dp, int s, msr_gpt_pass_t pass)
     }
     if (st != MSR_OK || k < 0)
         return st;
-    /* the next block read ahead if the pass reaches it: not past the
-     * model chunk's end (an interleaved pipeline's next pass is often
-     * another chunk's; the runtime reads that one ahead, mp_run.c) */
-    int dir = dp->pdir, t = s + dir;
-    if (msr_dp_pf_seg(dp, t) < 0 || m->segments[t].group != m->segments[s].group)
-        dir = 0;
     float *buf;
-    st = msr_params_acquire(dp->params_off, (size_t)k, dir, &buf);
+    st = msr_params_acquire(dp->params_off, (size_t)k, next_dir(dp, s), &buf);
     if (st != MSR_OK)
         return st;
     dp->pheld[s] = dp->model->segments[s].params = buf;

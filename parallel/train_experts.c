@@ -35,6 +35,27 @@ static int held_block(const msr_trainer_t *tr, int s)
     return msr_train_experts_held_block(tr, s);
 }
 
+int msr_train_experts_next_in_chunk(const msr_trainer_t *tr, int s, int dir)
+{
+    const msr_gpt_segment_t *seg = tr->model->segments;
+    for (int t = s + dir; t >= 0 && t < tr->model->num_segments; t += dir) {
+        if (seg[t].group != seg[s].group)
+            return -1;
+        int k = held_block(tr, t);
+        if (k >= 0)
+            return k;
+    }
+    return -1;
+}
+
+int msr_train_experts_block_seg(const msr_trainer_t *tr, int k)
+{
+    for (int s = 0; s < tr->model->num_segments; s++)
+        if (held_block(tr, s) == k)
+            return s;
+    return -1;
+}
+
 /* The device of the experts' buffers (msr_moe_device): the shards, the
  * gathered blocks and the gathered gradients are its memory, the copies
  * and zeroing between them its work (synced before a communicator or the
@@ -85,7 +106,8 @@ static int slot_of(const msr_trainer_t *tr, int k)
 
 /* This rank's share of block k into mine (ez_n floats): from the shards
  * in memory, or from their file (tr->epf), whose block k + dir starts
- * reading (dir: the pass's direction, where the next gather goes). */
+ * reading (dir: the pass's direction, where the next gather goes) when
+ * the pass reaches it inside k's model chunk. */
 static msr_status_t share_in(msr_trainer_t *tr, int k, int dir, float *mine)
 {
     if (tr->epf == NULL)
@@ -95,6 +117,9 @@ static msr_status_t share_in(msr_trainer_t *tr, int k, int dir, float *mine)
     if (tr->ez_guess == k)
         tr->ez_guess = -1;
     msr_status_t st = msr_train_experts_cursor_end(tr); /* a restore's, if left */
+    int seg = msr_train_experts_block_seg(tr, k);
+    if (seg < 0 || msr_train_experts_next_in_chunk(tr, seg, dir) != k + dir)
+        dir = 0;
     if (st == MSR_OK && (st = msr_params_acquire(tr->epf, (size_t)k, dir, &buf)) == MSR_OK) {
         memcpy(mine, buf, tr->ez_n * sizeof(float));
         st = msr_params_release(tr->epf, (size_t)k, buf, 0);
@@ -191,16 +216,12 @@ static msr_status_t slots_forget(msr_trainer_t *tr)
 
 /* The held block the schedule most likely acquires after segment s's in
  * pass: the next MoE segment's upwards in a forward, downwards in a
- * backward (-1: none). A wrong guess costs one gather, never a result. */
+ * backward, inside s's model chunk (-1: none; past the chunk's end the
+ * runtime names the next pass's first, msr_train_experts_ahead). A wrong
+ * guess costs one gather, never a result. */
 static int next_block(const msr_trainer_t *tr, int s, msr_gpt_pass_t pass)
 {
-    int dir = pass == MSR_GPT_FORWARD ? 1 : -1;
-    for (int t = s + dir; t >= 0 && t < tr->model->num_segments; t += dir) {
-        int k = held_block(tr, t);
-        if (k >= 0)
-            return k;
-    }
-    return -1;
+    return msr_train_experts_next_in_chunk(tr, s, pass == MSR_GPT_FORWARD ? 1 : -1);
 }
 
 /* With the shares in their file: at the end of pass's blocks (block k
@@ -271,6 +292,23 @@ static msr_status_t ez_acquire(void *arg, int s, msr_gpt_pass_t pass)
     if ((st = slot_take(tr, k, &j)) == MSR_OK)
         st = slot_start(tr, j, next, 1, way);
     return st;
+}
+
+/* Before a pass in direction dir that starts at segment s (dp's
+ * msr_dp_extra_ahead: a model-parallel chunk's pass): with the shares in
+ * their file, this rank's share of the first MoE block the pass reaches
+ * read ahead for that block's gather, unless a slot holds the block (the
+ * gathers' own guesses stay inside a chunk: an interleaved pipeline's
+ * next pass is often another chunk's). */
+static msr_status_t ez_ahead(void *arg, int s, int dir)
+{
+    msr_trainer_t *tr = arg;
+    int k = held_block(tr, s);
+    if (k < 0)
+        k = msr_train_experts_next_in_chunk(tr, s, dir);
+    if (tr->epf == NULL || k < 0 || slot_of(tr, k) >= 0)
+        return MSR_OK;
+    return msr_params_prefetch(tr->epf, (size_t)k);
 }
 
 /* After block k's backward: its gradients summed over the replica group,
@@ -364,7 +402,7 @@ msr_status_t msr_train_experts_shard_local(msr_trainer_t *tr)
     msr_status_t st = shard_make(tr);
     if (st != MSR_OK)
         return st;
-    msr_dp_extra_t x = {ez_acquire, ez_release, tr, NULL};
+    msr_dp_extra_t x = {ez_acquire, ez_release, tr, ez_ahead};
     msr_dp_set_extra(tr->dp, &x);
     return MSR_OK;
 }

@@ -107,14 +107,7 @@ msr_status_t msr_train_experts_cursor_end(msr_trainer_t *tr)
  * the runtime reads ahead itself, ed_ahead). */
 static int ed_next(const msr_trainer_t *tr, int s, int k, int dir)
 {
-    const msr_gpt_t *m = tr->model;
-    for (int t = s + dir; t >= 0 && t < m->num_segments; t += dir) {
-        if (m->segments[t].group != m->segments[s].group)
-            return 0;
-        if (held_block(tr, t) >= 0)
-            return held_block(tr, t) == k + dir ? dir : 0;
-    }
-    return 0;
+    return msr_train_experts_next_in_chunk(tr, s, dir) == k + dir ? dir : 0;
 }
 
 static msr_status_t ed_acquire(void *arg, int s, msr_gpt_pass_t pass)
@@ -192,19 +185,17 @@ static msr_status_t ed_release(void *arg, int s, msr_gpt_pass_t pass)
  * of the releases above and of each acquire (the next block in the
  * pass's direction) miss where an interleaved pipeline's next pass is
  * another chunk's, or a forward alone follows a forward; a guess not
- * taken is given up for a later read (offload_params.h). Nothing under
- * ZeRO over the replicas (its gathers guess for themselves). */
+ * taken is given up for a later read (offload_params.h). (ZeRO-3 over
+ * the replicas reads its shares ahead in train_experts.c's ez_ahead.) */
 static msr_status_t ed_ahead(void *arg, int s, int dir)
 {
     msr_trainer_t *tr = arg;
-    if (tr->ez)
+    int k = held_block(tr, s);
+    if (k < 0)
+        k = msr_train_experts_next_in_chunk(tr, s, dir);
+    if (k < 0)
         return MSR_OK;
-    for (; s >= 0 && s < tr->model->num_segments; s += dir) {
-        int k = held_block(tr, s);
-        if (k >= 0)
-            return msr_params_prefetch(tr->epf, (size_t)k);
-    }
-    return MSR_OK;
+    return msr_params_prefetch(tr->epf, (size_t)k);
 }
 
 /* A store of the experts' blocks of ed_per floats, each put first with

@@ -53,6 +53,12 @@ msr_status_t msr_train_experts_update(msr_trainer_t *tr, float *params, const fl
 /* The place in the experts' store of the MoE block segment s runs, or -1
  * (a dense segment, or a block held elsewhere). */
 int msr_train_experts_held_block(const msr_trainer_t *tr, int s);
+/* The held block a pass in direction dir (+1, -1) reaches next after
+ * segment s inside s's model chunk (an interleaved pipeline's next pass
+ * is often another chunk's), -1 when none. */
+int msr_train_experts_next_in_chunk(const msr_trainer_t *tr, int s, int dir);
+/* The segment of held block k (-1: none). */
+int msr_train_experts_block_seg(const msr_trainer_t *tr, int k);
 
 /* The experts' parameters in a file under the parameters' disk offload
  * (train_experts_disk.c, train.h's epf), for experts without ZeRO

@@ -1618,9 +1618,9 @@ equivalent: the next step's start (msr_train_experts_zero) and msr_trainer_exper
 file: parallel/train_experts.c
 test: ^test_parallel_train_gpt_zero3_moe$
 <<<
-    int dir = pass == MSR_GPT_FORWARD ? 1 : -1;
+    return msr_train_experts_next_in_chunk(tr, s, pass == MSR_GPT_FORWARD ? 1 : -1);
 ===
-    int dir = 0 * (pass == MSR_GPT_FORWARD ? 1 : -1);
+    return pass == MSR_GPT_FORWARD ? -1 : -1;
 >>>
 
 @ train_experts.setup_failure_not_agreed
@@ -6106,22 +6106,22 @@ test: ^test_parallel_train_gpt_eval$
 file: parallel/train_experts_disk.c
 test: ^test_parallel_train_gpt_eval$
 <<<
-    if (tr->ez)
+    if (k < 0)
         return MSR_OK;
-    for (; s >= 0 && s < tr->model->num_segments; s += dir) {
+    return msr_params_prefetch(tr->epf, (size_t)k);
 ===
-    if (1)
+    if (k < 0 || 1)
         return MSR_OK;
-    for (; s >= 0 && s < tr->model->num_segments; s += dir) {
+    return msr_params_prefetch(tr->epf, (size_t)k);
 >>>
 
 @ eval.experts_ahead_upward_only
 file: parallel/train_experts_disk.c
 test: ^test_parallel_train_gpt_eval$
 <<<
-    for (; s >= 0 && s < tr->model->num_segments; s += dir) {
+        k = msr_train_experts_next_in_chunk(tr, s, dir);
 ===
-    for (; s >= 0 && s < tr->model->num_segments; s += dir * dir) {
+        k = msr_train_experts_next_in_chunk(tr, s, dir * dir);
 >>>
 
 @ eval.mp_moe_passes_of_micro_batch
@@ -6255,18 +6255,18 @@ test: ^test_parallel_train_gpt_eval$
 file: parallel/dp_params.c
 test: ^test_parallel_train_gpt_offload_pp$
 <<<
-    if (msr_dp_pf_seg(dp, t) < 0 || m->segments[t].group != m->segments[s].group)
+    return msr_dp_pf_seg(dp, t) >= 0 && seg[t].group == seg[s].group ? dp->pdir : 0;
 ===
-    if (msr_dp_pf_seg(dp, t) < 0)
+    return msr_dp_pf_seg(dp, t) >= 0 && seg[t].group == seg[t].group ? dp->pdir : 0;
 >>>
 
 @ experts_disk.guess_past_chunk_end
 file: parallel/train_experts_disk.c
 test: ^test_parallel_train_gpt_offload_moe$
 <<<
-        if (m->segments[t].group != m->segments[s].group)
+    return msr_train_experts_next_in_chunk(tr, s, dir) == k + dir ? dir : 0;
 ===
-        if (m->segments[t].group != m->segments[s].group && 0)
+    return dir + 0 * msr_train_experts_next_in_chunk(tr, s, dir) * k;
 >>>
 
 @ offload_params.no_read_ahead_refused
@@ -6276,6 +6276,44 @@ test: ^test_parallel_offload_params$
     if (dir < -1 || dir > 1)
 ===
     if (dir != 1 && dir != -1)
+>>>
+
+@ dp_params.z3_share_guess_past_chunk_end
+file: parallel/dp_params.c
+test: ^test_parallel_train_gpt_offload_pp$
+<<<
+    msr_status_t st = msr_params_acquire(dp->params_off, k, next_dir(dp, s), &buf);
+===
+    msr_status_t st = msr_params_acquire(dp->params_off, k, dp->pdir, &buf);
+>>>
+
+@ experts.z3_share_not_read_ahead_by_runtime
+file: parallel/train_experts.c
+test: ^test_parallel_train_gpt_offload_moe$
+<<<
+    if (tr->epf == NULL || k < 0 || slot_of(tr, k) >= 0)
+===
+    if (tr->epf != NULL || k < 0 || slot_of(tr, k) >= 0)
+>>>
+
+@ experts.z3_share_guess_past_chunk_end
+file: parallel/train_experts.c
+test: ^test_parallel_train_gpt_offload_moe$
+<<<
+    if (seg < 0 || msr_train_experts_next_in_chunk(tr, seg, dir) != k + dir)
+===
+    if (seg < 0)
+>>>
+
+@ experts.next_block_past_chunk_end
+file: parallel/train_experts.c
+test: ^test_parallel_train_gpt_offload_moe$
+<<<
+        if (seg[t].group != seg[s].group)
+            return -1;
+===
+        if (seg[t].group != seg[s].group && 0)
+            return -1;
 >>>
 
 __END__

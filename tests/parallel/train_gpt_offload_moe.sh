@@ -8,8 +8,9 @@
 # backward and its update: one process (with the moments offloaded too,
 # 4 KiB chunks: the chunks' cursor walks blocks of both sizes), dp 2
 # under ZeRO 1 (with the moments too) and ZeRO 3 (each block's share),
-# ep 2 among dp 2, tp 2 x dp 2 with sp, cp 2, pp 2 (interleaved too: no
-# read ahead given up) and bf16, and with
+# ep 2 among dp 2, tp 2 x dp 2 with sp, cp 2, pp 2 (interleaved too, and
+# under ZeRO 3 over replicas: every read ahead, none given up) and bf16,
+# and with
 # grads=disk ZeRO 2 and 3 (dp 2, and ZeRO 2 over 4 replicas); fewer parameter
 # bytes resident; no file left; stopped and resumed with the offload on
 # then off and off then on, each as the run never stopped, the restore
@@ -75,9 +76,19 @@ same pp 2 0 --pp 2 -- "${params[@]}"
 # often not; every read of both files ahead, none given up
 same inter 2 0 --pp 2 --layers 12 --micro-batch 1 --schedule interleaved --virtual-stages 2 -- \
     "${params[@]}"
-[[ $(grep -c "parameter offload: .* 0 not read ahead, 0 reads ahead given up;" \
-    "$work/inter-off.out") -eq 4 ]] ||
-    fail "inter-off: reads given up or not ahead: $(grep "parameter offload" "$work/inter-off.out")"
+# ahead() NAME N: both files of the N ranks of run NAME read every block
+# ahead and gave up no read
+ahead() {
+    [[ $(grep -c "parameter offload: .* 0 not read ahead, 0 reads ahead given up;" \
+        "$work/$1-off.out") -eq $((2 * $2)) ]] ||
+        fail "$1-off: reads given up or not ahead: $(grep "parameter offload" "$work/$1-off.out")"
+}
+ahead inter 2
+# and the experts' shares over 2 replicas under ZeRO 3, read for their
+# gathers (three chunks a rank, two MoE blocks each)
+same inter-z3 4 0 --dp 2 --pp 2 --layers 12 --moe-every 1 --global-batch 16 --zero 3 \
+    --schedule interleaved --virtual-stages 3 -- "${params[@]}"
+ahead inter-z3 4
 same bf16 2 2 --dp 2 --precision bf16 -- "${params[@]}"
 
 # stopped at step 2, resumed on then off and off then on (ZeRO 1): as the

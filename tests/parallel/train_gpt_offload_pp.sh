@@ -2,8 +2,8 @@
 # train_gpt --offload params=disk:DIR with pipeline parallel (docs/model.md
 # "Offload"): each stage keeps the blocks of its part in its file. pp 2
 # under 1F1B, GPipe (with the block inputs offloaded too, under full
-# recompute) and interleaved with two and three virtual stages, an uneven
-# split, and
+# recompute) and interleaved with two and three virtual stages (ZeRO 3 too),
+# an uneven split, and
 # dp 2 x pp 2 under ZeRO 1 and ZeRO 3 give bitwise the losses of the same
 # layout without offload, every rank reading each of its blocks back once
 # per forward, backward and update and writing it once per update, every
@@ -64,6 +64,10 @@ zsplit=(--dp 2 --pp 2 --bucket-mb 0.02 --zero-min-bytes 0)
 same z1 4 2 1 "${zsplit[@]}" --zero 1 -- "${params[@]}"
 same z3 4 2 1 "${zsplit[@]}" --zero 3 -- --offload "$pdisk,optimizer=disk:$work/off" \
     --offload-chunk 4096
+# ZeRO 3's gathers read the shares in the schedule's order: three chunks
+# a rank of two blocks each
+same z3i 4 4 3 --dp 2 --pp 2 --layers 12 --global-batch 16 --zero 3 --zero-min-bytes 0 \
+    --schedule interleaved --virtual-stages 3 -- "${params[@]}"
 # the uneven split: stage 0 holds 4 blocks, stage 1 two
 grep -q "rank 0 parameter offload: 20 written" "$work/gpipe-off.out" &&
     grep -q "rank 1 parameter offload: 10 written" "$work/gpipe-off.out" ||
