@@ -6316,4 +6316,35 @@ test: ^test_parallel_train_gpt_offload_moe$
             return -1;
 >>>
 
+@ comm.shm_slots.turn_trusts_peer_one_short
+file: comm/ucx/shm_slots.c
+test: ^comm_small_np2$
+<<<
+        s->peer_seq >= k - 1)
+===
+        s->peer_seq >= k - 2)
+>>>
+
+@ comm.shm_slots.turn_shortcut_for_lined
+file: comm/ucx/shm_slots.c
+equivalent: peer_seq only ever holds a number the peer's word showed, so the shortcut is the turn's own test answered from an earlier look; for lined vectors it changes when the word is read (the line's transfers), never what is allowed
+test: ^comm_small_np2$
+<<<
+    if (a->coll != MSR_COLL_BROADCAST && r->n == 2 && slot_bytes(r) <= SHM_INLINE &&
+===
+    if (a->coll != MSR_COLL_BROADCAST && r->n == 2 && slot_bytes(r) <= 4 * SHM_INLINE &&
+>>>
+
+@ comm.shm_slots.peer_seq_not_kept
+file: comm/ucx/shm_slots.c
+test: ^comm_small_np2$
+<<<
+    s->peer_seq = atomic_load_explicit(&s->ctl[p].c[C_SEQ], memory_order_acquire);
+    if (s->peer_seq < k)
+===
+    uint64_t seq = atomic_load_explicit(&s->ctl[p].c[C_SEQ], memory_order_acquire);
+    s->peer_seq = seq + 1;
+    if (seq < k)
+>>>
+
 __END__

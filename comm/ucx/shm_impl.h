@@ -81,6 +81,7 @@ struct ucx_shm {
     size_t ring_stride[2];
     uint64_t ring_last[2], ring_other[2], ring_booked;
     uint64_t ring_seen; /* the least number the other members showed a root last */
+    uint64_t peer_seq;  /* a two-member group's: the highest number the peer showed */
     char *ring_cur;
     /* MSR_COMM_SHM_NT=auto: per size class (log2 of the bytes), how long
      * the last NT_SAMPLES operations took per KiB with plain stores [0] and

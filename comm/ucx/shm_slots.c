@@ -36,10 +36,12 @@ static size_t slot_bytes(const ucx_req_t *r)
  * input for k is in its slot, and it finished every operation before k.
  * This member's own word is not read: wherever it asks (its turn for k,
  * the wait for k), it published k - 1, or k, already. */
-static int all_reached(const struct ucx_shm *s, ucx_req_t *r, uint64_t k)
+static int all_reached(struct ucx_shm *s, ucx_req_t *r, uint64_t k)
 {
-    if (r->n == 2) /* the peer's word alone */
-        return atomic_load_explicit(&s->ctl[1 - r->me].c[C_SEQ], memory_order_acquire) >= k;
+    if (r->n == 2) { /* the peer's word alone */
+        s->peer_seq = atomic_load_explicit(&s->ctl[1 - r->me].c[C_SEQ], memory_order_acquire);
+        return s->peer_seq >= k;
+    }
     for (int j = r->slots.first_unseen; j < r->n; j++) {
         if (j != r->me && atomic_load_explicit(&s->ctl[j].c[C_SEQ], memory_order_acquire) < k) {
             r->slots.first_unseen = j;
@@ -59,10 +61,11 @@ _Static_assert(sizeof(((ucx_shm_slots_t *)0)->peer) >= SHM_INLINE, "a peer's inl
  * fold) would find the line gone back to the peer and wait for a second
  * transfer. The copy is the vector of k: the peer rewrites its half of the
  * line (k & 1) only at k + 2, after this member published k + 1. */
-static int peer_seen(const struct ucx_shm *s, ucx_req_t *r, uint64_t k, size_t in)
+static int peer_seen(struct ucx_shm *s, ucx_req_t *r, uint64_t k, size_t in)
 {
     int p = 1 - r->me;
-    if (atomic_load_explicit(&s->ctl[p].c[C_SEQ], memory_order_acquire) < k)
+    s->peer_seq = atomic_load_explicit(&s->ctl[p].c[C_SEQ], memory_order_acquire);
+    if (s->peer_seq < k)
         return 0;
     memcpy(r->slots.peer, data_of(s, p, k, in), in);
     return 1;
@@ -167,7 +170,7 @@ static int lines_seen(const struct ucx_shm *s, ucx_req_t *r, uint64_t k, size_t 
 /* Whether every member whose slot this operation reads published k: a
  * broadcast reads the root's only (a lined one its line, whose word is k
  * once the root wrote it); a lined vector's lines carry k themselves. */
-static int slots_seen(const struct ucx_shm *s, ucx_req_t *r, uint64_t k)
+static int slots_seen(struct ucx_shm *s, ucx_req_t *r, uint64_t k)
 {
     const msr_coll_args_t *a = &r->pub.args;
     if (a->coll == MSR_COLL_BROADCAST && bcast_lined(s, r))
@@ -250,6 +253,14 @@ static int slots_turn(struct ucx_shm *s, ucx_req_t *r, uint64_t k)
     const msr_coll_args_t *a = &r->pub.args;
     if (r->uc->shm_done != k - 1)
         return 0;
+    /* a two-member group's operation of at most SHM_INLINE bytes (its
+     * vector in the counters' line) or none (a barrier): where this member
+     * saw the peer publish k - 1 already, the peer's line is not read
+     * again (a read of it now, while the peer writes its next operation
+     * there, takes the line from the peer and back for nothing) */
+    if (a->coll != MSR_COLL_BROADCAST && r->n == 2 && slot_bytes(r) <= SHM_INLINE &&
+        s->peer_seq >= k - 1)
+        return 1;
     if (a->coll != MSR_COLL_BROADCAST)
         return all_reached(s, r, k - 1);
     uint64_t last;

@@ -2,6 +2,8 @@
  * collective at their bounds and one past, on several communicators. */
 #include "comm_worker.h"
 
+#include <sched.h>
+
 /* What shm.c sends lined at most (SHM_LINED_MAX), and a line's data bytes:
  * the sizes of a whole number of lines and one element past are where a
  * reader awaiting one line too few or too many goes wrong. */
@@ -253,6 +255,47 @@ static void small_at_once(msr_comm_t *world, msr_comm_t *dup, msr_comm_t *half, 
     free(rout);
 }
 
+/* ---- a two-member group's turns ---- */
+
+/* Operation k of a two-member group writes its inline vector where its
+ * k - 2 lay, so it may start only once the peer finished k - 2 (published
+ * k - 1); a member that saw that already (the wait of k - 1) does not look
+ * again. A broadcast's root does not wait for the peer: after one, the
+ * next allreduce is where a turn taken on k - 2's word would overwrite
+ * the vector the peer has not copied yet. Both members on one CPU, so
+ * that one runs ahead while the other is preempted between its publish
+ * and its copy: every result checked, rounds of allreduce, broadcast
+ * (each member the root in turn) and barrier. */
+static void check_turns(tc_t *t)
+{
+    cpu_set_t was, one;
+    if (sched_getaffinity(0, sizeof was, &was) != 0)
+        fail("sched_getaffinity: %s", strerror(errno));
+    int cpu = 0;
+    while (cpu < CPU_SETSIZE && !CPU_ISSET(cpu, &was))
+        cpu++;
+    CPU_ZERO(&one);
+    CPU_SET(cpu, &one);
+    if (sched_setaffinity(0, sizeof one, &one) != 0)
+        fail("sched_setaffinity: %s", strerror(errno));
+    for (int i = 0; i < 300; i++) {
+        snprintf(g_case, sizeof g_case, "turns %s n=%d round %d", t->label, t->n, i);
+        float x = (float)((t->me + 1) * (i % 97 + 1)), y = 0.0f,
+              b = (float)(t->me == i % 2 ? i : -1);
+        OK(msr_comm_allreduce(t->comm, &x, &y, 1, MSR_DTYPE_F32, MSR_OP_SUM));
+        if (y != (float)(3 * (i % 97 + 1)))
+            fail("allreduce gave %g, not %g", (double)y, (double)(3 * (i % 97 + 1)));
+        OK(msr_comm_broadcast(t->comm, &b, 1, MSR_DTYPE_F32, i % 2));
+        if (b != (float)i)
+            fail("broadcast gave %g, not %d", (double)b, i);
+        if (i % 5 == 0)
+            OK(msr_comm_barrier(t->comm));
+        g_checks += 2;
+    }
+    if (sched_setaffinity(0, sizeof was, &was) != 0)
+        fail("sched_setaffinity: %s", strerror(errno));
+}
+
 /* The slots of the default size on the world, of 1000 bytes (960: whole
  * lines) on a dup, on halves of the world, and all three at once. */
 void cw_mode_small(msr_comm_t *world)
@@ -262,6 +305,8 @@ void cw_mode_small(msr_comm_t *world)
     tc_t t = {world, "world", n, me};
     check_small(&t, slot);
     check_order(&t, slot);
+    if (n == 2)
+        check_turns(&t);
     setenv("MSR_COMM_SHM_MAX", "1000", 1);
     msr_comm_t *dup = NULL, *half = NULL;
     snprintf(g_case, sizeof g_case, "small dup");
