@@ -3552,10 +3552,16 @@ test: ^comm_small_np2$
 file: comm/ucx/shm_slots.c
 test: ^comm_small_np3$
 <<<
-        fold_n(a, dst, lined_of(s, 0, k) + at, lined_of(s, 1, k) + at, count);
+        const char *x = lined_of(s, 0, k) + at, *y = lined_of(s, 1, k) + at;
+        if (mine != NULL)
+            *(r->me == 0 ? &x : &y) = mine;
+        fold_n(a, dst, x, y, count);
         for (int j = 2; j < r->n; j++)
 ===
-        fold_n(a, dst, lined_of(s, r->n - 1, k) + at, lined_of(s, r->n - 2, k) + at, count);
+        const char *x = lined_of(s, r->n - 1, k) + at, *y = lined_of(s, r->n - 2, k) + at;
+        if (mine != NULL)
+            *(r->me == 0 ? &x : &y) = mine;
+        fold_n(a, dst, x, y, count);
         for (int j = r->n - 3; j >= 0; j--)
 >>>
 
@@ -6345,6 +6351,43 @@ test: ^comm_small_np2$
     uint64_t seq = atomic_load_explicit(&s->ctl[p].c[C_SEQ], memory_order_acquire);
     s->peer_seq = seq + 1;
     if (seq < k)
+>>>
+
+@ comm.shm_slots.own_lined_input_unshifted
+file: comm/ucx/shm_slots.c
+test: ^comm_small_np2$
+<<<
+    const char *mine = r->n == 2 ? (const char *)a->sendbuf + off : NULL;
+===
+    const char *mine = r->n == 2 ? (const char *)a->sendbuf : NULL;
+>>>
+
+@ comm.shm_slots.own_lined_input_not_advanced
+file: comm/ucx/shm_slots.c
+test: ^comm_small_np2$
+<<<
+        mine = mine != NULL ? mine + c : NULL;
+===
+        mine = mine != NULL ? mine : NULL;
+>>>
+
+@ comm.shm_slots.own_inline_input_in_place_of_many
+file: comm/ucx/shm_slots.c
+equivalent: input_of serves only members 0 and 1 of the first fold, which reads each element before it writes it (in place too); members from 2 on are read from their places (data_of), so the input is whole wherever it is read; only where the bytes are read changes
+test: ^comm_small_np(3|4|8)$
+<<<
+    if (j == r->me && r->n == 2 && in > 0 && in <= SHM_INLINE)
+===
+    if (j == r->me && in > 0 && in <= SHM_INLINE)
+>>>
+
+@ comm.shm_slots.own_lined_allgather_short
+file: comm/ucx/shm_slots.c
+test: ^comm_small_np2$
+<<<
+                memcpy((char *)a->recvbuf + (size_t)j * r->bytes, a->sendbuf, in);
+===
+                memcpy((char *)a->recvbuf + (size_t)j * r->bytes, a->sendbuf, in - 1);
 >>>
 
 __END__

@@ -79,10 +79,16 @@ static int copied(const ucx_req_t *r, int j, size_t in)
 }
 
 /* Member j's input for operation k: the copy peer_seen took, or the
- * member's own place. */
+ * member's own place. In a group of two, this member's own inline vector
+ * from its input: the same bytes, which it copied into its counters'
+ * line, but the peer's reads of its word take that line away, and a read
+ * of the vector there waited for it to come back (the fold of two reads
+ * each element before it writes it, so an input in place is whole). */
 static const char *input_of(const struct ucx_shm *s, const ucx_req_t *r, int j, uint64_t k,
                             size_t in)
 {
+    if (j == r->me && r->n == 2 && in > 0 && in <= SHM_INLINE)
+        return r->pub.args.sendbuf;
     return copied(r, j, in) ? r->slots.peer : data_of(s, j, k, in);
 }
 
@@ -290,16 +296,23 @@ static void lined_fold(const struct ucx_shm *s, const ucx_req_t *r, uint64_t k, 
 {
     const msr_coll_args_t *a = &r->pub.args;
     char *dst = a->recvbuf;
+    /* in a group of two, this member's own bytes from its input (as
+     * input_of: its lines went to the peer's reads) */
+    const char *mine = r->n == 2 ? (const char *)a->sendbuf + off : NULL;
     size_t at = off / SHM_LINE_DATA * LINE + off % SHM_LINE_DATA;
     while (len) {
         size_t c = SHM_LINE_DATA - at % LINE;
         if (c > len)
             c = len;
         size_t count = c / r->es;
-        fold_n(a, dst, lined_of(s, 0, k) + at, lined_of(s, 1, k) + at, count);
+        const char *x = lined_of(s, 0, k) + at, *y = lined_of(s, 1, k) + at;
+        if (mine != NULL)
+            *(r->me == 0 ? &x : &y) = mine;
+        fold_n(a, dst, x, y, count);
         for (int j = 2; j < r->n; j++)
             fold_n(a, dst, dst, lined_of(s, j, k) + at, count);
         dst += c;
+        mine = mine != NULL ? mine + c : NULL;
         len -= c;
         at = (at / LINE + 1) * LINE;
     }
@@ -314,8 +327,10 @@ static void lined_finish(const struct ucx_shm *s, const ucx_req_t *r, uint64_t k
     size_t off, len;
     if (a->coll == MSR_COLL_ALLGATHER) {
         for (int j = 0; j < r->n; j++)
-            if (j != r->me || !a->in_place)
+            if (j != r->me)
                 lined_get((char *)a->recvbuf + (size_t)j * r->bytes, lined_of(s, j, k), 0, in);
+            else if (!a->in_place) /* from the input, as the fold's own bytes */
+                memcpy((char *)a->recvbuf + (size_t)j * r->bytes, a->sendbuf, in);
         return;
     }
     lined_range(r, in, &off, &len);
