@@ -39,7 +39,7 @@ typedef struct shm_hdr {
     int32_t n;
     uint64_t slot;
     uint64_t lined;
-    uint64_t bcast; /* lines of the lined broadcasts' ring (0: none) */
+    uint64_t bcast; /* lines of the lined broadcasts' rings (0: none) */
     uint64_t tile;
     uint64_t depth;
 } shm_hdr_t;
@@ -138,7 +138,7 @@ static shm_hdr_t shm_shape(const ucx_comm_t *uc, size_t *len_p)
         tile = tile / 2 / LINE * LINE;
     if (tile < (size_t)n * LINE)
         tile = 0;
-    uint64_t bcast = slot ? SHM_BCAST_LINES : 0;
+    uint64_t bcast = slot ? (uint64_t)SHM_BCAST_WIDTH * SHM_BCAST_LINES : 0;
     *len_p = LINE + (size_t)n * sizeof(shm_ctl_t) + (size_t)n * 2 * slot +
              (size_t)n * 2 * shm_lines(lined) * LINE + (size_t)bcast * LINE +
              (tile ? (size_t)(n + 1) * depth * tile : 0);

@@ -30,16 +30,19 @@ enum { C_SEQ, C_IN, C_RED, C_OUT, C_N };
 #define SHM_LINE_DATA 56
 #define SHM_LINED_MAX 128 /* above, the plain slots were faster (docs/performance.md) */
 
-/* Broadcasts of 1 to SHM_LINE_DATA bytes travel lined too, through a ring
- * of SHM_BCAST_LINES lines of their own: broadcast k's root writes its
- * vector and then k into the word of line k % SHM_BCAST_LINES, and the
- * readers wait for that word alone, so the one transfer that shows them k
- * also brings the data (the slots' ring below needs two: the root's
- * sequence line, then the entry). Nothing but a broadcast's root writes
- * these lines, and only whole operation numbers into their words. The
- * root overwrites a line only when every member finished the broadcast
- * SHM_BCAST_LINES operations before (it runs up to that far ahead). */
+/* Broadcasts of 1 to SHM_BCAST_WIDTH x SHM_LINE_DATA bytes travel lined
+ * too, through SHM_BCAST_WIDTH rings of SHM_BCAST_LINES lines of their
+ * own: broadcast k's root writes each line's piece of its vector and then
+ * k into that line's word, in line k % SHM_BCAST_LINES of ring 0 (and of
+ * ring i for the bytes past i lines' data), and the readers wait for those
+ * words alone, so the transfers that show them k also bring the data (the
+ * slots' ring below needs two in a row: the root's sequence line, then the
+ * entry). Nothing but a broadcast's root writes these lines, and only
+ * whole operation numbers into their words. The root overwrites a line
+ * only when every member finished the broadcast SHM_BCAST_LINES
+ * operations before (it runs up to that far ahead). */
 #define SHM_BCAST_LINES 128
+#define SHM_BCAST_WIDTH 8
 
 static inline size_t shm_lines(size_t bytes)
 {
@@ -64,7 +67,7 @@ struct ucx_shm {
     char *lined;      /* per member, 2 areas of lined_area bytes */
     size_t lined_max; /* vectors up to this travel lined (0: none) */
     size_t lined_area;
-    char *bcast;  /* SHM_BCAST_LINES lines for small broadcasts (NULL: none) */
+    char *bcast;  /* the lined broadcasts' rings (NULL: none) */
     char *stage;  /* per member, depth slots of tile bytes */
     char *result; /* depth slots of tile bytes (allreduce) */
     size_t tile;  /* 0: no tiled path */
@@ -116,10 +119,13 @@ static inline _Atomic uint64_t *line_word(char *area, size_t i)
     return (_Atomic uint64_t *)(area + i * LINE + SHM_LINE_DATA);
 }
 
-/* The line of the lined broadcasts' ring that broadcast k takes. */
-static inline char *bcast_line(const struct ucx_shm *s, uint64_t k)
+/* From a line of a lined broadcasts' ring to the same line of the next. */
+#define BCAST_STRIDE ((size_t)SHM_BCAST_LINES * LINE)
+
+/* The line broadcast k takes in ring i of the lined broadcasts. */
+static inline char *bcast_line(const struct ucx_shm *s, uint64_t k, size_t i)
 {
-    return s->bcast + (size_t)(k % SHM_BCAST_LINES) * LINE;
+    return s->bcast + i * BCAST_STRIDE + (size_t)(k % SHM_BCAST_LINES) * LINE;
 }
 
 #endif

@@ -100,11 +100,25 @@ static int lined(const struct ucx_shm *s, const ucx_req_t *r, size_t in)
 }
 
 /* Whether this operation is a broadcast through the lined broadcasts'
- * ring (shm_impl.h): a vector of 1 to SHM_LINE_DATA bytes, one line. */
+ * rings (shm_impl.h): a vector of 1 to SHM_BCAST_WIDTH lines' data. */
 static int bcast_lined(const struct ucx_shm *s, const ucx_req_t *r)
 {
-    return r->pub.args.coll == MSR_COLL_BROADCAST && r->bytes > 0 && r->bytes <= SHM_LINE_DATA &&
-           s->bcast != NULL;
+    return r->pub.args.coll == MSR_COLL_BROADCAST && r->bytes > 0 &&
+           r->bytes <= SHM_BCAST_WIDTH * SHM_LINE_DATA && s->bcast != NULL;
+}
+
+/* Whether broadcast k's lines show k: every word loaded before any is
+ * tested, so that a reader's transfers of the lines overlap. */
+static int bcast_seen(const struct ucx_shm *s, uint64_t k, size_t bytes)
+{
+    uint64_t w[SHM_BCAST_WIDTH] = {0};
+    size_t lines = shm_lines(bytes);
+    for (size_t i = 0; i < lines; i++)
+        w[i] = atomic_load_explicit(line_word(bcast_line(s, k, i), 0), memory_order_acquire);
+    int seen = 1;
+    for (size_t i = 0; i < lines; i++)
+        seen &= w[i] == k;
+    return seen;
 }
 
 /* The part of each member's lined vector this member reads: a
@@ -116,36 +130,28 @@ static void lined_range(const ucx_req_t *r, size_t in, size_t *off_p, size_t *le
     *len_p = rs ? r->bytes : in;
 }
 
-/* Writes len bytes into a lined area for operation k: each line's data,
- * then its word (release: a reader that sees k sees the data). */
-static void lined_put(char *area, const char *src, size_t len, uint64_t k)
+/* Writes len bytes into lined lines for operation k, line i at area + i
+ * x stride (a member's lined area: LINE; the lined broadcasts' rings: a
+ * ring's length): each line's data, then its word (release: a reader that
+ * sees k sees the data). */
+static void lined_put(char *area, size_t stride, const char *src, size_t len, uint64_t k)
 {
-    size_t i = 0, off = 0;
-    for (; len - off > SHM_LINE_DATA; i++, off += SHM_LINE_DATA) {
-        memcpy(area + i * LINE, src + off, SHM_LINE_DATA);
-        atomic_store_explicit(line_word(area, i), k, memory_order_release);
+    for (size_t off = 0; off < len; off += SHM_LINE_DATA, area += stride) {
+        memcpy(area, src + off, len - off < SHM_LINE_DATA ? len - off : SHM_LINE_DATA);
+        atomic_store_explicit(line_word(area, 0), k, memory_order_release);
     }
-    memcpy(area + i * LINE, src + off, len - off);
-    atomic_store_explicit(line_word(area, i), k, memory_order_release);
 }
 
-/* Copies bytes [off, off + len) of a lined vector out (len > 0; every
- * line they lie on seen at the operation's number). */
-static void lined_get(char *dst, char *area, size_t off, size_t len)
+/* Copies bytes [off, off + len) of a lined vector (line i at area + i x
+ * stride) out (every line they lie on seen at the operation's number). */
+static void lined_get(char *dst, const char *area, size_t stride, size_t off, size_t len)
 {
-    size_t i = off / SHM_LINE_DATA, o = off % SHM_LINE_DATA;
-    while (len) {
-        size_t c = SHM_LINE_DATA - o;
-        if (c < len) {
-            memcpy(dst, area + i * LINE + o, c);
-        } else {
-            c = len;
-            memcpy(dst, area + i * LINE + o, c);
-        }
+    area += off / SHM_LINE_DATA * stride;
+    for (size_t o = off % SHM_LINE_DATA; len; o = 0, area += stride) {
+        size_t c = SHM_LINE_DATA - o < len ? SHM_LINE_DATA - o : len;
+        memcpy(dst, area + o, c);
         dst += c;
         len -= c;
-        i++;
-        o = 0;
     }
 }
 
@@ -180,8 +186,7 @@ static int slots_seen(struct ucx_shm *s, ucx_req_t *r, uint64_t k)
 {
     const msr_coll_args_t *a = &r->pub.args;
     if (a->coll == MSR_COLL_BROADCAST && bcast_lined(s, r))
-        return r->me == a->root ||
-               atomic_load_explicit(line_word(bcast_line(s, k), 0), memory_order_acquire) == k;
+        return r->me == a->root || bcast_seen(s, k, r->bytes);
     if (a->coll == MSR_COLL_BROADCAST)
         return r->me == a->root ||
                atomic_load_explicit(&s->ctl[a->root].c[C_SEQ], memory_order_acquire) >= k;
@@ -270,7 +275,7 @@ static int slots_turn(struct ucx_shm *s, ucx_req_t *r, uint64_t k)
     if (a->coll != MSR_COLL_BROADCAST)
         return all_reached(s, r, k - 1);
     uint64_t last;
-    if (bcast_lined(s, r)) /* its line's last writer: SHM_BCAST_LINES before, or earlier */
+    if (bcast_lined(s, r)) /* its lines' last writer: SHM_BCAST_LINES before, or earlier */
         last = k > SHM_BCAST_LINES ? k - SHM_BCAST_LINES : 0;
     else
         last = ring_place(s, k, r->bytes); /* where the readers read, too */
@@ -328,7 +333,8 @@ static void lined_finish(const struct ucx_shm *s, const ucx_req_t *r, uint64_t k
     if (a->coll == MSR_COLL_ALLGATHER) {
         for (int j = 0; j < r->n; j++)
             if (j != r->me)
-                lined_get((char *)a->recvbuf + (size_t)j * r->bytes, lined_of(s, j, k), 0, in);
+                lined_get((char *)a->recvbuf + (size_t)j * r->bytes, lined_of(s, j, k), LINE, 0,
+                          in);
             else if (!a->in_place) /* from the input, as the fold's own bytes */
                 memcpy((char *)a->recvbuf + (size_t)j * r->bytes, a->sendbuf, in);
         return;
@@ -369,8 +375,10 @@ static void slots_finish(const struct ucx_shm *s, const ucx_req_t *r, uint64_t k
                 memcpy((char *)a->recvbuf + (size_t)j * r->bytes, input_of(s, r, j, k, in), in);
         return;
     case MSR_COLL_BROADCAST:
-        if (r->me != a->root)
-            memcpy(a->recvbuf, bcast_lined(s, r) ? bcast_line(s, k) : s->ring_cur, r->bytes);
+        if (r->me != a->root && bcast_lined(s, r))
+            lined_get(a->recvbuf, bcast_line(s, k, 0), BCAST_STRIDE, 0, r->bytes);
+        else if (r->me != a->root)
+            memcpy(a->recvbuf, s->ring_cur, r->bytes);
         return;
     default:
         return;
@@ -391,11 +399,11 @@ msr_status_t ucx_shm_step(ucx_req_t *r)
             return MSR_IN_PROGRESS;
         size_t in = slot_bytes(r);
         if (in && bcast_lined(s, r)) {
-            lined_put(bcast_line(s, k), a->sendbuf, in, k);
+            lined_put(bcast_line(s, k, 0), BCAST_STRIDE, a->sendbuf, in, k);
         } else if (in && a->coll == MSR_COLL_BROADCAST) {
             memcpy(s->ring_cur, a->sendbuf, in);
         } else if (lined(s, r, in)) {
-            lined_put(lined_of(s, r->me, k), a->sendbuf, in, k);
+            lined_put(lined_of(s, r->me, k), LINE, a->sendbuf, in, k);
         } else if (in) {
             memcpy(data_of(s, r->me, k, in), a->sendbuf, in);
             s->data_op[k & 1] = k;

@@ -2,17 +2,19 @@
  * started by the real msrun (tests/comm/run_bcast.sh). `bcast_worker MODE`:
  *   ahead   (broadcasts forced through the slots) on a fresh
  *           communicator the root runs exactly the ring's depth (up to
- *           56 bytes the lined broadcasts' 128 lines; above, 2n x the
+ *           448 bytes the lined broadcasts' 128 entries; above, 2n x the
  *           cache-line strides of the vector a slot holds) while the
  *           others have not started any: all
  *           complete; one past it must wait for the readers (it is still in
  *           progress however often it is driven); then the readers read
  *           every one in order, none overwritten. At the inline size, one
- *           past it, a line's data (56 bytes) and one past it, and a
- *           slot's size.
+ *           past it, a line's data (56 bytes) and one past it (two lines),
+ *           the most the lined broadcasts carry (8 lines, 448 bytes) and
+ *           one past it (the slots' ring), and a slot's size.
  *   stress  many broadcasts from one root and from rotating ones, of sizes
- *           around the inline bound and a line's data and up to a slot
- *           (lined broadcasts, then the slots' ring), between allreduces
+ *           around the inline bound, a line's data and the lined
+ *           broadcasts' bound and up to a slot (lined broadcasts of one
+ *           line and of several, then the slots' ring), between allreduces
  *           (at the inline bound and past it), allgathers, reduce-scatters,
  *           barriers, and blocking calls beside a non-blocking allreduce
  *           followed by a reduce of UCX messages, with readers that stall
@@ -40,9 +42,16 @@
 
 WORKER_FAIL("bcast_worker", exit)
 
-/* The slots' size (MSR_COMM_SHM_MAX, docs/comm.md), inline bytes, the
- * most a lined broadcast carries and its ring's lines (comm/ucx/shm_impl.h). */
-enum { SLOT_BYTES = 16384, INLINE_BYTES = 16, LINE_DATA = 56, BCAST_LINES = 128 };
+/* The slots' size (MSR_COMM_SHM_MAX, docs/comm.md), inline bytes, a
+ * line's data bytes, the most a lined broadcast carries (SHM_BCAST_WIDTH
+ * lines) and its rings' entries (comm/ucx/shm_impl.h). */
+enum {
+    SLOT_BYTES = 16384,
+    INLINE_BYTES = 16,
+    LINE_DATA = 56,
+    BCAST_LINED = 8 * LINE_DATA,
+    BCAST_LINES = 128
+};
 
 /* Byte i of broadcast k from root: differs between broadcasts, positions
  * and roots, never 0. */
@@ -74,10 +83,11 @@ static void ahead_round(msr_comm_t *world, size_t bytes)
     OK(msr_comm_dup(world, 0, &c));
     msr_comm_set_timeout(c, 20000);
     int n = msr_comm_size(c), me = msr_comm_rank(c);
-    /* the ring: a line each up to LINE_DATA bytes; above, per parity,
-     * every member's slot in entries of whole lines */
+    /* the ring: up to BCAST_LINED bytes, the lined broadcasts' entries
+     * (of 1 to 8 lines); above, per parity, every member's slot in entries
+     * of whole lines */
     size_t stride = bytes <= 64 ? 64 : (bytes + 63) / 64 * 64;
-    int depth = bytes <= LINE_DATA ? BCAST_LINES : 2 * n * (int)(SLOT_BYTES / stride);
+    int depth = bytes <= BCAST_LINED ? BCAST_LINES : 2 * n * (int)(SLOT_BYTES / stride);
     unsigned char *buf = malloc((size_t)(depth + 1) * bytes);
     if (buf == NULL)
         fail("out of memory");
@@ -114,7 +124,7 @@ static void ahead_round(msr_comm_t *world, size_t bytes)
 static void mode_ahead(msr_comm_t *world)
 {
     static const size_t sizes[] = {INLINE_BYTES, INLINE_BYTES + 1, LINE_DATA, LINE_DATA + 1,
-                                   1024,         SLOT_BYTES};
+                                   BCAST_LINED,  BCAST_LINED + 1,  1024,      SLOT_BYTES};
     for (size_t i = 0; i < sizeof sizes / sizeof sizes[0]; i++) {
         snprintf(g_case, sizeof g_case, "ahead %zu bytes", sizes[i]);
         ahead_round(world, sizes[i]);
@@ -190,7 +200,8 @@ static void stress_rs(msr_comm_t *c, uint64_t k)
 static void stress_op(msr_comm_t *c, uint64_t k, unsigned char *buf, float *f)
 {
     static const size_t sizes[] = {
-        1, 8, INLINE_BYTES, INLINE_BYTES + 1, LINE_DATA, LINE_DATA + 1, 64, 1000, SLOT_BYTES};
+        1,   8,           INLINE_BYTES, INLINE_BYTES + 1, LINE_DATA, LINE_DATA + 1, 64,
+        200, BCAST_LINED, 1000,         SLOT_BYTES};
     int n = msr_comm_size(c), me = msr_comm_rank(c);
     if (k % 50 == 49) {
         OK(msr_comm_barrier(c));
@@ -280,8 +291,16 @@ static void stay_away(void)
 
 static void mode_late(msr_comm_t *world)
 {
-    static const size_t sizes[] = {
-        1, 8, INLINE_BYTES, INLINE_BYTES + 1, LINE_DATA, LINE_DATA + 1, SLOT_BYTES, SLOT_BYTES + 1};
+    static const size_t sizes[] = {1,
+                                   8,
+                                   INLINE_BYTES,
+                                   INLINE_BYTES + 1,
+                                   LINE_DATA,
+                                   LINE_DATA + 1,
+                                   BCAST_LINED,
+                                   BCAST_LINED + 1,
+                                   SLOT_BYTES,
+                                   SLOT_BYTES + 1};
     enum { NS = sizeof sizes / sizeof sizes[0] };
     int n = msr_comm_size(world), me = msr_comm_rank(world);
     unsigned char *buf = malloc(SLOT_BYTES + 1);
