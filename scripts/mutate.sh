@@ -6353,15 +6353,6 @@ test: ^comm_small_np2$
     if (seq < k)
 >>>
 
-@ comm.shm_slots.own_lined_input_unshifted
-file: comm/ucx/shm_slots.c
-test: ^comm_small_np2$
-<<<
-    const char *mine = r->n == 2 ? (const char *)a->sendbuf + off : NULL;
-===
-    const char *mine = r->n == 2 ? (const char *)a->sendbuf : NULL;
->>>
-
 @ comm.shm_slots.own_lined_input_not_advanced
 file: comm/ucx/shm_slots.c
 test: ^comm_small_np2$
@@ -6390,7 +6381,7 @@ test: ^comm_small_np2$
                 memcpy((char *)a->recvbuf + (size_t)j * r->bytes, a->sendbuf, in - 1);
 >>>
 
-# ---- lined broadcasts of several lines (issue 40)
+# ---- lined broadcasts of several lines; a two-member reduce-scatter's half (issue 40)
 @ comm.shm_slots.bcast_lined_first_line_only
 file: comm/ucx/shm_slots.c
 test: ^comm_bcast_stress_np2$
@@ -6425,6 +6416,33 @@ test: ^comm_bcast_ahead_np3$
     for (size_t o = off % SHM_LINE_DATA; len; o = 0, area += stride) {
 ===
     for (size_t o = off % SHM_LINE_DATA; len; o = 0, area += LINE) {
+>>>
+
+@ comm.shm_slots.rs_half_publishes_own_block
+file: comm/ucx/shm_slots.c
+test: ^comm_small_np2$
+<<<
+                      (const char *)a->sendbuf + (size_t)(1 - r->me) * r->bytes, r->bytes, k);
+===
+                      (const char *)a->sendbuf + (size_t)r->me * r->bytes, r->bytes, k);
+>>>
+
+@ comm.shm_slots.rs_half_read_at_block
+file: comm/ucx/shm_slots.c
+test: ^comm_small_np2$
+<<<
+    *off_p = rs && !lined_half(r) ? (size_t)r->me * r->bytes : 0;
+===
+    *off_p = rs ? (size_t)r->me * r->bytes : 0;
+>>>
+
+@ comm.shm_slots.rs_half_own_block_unshifted
+file: comm/ucx/shm_slots.c
+test: ^comm_small_np2$
+<<<
+    size_t own = lined_half(r) ? (size_t)r->me * r->bytes : off;
+===
+    size_t own = off;
 >>>
 
 __END__

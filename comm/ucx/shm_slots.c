@@ -121,12 +121,22 @@ static int bcast_seen(const struct ucx_shm *s, uint64_t k, size_t bytes)
     return seen;
 }
 
+/* Whether this member publishes only its peer's block of its input: a
+ * reduce-scatter of a two-member group, whose peer reads nothing else of
+ * it (a vector of up to 112 bytes then takes one line, where the whole of
+ * it took two). */
+static int lined_half(const ucx_req_t *r)
+{
+    return r->n == 2 && r->pub.args.coll == MSR_COLL_REDUCE_SCATTER;
+}
+
 /* The part of each member's lined vector this member reads: a
- * reduce-scatter's block of it, the whole of it otherwise. */
+ * reduce-scatter's block of it (in a group of two the whole of what the
+ * peer published, which is that block), the whole of it otherwise. */
 static void lined_range(const ucx_req_t *r, size_t in, size_t *off_p, size_t *len_p)
 {
     int rs = r->pub.args.coll == MSR_COLL_REDUCE_SCATTER;
-    *off_p = rs ? (size_t)r->me * r->bytes : 0;
+    *off_p = rs && !lined_half(r) ? (size_t)r->me * r->bytes : 0;
     *len_p = rs ? r->bytes : in;
 }
 
@@ -303,7 +313,8 @@ static void lined_fold(const struct ucx_shm *s, const ucx_req_t *r, uint64_t k, 
     char *dst = a->recvbuf;
     /* in a group of two, this member's own bytes from its input (as
      * input_of: its lines went to the peer's reads) */
-    const char *mine = r->n == 2 ? (const char *)a->sendbuf + off : NULL;
+    size_t own = lined_half(r) ? (size_t)r->me * r->bytes : off;
+    const char *mine = r->n == 2 ? (const char *)a->sendbuf + own : NULL;
     size_t at = off / SHM_LINE_DATA * LINE + off % SHM_LINE_DATA;
     while (len) {
         size_t c = SHM_LINE_DATA - at % LINE;
@@ -402,6 +413,9 @@ msr_status_t ucx_shm_step(ucx_req_t *r)
             lined_put(bcast_line(s, k, 0), BCAST_STRIDE, a->sendbuf, in, k);
         } else if (in && a->coll == MSR_COLL_BROADCAST) {
             memcpy(s->ring_cur, a->sendbuf, in);
+        } else if (lined(s, r, in) && lined_half(r)) {
+            lined_put(lined_of(s, r->me, k), LINE,
+                      (const char *)a->sendbuf + (size_t)(1 - r->me) * r->bytes, r->bytes, k);
         } else if (lined(s, r, in)) {
             lined_put(lined_of(s, r->me, k), LINE, a->sendbuf, in, k);
         } else if (in) {
