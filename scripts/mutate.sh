@@ -3522,7 +3522,7 @@ test: ^test_parallel_train_gpt_meta$
 # ---- lined slots: each line's data carries its operation's number (issue 40)
 @ comm.shm_slots.lined_last_line_unawaited
 file: comm/ucx/shm_slots.c
-test: ^comm_small_np2$
+test: ^comm_small_np3$
 <<<
     size_t first = off / SHM_LINE_DATA, end = (off + len - 1) / SHM_LINE_DATA + 1;
 ===
@@ -3552,22 +3552,18 @@ test: ^comm_small_np2$
 file: comm/ucx/shm_slots.c
 test: ^comm_small_np3$
 <<<
-        const char *x = lined_of(s, 0, k) + at, *y = lined_of(s, 1, k) + at;
-        if (mine != NULL)
-            *(r->me == 0 ? &x : &y) = mine;
-        fold_n(a, dst, x, y, count);
+        fold_n(a, dst, lined_of(s, 0, k) + at, lined_of(s, 1, k) + at, count);
         for (int j = 2; j < r->n; j++)
+            fold_n(a, dst, dst, lined_of(s, j, k) + at, count);
 ===
-        const char *x = lined_of(s, r->n - 1, k) + at, *y = lined_of(s, r->n - 2, k) + at;
-        if (mine != NULL)
-            *(r->me == 0 ? &x : &y) = mine;
-        fold_n(a, dst, x, y, count);
+        fold_n(a, dst, lined_of(s, r->n - 1, k) + at, lined_of(s, r->n - 2, k) + at, count);
         for (int j = r->n - 3; j >= 0; j--)
+            fold_n(a, dst, dst, lined_of(s, j, k) + at, count);
 >>>
 
 @ comm.shm_slots.lined_fold_reads_word
 file: comm/ucx/shm_slots.c
-test: ^comm_small_np2$
+test: ^comm_small_np3$
 <<<
         size_t c = SHM_LINE_DATA - at % LINE;
 ===
@@ -6353,15 +6349,6 @@ test: ^comm_small_np2$
     if (seq < k)
 >>>
 
-@ comm.shm_slots.own_lined_input_not_advanced
-file: comm/ucx/shm_slots.c
-test: ^comm_small_np2$
-<<<
-        mine = mine != NULL ? mine + c : NULL;
-===
-        mine = mine != NULL ? mine : NULL;
->>>
-
 @ comm.shm_slots.own_inline_input_in_place_of_many
 file: comm/ucx/shm_slots.c
 equivalent: input_of serves only members 0 and 1 of the first fold, which reads each element before it writes it (in place too); members from 2 on are read from their places (data_of), so the input is whole wherever it is read; only where the bytes are read changes
@@ -6427,22 +6414,56 @@ test: ^comm_small_np2$
                       (const char *)a->sendbuf + (size_t)r->me * r->bytes, r->bytes, k);
 >>>
 
-@ comm.shm_slots.rs_half_read_at_block
-file: comm/ucx/shm_slots.c
-test: ^comm_small_np2$
-<<<
-    *off_p = rs && !lined_half(r) ? (size_t)r->me * r->bytes : 0;
-===
-    *off_p = rs ? (size_t)r->me * r->bytes : 0;
->>>
-
 @ comm.shm_slots.rs_half_own_block_unshifted
 file: comm/ucx/shm_slots.c
 test: ^comm_small_np2$
 <<<
-    size_t own = lined_half(r) ? (size_t)r->me * r->bytes : off;
+        const char *mine =
+            (const char *)a->sendbuf + (lined_half(r) ? (size_t)r->me * r->bytes : 0);
 ===
-    size_t own = off;
+        const char *mine = (const char *)a->sendbuf;
+>>>
+
+@ comm.shm_slots.pair_allgather_into_own_block
+file: comm/ucx/shm_slots.c
+test: ^comm_small_np2$
+<<<
+        return (char *)a->recvbuf + (size_t)(1 - r->me) * r->bytes;
+===
+        return (char *)a->recvbuf + (size_t)r->me * r->bytes;
+>>>
+
+@ comm.shm_slots.pair_copies_whole_last_line
+file: comm/ucx/shm_slots.c
+test: ^comm_small_np2$
+<<<
+        if (len - o >= SHM_LINE_DATA)
+            memcpy(dst + o, line, SHM_LINE_DATA);
+===
+        if (len - o >= 1)
+            memcpy(dst + o, line, SHM_LINE_DATA);
+>>>
+
+@ comm.shm_slots.pair_resumes_past_unseen_line
+file: comm/ucx/shm_slots.c
+test: ^comm_small_np2$
+<<<
+            sl->first_line = i;
+            return 0;
+===
+            sl->first_line = i + 1;
+            return 0;
+>>>
+
+@ comm.shm_slots.pair_takes_stale_line
+file: comm/ucx/shm_slots.c
+test: ^comm_small_np2$
+<<<
+        if (atomic_load_explicit(line_word(area, i), memory_order_acquire) != k) {
+            sl->first_line = i;
+===
+        if (atomic_load_explicit(line_word(area, i), memory_order_acquire) + 2 < k) {
+            sl->first_line = i;
 >>>
 
 __END__

@@ -116,8 +116,8 @@ static msr_status_t shm_across_nodes(ucx_comm_t *uc, int *usable_p)
 
 /* The segment's shape: slots of shm_max bytes, smaller in large groups
  * (the slots take at most MSR_COMM_SHM_SEGMENT bytes); lined areas for
- * vectors up to a slot or SHM_LINED_MAX, whichever is less (at most
- * 2 x 3 lines a member beside the slots); the lined broadcasts' ring
+ * vectors up to a slot or SHM_LINED_MAX (a group of two: SHM_LINED_PAIR),
+ * whichever is less; the lined broadcasts' ring
  * where there are slots; the tiled path's n
  * stages and a result of depth tiles each, smaller tiles in large groups
  * (the same limit), none when a tile would leave a member less than a
@@ -129,7 +129,8 @@ static shm_hdr_t shm_shape(const ucx_comm_t *uc, size_t *len_p)
     if (slot > uc->tune.shm_segment / (2 * (size_t)n))
         slot = uc->tune.shm_segment / (2 * (size_t)n);
     slot = slot / LINE * LINE;
-    size_t lined = slot < SHM_LINED_MAX ? slot : SHM_LINED_MAX;
+    size_t most = n == 2 ? SHM_LINED_PAIR : SHM_LINED_MAX;
+    size_t lined = slot < most ? slot : most;
     if (lined <= SHM_INLINE)
         lined = 0;
     size_t tile = uc->tune.shm_tile / LINE * LINE;

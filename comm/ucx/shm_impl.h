@@ -27,8 +27,16 @@ enum { C_SEQ, C_IN, C_RED, C_OUT, C_N };
  * instead of after a separate sequence line. The lined areas are written
  * by nothing else (no ring, no plain slot), so a word holds only a number
  * its member wrote, never stale data that could look like one. */
-#define SHM_LINE_DATA 56
-#define SHM_LINED_MAX 128 /* above, the plain slots were faster (docs/performance.md) */
+#define SHM_LINE_DATA  56
+#define SHM_LINED_MAX  128 /* above, the plain slots were faster (docs/performance.md) */
+/* A group of two: its lined vectors go up to SHM_LINED_PAIR bytes. The
+ * reader copies each line of its peer's out as soon as the line's word
+ * shows the operation (into pair_vec, or an allgather's place), so the
+ * peer's later lines arrive while the earlier ones are copied, and folds
+ * the whole vector once; through the slots the reader would wait for the
+ * peer's word, written after its last byte, before the first transfer of
+ * its data (docs/comm.md, docs/performance.md). */
+#define SHM_LINED_PAIR 4096
 
 /* Broadcasts of 1 to SHM_BCAST_WIDTH x SHM_LINE_DATA bytes travel lined
  * too, through SHM_BCAST_WIDTH rings of SHM_BCAST_LINES lines of their
@@ -85,6 +93,9 @@ struct ucx_shm {
     uint64_t ring_last[2], ring_other[2], ring_booked;
     uint64_t ring_seen; /* the least number the other members showed a root last */
     uint64_t peer_seq;  /* a two-member group's: the highest number the peer showed */
+    /* a two-member group's: the peer's lined vector of an allreduce or
+     * a reduce-scatter, copied out line by line as the lines arrive */
+    _Alignas(LINE) char pair_vec[SHM_LINED_PAIR];
     char *ring_cur;
     /* MSR_COMM_SHM_NT=auto: per size class (log2 of the bytes), how long
      * the last NT_SAMPLES operations took per KiB with plain stores [0] and

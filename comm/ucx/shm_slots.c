@@ -131,12 +131,13 @@ static int lined_half(const ucx_req_t *r)
 }
 
 /* The part of each member's lined vector this member reads: a
- * reduce-scatter's block of it (in a group of two the whole of what the
- * peer published, which is that block), the whole of it otherwise. */
+ * reduce-scatter's block of it, the whole of it otherwise (in a group of
+ * two, where the peer published only that block, the length alone:
+ * pair_lines_seen reads from its start). */
 static void lined_range(const ucx_req_t *r, size_t in, size_t *off_p, size_t *len_p)
 {
     int rs = r->pub.args.coll == MSR_COLL_REDUCE_SCATTER;
-    *off_p = rs && !lined_half(r) ? (size_t)r->me * r->bytes : 0;
+    *off_p = rs ? (size_t)r->me * r->bytes : 0;
     *len_p = rs ? r->bytes : in;
 }
 
@@ -189,6 +190,43 @@ static int lines_seen(const struct ucx_shm *s, ucx_req_t *r, uint64_t k, size_t 
     return 1;
 }
 
+/* Where a two-member group's reader copies its peer's lined vector: an
+ * allgather's straight to its block of the output, else pair_vec. */
+static char *pair_dst(struct ucx_shm *s, const ucx_req_t *r)
+{
+    const msr_coll_args_t *a = &r->pub.args;
+    if (a->coll == MSR_COLL_ALLGATHER)
+        return (char *)a->recvbuf + (size_t)(1 - r->me) * r->bytes;
+    return s->pair_vec;
+}
+
+/* lines_seen for a group of two, whose range starts at 0: each line of
+ * the peer's vector is copied out (pair_dst) the moment its word shows
+ * k, so the copy of the first lines overlaps the transfers of the later
+ * ones. The peer rewrites those lines at k + 2, after this member
+ * published k + 1. */
+static int pair_lines_seen(struct ucx_shm *s, ucx_req_t *r, uint64_t k, size_t len)
+{
+    ucx_shm_slots_t *sl = &r->slots;
+    char *area = lined_of(s, 1 - r->me, k);
+    char *dst = pair_dst(s, r);
+    size_t lines = shm_lines(len);
+    for (size_t i = sl->first_line; i < lines; i++) {
+        const char *line = area + i * LINE;
+        if (atomic_load_explicit(line_word(area, i), memory_order_acquire) != k) {
+            sl->first_line = i;
+            return 0;
+        }
+        size_t o = i * SHM_LINE_DATA;
+        if (len - o >= SHM_LINE_DATA)
+            memcpy(dst + o, line, SHM_LINE_DATA);
+        else
+            memcpy(dst + o, line, len - o);
+    }
+    sl->first_line = 0;
+    return 1;
+}
+
 /* Whether every member whose slot this operation reads published k: a
  * broadcast reads the root's only (a lined one its line, whose word is k
  * once the root wrote it); a lined vector's lines carry k themselves. */
@@ -206,6 +244,8 @@ static int slots_seen(struct ucx_shm *s, ucx_req_t *r, uint64_t k)
     if (!lined(s, r, in))
         return all_reached(s, r, k);
     lined_range(r, in, &off, &len);
+    if (r->n == 2)
+        return pair_lines_seen(s, r, k, len);
     return lines_seen(s, r, k, off, len);
 }
 
@@ -305,30 +345,23 @@ static inline void fold_n(const msr_coll_args_t *a, void *dst, const void *x, co
  * recvbuf in rank order, line by line and in place: each line's piece of
  * rank 0 op rank 1's, then op each next one's (msr_reduce's operands and
  * order for every element, so its bits). A line holds whole elements
- * (SHM_LINE_DATA is a multiple of 8, off of the element size). */
+ * (SHM_LINE_DATA is a multiple of 8, off of the element size). Groups of
+ * more than two: a group of two folds its copy (lined_finish). */
 static void lined_fold(const struct ucx_shm *s, const ucx_req_t *r, uint64_t k, size_t off,
                        size_t len)
 {
     const msr_coll_args_t *a = &r->pub.args;
     char *dst = a->recvbuf;
-    /* in a group of two, this member's own bytes from its input (as
-     * input_of: its lines went to the peer's reads) */
-    size_t own = lined_half(r) ? (size_t)r->me * r->bytes : off;
-    const char *mine = r->n == 2 ? (const char *)a->sendbuf + own : NULL;
     size_t at = off / SHM_LINE_DATA * LINE + off % SHM_LINE_DATA;
     while (len) {
         size_t c = SHM_LINE_DATA - at % LINE;
         if (c > len)
             c = len;
         size_t count = c / r->es;
-        const char *x = lined_of(s, 0, k) + at, *y = lined_of(s, 1, k) + at;
-        if (mine != NULL)
-            *(r->me == 0 ? &x : &y) = mine;
-        fold_n(a, dst, x, y, count);
+        fold_n(a, dst, lined_of(s, 0, k) + at, lined_of(s, 1, k) + at, count);
         for (int j = 2; j < r->n; j++)
             fold_n(a, dst, dst, lined_of(s, j, k) + at, count);
         dst += c;
-        mine = mine != NULL ? mine + c : NULL;
         len -= c;
         at = (at / LINE + 1) * LINE;
     }
@@ -336,22 +369,32 @@ static void lined_fold(const struct ucx_shm *s, const ucx_req_t *r, uint64_t k, 
 
 /* Every lined vector is there: copy each straight to its place
  * (allgather) or fold them in rank order (allreduce; reduce-scatter this
- * member's block of them), read in place. */
+ * member's block of them), read in place. In a group of two the peer's
+ * is copied out already (pair_lines_seen), and this member's own bytes
+ * come from its input, where it copied them from (its lines went to the
+ * peer's reads: a read there would wait for them to come back). */
 static void lined_finish(const struct ucx_shm *s, const ucx_req_t *r, uint64_t k, size_t in)
 {
     const msr_coll_args_t *a = &r->pub.args;
     size_t off, len;
     if (a->coll == MSR_COLL_ALLGATHER) {
         for (int j = 0; j < r->n; j++)
-            if (j != r->me)
+            if (j != r->me && r->n > 2)
                 lined_get((char *)a->recvbuf + (size_t)j * r->bytes, lined_of(s, j, k), LINE, 0,
                           in);
-            else if (!a->in_place) /* from the input, as the fold's own bytes */
+            else if (j == r->me && !a->in_place)
                 memcpy((char *)a->recvbuf + (size_t)j * r->bytes, a->sendbuf, in);
         return;
     }
-    lined_range(r, in, &off, &len);
-    lined_fold(s, r, k, off, len);
+    if (r->n == 2) { /* a reduce-scatter's own block of its input, the peer's half */
+        const char *mine =
+            (const char *)a->sendbuf + (lined_half(r) ? (size_t)r->me * r->bytes : 0);
+        fold_n(a, a->recvbuf, r->me == 0 ? mine : s->pair_vec, r->me == 0 ? s->pair_vec : mine,
+               a->count);
+    } else {
+        lined_range(r, in, &off, &len);
+        lined_fold(s, r, k, off, len);
+    }
     if (a->op == MSR_OP_AVG)
         msr_reduce_finish(a->op, a->dtype, a->recvbuf, a->count, r->n);
 }

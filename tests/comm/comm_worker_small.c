@@ -4,11 +4,20 @@
 
 #include <sched.h>
 
-/* What shm.c sends lined at most (SHM_LINED_MAX), and a line's data bytes:
- * the sizes of a whole number of lines and one element past are where a
- * reader awaiting one line too few or too many goes wrong. */
-#define LINED_MAX 128
-#define LINE_DATA 56
+/* What shm.c sends lined at most (SHM_LINED_MAX; in a group of two,
+ * SHM_LINED_PAIR), and a line's data bytes: the sizes of a whole number of
+ * lines and one element past are where a reader awaiting one line too few
+ * or too many goes wrong. */
+#define LINED_MAX  128
+#define LINED_PAIR 4096
+#define LINE_DATA  56
+
+/* The most a communicator of n whose slots are slot bytes sends lined. */
+static size_t lined_most(size_t slot, int n)
+{
+    size_t most = n == 2 ? LINED_PAIR : LINED_MAX;
+    return slot < most ? slot : most;
+}
 
 /* ---- the shared-memory slots at their bounds ---- */
 
@@ -26,13 +35,13 @@ static size_t slot_size(int n)
 /* Every collective of the slots on t at exactly the slot's size and one
  * element past it (the tiles or messages then), at the 16 bytes that travel
  * in a member's counter line and one past, at the most that travels lined
- * (LINED_MAX or the slot) and one past, at a line's data bytes and one
+ * (lined_most) and one past, at a line's data bytes and one
  * past, past two lines, at the most lines the lined limit fills whole and
  * one element past, and at counts that are multiples of nothing: every
  * dtype and op, in place and not. */
 static void check_small(tc_t *t, size_t slot)
 {
-    size_t lined = slot < LINED_MAX ? slot : LINED_MAX, full = lined / LINE_DATA * LINE_DATA;
+    size_t lined = lined_most(slot, t->n), full = lined / LINE_DATA * LINE_DATA;
     for (int d = 0; d < MSR_DTYPE_COUNT; d++) {
         msr_dtype_t dt = (msr_dtype_t)d;
         size_t es = msr_dtype_size(dt), n = (size_t)t->n;
@@ -177,7 +186,7 @@ static void order_check(tc_t *t, msr_dtype_t dt, msr_op_t op, uint64_t count, ui
  * float32 and float64. */
 static void check_order(tc_t *t, size_t slot)
 {
-    size_t lined = slot < LINED_MAX ? slot : LINED_MAX, n = (size_t)t->n;
+    size_t lined = lined_most(slot, t->n), n = (size_t)t->n;
     size_t full = lined / LINE_DATA * LINE_DATA;
     const msr_dtype_t dts[] = {MSR_DTYPE_F32, MSR_DTYPE_F64};
     for (size_t d = 0; d < 2; d++) {
