@@ -30,6 +30,9 @@
  *                slots (their messages name "(shm)")
  *   killsmallbcauto  killsmallbc without forcing: the slots, also where
  *                the members' CPUs are fewer than the ranks
+ *   killlined    the same with 2 KiB allreduces: lined in a group of two,
+ *                the reader waiting on one of the dead peer's lines
+ *   stoplined    the same with a peer that stops answering
  *   small        every collective of the slots at the slot's size and one
  *                past, at the inline size and one past, every dtype and op;
  *                on the world, a dup with other slots and halves, then all
@@ -276,14 +279,14 @@ static int run_mode(msr_ctx_t *ctx, msr_comm_t *world, const char *mode)
 int main(int argc, char **argv)
 {
     if (argc < 2) {
-        fprintf(
-            stderr,
-            "usage: comm_worker "
-            "collectives|samecomm|inflight|p2p|unreceived|threads|determinism|kill|killring|"
-            "killsmall|"
-            "leave|exitafterbarrier|giveup|stop|hier|killhier|killhierrs|killhierag|killhierbc|"
-            "killhierred|"
-            "inflighthier|small|killsmallbc|killsmallbcauto|killsmallag|killsmallrs|stopsmall\n");
+        fprintf(stderr,
+                "usage: comm_worker "
+                "collectives|samecomm|inflight|p2p|unreceived|threads|determinism|kill|killring|"
+                "killsmall|"
+                "leave|exitafterbarrier|giveup|stop|hier|killhier|killhierrs|killhierag|killhierbc|"
+                "killhierred|"
+                "inflighthier|small|killsmallbc|killsmallbcauto|killsmallag|killsmallrs|stopsmall|"
+                "killlined|stoplined\n");
         return 2;
     }
     const char *mode = argv[1];

@@ -388,6 +388,10 @@ int cw_run_failure_mode(msr_ctx_t *ctx, msr_comm_t *world, const char *mode)
         mode_failure(ctx, world, 0, 64, FAIL_ALLGATHER, "allgather(shm)");
     else if (strcmp(mode, "killsmallrs") == 0)
         mode_failure(ctx, world, 0, 64, FAIL_REDUCE_SCATTER, "reduce_scatter(shm)");
+    else if (strcmp(mode, "killlined") == 0) /* 2 KiB: lined in a group of two */
+        mode_failure(ctx, world, 0, 512, FAIL_ALLREDUCE, "allreduce(shm)");
+    else if (strcmp(mode, "stoplined") == 0)
+        mode_failure(ctx, world, 1, 512, FAIL_ALLREDUCE, NULL);
     else if (strcmp(mode, "stop") == 0)
         mode_failure(ctx, world, 1, 1 << 18, FAIL_ALLREDUCE, NULL);
     else if (strcmp(mode, "stopsmall") == 0) /* the slots: a peer that stops answering */

@@ -155,12 +155,13 @@ determinism)
     echo "$h1 in both runs"
     ;;
 kill | killring | killhier | killhierrs | killhierag | killhierbc | killhierred | killsmall | stop | \
-    stopsmall | killsmallbc | killsmallbcauto | killsmallag | killsmallrs | killanysrc)
+    stopsmall | killsmallbc | killsmallbcauto | killsmallag | killsmallrs | killanysrc | killlined | \
+    stoplined)
     run_once "$out/log"
     rc=$?
     [ $rc -eq 137 ] || failed "msrun exited with $rc, expected 137 (the victim's SIGKILL)"
     want=$((np - 1))
-    if [ "$mode" != stop ] && [ "$mode" != stopsmall ]; then
+    if [ "$mode" != stop ] && [ "$mode" != stopsmall ] && [ "$mode" != stoplined ]; then
         got=$(grep -c "survived: MSR_ERR_PEER_LOST" "$out/log")
     else
         got=$(grep -cE "survived: MSR_ERR_(TIMEOUT|PEER_LOST)" "$out/log")
