@@ -36,6 +36,7 @@
 #include "base/shm_defaults.h"
 #include "base/util.h"
 #include "comm/ucx/coll_impl.h"
+#include "comm/ucx/shm_impl.h"
 
 /* ---- choosing ---- */
 
@@ -103,6 +104,8 @@ void ucx_tuning_read(ucx_tuning_t *t, int local_size)
     t->shm_nt_min = env_bytes("MSR_COMM_SHM_NT_MIN", 64 << 10);
     t->shm_segment = env_bytes("MSR_COMM_SHM_SEGMENT", MSR_SHM_SEGMENT_BYTES);
     t->shm_spin = (int)msr_env_i64("MSR_COMM_SHM_SPIN", 256, 0, 1 << 20);
+    t->shm_lined_pair = (size_t)msr_env_i64("MSR_COMM_SHM_LINED_PAIR", SHM_LINED_PAIR,
+                                            SHM_LINED_MAX, SHM_LINED_PAIR);
     if (t->shm_max > ((size_t)64 << 20))
         t->shm_max = (size_t)64 << 20;
     /* Groups over several nodes (not all on this machine): the two levels

@@ -114,10 +114,25 @@ static msr_status_t shm_across_nodes(ucx_comm_t *uc, int *usable_p)
     return st;
 }
 
+/* More ranks on this machine than CPUs they may run on. A broadcast through the
+ * slots waits for every member before each operation's root may write
+ * (the slot's last readers must be done); when members time-share cores,
+ * that is a round of context switches per broadcast, where the tree's
+ * eager messages let the root run ahead (docs/performance.md, "Small
+ * messages"). A group of two's lined vectors keep SHM_LINED_MAX there:
+ * their lines cost more CPU than the slots' one copy, and members taking
+ * turns on a core have no transfers for them to overlap. */
+static int machine_crowded(const ucx_engine_t *e)
+{
+    int ranks = e->host_ranks > e->local_size ? e->host_ranks : e->local_size;
+    return ranks > ucx_engine_cpus(e);
+}
+
 /* The segment's shape: slots of shm_max bytes, smaller in large groups
  * (the slots take at most MSR_COMM_SHM_SEGMENT bytes); lined areas for
- * vectors up to a slot or SHM_LINED_MAX (a group of two: SHM_LINED_PAIR),
- * whichever is less; the lined broadcasts' ring
+ * vectors up to a slot or SHM_LINED_MAX (a group of two with a CPU for
+ * each rank: MSR_COMM_SHM_LINED_PAIR, by default SHM_LINED_PAIR), whichever
+ * is less; the lined broadcasts' ring
  * where there are slots; the tiled path's n
  * stages and a result of depth tiles each, smaller tiles in large groups
  * (the same limit), none when a tile would leave a member less than a
@@ -129,7 +144,7 @@ static shm_hdr_t shm_shape(const ucx_comm_t *uc, size_t *len_p)
     if (slot > uc->tune.shm_segment / (2 * (size_t)n))
         slot = uc->tune.shm_segment / (2 * (size_t)n);
     slot = slot / LINE * LINE;
-    size_t most = n == 2 ? SHM_LINED_PAIR : SHM_LINED_MAX;
+    size_t most = n == 2 && !machine_crowded(uc->engine) ? uc->tune.shm_lined_pair : SHM_LINED_MAX;
     size_t lined = slot < most ? slot : most;
     if (lined <= SHM_INLINE)
         lined = 0;
@@ -192,18 +207,6 @@ static void *shm_map(const ucx_comm_t *uc, const char *name, size_t len, const s
     if (fd >= 0)
         close(fd);
     return base;
-}
-
-/* More ranks on this machine than CPUs they may run on. A broadcast through the
- * slots waits for every member before each operation's root may write
- * (the slot's last readers must be done); when members time-share cores,
- * that is a round of context switches per broadcast, where the tree's
- * eager messages let the root run ahead (docs/performance.md, "Small
- * messages"). */
-static int machine_crowded(const ucx_engine_t *e)
-{
-    int ranks = e->host_ranks > e->local_size ? e->host_ranks : e->local_size;
-    return ranks > ucx_engine_cpus(e);
 }
 
 msr_status_t ucx_shm_setup(ucx_comm_t *uc)

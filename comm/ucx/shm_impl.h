@@ -29,7 +29,9 @@ enum { C_SEQ, C_IN, C_RED, C_OUT, C_N };
  * its member wrote, never stale data that could look like one. */
 #define SHM_LINE_DATA  56
 #define SHM_LINED_MAX  128 /* above, the plain slots were faster (docs/performance.md) */
-/* A group of two: its lined vectors go up to SHM_LINED_PAIR bytes. The
+/* A group of two on a machine with a CPU for each of its ranks: its lined
+ * vectors go up to SHM_LINED_PAIR bytes (MSR_COMM_SHM_LINED_PAIR lowers
+ * it, to SHM_LINED_MAX at least). The
  * reader copies each line of its peer's out as soon as the line's word
  * shows the operation (into pair_vec, or an allgather's place), so the
  * peer's later lines arrive while the earlier ones are copied, and folds

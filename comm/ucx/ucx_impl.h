@@ -79,14 +79,15 @@ typedef struct ucx_tuning {
     size_t segment; /* pipeline segment */
     int window;     /* segments in flight per direction */
     int alltoall_window;
-    size_t shm_max;     /* allreduce through the slots up to here (0: never) */
-    size_t shm_tile;    /* the tiled path's tile (0: none) */
-    int shm_depth;      /* its tiles in flight */
-    int shm_nt;         /* tiled stores past the cache: 0 never, 1 always, 2 auto */
-    size_t shm_nt_min;  /* ... for operations from this size */
-    size_t shm_segment; /* bytes of slots, and of the tiled area, in a segment at most */
-    int shm_spin;       /* the slots: polls of the awaited words before the engine's loop */
-    int hier;           /* groups over several nodes get node-local sub-groups (0: never) */
+    size_t shm_max;        /* allreduce through the slots up to here (0: never) */
+    size_t shm_tile;       /* the tiled path's tile (0: none) */
+    int shm_depth;         /* its tiles in flight */
+    int shm_nt;            /* tiled stores past the cache: 0 never, 1 always, 2 auto */
+    size_t shm_nt_min;     /* ... for operations from this size */
+    size_t shm_segment;    /* bytes of slots, and of the tiled area, in a segment at most */
+    int shm_spin;          /* the slots: polls of the awaited words before the engine's loop */
+    size_t shm_lined_pair; /* a group of two on an uncrowded machine: lined up to here */
+    int hier;              /* groups over several nodes get node-local sub-groups (0: never) */
     size_t hier_min[MSR_COLL_RECV + 1]; /* auto: the two levels from this many bytes */
     int hier_max_nodes;                 /* ... and over at most this many nodes */
     int hier_rs_max_nodes;              /* ... (reduce-scatter's) */

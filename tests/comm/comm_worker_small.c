@@ -12,10 +12,32 @@
 #define LINED_PAIR 4096
 #define LINE_DATA  56
 
-/* The most a communicator of n whose slots are slot bytes sends lined. */
+/* The ranks on this machine (every rank of the job: one node). */
+static int g_node_ranks;
+
+/* What comm/ucx/shm.c's machine_crowded says: more ranks on this machine
+ * than CPUs they may run on (every rank has this one's). */
+static int machine_crowded(void)
+{
+    cpu_set_t set;
+    if (sched_getaffinity(0, sizeof set, &set) != 0)
+        fail("sched_getaffinity: %s", strerror(errno));
+    return g_node_ranks > CPU_COUNT(&set);
+}
+
+/* The most a communicator of n whose slots are slot bytes sends lined: a
+ * group of two on an uncrowded machine MSR_COMM_SHM_LINED_PAIR (LINED_MAX
+ * to LINED_PAIR; by default, or out of range, LINED_PAIR). */
 static size_t lined_most(size_t slot, int n)
 {
-    size_t most = n == 2 ? LINED_PAIR : LINED_MAX;
+    size_t most = LINED_MAX;
+    if (n == 2 && !machine_crowded()) {
+        const char *v = getenv("MSR_COMM_SHM_LINED_PAIR");
+        char *end = NULL;
+        unsigned long long want = v ? strtoull(v, &end, 10) : 0;
+        most = v && *v && *end == '\0' && want >= LINED_MAX && want <= LINED_PAIR ? (size_t)want
+                                                                                  : LINED_PAIR;
+    }
     return slot < most ? slot : most;
 }
 
@@ -311,6 +333,7 @@ void cw_mode_small(msr_comm_t *world)
 {
     int n = msr_comm_size(world), me = msr_comm_rank(world);
     size_t slot = slot_size(n); /* broadcasts forced through the slots (main) */
+    g_node_ranks = n;
     tc_t t = {world, "world", n, me};
     check_small(&t, slot);
     check_order(&t, slot);
